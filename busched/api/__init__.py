@@ -1,0 +1,1 @@
+"""Domain types: resources, tasks, jobs, nodes, queues.  No I/O here."""

@@ -1,0 +1,223 @@
+"""Jobs (Volcano PodGroups) with their task index and gang arithmetic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from busched.api.fit import FitErrors
+from busched.api.resource import Resource, exceeded_part
+from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
+
+__all__ = ["JobInfo", "PodGroupPhase"]
+
+
+class PodGroupPhase:
+    Pending = "Pending"
+    Inqueue = "Inqueue"
+    Running = "Running"
+    Unknown = "Unknown"
+    Completed = "Completed"
+
+
+@dataclass(eq=False)
+class JobInfo:
+    uid: str  # "namespace/name"
+    name: str
+    namespace: str
+    queue: str = ""
+    min_available: int = 0
+    task_min_available: dict[str, int] = field(default_factory=dict)
+    min_resources: Resource | None = None
+    phase: str = PodGroupPhase.Pending  # podgroup status phase; "" means never set
+    priority_class_name: str = ""
+    priority: int = 0
+    preemptable: bool = False
+    annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    network_topology: dict[str, Any] | None = None
+    subgroup_policy: list[dict[str, Any]] = field(default_factory=list)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    has_podgroup: bool = True
+    order: int = 0
+    tasks: dict[str, TaskInfo] = field(default_factory=dict)
+    status_index: dict[TaskStatus, dict[str, TaskInfo]] = field(default_factory=dict)
+    allocated: Resource = field(default_factory=Resource)
+    total_request: Resource = field(default_factory=Resource)
+    nodes_fit_errors: dict[str, FitErrors] = field(default_factory=dict)
+    job_fit_errors: str = ""
+
+    # -- podgroup derived ------------------------------------------------------
+    @property
+    def task_min_available_total(self) -> int:
+        return sum(self.task_min_available.values())
+
+    @staticmethod
+    def read_preemptable(annotations: dict[str, str], labels: dict[str, str]) -> bool:
+        for src in (annotations, labels):
+            if "volcano.sh/preemptable" in src:
+                return bool(parse_bool(src["volcano.sh/preemptable"]))
+        return False
+
+    def get_min_resources(self) -> Resource:
+        return self.min_resources.clone() if self.min_resources is not None else Resource()
+
+    def get_elastic_resources(self) -> Resource:
+        return exceeded_part(self.allocated, self.get_min_resources())
+
+    # -- task index --------------------------------------------------------------
+    def add_task(self, t: TaskInfo) -> None:
+        self.tasks[t.uid] = t
+        self.status_index.setdefault(t.status, {})[t.uid] = t
+        self.total_request.add(t.resreq)
+        if allocated_status(t.status):
+            self.allocated.add(t.resreq)
+
+    def delete_task(self, t: TaskInfo) -> None:
+        old = self.tasks.pop(t.uid, None)
+        if old is None:
+            return
+        self.total_request.sub(old.resreq)
+        if allocated_status(old.status):
+            self.allocated.sub(old.resreq)
+        idx = self.status_index.get(old.status)
+        if idx is not None:
+            idx.pop(old.uid, None)
+            if not idx:
+                del self.status_index[old.status]
+
+    def update_task_status(self, t: TaskInfo, status: TaskStatus) -> None:
+        if t.uid in self.tasks:
+            self.delete_task(t)
+        t.status = status
+        self.add_task(t)
+
+    def tasks_in(self, status: TaskStatus) -> list[TaskInfo]:
+        return list(self.status_index.get(status, {}).values())
+
+    def count(self, status: TaskStatus) -> int:
+        return len(self.status_index.get(status, ()))
+
+    # -- gang arithmetic -----------------------------------------------------------
+    def ready_task_num(self) -> int:
+        S = TaskStatus
+        return sum(self.count(s) for s in (S.Bound, S.Binding, S.Running, S.Allocated, S.Succeeded))
+
+    def waiting_task_num(self) -> int:
+        return self.count(TaskStatus.Pipelined)
+
+    def pending_best_effort_task_num(self) -> int:
+        return sum(1 for t in self.status_index.get(TaskStatus.Pending, {}).values() if t.best_effort)
+
+    def allocated_task_num(self) -> int:
+        return sum(len(ts) for s, ts in self.status_index.items() if allocated_status(s))
+
+    def valid_task_num(self) -> int:
+        return sum(len(ts) for s, ts in self.status_index.items()
+                   if allocated_status(s) or s in (TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending))
+
+    def scheduled_task_num(self) -> int:
+        return sum(len(ts) for s, ts in self.status_index.items() if scheduled_status(s))
+
+    def completed_task_num(self) -> int:
+        return sum(len(ts) for s, ts in self.status_index.items() if completed_status(s))
+
+    def releasing_scheduled_task_num(self) -> int:
+        return sum(1 for t in self.status_index.get(TaskStatus.Releasing, {}).values() if t.node_name)
+
+    def is_ready(self) -> bool:
+        return self.ready_task_num() + self.pending_best_effort_task_num() >= self.min_available
+
+    def is_pipelined(self) -> bool:
+        return (self.waiting_task_num() + self.ready_task_num() + self.pending_best_effort_task_num()
+                >= self.min_available)
+
+    def is_starving(self) -> bool:
+        return self.waiting_task_num() + self.ready_task_num() < self.min_available
+
+    def is_pending(self) -> bool:
+        return not self.has_podgroup or self.phase in (PodGroupPhase.Pending, "")
+
+    def _roles(self, statuses: set[TaskStatus] | None, pending_best_effort: bool) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s, ts in self.status_index.items():
+            if statuses is not None and (allocated_status(s) or s in statuses):
+                for t in ts.values():
+                    out[t.role] = out.get(t.role, 0) + 1
+            elif s == TaskStatus.Pending and pending_best_effort:
+                for t in ts.values():
+                    if t.init_resreq.is_empty():
+                        out[t.role] = out.get(t.role, 0) + 1
+        return out
+
+    def allocated_roles(self) -> dict[str, int]:
+        return self._roles({TaskStatus.Succeeded}, True)
+
+    def check_task_valid(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        actual = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending}, False)
+        return all(m == 0 or actual.get(role, 0) >= m for role, m in self.task_min_available.items())
+
+    def check_task_ready(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        occ = self.allocated_roles()
+        return all(occ.get(role, 0) >= m for role, m in self.task_min_available.items())
+
+    def check_task_pipelined(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        occ = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined}, True)
+        return all(occ.get(role, 0) >= m for role, m in self.task_min_available.items())
+
+    def check_task_starving(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        occ = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined}, False)
+        return any(occ.get(role, 0) < m for role, m in self.task_min_available.items())
+
+    # -- fit errors ------------------------------------------------------------------
+    def fit_failed_roles(self) -> set[str]:
+        return {self.tasks[uid].role for uid in self.nodes_fit_errors if uid in self.tasks}
+
+    def task_has_fit_errors(self, t: TaskInfo) -> bool:
+        return bool(t.role) and t.role in self.fit_failed_roles()
+
+    def need_continue_allocating(self) -> bool:
+        """After a task failed predicates, is it still worth trying the job's other tasks?"""
+        if self.min_available == len(self.tasks):
+            return False
+        failed = self.fit_failed_roles()
+        pending: dict[str, int] = {}
+        for t in self.status_index.get(TaskStatus.Pending, {}).values():
+            pending[t.role] = pending.get(t.role, 0) + 1
+        if self.min_available < self.task_min_available_total:
+            left = sum(c for role, c in pending.items() if role not in failed)
+            return self.ready_task_num() + left >= self.min_available
+        allocated = self.allocated_roles()
+        for role in failed:
+            m = self.task_min_available.get(role, 0)
+            if m and allocated.get(role, 0) < m:
+                return False
+        return True
+
+    def reset_fit_errors(self) -> None:
+        self.job_fit_errors = ""
+        self.nodes_fit_errors = {}
+
+    def clone(self) -> JobInfo:
+        j = JobInfo(uid=self.uid, name=self.name, namespace=self.namespace, queue=self.queue,
+                    min_available=self.min_available, task_min_available=dict(self.task_min_available),
+                    min_resources=self.min_resources.clone() if self.min_resources else None,
+                    phase=self.phase, priority_class_name=self.priority_class_name, priority=self.priority,
+                    preemptable=self.preemptable, annotations=dict(self.annotations), labels=dict(self.labels),
+                    network_topology=self.network_topology, subgroup_policy=self.subgroup_policy,
+                    conditions=[dict(c) for c in self.conditions], has_podgroup=self.has_podgroup,
+                    order=self.order)
+        for t in self.tasks.values():
+            j.add_task(t.clone())
+        return j
+
+    def __repr__(self) -> str:
+        return f"Job({self.uid} queue={self.queue} min={self.min_available} phase={self.phase})"

@@ -1,0 +1,109 @@
+"""Nodes with Volcano's accounting.
+
+idle + used = allocatable; a Releasing task is still in ``used`` and also in
+``releasing``; a Pipelined task only in ``pipelined``.  ``future_idle`` =
+idle + releasing - pipelined is what a pipelined task may count on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from busched.api.resource import Resource
+from busched.api.task import TaskInfo, TaskStatus
+
+__all__ = ["NodeInfo", "NodeAccountingError"]
+
+
+class NodeAccountingError(RuntimeError):
+    """A task could not be added to (or moved on) a node."""
+
+
+@dataclass(eq=False)
+class NodeInfo:
+    name: str
+    allocatable: Resource
+    capacity: Resource
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, Any]] = field(default_factory=list)
+    unschedulable: bool = False
+    images: dict[str, int] = field(default_factory=dict)  # image name -> size in bytes
+    ready: bool = True
+    idle: Resource = field(default_factory=Resource)
+    used: Resource = field(default_factory=Resource)
+    releasing: Resource = field(default_factory=Resource)
+    pipelined: Resource = field(default_factory=Resource)
+    tasks: dict[str, TaskInfo] = field(default_factory=dict)
+    index: int = 0  # position in the node list (scan order, array row)
+    # Observers told of every accounting change (the session's node arrays).
+    listeners: list[Any] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def new(cls, name: str, allocatable: Resource, capacity: Resource | None = None, **kw: Any) -> NodeInfo:
+        n = cls(name=name, allocatable=allocatable, capacity=capacity or allocatable.clone(), **kw)
+        n.idle = allocatable.clone()
+        return n
+
+    def future_idle(self) -> Resource:
+        return self.idle.clone().add(self.releasing).sub(self.pipelined)
+
+    def add_task(self, task: TaskInfo) -> None:
+        """Account a task on this node; the node keeps its own copy (Volcano's AddTask)."""
+        if task.node_name and task.node_name != self.name:
+            raise NodeAccountingError(f"task {task.key} already on different node {task.node_name}")
+        if task.uid in self.tasks:
+            raise NodeAccountingError(f"task {task.key} already on node {self.name}")
+        ti = task.clone()
+        s = ti.status
+        if s == TaskStatus.Releasing:
+            self.idle.sub(ti.resreq)
+            self.releasing.add(ti.resreq)
+            self.used.add(ti.resreq)
+        elif s == TaskStatus.Pipelined:
+            self.pipelined.add(ti.resreq)
+        else:
+            if s == TaskStatus.Binding and not ti.resreq.less_equal(self.idle):
+                raise NodeAccountingError(
+                    f"node {self.name} resources are not enough to put task {ti.key}: idle {self.idle}, req {ti.resreq}")
+            self.idle.sub(ti.resreq)
+            self.used.add(ti.resreq)
+        task.node_name = self.name
+        ti.node_name = self.name
+        self.tasks[ti.uid] = ti
+        for ls in self.listeners:
+            ls.node_changed(self)
+
+    def remove_task(self, task: TaskInfo) -> None:
+        ti = self.tasks.pop(task.uid, None)
+        if ti is None:
+            return
+        s = ti.status
+        if s == TaskStatus.Releasing:
+            self.releasing.sub(ti.resreq)
+            self.idle.add(ti.resreq)
+            self.used.sub(ti.resreq)
+        elif s == TaskStatus.Pipelined:
+            self.pipelined.sub(ti.resreq)
+        else:
+            self.idle.add(ti.resreq)
+            self.used.sub(ti.resreq)
+        for ls in self.listeners:
+            ls.node_changed(self)
+
+    def update_task(self, task: TaskInfo) -> None:
+        self.remove_task(task)
+        self.add_task(task)
+
+    def clone(self) -> NodeInfo:
+        n = NodeInfo.new(self.name, self.allocatable.clone(), self.capacity.clone(), labels=dict(self.labels),
+                         annotations=dict(self.annotations), taints=list(self.taints),
+                         unschedulable=self.unschedulable, images=dict(self.images), ready=self.ready,
+                         index=self.index)
+        for t in self.tasks.values():
+            n.add_task(t)
+        return n
+
+    def __repr__(self) -> str:
+        return f"Node({self.name} idle={self.idle} used={self.used} releasing={self.releasing} pipelined={self.pipelined})"

@@ -1,0 +1,350 @@
+"""Resource vectors with Volcano's arithmetic and comparison rules.
+
+A `Resource` holds milli-cpu, memory bytes and a map of scalar resources
+(``pods`` as a plain count, every other scalar such as ``nvidia.com/gpu`` in
+thousandths, as Volcano's ``NewResource`` does).  Comparisons treat values
+closer than `MIN_RESOURCE` as equal, and a scalar missing on one side takes
+the *dimension default* (`ZERO` or `INFINITY`) given by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from busched.api import quantity
+
+__all__ = ["Resource", "MIN_RESOURCE", "ZERO", "INFINITY", "CPU", "MEMORY", "PODS", "GPU"]
+
+MIN_RESOURCE = 0.1
+ZERO = 0
+INFINITY = -1
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+GPU = "nvidia.com/gpu"
+_IGNORED_SCALARS = frozenset({PODS})
+# Kubernetes resource names that count objects in a quota, never a node's capacity.
+_COUNT_PREFIX = "count/"
+
+
+def _le(a: float, b: float) -> bool:
+    return a < b or abs(a - b) < MIN_RESOURCE
+
+
+class Resource:
+    """milli-cpu, memory bytes and scalar resources; mutating methods return self."""
+
+    __slots__ = ("cpu", "memory", "scalars", "max_task_num")
+
+    def __init__(self, cpu: float = 0.0, memory: float = 0.0, scalars: Mapping[str, float] | None = None,
+                 max_task_num: int = 0) -> None:
+        self.cpu = float(cpu)
+        self.memory = float(memory)
+        self.scalars: dict[str, float] = dict(scalars) if scalars else {}
+        self.max_task_num = max_task_num
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_list(cls, rl: Mapping[str, object] | None, *, field: str = "resources") -> Resource:
+        """Build from a Kubernetes resource list (``{"cpu": "500m", ...}``).
+
+        Raises `quantity.QuantityError` naming ``field.<resource>`` on a bad value.
+        """
+        r = cls()
+        if not rl:
+            return r
+        for name, raw in rl.items():
+            try:
+                if name == CPU:
+                    r.cpu += quantity.milli_value(raw)  # type: ignore[arg-type]
+                elif name == MEMORY:
+                    r.memory += quantity.value(raw)  # type: ignore[arg-type]
+                elif name == PODS:
+                    v = quantity.value(raw)  # type: ignore[arg-type]
+                    r.max_task_num += v
+                    r.add_scalar(PODS, float(v))
+                elif name.startswith(_COUNT_PREFIX):
+                    continue
+                else:
+                    r.add_scalar(name, float(quantity.milli_value(raw)))  # type: ignore[arg-type]
+            except quantity.QuantityError as e:
+                raise quantity.QuantityError(f"{field}.{name}: {e}") from None
+        return r
+
+    @classmethod
+    def infinite(cls) -> Resource:
+        return cls(math.inf, math.inf, None, 2**62)
+
+    def clone(self) -> Resource:
+        return Resource(self.cpu, self.memory, self.scalars, self.max_task_num)
+
+    # -- access --------------------------------------------------------------
+    def get(self, name: str) -> float:
+        if name == CPU:
+            return self.cpu
+        if name == MEMORY:
+            return self.memory
+        return self.scalars.get(name, 0.0)
+
+    def set(self, name: str, v: float) -> None:
+        if name == CPU:
+            self.cpu = v
+        elif name == MEMORY:
+            self.memory = v
+        else:
+            self.scalars[name] = v
+
+    def names(self) -> list[str]:
+        """Resource names with a value of at least `MIN_RESOURCE` (ResourceNames)."""
+        out = []
+        if self.cpu >= MIN_RESOURCE:
+            out.append(CPU)
+        if self.memory >= MIN_RESOURCE:
+            out.append(MEMORY)
+        out.extend(n for n, v in self.scalars.items() if v >= MIN_RESOURCE)
+        return out
+
+    def all_names(self) -> list[str]:
+        return [CPU, MEMORY, *self.scalars]
+
+    def is_empty(self) -> bool:
+        """True for a BestEffort request: nothing but (possibly) pods."""
+        if self.cpu >= MIN_RESOURCE or self.memory >= MIN_RESOURCE:
+            return False
+        return all(v < MIN_RESOURCE for n, v in self.scalars.items() if n not in _IGNORED_SCALARS)
+
+    def is_zero(self, name: str) -> bool:
+        return self.get(name) < MIN_RESOURCE
+
+    # -- arithmetic ------------------------------------------------------------
+    def add(self, rr: Resource) -> Resource:
+        self.cpu += rr.cpu
+        self.memory += rr.memory
+        for n, v in rr.scalars.items():
+            self.scalars[n] = self.scalars.get(n, 0.0) + v
+        return self
+
+    def sub(self, rr: Resource) -> Resource:
+        """Subtract without checking sufficiency (Volcano's sub / SubWithoutAssert).
+
+        Like Volcano, scalars the left side lacks are left alone.
+        """
+        self.cpu -= rr.cpu
+        self.memory -= rr.memory
+        if self.scalars:
+            for n, v in rr.scalars.items():
+                self.scalars[n] = self.scalars.get(n, 0.0) - v
+        return self
+
+    def add_scalar(self, name: str, v: float) -> None:
+        self.scalars[name] = self.scalars.get(name, 0.0) + v
+
+    def multi(self, ratio: float) -> Resource:
+        self.cpu *= ratio
+        self.memory *= ratio
+        for n in self.scalars:
+            self.scalars[n] *= ratio
+        return self
+
+    def set_max(self, rr: Resource) -> Resource:
+        self.cpu = max(self.cpu, rr.cpu)
+        self.memory = max(self.memory, rr.memory)
+        for n, v in rr.scalars.items():
+            if n not in self.scalars or v > self.scalars[n]:
+                self.scalars[n] = v
+        return self
+
+    def min_dimension(self, rr: Resource, default: int = ZERO) -> Resource:
+        """Per-dimension minimum (MinDimensionResource)."""
+        self.cpu = min(self.cpu, rr.cpu)
+        self.memory = min(self.memory, rr.memory)
+        for n, v in self.scalars.items():
+            if n in rr.scalars:
+                self.scalars[n] = min(v, rr.scalars[n])
+            elif default != INFINITY:
+                self.scalars[n] = 0.0
+        return self
+
+    def fit_delta(self, rr: Resource) -> Resource:
+        if rr.cpu > 0:
+            self.cpu -= rr.cpu + MIN_RESOURCE
+        if rr.memory > 0:
+            self.memory -= rr.memory + MIN_RESOURCE
+        for n, v in rr.scalars.items():
+            if v > 0:
+                self.scalars[n] = self.scalars.get(n, 0.0) - (v + MIN_RESOURCE)
+        return self
+
+    def __add__(self, rr: Resource) -> Resource:
+        return self.clone().add(rr)
+
+    def __sub__(self, rr: Resource) -> Resource:
+        return self.clone().sub(rr)
+
+    # -- comparison ------------------------------------------------------------
+    def less_equal(self, rr: Resource, default: int = ZERO) -> bool:
+        if not _le(self.cpu, rr.cpu) or not _le(self.memory, rr.memory):
+            return False
+        if default == INFINITY:
+            for n in rr.scalars:
+                if n not in self.scalars:
+                    return False
+        for n, lv in self.scalars.items():
+            if n not in rr.scalars:
+                if default == INFINITY:
+                    continue
+                rv = 0.0
+            else:
+                rv = rr.scalars[n]
+            if not _le(lv, rv):
+                return False
+        return True
+
+    def less_equal_with_names(self, rr: Resource, default: int = ZERO) -> tuple[bool, list[str]]:
+        bad: list[str] = []
+        if not _le(self.cpu, rr.cpu):
+            bad.append(CPU)
+        if not _le(self.memory, rr.memory):
+            bad.append(MEMORY)
+        for n, lv in self.scalars.items():
+            if n not in rr.scalars and default == INFINITY:
+                continue
+            if not _le(lv, rr.scalars.get(n, 0.0)):
+                bad.append(n)
+        return (not bad), bad
+
+    def less(self, rr: Resource, default: int = ZERO) -> bool:
+        if not self.cpu < rr.cpu or not self.memory < rr.memory:
+            return False
+        if default == INFINITY:
+            for n in rr.scalars:
+                if n not in self.scalars:
+                    return False
+        for n, lv in self.scalars.items():
+            if n not in rr.scalars:
+                if default == INFINITY:
+                    continue
+                rv = 0.0
+            else:
+                rv = rr.scalars[n]
+            if not lv < rv:
+                return False
+        return True
+
+    def less_partly(self, rr: Resource, default: int = ZERO) -> bool:
+        if self.cpu < rr.cpu or self.memory < rr.memory:
+            return True
+        if default == ZERO:
+            for n in rr.scalars:
+                if n not in self.scalars:
+                    return True
+        for n, lv in self.scalars.items():
+            if n not in rr.scalars:
+                if default == INFINITY:
+                    return True
+                rv = 0.0
+            else:
+                rv = rr.scalars[n]
+            if lv < rv:
+                return True
+        return False
+
+    def less_equal_partly(self, rr: Resource, default: int = ZERO) -> bool:
+        if _le(self.cpu, rr.cpu) or _le(self.memory, rr.memory):
+            return True
+        if default == ZERO:
+            for n in rr.scalars:
+                if n not in self.scalars:
+                    return True
+        for n, lv in self.scalars.items():
+            if n not in rr.scalars:
+                if default == INFINITY:
+                    return True
+                rv = 0.0
+            else:
+                rv = rr.scalars[n]
+            if _le(lv, rv):
+                return True
+        return False
+
+    def equal(self, rr: Resource, default: int = ZERO) -> bool:
+        def eq(a: float, b: float) -> bool:
+            return a == b or abs(a - b) < MIN_RESOURCE
+
+        if not eq(self.cpu, rr.cpu) or not eq(self.memory, rr.memory):
+            return False
+        return all(eq(v, rr.scalars.get(n, 0.0)) for n, v in self.scalars.items())
+
+    def less_equal_with_dimension(self, rr: Resource | None, req: Resource | None) -> tuple[bool, list[str]]:
+        """Compare only the dimensions ``req`` asks for (LessEqualWithDimensionAndResourcesName)."""
+        if rr is None:
+            return False, self.names()
+        if req is None:
+            return self.less_equal_with_names(rr, ZERO)
+        bad = []
+        if req.cpu > 0 and self.cpu > rr.cpu:
+            bad.append(CPU)
+        if req.memory > 0 and self.memory > rr.memory:
+            bad.append(MEMORY)
+        if self.scalars:
+            for n, q in req.scalars.items():
+                if n in _IGNORED_SCALARS:
+                    continue
+                if q > 0 and self.scalars.get(n, 0.0) > rr.scalars.get(n, 0.0):
+                    bad.append(n)
+        return (not bad), bad
+
+    def greater_partly_with_dimension(self, rr: Resource | None, req: Resource | None) -> tuple[bool, list[str]]:
+        if req is None:
+            return False, []
+        rr = rr or Resource()
+        bad = []
+        if req.cpu > 0 and self.cpu > rr.cpu:
+            bad.append(CPU)
+        if req.memory > 0 and self.memory > rr.memory:
+            bad.append(MEMORY)
+        for n, q in req.scalars.items():
+            if n in _IGNORED_SCALARS:
+                continue
+            if q > 0 and self.get(n) > rr.get(n):
+                bad.append(n)
+        return bool(bad), bad
+
+    # -- presentation ----------------------------------------------------------
+    def to_dict(self) -> dict[str, float]:
+        out: dict[str, float] = {CPU: self.cpu, MEMORY: self.memory}
+        for n in sorted(self.scalars):
+            out[n] = self.scalars[n]
+        return out
+
+    def __repr__(self) -> str:
+        parts = [f"cpu {self.cpu:.2f}", f"memory {self.memory:.2f}"]
+        parts += [f"{n} {self.scalars[n]:.2f}" for n in sorted(self.scalars)]
+        return "Resource(" + ", ".join(parts) + ")"
+
+    def __eq__(self, other: object) -> bool:  # exact, for tests
+        if not isinstance(other, Resource):
+            return NotImplemented
+        return (self.cpu, self.memory) == (other.cpu, other.memory) and {
+            k: v for k, v in self.scalars.items() if v
+        } == {k: v for k, v in other.scalars.items() if v}
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def exceeded_part(left: Resource, right: Resource) -> Resource:
+    """The part of ``left`` above ``right``, dimension by dimension (ExceededPart)."""
+    diff = Resource()
+    diff.cpu = max(left.cpu - right.cpu, 0.0)
+    diff.memory = max(left.memory - right.memory, 0.0)
+    for n, v in left.scalars.items():
+        diff.scalars[n] = max(v - right.scalars.get(n, 0.0), 0.0)
+    return diff
+
+
+def total(rs: Iterable[Resource]) -> Resource:
+    out = Resource()
+    for r in rs:
+        out.add(r)
+    return out

@@ -1,0 +1,146 @@
+"""Tasks (pods) and their statuses, as Volcano's TaskInfo."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from busched.api.resource import Resource
+
+__all__ = ["TaskStatus", "TaskInfo", "allocated_status", "completed_status", "scheduled_status",
+           "preemptable_status", "TASK_SPEC_KEY", "PREEMPTABLE_KEY"]
+
+TASK_SPEC_KEY = "volcano.sh/task-spec"
+PREEMPTABLE_KEY = "volcano.sh/preemptable"
+TASK_PRIORITY_KEY = "volcano.sh/task-priority"
+
+
+class TaskStatus(enum.IntEnum):
+    Pending = 1
+    Allocated = 2
+    Pipelined = 3
+    Binding = 4
+    Bound = 5
+    Running = 6
+    Releasing = 7
+    Succeeded = 8
+    Failed = 9
+    Unknown = 10
+
+
+_ALLOCATED = frozenset({TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated})
+_COMPLETED = frozenset({TaskStatus.Succeeded, TaskStatus.Failed})
+_SCHEDULED = frozenset({TaskStatus.Running, TaskStatus.Bound, TaskStatus.Failed, TaskStatus.Succeeded})
+_PREEMPTABLE = frozenset({TaskStatus.Bound, TaskStatus.Running})
+
+
+def allocated_status(s: TaskStatus) -> bool:
+    return s in _ALLOCATED
+
+
+def completed_status(s: TaskStatus) -> bool:
+    return s in _COMPLETED
+
+
+def scheduled_status(s: TaskStatus) -> bool:
+    return s in _SCHEDULED
+
+
+def preemptable_status(s: TaskStatus) -> bool:
+    return s in _PREEMPTABLE
+
+
+def status_from_phase(phase: str, node: str, deleting: bool) -> TaskStatus:
+    """Volcano's getTaskStatus: a pod phase (+ node, deletion) to a task status."""
+    if phase == "Running":
+        return TaskStatus.Releasing if deleting else TaskStatus.Running
+    if phase == "Pending":
+        if deleting:
+            return TaskStatus.Releasing
+        return TaskStatus.Bound if node else TaskStatus.Pending
+    if phase == "Succeeded":
+        return TaskStatus.Succeeded
+    if phase == "Failed":
+        return TaskStatus.Failed
+    return TaskStatus.Unknown
+
+
+def parse_bool(text: str) -> bool | None:
+    """Go's strconv.ParseBool; None when the text is not a boolean."""
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    return None
+
+
+def _meta_bool(annotations: dict[str, str], labels: dict[str, str], key: str) -> bool | None:
+    """A boolean read from an annotation, then a label; an unparsable value is False."""
+    for src in (annotations, labels):
+        if key in src:
+            v = parse_bool(src[key])
+            return False if v is None else v
+    return None
+
+
+@dataclass(eq=False)
+class TaskInfo:
+    """One task of a job.  ``uid`` is ``namespace-name``; ``key`` is ``namespace/name``."""
+
+    uid: str
+    name: str
+    namespace: str
+    job: str  # job uid "namespace/name", "" when the pod has no podgroup
+    resreq: Resource
+    init_resreq: Resource
+    status: TaskStatus = TaskStatus.Pending
+    node_name: str = ""
+    priority: int = 1
+    role: str = ""
+    preemptable: bool = False
+    best_effort: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    affinity: dict[str, Any] | None = None
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    topology_spread_constraints: list[dict[str, Any]] = field(default_factory=list)
+    host_ports: list[int] = field(default_factory=list)
+    scheduling_gates: list[str] = field(default_factory=list)
+    preemption_policy: str = ""
+    priority_class_name: str = ""
+    nominated_node_name: str = ""
+    images: list[str] = field(default_factory=list)
+    order: int = 0  # creation order: the identity tie-break after uid
+    eviction_occurred: bool = False
+    last_status: TaskStatus | None = None  # status before the last discarded transaction
+    last_node: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def sch_gated(self) -> bool:
+        return bool(self.scheduling_gates)
+
+    def clone(self) -> TaskInfo:
+        t = TaskInfo(**{f: getattr(self, f) for f in self.__dataclass_fields__})
+        t.resreq = self.resreq.clone()
+        t.init_resreq = self.init_resreq.clone()
+        return t
+
+    @staticmethod
+    def read_role(annotations: dict[str, str], labels: dict[str, str]) -> str:
+        return annotations.get(TASK_SPEC_KEY) or labels.get(TASK_SPEC_KEY) or ""
+
+    @staticmethod
+    def read_preemptable(annotations: dict[str, str], labels: dict[str, str]) -> bool:
+        """``volcano.sh/preemptable`` (annotation, then label); a pod is preemptable by default."""
+        v = _meta_bool(annotations, labels, PREEMPTABLE_KEY)
+        return True if v is None else v
+
+    def __repr__(self) -> str:
+        return f"Task({self.key} {self.status.name} node={self.node_name!r} req={self.resreq})"

@@ -1,0 +1,134 @@
+"""The scheduler's in-memory view of the cluster.
+
+Objects enter as upserts and deletes (from a scenario file, `busched apply`, or
+the bus); each kind keeps its objects in arrival order, which is the base scan
+order (nodes in particular).  `snapshot` builds a private, freely mutable
+`ClusterSnapshot` for one session: ready nodes with their tasks accounted,
+jobs that have a podgroup and whose queue exists, priorities resolved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from busched.api import objects as o
+from busched.api.job import JobInfo
+from busched.api.queue import PriorityClass
+from busched.cache import build
+from busched.framework.snapshot import ClusterSnapshot, Shard
+
+__all__ = ["Cache", "KINDS"]
+
+KINDS: dict[str, type[msgspec.Struct]] = {
+    "node": o.NodeSpec,
+    "task": o.TaskSpec,
+    "job": o.JobSpec,
+    "queue": o.QueueSpec,
+    "priorityClass": o.PriorityClassSpec,
+    "hyperNode": o.HyperNodeSpec,
+    "resourceQuota": o.ResourceQuotaSpec,
+}
+
+
+def object_key(kind: str, spec: Any) -> str:
+    ns = getattr(spec, "namespace", None)
+    return f"{ns}/{spec.name}" if ns is not None else spec.name
+
+
+class Cache:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
+        self.shard = Shard()
+        self.generation = 0
+
+    # -- events ------------------------------------------------------------------------
+    def upsert(self, kind: str, spec: Any) -> None:
+        if kind not in KINDS:
+            raise build.SpecError(f"unknown object kind {kind!r}")
+        self._validate(kind, spec)
+        self.objects[kind][object_key(kind, spec)] = spec
+        self.generation += 1
+
+    def delete(self, kind: str, key: str) -> bool:
+        found = self.objects[kind].pop(key, None) is not None
+        if found:
+            self.generation += 1
+        return found
+
+    def _validate(self, kind: str, spec: Any) -> None:
+        """Reject an object the snapshot could not convert, before it enters the cache."""
+        if kind == "node":
+            build.node_info(spec)
+        elif kind == "task":
+            build.task_info(spec, {})
+        elif kind == "job":
+            build.job_info(spec, {})
+        elif kind == "queue":
+            build.queue_info(spec)
+        elif kind == "priorityClass":
+            build.priority_class(spec)
+        elif kind == "hyperNode":
+            build.hyper_node(spec)
+        elif kind == "resourceQuota":
+            build.resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
+
+    def load(self, cluster: o.ClusterSpec) -> None:
+        """Apply a whole cluster block, in Volcano's event order: nodes, tasks, jobs, queues, classes."""
+        for n in cluster.nodes:
+            self.upsert("node", n)
+        for t in cluster.tasks:
+            self.upsert("task", t)
+        for j in cluster.jobs:
+            self.upsert("job", j)
+        for q in cluster.queues:
+            self.upsert("queue", q)
+        for pc in cluster.priority_classes:
+            self.upsert("priorityClass", pc)
+        for h in cluster.hyper_nodes:
+            self.upsert("hyperNode", h)
+        for rq in cluster.resource_quotas:
+            self.upsert("resourceQuota", rq)
+
+    # -- snapshot ------------------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        pcs: dict[str, PriorityClass] = {
+            k: build.priority_class(v) for k, v in self.objects["priorityClass"].items()}
+        default_job_priority = 0
+        for pc in pcs.values():
+            if pc.global_default:
+                default_job_priority = pc.value
+        snap = ClusterSnapshot(priority_classes=pcs, shard=self.shard)
+        for i, spec in enumerate(self.objects["node"].values()):
+            node = build.node_info(spec, i)
+            if node.ready:
+                snap.nodes.append(node)
+        for i, n in enumerate(snap.nodes):
+            n.index = i
+        nodes = {n.name: n for n in snap.nodes}
+        for spec in self.objects["queue"].values():
+            q = build.queue_info(spec)
+            snap.queues[q.uid] = q
+        jobs: dict[str, JobInfo] = {}
+        for spec in self.objects["job"].values():
+            j = build.job_info(spec, pcs, default_job_priority)
+            jobs[j.uid] = j
+        for spec in self.objects["task"].values():
+            t = build.task_info(spec, pcs)
+            if t.node_name and t.node_name in nodes:
+                nodes[t.node_name].add_task(t)
+            job = jobs.get(t.job)
+            if job is None and t.job:
+                job = jobs[t.job] = JobInfo(uid=t.job, name=t.job.split("/", 1)[1], namespace=t.namespace,
+                                            has_podgroup=False)
+            if job is not None:
+                job.add_task(t)
+        for uid, j in jobs.items():
+            if j.has_podgroup and j.queue in snap.queues:
+                snap.jobs[uid] = j
+        for spec in self.objects["hyperNode"].values():
+            h = build.hyper_node(spec)
+            snap.hypernodes[h.name] = h
+        snap.resource_quotas = [msgspec.to_builtins(v) for v in self.objects["resourceQuota"].values()]
+        return snap

@@ -1,0 +1,1 @@
+"""Session, statement, tier walk, configuration and registries."""

@@ -1,0 +1,156 @@
+"""Choosing nodes for a task: filter (predicates), score, pick the best.
+
+`predicate_nodes` first runs the resource-fit kernel over every node at once
+(`busched.kernels.fit`), then the session's per-node predicates on the nodes
+that fit, with Volcano's predicate error cache (keyed by job and task role) and
+feasible-node sampling.  `prioritize_nodes` sums map/reduce, plain and batch
+node-order scores; `select_best_node` takes the highest, ties broken by the
+session's seeded random source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from busched.api.fit import Code, FitError, FitErrors, Status
+from busched.api.node import NodeInfo
+from busched.api.resource import Resource
+from busched.api.task import TaskInfo
+from busched.framework.session import Session
+from busched.kernels.fit import FUTURE_IDLE, NodeArrays, fit_mask  # noqa: F401
+
+__all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
+           "select_best_node", "insufficient_reason"]
+
+SHARD_ERROR = "node isn't in scheduler node shard"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Feasible-node sampling (Volcano's minNodesToFind / percentageOfNodesToFind)."""
+
+    min_nodes_to_find: int = 100
+    min_percentage_of_nodes_to_find: int = 5
+    percentage_of_nodes_to_find: int = 0  # 0: adaptive; >= 100: exhaustive
+
+
+def num_feasible_nodes_to_find(n: int, opts: SearchOptions) -> int:
+    if n <= opts.min_nodes_to_find or opts.percentage_of_nodes_to_find >= 100:
+        return n
+    pct = opts.percentage_of_nodes_to_find
+    if pct <= 0:
+        pct = max(50 - n // 125, opts.min_percentage_of_nodes_to_find)
+    return max(n * pct // 100, opts.min_nodes_to_find)
+
+
+def insufficient_reason(names: list[str]) -> str:
+    return "Insufficient " + ", ".join(names) if names else "Insufficient resources"
+
+
+class PredicateHelper:
+    """One per action run: it owns the predicate error cache."""
+
+    def __init__(self, ssn: Session, enable_error_cache: bool = True,
+                 opts: SearchOptions | None = None) -> None:
+        self.ssn = ssn
+        self.enable_error_cache = enable_error_cache
+        self.opts = opts or ssn.others.get("search_options") or SearchOptions()
+        self.cache: dict[str, dict[str, FitError]] = {}
+
+    def arrays(self) -> NodeArrays:
+        return self.ssn.arrays
+
+    def predicate_nodes(self, task: TaskInfo, nodes: list[NodeInfo],
+                        fn: Callable[[TaskInfo, NodeInfo], None],
+                        resource_fit: Resource | None = None) -> tuple[list[NodeInfo], FitErrors]:
+        """Nodes (in scan order, up to the sampling limit) on which ``fn`` raises no FitError.
+
+        With ``resource_fit`` given, nodes whose future idle cannot hold it fail first, in one
+        vectorised pass, with Volcano's "Insufficient <resource>" status.
+        """
+        fe = FitErrors()
+        if not nodes:
+            return [], fe
+        use_cache = self.enable_error_cache and bool(task.role)
+        group = f"{task.job}/{task.role}"
+        errs = self.cache.get(group)
+        failed_before = errs is not None
+        if errs is None:
+            errs = {}
+        to_find = num_feasible_nodes_to_find(len(nodes), self.opts)
+        hard_shard = self.ssn.shard.mode == "hard"
+        fits: np.ndarray | None = None
+        if resource_fit is not None:
+            arr = self.arrays()
+            rows = np.fromiter((arr.row.get(n.name, -1) for n in nodes), dtype=np.int64, count=len(nodes))
+            if (rows >= 0).all():
+                fits = fit_mask(arr, resource_fit, FUTURE_IDLE, rows)
+        found: list[NodeInfo] = []
+        for i, node in enumerate(nodes):
+            if use_cache and failed_before and node.name in errs:
+                fe.set_node_error(node.name, errs[node.name])
+                continue
+            if hard_shard and node.name not in self.ssn.nodes_in_shard:
+                e = FitError(task.key, node.name, [Status(Code.Error, SHARD_ERROR)])
+                errs[node.name] = e
+                self.cache[group] = errs
+                fe.set_node_error(node.name, e)
+                continue
+            try:
+                if resource_fit is not None:
+                    ok = bool(fits[i]) if fits is not None else resource_fit.less_equal(node.future_idle())
+                    if not ok:
+                        _, names = resource_fit.less_equal_with_names(node.future_idle())
+                        raise FitError(task.key, node.name,
+                                       [Status(Code.Unschedulable, insufficient_reason(names))])
+                fn(task, node)
+            except FitError as e:
+                errs[node.name] = e
+                self.cache[group] = errs
+                fe.set_node_error(node.name, e)
+                continue
+            found.append(node)
+            if len(found) >= to_find:
+                break
+        return found, fe
+
+
+def prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
+    """Score each node: reduce(map scores) + plain node-order scores + batch scores."""
+    plugin_scores: dict[str, list[list]] = {}
+    order_scores: dict[str, float] = {}
+    for node in nodes:
+        maps, order = ssn.node_order_map_fn(task, node)
+        for plugin, s in maps.items():
+            plugin_scores.setdefault(plugin, []).append([node.name, math.floor(s)])
+        order_scores[node.name] = order
+    reduced = ssn.node_order_reduce_fn(task, plugin_scores)
+    batch = ssn.batch_node_order_fn(task, nodes)
+    out: dict[float, list[NodeInfo]] = {}
+    for node in nodes:
+        s = reduced.get(node.name, 0.0) + order_scores.get(node.name, 0.0) + batch.get(node.name, 0.0)
+        out.setdefault(s, []).append(node)
+    return out
+
+
+def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+    """Each node's total score (for reports)."""
+    out = {}
+    for s, ns in prioritize_nodes(ssn, task, nodes).items():
+        for n in ns:
+            out[n.name] = s
+    return out
+
+
+def select_best_node(ssn: Session, node_scores_: dict[float, list[NodeInfo]]) -> tuple[NodeInfo | None, float]:
+    if not node_scores_:
+        return None, 0.0
+    best = max(node_scores_)
+    nodes = node_scores_[best]
+    if len(nodes) == 1:
+        return nodes[0], best
+    return nodes[ssn.rng.randrange(len(nodes))], best

@@ -1,0 +1,46 @@
+"""A priority queue ordered by a session's ``less(l, r)`` function (Volcano's util.PriorityQueue)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["PriorityQueue"]
+
+
+class _Item:
+    __slots__ = ("v", "less")
+
+    def __init__(self, v: Any, less: Callable[[Any, Any], bool]) -> None:
+        self.v = v
+        self.less = less
+
+    def __lt__(self, other: _Item) -> bool:
+        return self.less(self.v, other.v)
+
+
+class PriorityQueue(Generic[T]):
+    def __init__(self, less: Callable[[T, T], bool], items: Iterable[T] = ()) -> None:
+        self._less = less
+        self._h = [_Item(v, less) for v in items]
+        heapq.heapify(self._h)
+
+    def push(self, v: T) -> None:
+        heapq.heappush(self._h, _Item(v, self._less))
+
+    def pop(self) -> T:
+        return heapq.heappop(self._h).v
+
+    def empty(self) -> bool:
+        return not self._h
+
+    def __len__(self) -> int:
+        return len(self._h)
+
+    def clone(self) -> PriorityQueue[T]:
+        q: PriorityQueue[T] = PriorityQueue(self._less)
+        q._h = list(self._h)
+        return q

@@ -1,0 +1,57 @@
+"""Plugin and action registries: plain values mapping a name to a constructor.
+
+A plugin is anything with ``name`` and ``on_session_open(ssn)`` (and optionally
+``on_session_close(ssn)``), built from its ``arguments`` mapping.  An action has
+``name`` and ``execute(ssn)``.  Registries refuse duplicate names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+__all__ = ["Plugin", "Action", "Registry", "PluginBuilder"]
+
+
+class Plugin(Protocol):
+    name: str
+
+    def on_session_open(self, ssn: Any) -> None: ...
+
+
+class Action(Protocol):
+    name: str
+
+    def execute(self, ssn: Any) -> None: ...
+
+
+PluginBuilder = Callable[[Mapping[str, Any]], Plugin]
+
+
+class Registry(Mapping[str, Callable[..., Any]]):
+    def __init__(self, kind: str, entries: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self.kind = kind
+        self._entries: dict[str, Callable[..., Any]] = {}
+        for k, v in (entries or {}).items():
+            self.register(k, v)
+
+    def register(self, name: str, builder: Callable[..., Any]) -> None:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = builder
+
+    def with_entries(self, entries: Mapping[str, Callable[..., Any]]) -> Registry:
+        """A new registry with more entries (the scenario runner adds its test-only plugins)."""
+        r = Registry(self.kind, self._entries)
+        for k, v in entries.items():
+            r.register(k, v)
+        return r
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,461 @@
+"""One scheduling cycle's world: the snapshot, the plugins' callbacks, and the decisions made.
+
+A session opens over a `ClusterSnapshot`, lets each configured plugin register
+callbacks on named extension points, and offers actions one method per point
+(``job_order_fn``, ``predicate_fn``, ``job_ready`` ...).  Each method walks the
+tiers with one combine policy from `busched.framework.tiers`.  Actions never see
+plugins.  Decisions (binds, evictions) are recorded on the session; closing it
+recomputes podgroup status.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from busched.api.fit import Code, FitError, Status
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.node import NodeInfo
+from busched.api.queue import QueueInfo
+from busched.api.resource import Resource
+from busched.api.task import TaskInfo, TaskStatus
+from busched.framework import tiers as tw
+from busched.framework.config import SchedulerConfig
+from busched.framework.pqueue import PriorityQueue
+from busched.framework.snapshot import ClusterSnapshot
+from busched.kernels.fit import NodeArrays
+
+__all__ = ["Session", "POINTS", "Decision", "EventHandler"]
+
+# extension point -> the plugin switch that enables it (None: always on)
+POINTS: dict[str, str | None] = {
+    "job_order": "job_order",
+    "queue_order": "queue_order",
+    "victim_queue_order": None,
+    "cluster_order": "cluster_order",
+    "task_order": "task_order",
+    "sub_job_order": "sub_job_order",
+    "preemptable": "preemptable",
+    "reclaimable": "reclaimable",
+    "job_ready": "job_ready",
+    "job_pipelined": "job_pipelined",
+    "sub_job_ready": "sub_job_ready",
+    "sub_job_pipelined": "sub_job_pipelined",
+    "predicate": "predicate",
+    "pre_predicate": "predicate",
+    "best_node": "best_node",
+    "node_order": "node_order",
+    "batch_node_order": "node_order",
+    "node_map": "node_order",
+    "node_reduce": "node_order",
+    "hyper_node_order": "hyper_node_order",
+    "overused": "overused",
+    "preemptive": "preemptive",
+    "allocatable": "allocatable",
+    "job_valid": None,
+    "job_enqueueable": "job_enqueued",
+    "job_enqueued": "job_enqueued",
+    "target_job": "target_job",
+    "reserved_nodes": "reserved_nodes",
+    "victim_tasks": "victim",
+    "job_starving": "job_starving",
+    "hyper_node_gradient_for_job": "hyper_node_gradient",
+    "hyper_node_gradient_for_sub_job": "hyper_node_gradient",
+}
+
+
+@dataclass
+class EventHandler:
+    """Plugins that keep running totals (drf, proportion, capacity) follow allocations with these."""
+
+    allocate: Callable[[TaskInfo], None] | None = None
+    deallocate: Callable[[TaskInfo], None] | None = None
+
+
+@dataclass
+class Decision:
+    kind: str  # bind | evict
+    task: str  # "namespace/name"
+    node: str
+    reason: str = ""
+
+
+@dataclass
+class ValidateResult:
+    passed: bool
+    reason: str = ""
+    message: str = ""
+
+
+class SessionError(RuntimeError):
+    pass
+
+
+class Session:
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, *, seed: int = 0,
+                 uid: str = "session") -> None:
+        self.uid = uid
+        self.config = config
+        self.tiers = config.tiers
+        self.jobs: dict[str, JobInfo] = snapshot.jobs
+        self.node_list: list[NodeInfo] = snapshot.nodes
+        self.nodes: dict[str, NodeInfo] = {n.name: n for n in snapshot.nodes}
+        self.queues: dict[str, QueueInfo] = snapshot.queues
+        self.priority_classes = snapshot.priority_classes
+        self.hypernodes = snapshot.hypernodes
+        self.resource_quotas = snapshot.resource_quotas
+        self.others = snapshot.others
+        self.shard = snapshot.shard
+        self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
+                                               else frozenset(self.nodes))
+        self.total_resource = Resource()
+        for n in self.node_list:
+            self.total_resource.add(n.allocatable)
+        self.rng = random.Random(seed)
+        self.old_phase = {uid: j.phase for uid, j in self.jobs.items()}
+        self.decisions: list[Decision] = []
+        self.event_handlers: list[EventHandler] = []
+        self.plugins: dict[str, Any] = {}
+        self.enqueue_enabled = config.has_action("enqueue")
+        self._fns: dict[str, dict[str, Any]] = {p: {} for p in POINTS}
+        self._resolved: dict[str, tw.Tiers] = {}
+        self.cycle_state: dict[str, dict[str, Any]] = {}  # per-task scratch, keyed by task uid
+        self.dirty_jobs: set[str] = set()
+        self._arrays: NodeArrays | None = None
+
+    @property
+    def arrays(self) -> NodeArrays:
+        """The node x resource matrices, built on first use and kept current by node listeners."""
+        if self._arrays is None:
+            self._arrays = NodeArrays(self.node_list)
+        return self._arrays
+
+    # -- registration (plugins) ---------------------------------------------------
+    def add_fn(self, point: str, plugin: str, fn: Any) -> None:
+        if point not in POINTS:
+            raise SessionError(f"unknown extension point {point!r}")
+        self._fns[point][plugin] = fn
+        self._resolved.pop(point, None)
+
+    def add_event_handler(self, handler: EventHandler) -> None:
+        self.event_handlers.append(handler)
+
+    def _tiers(self, point: str) -> tw.Tiers:
+        r = self._resolved.get(point)
+        if r is None:
+            r = self._resolved[point] = tw.resolve(self.tiers, self._fns[point], POINTS[point])
+        return r
+
+    def has(self, point: str) -> bool:
+        return any(self._tiers(point))
+
+    # -- orders ------------------------------------------------------------------
+    def job_order_compare(self, l: JobInfo, r: JobInfo) -> int:
+        return tw.first_decision(self._tiers("job_order"), l, r)
+
+    def job_order_fn(self, l: JobInfo, r: JobInfo) -> bool:
+        c = self.job_order_compare(l, r)
+        if c:
+            return c < 0
+        if l.order != r.order:
+            return l.order < r.order
+        return l.uid < r.uid
+
+    def queue_order_fn(self, l: QueueInfo, r: QueueInfo) -> bool:
+        c = tw.first_decision(self._tiers("queue_order"), l, r)
+        if c:
+            return c < 0
+        if l.order != r.order:
+            return l.order < r.order
+        return l.uid < r.uid
+
+    def victim_queue_order_fn(self, l: QueueInfo, r: QueueInfo, preemptor: QueueInfo) -> bool:
+        c = tw.first_decision(self._tiers("victim_queue_order"), l, r, preemptor)
+        if c:
+            return c < 0
+        return not self.queue_order_fn(l, r)
+
+    def task_order_compare(self, l: TaskInfo, r: TaskInfo) -> int:
+        return tw.first_decision(self._tiers("task_order"), l, r)
+
+    def task_order_fn(self, l: TaskInfo, r: TaskInfo) -> bool:
+        c = self.task_order_compare(l, r)
+        if c:
+            return c < 0
+        return _compare_task_index(l, r)
+
+    def sort_tasks(self, tasks: Iterable[TaskInfo]) -> list[TaskInfo]:
+        return sorted(tasks, key=functools.cmp_to_key(lambda a, b: -1 if self.task_order_fn(a, b)
+                                                      else (1 if self.task_order_fn(b, a) else 0)))
+
+    def build_victims_queue(self, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue[TaskInfo]:
+        """Victims in eviction order: queue, job and task order reversed (BuildVictimsPriorityQueue)."""
+
+        def job_then_task(lj: JobInfo, rj: JobInfo, l: TaskInfo, r: TaskInfo) -> bool:
+            c = self.job_order_compare(lj, rj)
+            if c:
+                return c > 0
+            return not self.task_order_fn(l, r)
+
+        def less(l: TaskInfo, r: TaskInfo) -> bool:
+            if l.job == r.job:
+                return not self.task_order_fn(l, r)
+            lj, rj = self.jobs.get(l.job), self.jobs.get(r.job)
+            pj = self.jobs.get(preemptor.job)
+            if lj is None or rj is None:
+                if lj is None and rj is None:
+                    return not self.task_order_fn(l, r)
+                return lj is None
+            if pj is None:
+                return job_then_task(lj, rj, l, r)
+            if lj.queue != rj.queue:
+                return self.victim_queue_order_fn(self.queues[lj.queue], self.queues[rj.queue],
+                                                  self.queues[pj.queue])
+            return job_then_task(lj, rj, l, r)
+
+        return PriorityQueue(less, victims)
+
+    # -- job predicates --------------------------------------------------------------
+    def job_ready(self, job: JobInfo) -> bool:
+        return tw.all_pass(self._tiers("job_ready"), job)
+
+    def job_pipelined(self, job: JobInfo) -> bool:
+        return tw.vote(self._tiers("job_pipelined"), job)
+
+    def job_starving(self, job: JobInfo) -> bool:
+        return tw.starving_vote(self._tiers("job_starving"), job)
+
+    def job_valid(self, job: JobInfo) -> ValidateResult | None:
+        for row in self._tiers("job_valid"):
+            for _, fn in row:
+                vr = fn(job)
+                if vr is not None and not vr.passed:
+                    return vr
+        return None
+
+    def job_enqueueable(self, job: JobInfo) -> bool:
+        return tw.vote(self._tiers("job_enqueueable"), job)
+
+    def job_enqueued(self, job: JobInfo) -> None:
+        for row in self._tiers("job_enqueued"):
+            for _, fn in row:
+                fn(job)
+
+    def target_job(self, jobs: list[JobInfo]) -> JobInfo | None:
+        for row in self._tiers("target_job"):
+            for _, fn in row:
+                return fn(jobs)
+        return None
+
+    def reserved_nodes(self) -> None:
+        for row in self._tiers("reserved_nodes"):
+            for _, fn in row:
+                fn()
+
+    # -- queue predicates -------------------------------------------------------------
+    def overused(self, queue: QueueInfo) -> bool:
+        return tw.any_true(self._tiers("overused"), queue)
+
+    def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        return tw.all_pass(self._tiers("allocatable"), queue, task)
+
+    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        return tw.all_pass(self._tiers("preemptive"), queue, task)
+
+    # -- victims -----------------------------------------------------------------------
+    def preemptable(self, preemptor: TaskInfo, preemptees: list[TaskInfo]) -> list[TaskInfo]:
+        return tw.intersect_victims(self._tiers("preemptable"), preemptor, preemptees) or []
+
+    def reclaimable(self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> list[TaskInfo]:
+        return tw.intersect_victims(self._tiers("reclaimable"), reclaimer, reclaimees) or []
+
+    def victim_tasks(self, tasks: list[TaskInfo]) -> list[TaskInfo]:
+        return tw.union_victims(self._tiers("victim_tasks"), tasks)
+
+    # -- node selection ---------------------------------------------------------------------
+    def pre_predicate_fn(self, task: TaskInfo) -> None:
+        """Raise `FitError` when a task can fit no node at all."""
+        for row in self._tiers("pre_predicate"):
+            for _, fn in row:
+                fn(task)
+
+    def predicate_fn(self, task: TaskInfo, node: NodeInfo) -> None:
+        """Raise the first failing plugin's `FitError`."""
+        for row in self._tiers("predicate"):
+            for _, fn in row:
+                fn(task, node)
+
+    def predicate_for_allocate(self, task: TaskInfo, node: NodeInfo) -> None:
+        try:
+            self.predicate_fn(task, node)
+        except FitError as e:
+            if e.has(Code.Unschedulable, Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait):
+                raise
+        except Exception as e:  # a plugin bug must not kill the cycle: the node is just unusable
+            raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
+
+    def predicate_for_preempt(self, task: TaskInfo, node: NodeInfo) -> None:
+        try:
+            self.predicate_fn(task, node)
+        except FitError as e:
+            if e.has(Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait):
+                raise
+        except Exception as e:
+            raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
+
+    def node_order_fn(self, task: TaskInfo, node: NodeInfo) -> float:
+        return tw.sum_scores(self._tiers("node_order"), task, node)
+
+    def batch_node_order_fn(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for row in self._tiers("batch_node_order"):
+            for _, fn in row:
+                for name, s in fn(task, nodes).items():
+                    out[name] = out.get(name, 0.0) + s
+        return out
+
+    def node_order_map_fn(self, task: TaskInfo, node: NodeInfo) -> tuple[dict[str, float], float]:
+        """Per plugin map scores (for a later reduce) and the summed plain node-order score."""
+        maps: dict[str, float] = {}
+        order = 0.0
+        order_fns = self._fns["node_order"]
+        map_fns = self._fns["node_map"]
+        for tier in self.tiers:
+            for p in tier.plugins:
+                if not p.enabled("node_order"):
+                    continue
+                if p.name in order_fns:
+                    order += order_fns[p.name](task, node)
+                if p.name in map_fns:
+                    maps[p.name] = map_fns[p.name](task, node)
+        return maps, order
+
+    def node_order_reduce_fn(self, task: TaskInfo, plugin_scores: dict[str, list[list[Any]]]) -> dict[str, float]:
+        """Each reduce callback may rewrite its plugin's ``[[node, score], ...]`` list in place."""
+        out: dict[str, float] = {}
+        for row in self._tiers("node_reduce"):
+            for name, fn in row:
+                scores = plugin_scores.get(name, [])
+                fn(task, scores)
+                for node, s in scores:
+                    out[node] = out.get(node, 0.0) + s
+        return out
+
+    def best_node_fn(self, task: TaskInfo, node_scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
+        return tw.first_answer(self._tiers("best_node"), task, node_scores)
+
+    # -- state changes ---------------------------------------------------------------------
+    def _on_allocate(self, task: TaskInfo) -> None:
+        for eh in self.event_handlers:
+            if eh.allocate is not None:
+                eh.allocate(task)
+
+    def _on_deallocate(self, task: TaskInfo) -> None:
+        for eh in self.event_handlers:
+            if eh.deallocate is not None:
+                eh.deallocate(task)
+
+    def statement(self) -> Any:
+        from busched.framework.statement import Statement
+
+        return Statement(self)
+
+    def pipeline(self, task: TaskInfo, hostname: str) -> None:
+        job = self.jobs[task.job]
+        job.update_task_status(task, TaskStatus.Pipelined)
+        task.node_name = hostname
+        self.nodes[hostname].add_task(task)
+        self._on_allocate(task)
+
+    def allocate(self, task: TaskInfo, node: NodeInfo) -> None:
+        """Allocate outside a statement (backfill); dispatch the job's allocated tasks once it is ready."""
+        job = self.jobs[task.job]
+        job.update_task_status(task, TaskStatus.Allocated)
+        task.node_name = node.name
+        node.add_task(task)
+        self._on_allocate(task)
+        if self.job_ready(job):
+            for t in job.tasks_in(TaskStatus.Allocated):
+                self.dispatch(t)
+
+    def dispatch(self, task: TaskInfo) -> None:
+        """Hand a task to the binder: a bind decision, and the task is Binding."""
+        self.decisions.append(Decision("bind", task.key, task.node_name))
+        job = self.jobs[task.job]
+        job.update_task_status(task, TaskStatus.Binding)
+        node = self.nodes.get(task.node_name)
+        if node is not None and task.uid in node.tasks:
+            node.tasks[task.uid].status = TaskStatus.Binding
+
+    def evict(self, task: TaskInfo, reason: str) -> None:
+        """Evict outside a statement: a decision now, the task Releasing."""
+        self.decisions.append(Decision("evict", task.key, task.node_name, reason))
+        job = self.jobs.get(task.job)
+        if job is not None:
+            job.update_task_status(task, TaskStatus.Releasing)
+        node = self.nodes.get(task.node_name)
+        if node is not None:
+            node.update_task(task)
+        self._on_deallocate(task)
+
+    # -- fit errors --------------------------------------------------------------------------
+    def unresolvable_filtered_nodes(self, task: TaskInfo) -> list[NodeInfo]:
+        job = self.jobs.get(task.job)
+        fe = job.nodes_fit_errors.get(task.uid) if job else None
+        if fe is None:
+            return self.node_list
+        skip = fe.unresolvable_nodes()
+        if not skip:
+            return self.node_list
+        return [n for n in self.node_list if n.name not in skip]
+
+    # -- close ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession)."""
+        for job in self.jobs.values():
+            if not job.has_podgroup:
+                continue
+            unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
+                                and c.get("transitionID") == self.uid for c in job.conditions)
+            job.phase = pod_group_phase(job, unschedulable)
+
+
+def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:
+    if job.count(TaskStatus.Running) and unschedulable:
+        return PodGroupPhase.Unknown
+    scheduled = job.scheduled_task_num() + job.releasing_scheduled_task_num()
+    if scheduled >= job.min_available:
+        if scheduled == job.completed_task_num():
+            return PodGroupPhase.Completed
+        return PodGroupPhase.Running
+    if job.phase != PodGroupPhase.Inqueue:
+        return PodGroupPhase.Pending
+    return job.phase
+
+
+def _pod_index(name: str) -> int | None:
+    parts = name.split("-")
+    if len(parts) >= 3:
+        try:
+            return int(parts[-1])
+        except ValueError:
+            return None
+    return None
+
+
+def _compare_task_index(l: TaskInfo, r: TaskInfo) -> bool:
+    """Volcano's CompareTask: pod index from the name, then creation order, then uid."""
+    li, ri = _pod_index(l.name), _pod_index(r.name)
+    if li is None or ri is None or li == ri:
+        if l.order != r.order:
+            return l.order < r.order
+        return l.uid < r.uid
+    return li < ri
+
+
+def fit_error(task: TaskInfo, node: NodeInfo, reason: str, plugin: str = "",
+              code: Code = Code.Unschedulable) -> FitError:
+    return FitError(task.key, node.name, [Status(code, reason, plugin)])

@@ -1,0 +1,33 @@
+"""What a session starts from: a private copy of the cluster, safe to mutate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from busched.api.job import JobInfo
+from busched.api.node import NodeInfo
+from busched.api.queue import HyperNode, PriorityClass, QueueInfo
+
+__all__ = ["ClusterSnapshot", "Shard"]
+
+
+@dataclass
+class Shard:
+    """The part of the cluster this scheduler owns (Volcano's node sharding)."""
+
+    mode: str = ""  # "" (none) | hard | soft
+    name: str = ""
+    nodes: frozenset[str] = frozenset()
+
+
+@dataclass
+class ClusterSnapshot:
+    nodes: list[NodeInfo] = field(default_factory=list)  # scan order
+    jobs: dict[str, JobInfo] = field(default_factory=dict)
+    queues: dict[str, QueueInfo] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    hypernodes: dict[str, HyperNode] = field(default_factory=dict)
+    resource_quotas: list[dict[str, Any]] = field(default_factory=list)
+    others: dict[str, Any] = field(default_factory=dict)  # cluster objects some plugins read (pdbs...)
+    shard: Shard = field(default_factory=Shard)

@@ -1,0 +1,112 @@
+"""Node resource state as arrays, and the resource-fit kernel over all nodes at once.
+
+`NodeArrays` keeps a node x resource matrix for idle, releasing and pipelined
+resources, updated row by row as the session allocates, pipelines and evicts
+(it listens to `NodeInfo`).  `fit_mask` answers "does this request fit" for
+every node in one numpy expression; `fit_mask_reference` is the plain loop over
+`Resource.less_equal` it replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from busched.api.node import NodeInfo
+from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
+
+__all__ = ["NodeArrays", "fit_mask", "fit_mask_reference", "IDLE", "FUTURE_IDLE"]
+
+IDLE = "idle"
+FUTURE_IDLE = "future_idle"
+
+
+class NodeArrays:
+    """Rows follow the node list order; columns are resource names (cpu, memory, then scalars)."""
+
+    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
+        names: dict[str, int] = {CPU: 0, MEMORY: 1}
+        for n in nodes:
+            for r in (n.allocatable, n.idle, n.releasing, n.pipelined):
+                for s in r.scalars:
+                    names.setdefault(s, len(names))
+        self.columns = names
+        self.nodes = list(nodes)
+        self.row = {n.name: i for i, n in enumerate(self.nodes)}
+        shape = (len(self.nodes), len(names))
+        self.idle = np.zeros(shape)
+        self.releasing = np.zeros(shape)
+        self.pipelined = np.zeros(shape)
+        for i, n in enumerate(self.nodes):
+            self._fill(i, n)
+            n.listeners.append(self)
+
+    def _vec(self, r: Resource, out: np.ndarray) -> None:
+        out[:] = 0.0
+        out[0] = r.cpu
+        out[1] = r.memory
+        for s, v in r.scalars.items():
+            j = self.columns.get(s)
+            if j is not None:
+                out[j] = v
+
+    def _fill(self, i: int, n: NodeInfo) -> None:
+        self._vec(n.idle, self.idle[i])
+        self._vec(n.releasing, self.releasing[i])
+        self._vec(n.pipelined, self.pipelined[i])
+
+    def node_changed(self, n: NodeInfo) -> None:
+        i = self.row.get(n.name)
+        if i is not None:
+            self._fill(i, n)
+
+    def request(self, req: Resource) -> tuple[np.ndarray, bool]:
+        """The request as a row vector, and whether it asks for a resource no node has."""
+        v = np.zeros(len(self.columns))
+        v[0] = req.cpu
+        v[1] = req.memory
+        unknown = False
+        for s, q in req.scalars.items():
+            j = self.columns.get(s)
+            if j is None:
+                unknown = unknown or q >= MIN_RESOURCE
+            else:
+                v[j] = q
+        return v, unknown
+
+    def available(self, which: str) -> np.ndarray:
+        if which == IDLE:
+            return self.idle
+        return self.idle + self.releasing - self.pipelined
+
+
+def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,
+             rows: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask over nodes (or over ``rows``): ``req.less_equal(node.<which>)`` for each.
+
+    Only the dimensions the request names are compared, as `Resource.less_equal`
+    with the ZERO default does (a dimension the request lacks is 0 <= anything).
+    """
+    v, unknown = arrays.request(req)
+    avail = arrays.available(which)
+    if rows is not None:
+        avail = avail[rows]
+    if unknown:
+        return np.zeros(avail.shape[0], dtype=bool)
+    # cpu and memory always compare (a negative idle fails even a zero request); scalars the
+    # request names compare too.
+    cols = [0, 1] + [arrays.columns[s] for s in req.scalars if s in arrays.columns]
+    a = avail[:, cols]
+    r = v[cols]
+    ok = (r < a) | (np.abs(r - a) < MIN_RESOURCE)
+    return ok.all(axis=1)
+
+
+def fit_mask_reference(nodes: Sequence[NodeInfo], req: Resource, which: str = FUTURE_IDLE) -> np.ndarray:
+    """The plain per-node loop that `fit_mask` replaces."""
+    out = np.zeros(len(nodes), dtype=bool)
+    for i, n in enumerate(nodes):
+        avail = n.idle if which == IDLE else n.future_idle()
+        out[i] = req.less_equal(avail)
+    return out
