@@ -1,0 +1,177 @@
+"""allocate: place pending tasks on nodes, a job at a time, all-or-nothing per gang.
+
+Algorithm, in session hooks:
+1. Jobs that are pending (when enqueue is configured), invalid (``job_valid``)
+   or in an unknown queue are skipped; the rest are grouped by queue.  Each
+   job's pending, non-BestEffort, ungated tasks wait in ``task_order_fn`` order.
+2. Pop the best queue (``queue_order_fn``); skip it if ``overused``.  Pop its
+   best job (``job_order_fn``) and open a statement.
+3. For each task: skip unless ``allocatable(queue, task)``; skip a role that
+   already failed predicates (error cache by job and role); run
+   ``pre_predicate_fn``; filter nodes (resource fit on future idle, then
+   ``predicate_for_allocate``), trying the nominated node first.  A failure
+   ends the job's turn unless ``need_continue_allocating``.  Score the
+   survivors in gradients (idle in shard, idle elsewhere, future idle in shard,
+   future idle elsewhere) with the node-order hooks and ``best_node_fn``;
+   allocate on idle or pipeline on future idle.  Stop once ``job_ready``.
+4. Keep the statement when the job is ready (commit: binds) or pipelined
+   (kept, not committed: the tasks wait for released resources); else
+   discard.  A ready job with tasks left goes back in its queue, and the queue
+   goes back so its share is re-evaluated.
+"""
+
+from __future__ import annotations
+
+from busched.api.fit import FitError, FitErrors
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.node import NodeAccountingError, NodeInfo
+from busched.api.queue import QueueInfo
+from busched.api.task import TaskInfo, TaskStatus
+from busched.framework.nodeselect import PredicateHelper, prioritize_nodes, select_best_node
+from busched.framework.pqueue import PriorityQueue
+from busched.framework.session import Session
+from busched.framework.statement import Statement
+
+ERROR_CACHE_KEY = "predicateErrorCacheEnable"
+
+
+def arg_bool(args: dict, key: str, default: bool) -> bool:
+    v = args.get(key, default)
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "t", "true", "yes")
+    return bool(v)
+
+
+class AllocateAction:
+    name = "allocate"
+
+    def execute(self, ssn: Session) -> None:
+        args = ssn.config.action_arguments(self.name)
+        self.ssn = ssn
+        self.helper = PredicateHelper(ssn, arg_bool(args, ERROR_CACHE_KEY, True))
+        queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
+        jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
+        tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
+        for job in ssn.jobs.values():
+            if job.is_pending():
+                if ssn.enqueue_enabled:
+                    continue
+                job.phase = PodGroupPhase.Inqueue
+            vr = ssn.job_valid(job)
+            if vr is not None and not vr.passed:
+                continue
+            if job.queue not in ssn.queues:
+                continue
+            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn)
+            for t in job.tasks_in(TaskStatus.Pending):
+                if t.sch_gated or t.resreq.is_empty():
+                    continue  # gated tasks wait; BestEffort tasks are backfill's
+                tasks.push(t)
+            if tasks.empty():
+                continue
+            if job.queue not in jobs_by_queue:
+                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn)
+                queues.push(ssn.queues[job.queue])
+            jobs_by_queue[job.queue].push(job)
+            tasks_by_job[job.uid] = tasks
+
+        while not queues.empty():
+            queue = queues.pop()
+            if ssn.overused(queue):
+                continue
+            jobs = jobs_by_queue.get(queue.uid)
+            if jobs is None or jobs.empty():
+                continue
+            job = jobs.pop()
+            tasks = tasks_by_job[job.uid]
+            stmt = self.allocate_tasks(job, queue, tasks, ssn.node_list)
+            if stmt is not None and ssn.job_ready(job):
+                stmt.commit()
+                if len(tasks):
+                    jobs.push(job)
+            queues.push(queue)
+
+    # -- one job's turn -------------------------------------------------------------------
+    def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo],
+                       nodes: list[NodeInfo]) -> Statement | None:
+        ssn = self.ssn
+        stmt = ssn.statement()
+        node_names = {n.name for n in nodes}
+        while not tasks.empty():
+            task = tasks.pop()
+            if not ssn.allocatable(queue, task):
+                continue
+            if job.task_has_fit_errors(task):
+                fe = FitErrors()
+                fe.set_error(f"Task {task.name} with role spec {task.role} has already predicated failed, skip")
+                job.nodes_fit_errors[task.uid] = fe
+                continue
+            try:
+                ssn.pre_predicate_fn(task)
+            except FitError as e:
+                fe = FitErrors()
+                for n in nodes:
+                    fe.set_node_error(n.name, e)
+                job.nodes_fit_errors[task.uid] = fe
+                if job.need_continue_allocating():
+                    continue
+                break
+            candidates: list[NodeInfo] = []
+            fit_errors = FitErrors()
+            nominated = task.nominated_node_name
+            if nominated and nominated in node_names:
+                nn = ssn.nodes.get(nominated)
+                if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
+                    candidates, fit_errors = self.helper.predicate_nodes(
+                        task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq)
+            if not candidates:
+                candidates, fit_errors = self.helper.predicate_nodes(
+                    task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq)
+            if not candidates:
+                job.nodes_fit_errors[task.uid] = fit_errors
+                if job.need_continue_allocating():
+                    continue
+                break
+            best = self.best_node(task, candidates)
+            if best is None:
+                continue
+            try:
+                self.place(stmt, task, best)
+            except NodeAccountingError:
+                continue
+            if ssn.job_ready(job):
+                break
+        if ssn.job_ready(job) or ssn.job_pipelined(job):
+            return stmt
+        stmt.discard()
+        return None
+
+    def best_node(self, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
+        """Score in gradients: idle (in shard, then elsewhere), then future idle (same split)."""
+        ssn = self.ssn
+        soft = ssn.shard.mode == "soft"
+        buckets: list[list[NodeInfo]] = [[], [], [], []]
+        for n in nodes:
+            other = 1 if soft and n.name not in ssn.nodes_in_shard else 0
+            if task.init_resreq.less_equal(n.idle):
+                buckets[other].append(n)
+            elif task.init_resreq.less_equal(n.future_idle()):
+                buckets[2 + other].append(n)
+        for bucket in buckets:
+            if not bucket:
+                continue
+            if len(bucket) == 1:
+                return bucket[0]
+            scores = prioritize_nodes(ssn, task, bucket)
+            best = ssn.best_node_fn(task, scores)
+            if best is None:
+                best, _ = select_best_node(ssn, scores)
+            if best is not None:
+                return best
+        return None
+
+    def place(self, stmt: Statement, task: TaskInfo, node: NodeInfo) -> None:
+        if task.init_resreq.less_equal(node.idle):
+            stmt.allocate(task, node.name)
+        elif task.init_resreq.less_equal(node.future_idle()):
+            stmt.pipeline(task, node.name)

@@ -1,0 +1,39 @@
+"""`busched` command line: each subcommand module registers its own parsers.
+
+A module in `COMMANDS` has ``register(subparsers)``; each parser it adds sets
+``func(args) -> int`` as its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "COMMANDS"]
+
+COMMANDS = (
+    "busched.cli.scenario",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="busched", description="A Volcano-compatible batch scheduler over NATS.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for mod in COMMANDS:
+        importlib.import_module(mod).register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""conformance: never evict system-critical pods or anything in kube-system."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from busched.api.task import TaskInfo
+from busched.framework.session import Session
+
+CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+SYSTEM_NAMESPACE = "kube-system"
+
+
+class ConformancePlugin:
+    name = "conformance"
+
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        self.arguments = arguments
+
+    def on_session_open(self, ssn: Session) -> None:
+        def evictable(_: TaskInfo, evictees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            victims = [t for t in evictees
+                       if t.priority_class_name not in CRITICAL_CLASSES and t.namespace != SYSTEM_NAMESPACE]
+            return victims, 1
+
+        ssn.add_fn("preemptable", self.name, evictable)
+        ssn.add_fn("reclaimable", self.name, evictable)

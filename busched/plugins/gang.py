@@ -1,0 +1,120 @@
+"""gang: a job runs only when at least minMember of its tasks (and minTaskMember per role) can.
+
+Jobs with too few valid tasks are invalid; a job is ready once enough tasks are
+allocated; not-ready jobs go first; only tasks above a job's minimum are
+preemptable or reclaimable.  On close, each job gets a condition saying why it
+is (un)schedulable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from busched.api.job import JobInfo
+from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.framework.session import Session, ValidateResult
+
+NOT_ENOUGH_PODS_OF_TASK = "NotEnoughPodsOfTask"
+NOT_ENOUGH_PODS = "NotEnoughTasks"
+NOT_ENOUGH_RESOURCES = "NotEnoughResources"
+
+
+class GangPlugin:
+    name = "gang"
+
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        self.arguments = arguments
+
+    def on_session_open(self, ssn: Session) -> None:
+        def valid(job: JobInfo) -> ValidateResult | None:
+            if not job.check_task_valid():
+                return ValidateResult(False, NOT_ENOUGH_PODS_OF_TASK,
+                                      "Not enough valid pods of each task for gang-scheduling")
+            vtn = job.valid_task_num()
+            if vtn < job.min_available:
+                return ValidateResult(False, NOT_ENOUGH_PODS,
+                                      f"Not enough valid tasks for gang-scheduling, valid: {vtn}, "
+                                      f"min: {job.min_available}")
+            return None
+
+        ssn.add_fn("job_valid", self.name, valid)
+
+        def evictable(_: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            occupied: dict[str, int] = {}
+            victims = []
+            for t in preemptees:
+                job = ssn.jobs.get(t.job)
+                if job is None:
+                    continue
+                if job.uid not in occupied:
+                    occupied[job.uid] = job.ready_task_num()
+                if occupied[job.uid] > job.min_available:
+                    occupied[job.uid] -= 1
+                    victims.append(t)
+            return victims, 1
+
+        ssn.add_fn("preemptable", self.name, evictable)
+        ssn.add_fn("reclaimable", self.name, evictable)
+
+        def job_order(l: JobInfo, r: JobInfo) -> int:
+            lr, rr = l.is_ready(), r.is_ready()
+            if lr == rr:
+                return 0
+            return 1 if lr else -1
+
+        ssn.add_fn("job_order", self.name, job_order)
+        ssn.add_fn("job_ready", self.name, lambda j: j.check_task_ready() and j.is_ready())
+        ssn.add_fn("job_pipelined", self.name,
+                   lambda j: 1 if j.check_task_pipelined() and j.is_pipelined() else -1)
+        ssn.add_fn("job_starving", self.name, lambda j: j.is_starving())
+
+    def on_session_close(self, ssn: Session) -> None:
+        for job in ssn.jobs.values():
+            if not job.tasks:
+                continue
+            if not job.is_ready():
+                if _skip_for_releasing(job):
+                    continue
+                schedulable = job.ready_task_num() + sum(
+                    1 for t in job.status_index.get(TaskStatus.Pending, {}).values()
+                    if t.last_status is not None and allocated_status(t.last_status))
+                msg = (f"{job.min_available - schedulable}/{len(job.tasks)} tasks in gang unschedulable: "
+                       f"{fit_error_message(job)}")
+                set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
+                                    "reason": NOT_ENOUGH_RESOURCES, "message": msg})
+            else:
+                set_condition(job, {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
+                                    "reason": "tasks in gang are ready to be scheduled", "message": ""})
+
+
+def _skip_for_releasing(job: JobInfo) -> bool:
+    releasing = job.releasing_scheduled_task_num()
+    if releasing == 0:
+        return False
+    if job.count(TaskStatus.Pending) or job.count(TaskStatus.Pipelined):
+        return False
+    return job.scheduled_task_num() + releasing >= job.min_available
+
+
+def set_condition(job: JobInfo, cond: dict[str, Any]) -> None:
+    for i, c in enumerate(job.conditions):
+        if c.get("type") == cond["type"]:
+            job.conditions[i] = cond
+            return
+    job.conditions.append(cond)
+
+
+def fit_error_message(job: JobInfo) -> str:
+    """Volcano's JobInfo.FitError: a histogram of task statuses, then the first task's fit error."""
+    hist = {s.name: len(ts) for s, ts in job.status_index.items()}
+    hist["minAvailable"] = job.min_available
+    state = "PodGroupReady" if job.is_ready() else "PodGroupNotReady"
+    msg = f"{state}, " + ", ".join(sorted(f"{v} {k}" for k, v in hist.items()))
+    if job.job_fit_errors:
+        return msg + ". Origin reason is: " + job.job_fit_errors
+    for uid in sorted(job.tasks):
+        fe = job.nodes_fit_errors.get(uid)
+        if fe is not None:
+            return msg + f". Origin reason is {job.tasks[uid].name}: {fe}"
+    return msg

@@ -1,0 +1,52 @@
+"""priority: order jobs and tasks by priority; lower-priority work is preemptable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from busched.api.job import JobInfo
+from busched.api.task import TaskInfo
+from busched.framework.session import Session
+
+PERMIT = 1
+
+
+def _desc(l: int, r: int) -> int:
+    return -1 if l > r else (1 if l < r else 0)
+
+
+class PriorityPlugin:
+    name = "priority"
+
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        self.arguments = arguments
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_fn("task_order", self.name, lambda l, r: _desc(l.priority, r.priority))
+        ssn.add_fn("job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
+
+        def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            pj = ssn.jobs.get(preemptor.job)
+            if pj is None:
+                return [], PERMIT
+            victims = []
+            for t in preemptees:
+                tj = ssn.jobs.get(t.job)
+                if tj is None:
+                    continue
+                if tj.uid != pj.uid:
+                    # between jobs of a queue: job priority decides
+                    if tj.priority < pj.priority:
+                        victims.append(t)
+                elif t.priority < preemptor.priority:
+                    # within a job: task priority decides
+                    victims.append(t)
+            return victims, PERMIT
+
+        ssn.add_fn("preemptable", self.name, preemptable)
+
+        def starving(job: JobInfo) -> bool:
+            return job.ready_task_num() + job.waiting_task_num() < len(job.tasks)
+
+        ssn.add_fn("job_starving", self.name, starving)

@@ -1,0 +1,1 @@
+"""Conformance scenarios: one YAML file = config + cluster + one cycle's expected decisions."""
