@@ -61,6 +61,9 @@ SWITCHES: dict[str, str] = {
     "enabledHyperNodeGradient": "hyper_node_gradient",
 }
 
+# Volcano's ApplyPluginConfDefaults leaves these nil when absent, and nil means disabled.
+DEFAULT_OFF: frozenset[str] = frozenset({"hierarchy", "cluster_order"})
+
 
 @dataclass(frozen=True)
 class PluginOption:
@@ -136,7 +139,8 @@ def parse_config(raw: Any, *, known_actions: Iterable[str] | None = None,
             if a not in known:
                 raise ConfigError(f"{where}.actions: unknown action {a!r} (known: {', '.join(sorted(known))})")
     known_p = set(known_plugins) if known_plugins is not None else None
-    tiers_raw = doc.get("tiers") or []
+    tiers_raw = doc.get("tiers")
+    tiers_raw = [] if tiers_raw is None else tiers_raw
     if not isinstance(tiers_raw, list):
         raise ConfigError(f"{where}.tiers: expected a list")
     tiers = []
@@ -155,7 +159,7 @@ def parse_config(raw: Any, *, known_actions: Iterable[str] | None = None,
                 raise ConfigError(f"{pw}.name: required string")
             if known_p is not None and name not in known_p:
                 raise ConfigError(f"{pw}.name: unknown plugin {name!r}")
-            switches = set(SWITCHES.values())
+            switches = set(SWITCHES.values()) - DEFAULT_OFF
             arguments: dict[str, Any] = {}
             for k, v in p.items():
                 if k == "name":
@@ -167,12 +171,15 @@ def parse_config(raw: Any, *, known_actions: Iterable[str] | None = None,
                         raise ConfigError(f"{pw}.{k}: expected true or false, got {v!r}")
                     if not v:
                         switches.discard(SWITCHES[k])
+                    else:
+                        switches.add(SWITCHES[k])
                 else:
                     raise ConfigError(f"{pw}.{k}: unknown field")
             plugins.append(PluginOption(name=name, arguments=arguments, switches=frozenset(switches)))
         tiers.append(Tier(plugins=tuple(plugins)))
     confs: dict[str, dict[str, Any]] = {}
-    confs_raw = doc.get("configurations") or []
+    confs_raw = doc.get("configurations")
+    confs_raw = [] if confs_raw is None else confs_raw
     if not isinstance(confs_raw, list):
         raise ConfigError(f"{where}.configurations: expected a list")
     for ci, c in enumerate(confs_raw):

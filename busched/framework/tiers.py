@@ -104,12 +104,17 @@ def intersect_victims(tiers: Tiers, actor: Any, candidates: list[T]) -> list[T] 
             if victims is None:
                 victims = list(cands)
             else:
-                keep = {id(c) for c in cands}
-                uids = {getattr(c, "uid", None) for c in cands}
-                victims = [v for v in victims if id(v) in keep or getattr(v, "uid", None) in uids]
+                keep = {_identity(c) for c in cands}
+                victims = [v for v in victims if _identity(v) in keep]
         if victims is not None:
             return victims
     return victims
+
+
+def _identity(v: Any) -> Any:
+    """Tasks are the same victim when their uid is (plugins may hand back copies)."""
+    uid = getattr(v, "uid", None)
+    return ("uid", uid) if uid is not None else ("obj", id(v))
 
 
 def union_victims(tiers: Tiers, tasks: list[T]) -> list[T]:

@@ -1,0 +1,29 @@
+"""Small builders for unit tests: a cluster in a few lines, a session over it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskSpec
+from busched.cache.cache import Cache
+from busched.framework.config import load_config
+from busched.framework.cycle import open_session
+from busched.framework.session import Session
+
+
+def cluster(nodes: list[tuple[str, str, str]], tasks: list[dict[str, Any]], jobs: list[dict[str, Any]],
+            queues: tuple[str, ...] = ("q1",)) -> ClusterSpec:
+    return ClusterSpec(
+        nodes=[NodeSpec(name=n, allocatable={"cpu": c, "memory": m, "pods": 110}) for n, c, m in nodes],
+        tasks=[msgspec.convert(t, TaskSpec) for t in tasks],
+        jobs=[msgspec.convert(j, JobSpec) for j in jobs],
+        queues=[QueueSpec(name=q) for q in queues],
+    )
+
+
+def session(spec: ClusterSpec, config: str = 'actions: ""\ntiers:\n- plugins:\n  - name: gang\n') -> Session:
+    c = Cache()
+    c.load(spec)
+    return open_session(c.snapshot(), load_config(config))
