@@ -32,3 +32,14 @@ def test_value_and_milli_round_up():
 def test_bad_quantities_raise(bad):
     with pytest.raises(QuantityError):
         parse_quantity(bad)
+
+
+def test_go_durations():
+    from busched.api.duration import DurationError, parse_duration
+
+    assert parse_duration("3m") == 180
+    assert abs(parse_duration("1h2m3s4ms5us6ns") - 3723.004005006) < 1e-9
+    assert parse_duration("1.5h") == 5400
+    for bad in ("", "3", "3x", "m3"):
+        with pytest.raises(DurationError):
+            parse_duration(bad)

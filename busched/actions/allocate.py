@@ -48,7 +48,7 @@ class AllocateAction:
     def execute(self, ssn: Session) -> None:
         args = ssn.config.action_arguments(self.name)
         self.ssn = ssn
-        self.helper = PredicateHelper(ssn, arg_bool(args, ERROR_CACHE_KEY, True))
+        self.error_cache = arg_bool(args, ERROR_CACHE_KEY, True)
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
         tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
@@ -96,6 +96,8 @@ class AllocateAction:
                        nodes: list[NodeInfo]) -> Statement | None:
         ssn = self.ssn
         stmt = ssn.statement()
+        # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate.
+        self.helper = PredicateHelper(ssn, self.error_cache)
         node_names = {n.name for n in nodes}
         while not tasks.empty():
             task = tasks.pop()

@@ -39,7 +39,7 @@ class JobInfo:
     subgroup_policy: list[dict[str, Any]] = field(default_factory=list)
     conditions: list[dict[str, Any]] = field(default_factory=list)
     has_podgroup: bool = True
-    order: int = 0
+    created: float = 0.0  # creation time (seconds); ties fall back on uid
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
     status_index: dict[TaskStatus, dict[str, TaskInfo]] = field(default_factory=dict)
     allocated: Resource = field(default_factory=Resource)
@@ -214,7 +214,7 @@ class JobInfo:
                     preemptable=self.preemptable, annotations=dict(self.annotations), labels=dict(self.labels),
                     network_topology=self.network_topology, subgroup_policy=self.subgroup_policy,
                     conditions=[dict(c) for c in self.conditions], has_podgroup=self.has_podgroup,
-                    order=self.order)
+                    created=self.created)
         for t in self.tasks.values():
             j.add_task(t.clone())
         return j

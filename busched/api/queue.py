@@ -30,7 +30,7 @@ class QueueInfo:
     parent: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
     affinity: dict[str, Any] | None = None
-    order: int = 0
+    created: float = 0.0  # creation time (seconds); ties fall back on uid
     # raw resource lists as given (capacity needs to know which dimensions were set)
     capability_list: dict[str, Any] = field(default_factory=dict)
     deserved_list: dict[str, Any] = field(default_factory=dict)

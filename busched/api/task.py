@@ -112,7 +112,7 @@ class TaskInfo:
     priority_class_name: str = ""
     nominated_node_name: str = ""
     images: list[str] = field(default_factory=list)
-    order: int = 0  # creation order: the identity tie-break after uid
+    created: float = 0.0  # creation time (seconds); ties fall back on uid
     eviction_occurred: bool = False
     last_status: TaskStatus | None = None  # status before the last discarded transaction
     last_node: str = ""

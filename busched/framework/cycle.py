@@ -18,10 +18,10 @@ __all__ = ["open_session", "close_session", "run_cycle"]
 
 
 def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Registry | None = None,
-                 *, seed: int = 0, uid: str = "session") -> Session:
+                 *, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
     if plugins is None:
         from busched.plugins import PLUGINS as plugins  # noqa: N811
-    ssn = Session(snapshot, config, seed=seed, uid=uid)
+    ssn = Session(snapshot, config, seed=seed, uid=uid, now=now)
     for tier in config.tiers:
         for opt in tier.plugins:
             if opt.name in ssn.plugins:
@@ -42,10 +42,10 @@ def close_session(ssn: Session) -> None:
 
 def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry | None = None,
               actions: Registry | None = None, seed: int = 0, uid: str = "session",
-              before_close: Any = None) -> Session:
+              before_close: Any = None, now: float = 0.0) -> Session:
     if actions is None:
         from busched.actions import ACTIONS as actions  # noqa: N811
-    ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid)
+    ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
     for name in config.actions:
         actions[name]().execute(ssn)
     if before_close is not None:

@@ -90,7 +90,15 @@ class PredicateHelper:
             if (rows >= 0).all():
                 fits = fit_mask(arr, resource_fit, FUTURE_IDLE, rows)
         found: list[NodeInfo] = []
-        for i, node in enumerate(nodes):
+        # Like Volcano, a sampled search resumes where the previous one stopped, so successive
+        # tasks spread over the cluster; the position lives on the session (deterministic).
+        total = len(nodes)
+        start = self.ssn.last_node_index % total if to_find < total else 0
+        processed = 0
+        for k in range(total):
+            i = (start + k) % total
+            node = nodes[i]
+            processed += 1
             if use_cache and failed_before and node.name in errs:
                 fe.set_node_error(node.name, errs[node.name])
                 continue
@@ -116,6 +124,8 @@ class PredicateHelper:
             found.append(node)
             if len(found) >= to_find:
                 break
+        if to_find < total:
+            self.ssn.last_node_index = (start + processed) % total
         return found, fe
 
 

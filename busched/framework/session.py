@@ -96,8 +96,9 @@ class SessionError(RuntimeError):
 
 class Session:
     def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, *, seed: int = 0,
-                 uid: str = "session") -> None:
+                 uid: str = "session", now: float = 0.0) -> None:
         self.uid = uid
+        self.now = now  # the cycle's clock (seconds); plugins read time only from here
         self.config = config
         self.tiers = config.tiers
         self.jobs: dict[str, JobInfo] = snapshot.jobs
@@ -125,6 +126,7 @@ class Session:
         self.cycle_state: dict[str, dict[str, Any]] = {}  # per-task scratch, keyed by task uid
         self.dirty_jobs: set[str] = set()
         self._arrays: NodeArrays | None = None
+        self.last_node_index = 0  # where the next sampled node search starts
 
     @property
     def arrays(self) -> NodeArrays:
@@ -160,16 +162,16 @@ class Session:
         c = self.job_order_compare(l, r)
         if c:
             return c < 0
-        if l.order != r.order:
-            return l.order < r.order
+        if l.created != r.created:
+            return l.created < r.created
         return l.uid < r.uid
 
     def queue_order_fn(self, l: QueueInfo, r: QueueInfo) -> bool:
         c = tw.first_decision(self._tiers("queue_order"), l, r)
         if c:
             return c < 0
-        if l.order != r.order:
-            return l.order < r.order
+        if l.created != r.created:
+            return l.created < r.created
         return l.uid < r.uid
 
     def victim_queue_order_fn(self, l: QueueInfo, r: QueueInfo, preemptor: QueueInfo) -> bool:
@@ -450,8 +452,8 @@ def _compare_task_index(l: TaskInfo, r: TaskInfo) -> bool:
     """Volcano's CompareTask: pod index from the name, then creation order, then uid."""
     li, ri = _pod_index(l.name), _pod_index(r.name)
     if li is None or ri is None or li == ri:
-        if l.order != r.order:
-            return l.order < r.order
+        if l.created != r.created:
+            return l.created < r.created
         return l.uid < r.uid
     return li < ri
 
