@@ -116,6 +116,10 @@ def _report(ssn: Session, extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+PROBED = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated, TaskStatus.Binding,
+                    TaskStatus.Bound})
+
+
 def _probe(ssn: Session, extra: dict[str, Any]) -> None:
     """Scores, predicate codes and enqueue votes, read after the actions ran, before close."""
     scores: dict[str, dict[str, float]] = {}
@@ -123,7 +127,9 @@ def _probe(ssn: Session, extra: dict[str, Any]) -> None:
     for uid in sorted(ssn.jobs):
         job = ssn.jobs[uid]
         for t in sorted(job.tasks.values(), key=lambda t: t.key):
-            if t.node_name:
+            # Every task not yet running: unbound ones, and bound ones not yet started (Volcano's
+            # plugin tests score those too).
+            if t.status not in PROBED:
                 continue
             by_node: dict[str, float] = {}
             for s, ns in prioritize_nodes(ssn, t, ssn.node_list).items():
