@@ -21,10 +21,14 @@ def spec():
     )
 
 
+def res(r):
+    return {k: v for k, v in r.to_dict().items() if v}  # a scalar at 0 is the same as an absent one
+
+
 def state(s):
-    nodes = {n.name: (n.idle.to_dict(), n.used.to_dict(), n.releasing.to_dict(), n.pipelined.to_dict(),
+    nodes = {n.name: (res(n.idle), res(n.used), res(n.releasing), res(n.pipelined),
                       sorted((t.uid, t.status) for t in n.tasks.values())) for n in s.node_list}
-    jobs = {j.uid: (sorted((t.uid, t.status, t.node_name) for t in j.tasks.values()), j.allocated.to_dict())
+    jobs = {j.uid: (sorted((t.uid, t.status, t.node_name) for t in j.tasks.values()), res(j.allocated))
             for j in s.jobs.values()}
     return copy.deepcopy((nodes, jobs))
 

@@ -47,6 +47,8 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     if s.phase not in TASK_PHASES:
         raise SpecError(f"{where}: phase: unknown phase {s.phase!r} (one of {', '.join(sorted(TASK_PHASES))})")
     req = resources(s.requests, f"{where}: requests")
+    best_effort = req.is_empty()
+    req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
     pc = priority_classes.get(s.priority_class_name) if s.priority_class_name else None
     if s.priority is not None:
         prio = s.priority
@@ -66,7 +68,7 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
         job=f"{s.namespace}/{s.job}" if s.job else "",
         resreq=req, init_resreq=req.clone(), status=status, node_name=s.node if status != TaskStatus.Pending else "",
         priority=prio, role=TaskInfo.read_role(s.annotations, s.labels),
-        preemptable=TaskInfo.read_preemptable(s.annotations, s.labels), best_effort=req.is_empty(),
+        preemptable=TaskInfo.read_preemptable(s.annotations, s.labels), best_effort=best_effort,
         labels=dict(s.labels), annotations=dict(s.annotations), node_selector=dict(s.node_selector),
         affinity=s.affinity, tolerations=list(s.tolerations),
         topology_spread_constraints=list(s.topology_spread_constraints), host_ports=list(s.host_ports),

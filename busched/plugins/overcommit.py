@@ -1,0 +1,146 @@
+"""overcommit: admit (enqueue) jobs while the cluster, inflated by an overcommit factor, can hold them.
+
+Idle is ``total * overcommit-factor - used`` over all nodes.  A job with
+minResources is enqueueable when its minResources plus everything already
+inqueue fits in idle, compared only in the dimensions the job asks for.  Jobs
+without minResources are always admitted.  Each enqueued job's minResources
+(less its scheduling-gated tasks) joins the inqueue total.
+
+The job helpers below (`inqueue_resource`, `deduct_sch_gated`) are Volcano's
+util.GetInqueueResource and JobInfo.DeductSchGatedResources; proportion uses
+them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.resource import PODS, Resource
+from busched.api.task import allocated_status
+from busched.framework.session import Session
+
+__all__ = ["OvercommitPlugin", "inqueue_resource", "deduct_sch_gated", "allocated_task_num", "arg_float",
+           "DEFAULT_OVERCOMMIT_FACTOR"]
+
+OVERCOMMIT_FACTOR_KEY = "overcommit-factor"
+DEFAULT_OVERCOMMIT_FACTOR = 1.2
+QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
+
+
+def arg_float(args: Mapping[str, Any], key: str, default: float) -> float:
+    """Volcano's Arguments.GetFloat64: a float or an int is taken, anything else leaves the default."""
+    v = args.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return default
+    return float(v)
+
+
+def allocated_task_num(job: JobInfo) -> int:
+    return sum(len(ts) for s, ts in job.status_index.items() if allocated_status(s))
+
+
+def _is_scalar_name(name: str) -> bool:
+    """Kubernetes' IsScalarResourceName: extended, prefixed native, hugepages and attachable volumes."""
+    return "/" in name or name.startswith(("hugepages-", "attachable-volumes-"))
+
+
+def inqueue_resource(job: JobInfo, allocated: Resource) -> Resource:
+    """What a job's minResources still reserves beyond what it already holds (GetInqueueResource)."""
+    mr = job.get_min_resources()
+    out = Resource()
+    if mr.cpu - allocated.cpu > 0:
+        out.cpu = mr.cpu - allocated.cpu
+    if mr.memory - allocated.memory > 0:
+        out.memory = mr.memory - allocated.memory
+    for name, q in mr.scalars.items():
+        if name == PODS:
+            left = q - allocated.scalars.get(PODS, 0.0)
+            if left > 0:
+                out.scalars[PODS] = left
+            continue
+        if not _is_scalar_name(name):
+            continue
+        if name not in allocated.scalars:
+            out.scalars[name] = q
+        elif q - allocated.scalars[name] > 0:
+            out.scalars[name] = q - allocated.scalars[name]
+    return out
+
+
+def _sch_gated_resources(job: JobInfo) -> Resource:
+    res = Resource()
+    for t in job.tasks.values():
+        gates = t.scheduling_gates
+        if gates and not (len(gates) == 1 and gates[0] == QUEUE_ALLOCATION_GATE):
+            res.add(t.resreq)
+    return res
+
+
+def deduct_sch_gated(job: JobInfo, res: Resource) -> Resource:
+    """``res`` less the requests of the job's scheduling-gated tasks, floored at zero per dimension."""
+    gated = _sch_gated_resources(job)
+    if gated.is_empty():
+        return res
+    out = res.clone()
+    out.cpu = max(out.cpu - gated.cpu, 0.0)
+    out.memory = max(out.memory - gated.memory, 0.0)
+    for name, v in res.scalars.items():
+        if name in gated.scalars:
+            out.scalars[name] = max(v - gated.scalars[name], 0.0)
+    return out
+
+
+def _inqueue_at_open(job: JobInfo) -> Resource | None:
+    """The resources an Inqueue (or Running but not yet fully allocated) job holds back at session open."""
+    if job.min_resources is None:
+        return None
+    if job.phase == PodGroupPhase.Inqueue:
+        return deduct_sch_gated(job, job.get_min_resources())
+    if job.phase == PodGroupPhase.Running and allocated_task_num(job) >= job.min_available:
+        return deduct_sch_gated(job, inqueue_resource(job, job.allocated))
+    return None
+
+
+class OvercommitPlugin:
+    name = "overcommit"
+
+    def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
+        self.arguments = dict(arguments or {})
+        self.factor = DEFAULT_OVERCOMMIT_FACTOR
+        self.idle = Resource()
+        self.inqueue = Resource()
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.factor = arg_float(self.arguments, OVERCOMMIT_FACTOR_KEY, DEFAULT_OVERCOMMIT_FACTOR)
+        if self.factor < 1.0:
+            self.factor = DEFAULT_OVERCOMMIT_FACTOR
+        used = Resource()
+        for node in ssn.node_list:
+            used.add(node.used)
+        self.idle = ssn.total_resource.clone().multi(self.factor).sub(used)
+        self.inqueue = Resource()
+        for job in ssn.jobs.values():
+            r = _inqueue_at_open(job)
+            if r is not None:
+                self.inqueue.add(r)
+
+        ssn.add_fn("job_enqueueable", self.name, self.enqueueable)
+        ssn.add_fn("job_enqueued", self.name, self.enqueued)
+
+    def enqueueable(self, job: JobInfo) -> int:
+        if job.min_resources is None:
+            return 1
+        min_req = job.get_min_resources()
+        fits, _ = self.inqueue.clone().add(min_req).less_equal_with_dimension(self.idle, min_req)
+        return 1 if fits else -1
+
+    def enqueued(self, job: JobInfo) -> None:
+        if job.min_resources is None:
+            return
+        self.inqueue.add(deduct_sch_gated(job, job.get_min_resources()))
+
+    def on_session_close(self, ssn: Session) -> None:
+        self.idle = Resource()
+        self.inqueue = Resource()

@@ -1,0 +1,306 @@
+"""proportion: share the cluster between queues by weight, bounded by capability and guarantee.
+
+At session open every queue that has jobs gets an *attribute*: what its jobs
+hold (allocated), ask for (request: allocated + pending), reserve for
+admission (inqueue) and hold beyond their minimum (elastic), plus its
+capability and *real capability* (what is left of the cluster after every
+queue's guarantee, plus its own guarantee, capped by its capability).
+
+*Deserved* is Volcano's iterative water-filling: each round hands the
+remaining resources to the unsatisfied queues in proportion to weight, caps
+each queue at its real capability and its request, raises it to its guarantee,
+and returns the excess to the pool; a queue is satisfied once its request fits
+its deserved or its deserved stops changing.  Rounds stop when nothing remains
+or nothing changed.
+
+Queues then order by priority, then by share (allocated/deserved, the largest
+dimension); a queue is overused once deserved <= allocated; a task is
+allocatable while the queue stays within deserved in the dimensions the task
+asks for; tasks of queues above deserved are reclaimable; a job is enqueueable
+while its minResources plus what the queue holds and reserves, less its
+elastic part, fits the real capability.  Event handlers keep allocated and
+share current.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.queue import QueueInfo, QueueState
+from busched.api.resource import INFINITY, ZERO, Resource
+from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.framework.session import EventHandler, Session
+from busched.plugins.drf import share_of
+from busched.plugins.overcommit import allocated_task_num, deduct_sch_gated, inqueue_resource
+
+__all__ = ["ProportionPlugin", "QueueAttr", "water_fill", "exceeded_part", "go_max"]
+
+MAX_FLOAT = sys.float_info.max
+_GO_INFINITY = -1.0  # Volcano marks an infinite dimension in Diff with -1
+
+
+# -- Volcano's resource helpers, keeping which scalar keys exist (the fixed point test compares them) --
+def _diff(left: Resource, right: Resource) -> tuple[Resource, Resource]:
+    """Resource.Diff with a Zero default: (increased, decreased) from right to left."""
+    inc, dec = Resource(), Resource()
+    if left.cpu > right.cpu:
+        inc.cpu = left.cpu - right.cpu
+    else:
+        dec.cpu = right.cpu - left.cpu
+    if left.memory > right.memory:
+        inc.memory = left.memory - right.memory
+    else:
+        dec.memory = right.memory - left.memory
+    for name in {**left.scalars, **right.scalars}:
+        lq, rq = left.scalars.get(name, 0.0), right.scalars.get(name, 0.0)
+        if lq == _GO_INFINITY:
+            inc.scalars[name] = lq
+        elif rq == _GO_INFINITY:
+            dec.scalars[name] = rq
+        elif lq > rq:
+            inc.scalars[name] = lq - rq
+        else:
+            dec.scalars[name] = rq - lq
+    return inc, dec
+
+
+def exceeded_part(left: Resource, right: Resource) -> Resource:
+    """The part of ``left`` above ``right``; only dimensions that exceed are present (ExceededPart)."""
+    return _diff(left, right)[0]
+
+
+def go_max(l: Resource, r: Resource) -> Resource:
+    """helpers.Max: per-dimension maximum; negative scalars are dropped."""
+    out = Resource(max(l.cpu, r.cpu), max(l.memory, r.memory))
+    for name, q in l.scalars.items():
+        if q >= 0:
+            out.scalars[name] = q
+    for name, q in r.scalars.items():
+        if q >= 0:
+            out.scalars[name] = max(q, out.scalars.get(name, 0.0))
+    return out
+
+
+def _same(a: Resource, b: Resource) -> bool:
+    """equality.Semantic.DeepEqual on two resources: exact values and the same scalar keys."""
+    return a.cpu == b.cpu and a.memory == b.memory and a.scalars == b.scalars
+
+
+def _given(res: Resource | None, raw: Mapping[str, Any]) -> bool:
+    """Was this queue field set in the spec (a non-empty resource list)?"""
+    if res is None:
+        return False
+    return bool(raw) or bool(res.cpu or res.memory or res.scalars)
+
+
+class QueueAttr:
+    __slots__ = ("uid", "name", "weight", "share", "deserved", "allocated", "request", "elastic", "inqueue",
+                 "capability", "real_capability", "guarantee")
+
+    def __init__(self, queue: QueueInfo, total: Resource, total_guarantee: Resource) -> None:
+        self.uid = queue.uid
+        self.name = queue.name
+        self.weight = queue.weight
+        self.share = 0.0
+        self.deserved = Resource()
+        self.allocated = Resource()
+        self.request = Resource()
+        self.elastic = Resource()
+        self.inqueue = Resource()
+        self.guarantee = queue.guarantee.clone() if _given(queue.guarantee, queue.guarantee_list) else Resource()
+        capability: Resource | None = None
+        if _given(queue.capability, queue.capability_list):
+            assert queue.capability is not None
+            capability = queue.capability.clone()
+            if capability.cpu <= 0:
+                capability.cpu = MAX_FLOAT
+            if capability.memory <= 0:
+                capability.memory = MAX_FLOAT
+        real = exceeded_part(total, total_guarantee).add(self.guarantee)
+        if capability is None:
+            self.capability = Resource()
+        else:
+            self.capability = capability
+            real.min_dimension(capability, INFINITY)
+        self.real_capability = real
+
+    def update_share(self) -> None:
+        res = 0.0
+        for rn in self.deserved.names():
+            res = max(res, share_of(self.allocated.get(rn), self.deserved.get(rn)))
+        self.share = res
+
+    def __repr__(self) -> str:
+        return (f"QueueAttr({self.name} deserved={self.deserved} allocated={self.allocated} "
+                f"request={self.request} share={self.share:.3f})")
+
+
+def water_fill(attrs: list[QueueAttr], total: Resource) -> None:
+    """Set every attribute's deserved (and share) by Volcano's iterative weighted water-filling."""
+    remaining = total.clone()
+    meet: set[str] = set()
+    while True:
+        total_weight = sum(a.weight for a in attrs if a.uid not in meet)
+        if total_weight == 0:
+            break
+        old_remaining = remaining.clone()
+        increased, decreased = Resource(), Resource()
+        for a in attrs:
+            if a.uid in meet:
+                continue
+            old = a.deserved.clone()
+            a.deserved.add(remaining.clone().multi(float(a.weight) / float(total_weight)))
+            a.deserved.min_dimension(a.real_capability, INFINITY)
+            a.deserved.min_dimension(a.request, ZERO)
+            a.deserved = go_max(a.deserved, a.guarantee)
+            a.update_share()
+            if a.request.less_equal(a.deserved, ZERO) or _same(a.deserved, old):
+                meet.add(a.uid)
+            inc, dec = _diff(a.deserved, old)
+            increased.add(inc)
+            decreased.add(dec)
+        remaining = exceeded_part(remaining.clone().add(decreased), increased)
+        if remaining.is_empty() or _same(remaining, old_remaining):
+            break
+
+
+class ProportionPlugin:
+    name = "proportion"
+
+    def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
+        self.arguments = dict(arguments or {})
+        self.total = Resource()
+        self.total_guarantee = Resource()
+        self.queue_opts: dict[str, QueueAttr] = {}
+
+    # -- open -------------------------------------------------------------------------------
+    def build(self, ssn: Session) -> None:
+        self.total = ssn.total_resource.clone()
+        self.total_guarantee = Resource()
+        for q in ssn.queues.values():
+            if _given(q.guarantee, q.guarantee_list):
+                assert q.guarantee is not None
+                self.total_guarantee.add(q.guarantee)
+        self.queue_opts = {}
+        for job in ssn.jobs.values():
+            attr = self.queue_opts.get(job.queue)
+            if attr is None:
+                queue = ssn.queues.get(job.queue)
+                if queue is None:
+                    continue
+                attr = self.queue_opts[job.queue] = QueueAttr(queue, self.total, self.total_guarantee)
+            for status, tasks in job.status_index.items():
+                if allocated_status(status):
+                    for t in tasks.values():
+                        attr.allocated.add(t.resreq)
+                        attr.request.add(t.resreq)
+                elif status == TaskStatus.Pending:
+                    for t in tasks.values():
+                        attr.request.add(t.resreq)
+            if job.min_resources is not None and (
+                    job.phase == PodGroupPhase.Inqueue
+                    or (job.phase == PodGroupPhase.Running and allocated_task_num(job) >= job.min_available)):
+                # an Inqueue job's allocated tasks are already in allocated: reserve only the rest
+                attr.inqueue.add(deduct_sch_gated(job, inqueue_resource(job, job.allocated)))
+            attr.elastic.add(exceeded_part(job.allocated, job.get_min_resources()))
+        water_fill(list(self.queue_opts.values()), self.total)
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.build(ssn)
+        ssn.add_fn("queue_order", self.name, self.queue_order)
+        ssn.add_fn("reclaimable", self.name, lambda r, cands: self.reclaimable(ssn, r, cands))
+        ssn.add_fn("overused", self.name, self.overused)
+        ssn.add_fn("allocatable", self.name, lambda q, t: self.queue_allocatable(q, [t]))
+        ssn.add_fn("preemptive", self.name,
+                   lambda q, ts: self.queue_allocatable(q, list(ts) if isinstance(ts, (list, tuple)) else [ts]))
+        ssn.add_fn("job_enqueueable", self.name, lambda j: self.enqueueable(ssn, j))
+        ssn.add_fn("job_enqueued", self.name, self.enqueued)
+        ssn.add_event_handler(EventHandler(allocate=lambda t: self._on_event(ssn, t, +1),
+                                           deallocate=lambda t: self._on_event(ssn, t, -1)))
+
+    def on_session_close(self, ssn: Session) -> None:
+        self.queue_opts = {}
+
+    # -- callbacks ----------------------------------------------------------------------------
+    def _share(self, q: QueueInfo) -> float:
+        a = self.queue_opts.get(q.uid)
+        return a.share if a is not None else 0.0
+
+    def queue_order(self, l: QueueInfo, r: QueueInfo) -> int:
+        if l.priority != r.priority:
+            return r.priority - l.priority  # negative: higher priority first
+        ls, rs = self._share(l), self._share(r)
+        if ls == rs:
+            return 0
+        return -1 if ls < rs else 1
+
+    def reclaimable(self, ssn: Session, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        victims = []
+        allocations: dict[str, Resource] = {}
+        for t in reclaimees:
+            job = ssn.jobs.get(t.job)
+            attr = self.queue_opts.get(job.queue) if job is not None else None
+            if job is None or attr is None:
+                continue
+            if job.queue not in allocations:
+                allocations[job.queue] = attr.allocated.clone()
+            allocated = allocations[job.queue]
+            if not allocated.less_equal(attr.deserved, ZERO):
+                allocated.sub(t.resreq)
+                victims.append(t)
+        return victims, 1
+
+    def overused(self, q: QueueInfo) -> bool:
+        attr = self.queue_opts.get(q.uid)
+        if attr is None:
+            return False
+        return attr.deserved.less_equal(attr.allocated, ZERO)
+
+    def queue_allocatable(self, q: QueueInfo, candidates: list[TaskInfo]) -> bool:
+        if q.state != QueueState.Open:
+            return False
+        attr = self.queue_opts.get(q.uid)
+        if attr is None:
+            return False
+        req = Resource()
+        for t in candidates:
+            if t is not None:
+                req.add(t.resreq)
+        ok, _ = attr.allocated.clone().add(req).less_equal_with_dimension(attr.deserved, req)
+        return ok
+
+    def enqueueable(self, ssn: Session, job: JobInfo) -> int:
+        queue = ssn.queues.get(job.queue)
+        attr = self.queue_opts.get(job.queue)
+        if queue is None or attr is None:
+            return -1
+        if queue.state != QueueState.Open:
+            return -1
+        if job.min_resources is None:
+            return 1
+        min_req = job.get_min_resources()
+        r = min_req.clone().add(attr.allocated).add(attr.inqueue).sub(attr.elastic)
+        ok, _ = r.less_equal_with_dimension(attr.real_capability, min_req)
+        return 1 if ok else -1
+
+    def enqueued(self, job: JobInfo) -> None:
+        if job.min_resources is None:
+            return
+        attr = self.queue_opts.get(job.queue)
+        if attr is None:
+            return
+        attr.inqueue.add(deduct_sch_gated(job, job.get_min_resources()))
+
+    def _on_event(self, ssn: Session, task: TaskInfo, sign: int) -> None:
+        job = ssn.jobs.get(task.job)
+        attr = self.queue_opts.get(job.queue) if job is not None else None
+        if attr is None:
+            return
+        if sign > 0:
+            attr.allocated.add(task.resreq)
+        else:
+            attr.allocated.sub(task.resreq)
+        attr.update_share()
