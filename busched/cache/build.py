@@ -120,6 +120,6 @@ def priority_class(s: o.PriorityClassSpec) -> PriorityClass:
 
 
 def hyper_node(s: o.HyperNodeSpec) -> HyperNode:
-    if s.tier < 1:
-        raise SpecError(f"hyperNode {s.name}: tier: must be at least 1")
+    if s.tier < 0:
+        raise SpecError(f"hyperNode {s.name}: tier: must not be negative")
     return HyperNode(s.name, s.tier, s.tier_name, list(s.members))
