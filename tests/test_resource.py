@@ -65,3 +65,9 @@ def test_exceeded_part_and_min_dimension():
 def test_bad_quantity_names_field():
     with pytest.raises(QuantityError, match=r"node n1\.memory"):
         Resource.from_list({"memory": "lots"}, field="node n1")
+
+
+def test_unschedulable_names_are_dropped():
+    r = Resource.from_list({"cpu": "1", "rdma": "4", "example.com/foo": "2", "hugepages-2Mi": "1Mi",
+                            "requests.example.com/x": "1", "count/pods": "3"})
+    assert set(r.scalars) == {"example.com/foo", "hugepages-2Mi"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from busched.api import subjob
 from busched.api.fit import FitErrors
 from busched.api.resource import Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
@@ -29,6 +30,7 @@ class JobInfo:
     min_available: int = 0
     task_min_available: dict[str, int] = field(default_factory=dict)
     min_resources: Resource | None = None
+    min_resources_list: dict[str, Any] | None = None  # as given, for exact quota comparisons
     phase: str = PodGroupPhase.Pending  # podgroup status phase; "" means never set
     priority_class_name: str = ""
     priority: int = 0
@@ -46,6 +48,14 @@ class JobInfo:
     total_request: Resource = field(default_factory=Resource)
     nodes_fit_errors: dict[str, FitErrors] = field(default_factory=dict)
     job_fit_errors: str = ""
+    # sub-jobs (busched.api.subjob) and the hypernode the job's allocated tasks sit under
+    sub_jobs: dict[str, subjob.SubJobInfo] = field(default_factory=dict)
+    task_to_sub_job: dict[str, str] = field(default_factory=dict)
+    min_sub_jobs: dict[str, int] = field(default_factory=dict)  # policy group -> minSubGroups
+    allocated_hypernode: str = ""
+
+    def __post_init__(self) -> None:
+        subjob.init_job(self)
 
     # -- podgroup derived ------------------------------------------------------
     @property
@@ -72,6 +82,7 @@ class JobInfo:
         self.total_request.add(t.resreq)
         if allocated_status(t.status):
             self.allocated.add(t.resreq)
+        subjob.add_task_to_sub_job(self, t)
 
     def delete_task(self, t: TaskInfo) -> None:
         old = self.tasks.pop(t.uid, None)
@@ -85,6 +96,7 @@ class JobInfo:
             idx.pop(old.uid, None)
             if not idx:
                 del self.status_index[old.status]
+        subjob.delete_task_from_sub_job(self, old)
 
     def update_task_status(self, t: TaskInfo, status: TaskStatus) -> None:
         if t.uid in self.tasks:
@@ -202,6 +214,28 @@ class JobInfo:
                 return False
         return True
 
+    # -- sub-jobs and network topology (busched.api.subjob) ----------------------------
+    def contains_sub_job_policy(self) -> bool:
+        return subjob.contains_sub_job_policy(self)
+
+    def contains_hard_topology(self) -> bool:
+        return subjob.contains_hard_topology(self)
+
+    def contains_network_topology(self) -> bool:
+        return subjob.contains_network_topology(self)
+
+    def is_hard_topology_mode(self) -> tuple[bool, int]:
+        return subjob.hard_topology(self.network_topology)
+
+    def check_sub_job_valid(self) -> bool:
+        return subjob.check_sub_job_valid(self)
+
+    def check_sub_job_ready(self) -> bool:
+        return subjob.check_sub_job_ready(self)
+
+    def check_sub_job_pipelined(self) -> bool:
+        return subjob.check_sub_job_pipelined(self)
+
     def reset_fit_errors(self) -> None:
         self.job_fit_errors = ""
         self.nodes_fit_errors = {}
@@ -210,6 +244,7 @@ class JobInfo:
         j = JobInfo(uid=self.uid, name=self.name, namespace=self.namespace, queue=self.queue,
                     min_available=self.min_available, task_min_available=dict(self.task_min_available),
                     min_resources=self.min_resources.clone() if self.min_resources else None,
+                    min_resources_list=self.min_resources_list,
                     phase=self.phase, priority_class_name=self.priority_class_name, priority=self.priority,
                     preemptable=self.preemptable, annotations=dict(self.annotations), labels=dict(self.labels),
                     network_topology=self.network_topology, subgroup_policy=self.subgroup_policy,
@@ -217,6 +252,7 @@ class JobInfo:
                     created=self.created)
         for t in self.tasks.values():
             j.add_task(t.clone())
+        subjob.clone_sub_job_status(self, j)
         return j
 
     def __repr__(self) -> str:

@@ -28,6 +28,18 @@ _IGNORED_SCALARS = frozenset({PODS})
 _COUNT_PREFIX = "count/"
 
 
+def is_scalar_resource_name(name: str) -> bool:
+    """Kubernetes' IsScalarResourceName: extended (domain/name, not kubernetes.io), hugepages-*,
+    prefixed native (kubernetes.io/...) or attachable-volumes-*.  A bare name like ``rdma`` is not."""
+    if name.startswith(("hugepages-", "attachable-volumes-")):
+        return True
+    if "/" not in name:
+        return False
+    if "kubernetes.io/" in name:
+        return True
+    return not name.startswith("requests.")
+
+
 def _le(a: float, b: float) -> bool:
     return a < b or abs(a - b) < MIN_RESOURCE
 
@@ -64,8 +76,10 @@ class Resource:
                     v = quantity.value(raw)  # type: ignore[arg-type]
                     r.max_task_num += v
                     r.add_scalar(PODS, float(v))
-                elif name.startswith(_COUNT_PREFIX):
-                    continue
+                elif name == "ephemeral-storage":
+                    r.add_scalar(name, float(quantity.milli_value(raw)))  # type: ignore[arg-type]
+                elif name.startswith(_COUNT_PREFIX) or not is_scalar_resource_name(name):
+                    continue  # quota counters and names Kubernetes would not schedule on
                 else:
                     r.add_scalar(name, float(quantity.milli_value(raw)))  # type: ignore[arg-type]
             except quantity.QuantityError as e:

@@ -88,6 +88,7 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
         uid=f"{s.namespace}/{s.name}", name=s.name, namespace=s.namespace, queue=s.queue,
         min_available=s.min_member, task_min_available=dict(s.min_task_member),
         min_resources=resources(s.min_resources, f"{where}: minResources") if s.min_resources is not None else None,
+        min_resources_list=dict(s.min_resources) if s.min_resources is not None else None,
         phase=s.phase, priority_class_name=s.priority_class_name,
         priority=pc.value if pc is not None else default_priority,
         preemptable=JobInfo.read_preemptable(s.annotations, s.labels), annotations=dict(s.annotations),
