@@ -29,10 +29,13 @@ KINDS: dict[str, type[msgspec.Struct]] = {
     "priorityClass": o.PriorityClassSpec,
     "hyperNode": o.HyperNodeSpec,
     "resourceQuota": o.ResourceQuotaSpec,
+    "podDisruptionBudget": dict,
 }
 
 
 def object_key(kind: str, spec: Any) -> str:
+    if isinstance(spec, dict):
+        return f"{spec.get('namespace', 'default')}/{spec.get('name', '')}"
     ns = getattr(spec, "namespace", None)
     return f"{ns}/{spec.name}" if ns is not None else spec.name
 
@@ -42,6 +45,9 @@ class Cache:
         self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
         self.shard = Shard()
         self.generation = 0
+        # State some plugins keep from one cycle to the next (tdm's last eviction, rescheduling's
+        # last run): one dict per scheduler, handed to every snapshot.
+        self.plugin_state: dict[str, Any] = {}
 
     # -- events ------------------------------------------------------------------------
     def upsert(self, kind: str, spec: Any) -> None:
@@ -73,6 +79,13 @@ class Cache:
             build.hyper_node(spec)
         elif kind == "resourceQuota":
             build.resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
+        elif kind == "podDisruptionBudget":
+            from busched.plugins.pdb import PdbError, parse_pdb
+
+            try:
+                parse_pdb(spec)
+            except (PdbError, ValueError, TypeError) as e:
+                raise build.SpecError(f"podDisruptionBudget {object_key(kind, spec)}: {e}") from None
 
     def load(self, cluster: o.ClusterSpec) -> None:
         """Apply a whole cluster block, in Volcano's event order: nodes, tasks, jobs, queues, classes."""
@@ -90,6 +103,8 @@ class Cache:
             self.upsert("hyperNode", h)
         for rq in cluster.resource_quotas:
             self.upsert("resourceQuota", rq)
+        for pdb in cluster.pod_disruption_budgets:
+            self.upsert("podDisruptionBudget", pdb)
 
     # -- snapshot ------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
@@ -131,4 +146,6 @@ class Cache:
             h = build.hyper_node(spec)
             snap.hypernodes[h.name] = h
         snap.resource_quotas = [msgspec.to_builtins(v) for v in self.objects["resourceQuota"].values()]
+        snap.others["podDisruptionBudgets"] = [dict(v) for v in self.objects["podDisruptionBudget"].values()]
+        snap.others["plugin_state"] = self.plugin_state
         return snap

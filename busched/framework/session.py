@@ -22,6 +22,7 @@ from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
+from busched.framework import hypernodes as topology
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
 from busched.framework.pqueue import PriorityQueue
@@ -127,6 +128,8 @@ class Session:
         self.dirty_jobs: set[str] = set()
         self._arrays: NodeArrays | None = None
         self.last_node_index = 0  # where the next sampled node search starts
+        # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
+        self.topology: topology.Topology = topology.open_topology(self)
 
     @property
     def arrays(self) -> NodeArrays:
@@ -153,6 +156,13 @@ class Session:
 
     def has(self, point: str) -> bool:
         return any(self._tiers(point))
+
+    def simulates_evictions(self) -> bool:
+        """Whether a plugin with pre-predicate state follows trial evictions (Volcano calls its
+        simulate hooks only for plugins whose preemptable or allocatable switch is on)."""
+        pre = self._fns["pre_predicate"]
+        return any(p.name in pre and (p.enabled("preemptable") or p.enabled("allocatable"))
+                   for tier in self.tiers for p in tier.plugins)
 
     # -- orders ------------------------------------------------------------------
     def job_order_compare(self, l: JobInfo, r: JobInfo) -> int:
@@ -229,6 +239,49 @@ class Session:
 
     def job_starving(self, job: JobInfo) -> bool:
         return tw.starving_vote(self._tiers("job_starving"), job)
+
+    # -- sub-jobs and hypernodes (busched.api.subjob, busched.framework.hypernodes) -------
+    def sub_job_ready(self, job: JobInfo, sub_job: Any) -> bool:
+        if not job.contains_sub_job_policy():
+            return self.job_ready(job)
+        return tw.all_pass(self._tiers("sub_job_ready"), sub_job)
+
+    def sub_job_pipelined(self, job: JobInfo, sub_job: Any) -> bool:
+        if not job.contains_sub_job_policy():
+            return self.job_pipelined(job)
+        return tw.vote(self._tiers("sub_job_pipelined"), sub_job)
+
+    def sub_job_order_fn(self, l: Any, r: Any) -> bool:
+        c = tw.first_decision(self._tiers("sub_job_order"), l, r)
+        if c:
+            return c < 0
+        if l.match_index != r.match_index:
+            return l.match_index < r.match_index
+        return l.uid < r.uid
+
+    def hyper_node_gradient_for_job_fn(self, job: JobInfo, hypernode: Any,
+                                       purpose: str = "allocate") -> list[list[Any]]:
+        """Hypernodes to try for a job, in gradients; the first plugin with an answer decides."""
+        for row in self._tiers("hyper_node_gradient_for_job"):
+            for _, fn in row:
+                return fn(job, hypernode, purpose)
+        return [[hypernode]]
+
+    def hyper_node_gradient_for_sub_job_fn(self, sub_job: Any, hypernode: Any,
+                                           purpose: str = "allocate") -> list[list[Any]]:
+        for row in self._tiers("hyper_node_gradient_for_sub_job"):
+            for _, fn in row:
+                return fn(sub_job, hypernode, purpose)
+        return [[hypernode]]
+
+    def hyper_node_order_map_fn(self, sub_job: Any,
+                                hypernodes: dict[str, list[NodeInfo]]) -> dict[str, dict[str, float]]:
+        """Each hypernode-order plugin's scores: plugin -> hypernode -> score."""
+        out: dict[str, dict[str, float]] = {}
+        for row in self._tiers("hyper_node_order"):
+            for name, fn in row:
+                out[name] = fn(sub_job, hypernodes)
+        return out
 
     def job_valid(self, job: JobInfo) -> ValidateResult | None:
         for row in self._tiers("job_valid"):

@@ -105,7 +105,9 @@ def intersect_victims(tiers: Tiers, actor: Any, candidates: list[T]) -> list[T] 
                 victims = list(cands)
             else:
                 keep = {_identity(c) for c in cands}
-                victims = [v for v in victims if _identity(v) in keep]
+                # Go leaves an empty intersection nil: the next voter of the tier starts afresh
+                # and a tier ending with none does not decide.
+                victims = [v for v in victims if _identity(v) in keep] or None
         if victims is not None:
             return victims
     return victims

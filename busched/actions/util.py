@@ -1,0 +1,216 @@
+"""Helpers shared by the eviction actions (preempt, reclaim, shuffle).
+
+Everything here works through session methods and statements, never plugins:
+
+- `preemption_ineligibility` -- why a task may not preempt at all (preemptionPolicy
+  Never, or a nominated node that makes preemption pointless), None when it may;
+- `candidate_node_groups` -- the predicated nodes split by scheduler shard, the
+  nodes this scheduler owns first (soft sharding), everything in one group otherwise;
+- `victims_cover` -- Volcano's ValidateVictims: the node's future idle plus what
+  the victims hold must cover the preemptor's request;
+- `fits_on_node` -- the preemptor's queue may take it, the node's future idle holds
+  it, and every predicate passes on the node as it is now;
+- `session_task` -- the session's own TaskInfo for a node copy or clone of it;
+- `TrialEvictions` -- per-victim evictions on the live session that can be undone
+  one by one (the dry run of topology-aware preemption), leaving no trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from busched.api.fit import Code, FitError
+from busched.api.job import JobInfo
+from busched.api.node import NodeInfo
+from busched.api.queue import QueueInfo
+from busched.api.resource import ZERO
+from busched.api.task import TaskInfo, TaskStatus, preemptable_status
+from busched.framework.session import Session
+
+__all__ = ["PREEMPT_NEVER", "preemption_ineligibility", "candidate_node_groups", "victims_cover", "fits_on_node",
+           "session_task", "node_candidates", "contains_network_topology", "arg_bool", "arg_int",
+           "TrialEvictions", "PREDICATE_ERROR_CACHE_KEY", "basic_preemptee"]
+
+PREEMPT_NEVER = "Never"
+PREDICATE_ERROR_CACHE_KEY = "predicateErrorCacheEnable"
+
+
+# -- action arguments (Volcano's Arguments.GetBool / GetInt) ---------------------------------
+def arg_bool(args: dict[str, Any], key: str, default: bool) -> bool:
+    """A bool argument; a string is parsed as Go's ParseBool; anything else keeps the default."""
+    if key not in args:
+        return default
+    v = args[key]
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        s = v.strip()
+        if s in ("1", "t", "T", "true", "TRUE", "True"):
+            return True
+        if s in ("0", "f", "F", "false", "FALSE", "False"):
+            return False
+    return default
+
+
+def arg_int(args: dict[str, Any], key: str, default: int) -> int:
+    """An int argument; anything that is not an integer keeps the default."""
+    if key not in args:
+        return default
+    v = args[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        return default
+    return v
+
+
+# -- jobs and tasks --------------------------------------------------------------------------
+def contains_network_topology(job: JobInfo) -> bool:
+    """The job, or one of its sub-groups, asks for a network topology (such jobs are not preemptors)."""
+    own = getattr(job, "contains_network_topology", None)
+    if callable(own):  # the job model's own answer (sub-jobs included) when it has one
+        return bool(own())
+
+    def has(nt: Any) -> bool:
+        return isinstance(nt, dict) and bool(nt.get("mode"))
+
+    if has(job.network_topology):
+        return True
+    return any(has(p.get("networkTopology")) for p in job.subgroup_policy if isinstance(p, dict))
+
+
+def session_task(ssn: Session, task: TaskInfo) -> TaskInfo:
+    """The job's own TaskInfo for ``task`` (which may be a node's copy or a clone)."""
+    job = ssn.jobs.get(task.job)
+    if job is not None:
+        t = job.tasks.get(task.uid)
+        if t is not None:
+            return t
+    return task
+
+
+def basic_preemptee(preemptor: TaskInfo, task: TaskInfo) -> bool:
+    """The rules every preemptee obeys: running (or bound), preemptable, and a BestEffort
+    preemptor only takes from BestEffort tasks."""
+    if not preemptable_status(task.status):
+        return False
+    if preemptor.best_effort and not task.best_effort:
+        return False
+    return task.preemptable
+
+
+def node_candidates(node: NodeInfo, keep: Callable[[TaskInfo], bool] | None) -> list[TaskInfo]:
+    """Clones of the node's tasks that ``keep`` accepts, in the node's order."""
+    return [t.clone() for t in node.tasks.values() if keep is None or keep(t)]
+
+
+def preemption_ineligibility(ssn: Session, task: TaskInfo) -> str | None:
+    """Why ``task`` may not preempt others, or None when it may."""
+    if task.preemption_policy == PREEMPT_NEVER:
+        return "not eligible to preempt other tasks due to preemptionPolicy is Never"
+    nominated = task.nominated_node_name
+    if not nominated:
+        return None
+    node = ssn.nodes.get(nominated)
+    if node is None:
+        return "not eligible due to the pod's nominated node is not found in the session"
+    try:
+        ssn.predicate_fn(task, node)
+    except FitError as e:
+        if e.has(Code.UnschedulableAndUnresolvable):
+            return None
+        # A lower-priority pod on the nominated node terminating because of an earlier preemption
+        # would also make the task ineligible; the cluster model has no such pods.
+        return None
+    except Exception as e:  # noqa: BLE001 - a predicate that breaks is not a fit error
+        return f"not eligible due to the predicate returned a non-FitError error, the error is: {e}"
+    return ("not eligible due to the pod's nominated node is already schedulable, which should not happen "
+            "as preemption means no node is schedulable")
+
+
+# -- nodes ---------------------------------------------------------------------------------------
+def candidate_node_groups(ssn: Session, nodes: Iterable[NodeInfo]) -> list[list[NodeInfo]]:
+    """Predicated nodes grouped for trying in order: in soft sharding mode the nodes of this
+    scheduler's shard come first and the others second; otherwise one group holds them all."""
+    inside: list[NodeInfo] = []
+    outside: list[NodeInfo] = []
+    soft = ssn.shard.mode == "soft"
+    for n in nodes:
+        if soft and n.name not in ssn.nodes_in_shard:
+            outside.append(n)
+        else:
+            inside.append(n)
+    return [inside, outside]
+
+
+def victims_cover(preemptor: TaskInfo, node: NodeInfo, victims: Iterable[TaskInfo]) -> bool:
+    """The node's future idle plus the victims' requests holds the preemptor (ValidateVictims).
+
+    No victims is fine as long as the node already has room."""
+    future = node.future_idle()
+    for v in victims:
+        future.add(v.resreq)
+    return preemptor.init_resreq.less_equal(future, ZERO)
+
+
+def fits_on_node(ssn: Session, queue: QueueInfo | None, task: TaskInfo, node: NodeInfo) -> bool:
+    """The queue may take the task, the node's future idle holds it, and every predicate passes."""
+    if queue is not None and not ssn.allocatable(queue, task):
+        return False
+    if not task.init_resreq.less_equal(node.future_idle(), ZERO):
+        return False
+    try:
+        ssn.predicate_fn(task, node)
+    except FitError:
+        return False
+    except Exception:  # noqa: BLE001 - a predicate that breaks means the task does not fit
+        return False
+    return True
+
+
+# -- trial evictions -------------------------------------------------------------------------------
+class TrialEvictions:
+    """Evictions made on the live session one statement per victim, so that any single one can be
+    undone (reprieved) and all of them discarded at the end, as if none had happened.
+
+    While a trial eviction stands, the session sees the victim Releasing: node accounting, job
+    counts and every plugin's running totals (through the deallocate event) reflect it, which is
+    what Volcano's simulate-remove/simulate-add hooks compute on a cloned node.
+    """
+
+    def __init__(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self._open: dict[str, Any] = {}  # task uid -> statement holding its eviction
+        self._saved: dict[str, tuple[TaskStatus | None, str]] = {}
+
+    def evict(self, task: TaskInfo, reason: str = "preempt") -> None:
+        if task.uid in self._open:
+            return
+        self._saved.setdefault(task.uid, (task.last_status, task.last_node))
+        stmt = self.ssn.statement()
+        stmt.evict(task, reason)
+        self._open[task.uid] = stmt
+
+    def undo(self, task: TaskInfo) -> None:
+        stmt = self._open.pop(task.uid, None)
+        if stmt is None:
+            return
+        stmt.discard()
+        last = self._saved.get(task.uid)
+        if last is not None:
+            task.last_status, task.last_node = last
+
+    def evicted(self, task: TaskInfo) -> bool:
+        return task.uid in self._open
+
+    def active(self) -> bool:
+        """Whether any trial eviction was made since the last discard (standing or undone)."""
+        return bool(self._saved)
+
+    def discard(self) -> None:
+        for uid in reversed(list(self._open)):
+            stmt = self._open.pop(uid)
+            task = stmt.operations[0].task if stmt.operations else None
+            stmt.discard()
+            if task is not None and uid in self._saved:
+                task.last_status, task.last_node = self._saved[uid]
+        self._saved.clear()
