@@ -21,6 +21,9 @@ class PodGroupPhase:
     Completed = "Completed"
 
 
+_READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
+
+
 @dataclass(eq=False)
 class JobInfo:
     uid: str  # "namespace/name"
@@ -48,6 +51,8 @@ class JobInfo:
     total_request: Resource = field(default_factory=Resource)
     nodes_fit_errors: dict[str, FitErrors] = field(default_factory=dict)
     job_fit_errors: str = ""
+    # pending BestEffort tasks, counted as tasks enter and leave the index (job order asks often)
+    pending_best_effort: int = 0
     # sub-jobs (busched.api.subjob) and the hypernode the job's allocated tasks sit under
     sub_jobs: dict[str, subjob.SubJobInfo] = field(default_factory=dict)
     task_to_sub_job: dict[str, str] = field(default_factory=dict)
@@ -82,6 +87,8 @@ class JobInfo:
         self.total_request.add(t.resreq)
         if allocated_status(t.status):
             self.allocated.add(t.resreq)
+        elif t.best_effort and t.status == TaskStatus.Pending:
+            self.pending_best_effort += 1
         subjob.add_task_to_sub_job(self, t)
 
     def delete_task(self, t: TaskInfo) -> None:
@@ -93,7 +100,8 @@ class JobInfo:
             self.allocated.sub(old.resreq)
         idx = self.status_index.get(old.status)
         if idx is not None:
-            idx.pop(old.uid, None)
+            if idx.pop(old.uid, None) is not None and old.best_effort and old.status == TaskStatus.Pending:
+                self.pending_best_effort -= 1
             if not idx:
                 del self.status_index[old.status]
         subjob.delete_task_from_sub_job(self, old)
@@ -112,14 +120,19 @@ class JobInfo:
 
     # -- gang arithmetic -----------------------------------------------------------
     def ready_task_num(self) -> int:
-        S = TaskStatus
-        return sum(self.count(s) for s in (S.Bound, S.Binding, S.Running, S.Allocated, S.Succeeded))
+        n = 0
+        idx = self.status_index
+        for s in _READY:
+            ts = idx.get(s)
+            if ts:
+                n += len(ts)
+        return n
 
     def waiting_task_num(self) -> int:
         return self.count(TaskStatus.Pipelined)
 
     def pending_best_effort_task_num(self) -> int:
-        return sum(1 for t in self.status_index.get(TaskStatus.Pending, {}).values() if t.best_effort)
+        return self.pending_best_effort
 
     def allocated_task_num(self) -> int:
         return sum(len(ts) for s, ts in self.status_index.items() if allocated_status(s))

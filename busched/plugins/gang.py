@@ -31,6 +31,9 @@ class GangPlugin:
             if not job.check_task_valid():
                 return ValidateResult(False, NOT_ENOUGH_PODS_OF_TASK,
                                       "Not enough valid pods of each task for gang-scheduling")
+            if not job.check_sub_job_valid():
+                return ValidateResult(False, NOT_ENOUGH_PODS_OF_TASK,
+                                      "Not enough valid subGroups of each task for gang-scheduling")
             vtn = job.valid_task_num()
             if vtn < job.min_available:
                 return ValidateResult(False, NOT_ENOUGH_PODS,
@@ -64,9 +67,15 @@ class GangPlugin:
             return 1 if lr else -1
 
         ssn.add_fn("job_order", self.name, job_order)
-        ssn.add_fn("job_ready", self.name, lambda j: j.check_task_ready() and j.is_ready())
+        ssn.add_fn("job_ready", self.name,
+                   lambda j: j.check_task_ready() and j.check_sub_job_ready() and j.is_ready())
         ssn.add_fn("job_pipelined", self.name,
-                   lambda j: 1 if j.check_task_pipelined() and j.is_pipelined() else -1)
+                   lambda j: 1 if j.check_task_pipelined() and j.check_sub_job_pipelined() and j.is_pipelined()
+                   else -1)
+        # sub-jobs (busched.api.subjob): the same gang rules, one sub-job at a time
+        ssn.add_fn("sub_job_order", self.name, lambda l, r: job_order(l, r))
+        ssn.add_fn("sub_job_ready", self.name, lambda sj: sj.is_ready())
+        ssn.add_fn("sub_job_pipelined", self.name, lambda sj: 1 if sj.is_pipelined() else -1)
         ssn.add_fn("job_starving", self.name, lambda j: j.is_starving())
 
     def on_session_close(self, ssn: Session) -> None:

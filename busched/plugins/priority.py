@@ -25,6 +25,7 @@ class PriorityPlugin:
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_fn("task_order", self.name, lambda l, r: _desc(l.priority, r.priority))
         ssn.add_fn("job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
+        ssn.add_fn("sub_job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
 
         def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             pj = ssn.jobs.get(preemptor.job)

@@ -113,7 +113,17 @@ def _report(ssn: Session, extra: dict[str, Any]) -> dict[str, Any]:
         "nodeScores": extra.get("nodeScores", {}),
         "predicateStatus": extra.get("predicateStatus", {}),
         "jobEnqueueable": extra.get("jobEnqueueable", {}),
+        "bindsPerHyperNode": _binds_per_hypernode(ssn, binds),
     }
+
+
+def _binds_per_hypernode(ssn: Session, binds: dict[str, str]) -> dict[str, int]:
+    """Bound tasks counted by the lowest-tier hypernode holding their node ("" for none)."""
+    out: dict[str, int] = {}
+    for node in binds.values():
+        hn = ssn.topology.holding(node)
+        out[hn] = out.get(hn, 0) + 1
+    return dict(sorted(out.items()))
 
 
 PROBED = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated, TaskStatus.Binding,
@@ -209,4 +219,15 @@ def check_report(report: dict[str, Any], expect: dict[str, Any]) -> list[str]:
     for job, want in (expect.get("jobEnqueueable") or {}).items():
         if report["jobEnqueueable"].get(job) != want:
             miss.append(f"jobEnqueueable[{job}]: want {want}, got {report['jobEnqueueable'].get(job)}")
+    if "bindsPerHyperNode" in expect:
+        want_bph = expect["bindsPerHyperNode"] or {}
+        group_by = want_bph.get("groupBy", "lowestTier")
+        if group_by != "lowestTier":
+            miss.append(f"bindsPerHyperNode.groupBy: unsupported {group_by!r} (only lowestTier)")
+        else:
+            got_counts = sorted(report["bindsPerHyperNode"].values())
+            want_counts = sorted(int(c) for c in want_bph.get("sortedCounts") or [])
+            if got_counts != want_counts:
+                miss.append(f"bindsPerHyperNode: want sorted counts {want_counts}, got {got_counts} "
+                            f"({report['bindsPerHyperNode']})")
     return miss
