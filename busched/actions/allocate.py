@@ -22,12 +22,13 @@ Algorithm, in session hooks:
 
 from __future__ import annotations
 
+from busched.actions import allocate_topology
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework.nodeselect import PredicateHelper, prioritize_nodes, select_best_node
+from busched.framework.nodeselect import PredicateHelper, choose_node, gradients
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
@@ -49,6 +50,7 @@ class AllocateAction:
         args = ssn.config.action_arguments(self.name)
         self.ssn = ssn
         self.error_cache = arg_bool(args, ERROR_CACHE_KEY, True)
+        topology = allocate_topology.TopologyAllocator(self)  # hard topology / sub-group jobs
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
         tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
@@ -62,6 +64,8 @@ class AllocateAction:
                 continue
             if job.queue not in ssn.queues:
                 continue
+            if not ssn.topology.ready and job.contains_network_topology():
+                continue  # the hypernode tree is broken: topology-bound jobs wait
             tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn)
             for t in job.tasks_in(TaskStatus.Pending):
                 if t.sch_gated or t.resreq.is_empty():
@@ -83,6 +87,10 @@ class AllocateAction:
             if jobs is None or jobs.empty():
                 continue
             job = jobs.pop()
+            if allocate_topology.routes(job):
+                topology.allocate_job(job, jobs)
+                queues.push(queue)
+                continue
             tasks = tasks_by_job[job.uid]
             stmt = self.allocate_tasks(job, queue, tasks, ssn.node_list)
             if stmt is not None and ssn.job_ready(job):
@@ -98,7 +106,7 @@ class AllocateAction:
         stmt = ssn.statement()
         # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate.
         self.helper = PredicateHelper(ssn, self.error_cache)
-        node_names = {n.name for n in nodes}
+        node_names = ssn.nodes if nodes is ssn.node_list else {n.name for n in nodes}
         while not tasks.empty():
             task = tasks.pop()
             if not ssn.allocatable(queue, task):
@@ -150,24 +158,12 @@ class AllocateAction:
 
     def best_node(self, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
         """Score in gradients: idle (in shard, then elsewhere), then future idle (same split)."""
-        ssn = self.ssn
-        soft = ssn.shard.mode == "soft"
-        buckets: list[list[NodeInfo]] = [[], [], [], []]
-        for n in nodes:
-            other = 1 if soft and n.name not in ssn.nodes_in_shard else 0
-            if task.init_resreq.less_equal(n.idle):
-                buckets[other].append(n)
-            elif task.init_resreq.less_equal(n.future_idle()):
-                buckets[2 + other].append(n)
-        for bucket in buckets:
+        for bucket in gradients(self.ssn, task, nodes):
             if not bucket:
                 continue
             if len(bucket) == 1:
                 return bucket[0]
-            scores = prioritize_nodes(ssn, task, bucket)
-            best = ssn.best_node_fn(task, scores)
-            if best is None:
-                best, _ = select_best_node(ssn, scores)
+            best = choose_node(self.ssn, task, bucket)
             if best is not None:
                 return best
         return None

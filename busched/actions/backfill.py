@@ -16,7 +16,7 @@ from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.actions.allocate import ERROR_CACHE_KEY, arg_bool
-from busched.framework.nodeselect import PredicateHelper, prioritize_nodes, select_best_node
+from busched.framework.nodeselect import PredicateHelper, choose_node
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 
@@ -59,10 +59,7 @@ class BackfillAction:
         for group in groups:
             if not group:
                 continue
-            scores = prioritize_nodes(ssn, task, group)
-            node = ssn.best_node_fn(task, scores)
-            if node is None:
-                node, _ = select_best_node(ssn, scores)
+            node = choose_node(ssn, task, group)
             if node is not None:
                 return node
         return None

@@ -20,11 +20,13 @@ from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched import kernels
 from busched.framework.session import Session
-from busched.kernels.fit import FUTURE_IDLE, NodeArrays, fit_mask  # noqa: F401
+from busched.kernels import select
+from busched.kernels.fit import FUTURE_IDLE, NodeArrays, fit_mask
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
-           "select_best_node", "insufficient_reason"]
+           "select_best_node", "choose_node", "gradients", "insufficient_reason"]
 
 SHARD_ERROR = "node isn't in scheduler node shard"
 
@@ -82,36 +84,25 @@ class PredicateHelper:
         if errs is None:
             errs = {}
         to_find = num_feasible_nodes_to_find(len(nodes), self.opts)
-        hard_shard = self.ssn.shard.mode == "hard"
-        fits: np.ndarray | None = None
-        if resource_fit is not None:
-            arr = self.arrays()
-            rows = np.fromiter((arr.row.get(n.name, -1) for n in nodes), dtype=np.int64, count=len(nodes))
-            if (rows >= 0).all():
-                fits = fit_mask(arr, resource_fit, FUTURE_IDLE, rows)
-        found: list[NodeInfo] = []
+        in_shard = self.ssn.nodes_in_shard if self.ssn.shard.mode == "hard" else None
+        skip = errs if use_cache and failed_before else None
         # Like Volcano, a sampled search resumes where the previous one stopped, so successive
         # tasks spread over the cluster; the position lives on the session (deterministic).
         total = len(nodes)
         start = self.ssn.last_node_index % total if to_find < total else 0
-        processed = 0
-        for k in range(total):
-            i = (start + k) % total
-            node = nodes[i]
-            processed += 1
-            if use_cache and failed_before and node.name in errs:
-                fe.set_node_error(node.name, errs[node.name])
-                continue
-            if hard_shard and node.name not in self.ssn.nodes_in_shard:
-                e = FitError(task.key, node.name, [Status(Code.Error, SHARD_ERROR)])
-                errs[node.name] = e
-                self.cache[group] = errs
-                fe.set_node_error(node.name, e)
-                continue
+
+        def feasible(node: NodeInfo, fits: bool | None = None) -> bool:
+            """One node's verdict; a failure is recorded in the fit errors and the error cache."""
+            if skip is not None and node.name in skip:
+                fe.set_node_error(node.name, skip[node.name])
+                return False
             try:
+                if in_shard is not None and node.name not in in_shard:
+                    raise FitError(task.key, node.name, [Status(Code.Error, SHARD_ERROR)])
                 if resource_fit is not None:
-                    ok = bool(fits[i]) if fits is not None else resource_fit.less_equal(node.future_idle())
-                    if not ok:
+                    if fits is None:
+                        fits = resource_fit.less_equal(node.future_idle())
+                    if not fits:
                         _, names = resource_fit.less_equal_with_names(node.future_idle())
                         raise FitError(task.key, node.name,
                                        [Status(Code.Unschedulable, insufficient_reason(names))])
@@ -120,10 +111,35 @@ class PredicateHelper:
                 errs[node.name] = e
                 self.cache[group] = errs
                 fe.set_node_error(node.name, e)
-                continue
-            found.append(node)
-            if len(found) >= to_find:
-                break
+                return False
+            return True
+
+        scan = None
+        if kernels.USE_KERNELS:
+            scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
+                               skip=skip, in_shard=in_shard)
+        if scan is not None:
+            # the masks decided which nodes pass; the failing ones get their exact errors
+            for i in scan.failed:
+                feasible(nodes[i])
+            found: list[NodeInfo] = select.NodeRows.take(nodes, scan.found, scan.rows)
+            processed = scan.processed
+        else:
+            fits_all = None
+            if resource_fit is not None:
+                arr = self.arrays()
+                rows = arr.rows_of(nodes)
+                if rows is not None:
+                    fits_all = fit_mask(arr, resource_fit, FUTURE_IDLE, rows).tolist()
+            found = []
+            processed = 0
+            for k in range(total):
+                i = (start + k) % total
+                processed += 1
+                if feasible(nodes[i], fits_all[i] if fits_all is not None else None):
+                    found.append(nodes[i])
+                    if len(found) >= to_find:
+                        break
         if to_find < total:
             self.ssn.last_node_index = (start + processed) % total
         return found, fe
@@ -131,6 +147,13 @@ class PredicateHelper:
 
 def prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
     """Score each node: reduce(map scores) + plain node-order scores + batch scores."""
+    if kernels.USE_KERNELS:
+        fast = select.scores(ssn, task, nodes)
+        if fast is not None:
+            by_score: dict[float, list[NodeInfo]] = {}
+            for node, s in zip(nodes, fast.tolist()):
+                by_score.setdefault(s, []).append(node)
+            return by_score
     plugin_scores: dict[str, list[list]] = {}
     order_scores: dict[str, float] = {}
     for node in nodes:
@@ -154,6 +177,36 @@ def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str
         for n in ns:
             out[n.name] = s
     return out
+
+
+def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
+    """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score."""
+    if kernels.USE_KERNELS and not ssn.has("best_node"):
+        fast = select.scores(ssn, task, nodes)
+        if fast is not None and not np.isnan(fast).any():
+            return select.pick(ssn, nodes, fast)
+    scores = prioritize_nodes(ssn, task, nodes)
+    best = ssn.best_node_fn(task, scores)
+    if best is None:
+        best, _ = select_best_node(ssn, scores)
+    return best
+
+
+def gradients(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[list[NodeInfo]]:
+    """Allocate's node gradients: fits idle (in shard, then elsewhere), fits future idle (same split)."""
+    soft = ssn.shard.mode == "soft"
+    if kernels.USE_KERNELS:
+        fast = select.gradients(ssn, task, nodes, soft)
+        if fast is not None:
+            return fast
+    buckets: list[list[NodeInfo]] = [[], [], [], []]
+    for n in nodes:
+        other = 1 if soft and n.name not in ssn.nodes_in_shard else 0
+        if task.init_resreq.less_equal(n.idle):
+            buckets[other].append(n)
+        elif task.init_resreq.less_equal(n.future_idle()):
+            buckets[2 + other].append(n)
+    return buckets
 
 
 def select_best_node(ssn: Session, node_scores_: dict[float, list[NodeInfo]]) -> tuple[NodeInfo | None, float]:

@@ -1,8 +1,10 @@
 """Node resource state as arrays, and the resource-fit kernel over all nodes at once.
 
-`NodeArrays` keeps a node x resource matrix for idle, releasing and pipelined
-resources, updated row by row as the session allocates, pipelines and evicts
-(it listens to `NodeInfo`).  `fit_mask` answers "does this request fit" for
+`NodeArrays` keeps a node x resource matrix for allocatable, idle, used,
+releasing and pipelined resources, updated row by row as the session
+allocates, pipelines and evicts (it listens to `NodeInfo`).  The values are
+copied from the nodes' own `Resource` objects, never re-derived, so a kernel
+reading them does exactly the float arithmetic the per-node code does.  `fit_mask` answers "does this request fit" for
 every node in one numpy expression; `fit_mask_reference` is the plain loop over
 `Resource.less_equal` it replaces.
 """
@@ -10,6 +12,7 @@ every node in one numpy expression; `fit_mask_reference` is the plain loop over
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,17 +31,26 @@ class NodeArrays:
     def __init__(self, nodes: Sequence[NodeInfo]) -> None:
         names: dict[str, int] = {CPU: 0, MEMORY: 1}
         for n in nodes:
-            for r in (n.allocatable, n.idle, n.releasing, n.pipelined):
+            for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined):
                 for s in r.scalars:
                     names.setdefault(s, len(names))
         self.columns = names
+        self.source = nodes  # the list the rows follow (the session's node list)
         self.nodes = list(nodes)
         self.row = {n.name: i for i, n in enumerate(self.nodes)}
         shape = (len(self.nodes), len(names))
-        self.idle = np.zeros(shape)
-        self.releasing = np.zeros(shape)
-        self.pipelined = np.zeros(shape)
+        # Column-major: a kernel reads a few resources over many nodes, so each resource's
+        # column is contiguous (reductions across a row run several times faster).
+        self.allocatable = np.zeros(shape, order="F")
+        self.idle = np.zeros(shape, order="F")
+        self.used = np.zeros(shape, order="F")
+        self.releasing = np.zeros(shape, order="F")
+        self.pipelined = np.zeros(shape, order="F")
+        self.future = np.zeros(shape, order="F")  # future idle, from NodeInfo.future_idle() itself
+        self.all_rows = np.arange(len(self.nodes), dtype=np.int64)
+        self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
         for i, n in enumerate(self.nodes):
+            self._vec(n.allocatable, self.allocatable[i])
             self._fill(i, n)
             n.listeners.append(self)
 
@@ -53,8 +65,32 @@ class NodeArrays:
 
     def _fill(self, i: int, n: NodeInfo) -> None:
         self._vec(n.idle, self.idle[i])
+        self._vec(n.used, self.used[i])
         self._vec(n.releasing, self.releasing[i])
         self._vec(n.pipelined, self.pipelined[i])
+        self._vec(n.future_idle(), self.future[i])
+
+    def column(self, matrix: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """One resource's values (zeros when no node has it), over all nodes or ``rows``."""
+        j = self.columns.get(name)
+        n = len(self.nodes) if rows is None else len(rows)
+        if j is None:
+            return np.zeros(n)
+        col = matrix[:, j]
+        return col if rows is None else col[rows]
+
+    def rows_of(self, nodes: Sequence[NodeInfo]) -> np.ndarray | None:
+        """The array rows of ``nodes`` (in their order), or None when one of them has no row."""
+        if (nodes is self.source or nodes is self.nodes) and len(nodes) == len(self.nodes):
+            return self.all_rows
+        rows = getattr(nodes, "rows", None)
+        if rows is not None:
+            return rows
+        get = self.row.get
+        out = np.fromiter((get(n.name, -1) for n in nodes), dtype=np.int64, count=len(nodes))
+        if len(out) and out.min() < 0:
+            return None
+        return out
 
     def node_changed(self, n: NodeInfo) -> None:
         i = self.row.get(n.name)
@@ -76,9 +112,7 @@ class NodeArrays:
         return v, unknown
 
     def available(self, which: str) -> np.ndarray:
-        if which == IDLE:
-            return self.idle
-        return self.idle + self.releasing - self.pipelined
+        return self.idle if which == IDLE else self.future
 
 
 def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,
@@ -90,17 +124,17 @@ def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,
     """
     v, unknown = arrays.request(req)
     avail = arrays.available(which)
-    if rows is not None:
+    if rows is not None and rows is not arrays.all_rows:
         avail = avail[rows]
     if unknown:
         return np.zeros(avail.shape[0], dtype=bool)
     # cpu and memory always compare (a negative idle fails even a zero request); scalars the
     # request names compare too.
     cols = [0, 1] + [arrays.columns[s] for s in req.scalars if s in arrays.columns]
-    a = avail[:, cols]
-    r = v[cols]
-    ok = (r < a) | (np.abs(r - a) < MIN_RESOURCE)
-    return ok.all(axis=1)
+    a = avail if len(cols) == avail.shape[1] and cols == list(range(len(cols))) else avail[:, cols]
+    # Resource's r <= a is ``r < a or |r - a| < MIN_RESOURCE``, which is ``r - a < MIN_RESOURCE``
+    # for IEEE floats (r - a is negative exactly when r < a; NaN fails both).
+    return ((v[cols] - a) < MIN_RESOURCE).all(axis=1)
 
 
 def fit_mask_reference(nodes: Sequence[NodeInfo], req: Resource, which: str = FUTURE_IDLE) -> np.ndarray:

@@ -27,6 +27,8 @@ from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
 from busched.framework.session import Session
+from busched.kernels import binpack as kernel
+from busched.kernels.batch import with_batch
 
 __all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE", "arg_int"]
 
@@ -113,10 +115,14 @@ class BinpackPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         if self.weights.weight != 0:
-            ssn.add_fn("node_order", self.name, self.score)
+            ssn.add_fn("node_order", self.name, with_batch(self.score, self.score_batch))
 
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return binpack_score(task, node, self.weights)
+
+    def score_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
+        """`score` for many nodes at once (busched.kernels.binpack)."""
+        return kernel.binpack_scores(task, arrays, rows, self.weights, MAX_NODE_SCORE)
 
     def on_session_close(self, ssn: Session) -> None:
         pass

@@ -1,0 +1,206 @@
+"""nodeorder's scores for many nodes at once.
+
+Replaces, node by node, `busched.plugins.nodeorder`'s ``least_allocated``,
+``most_allocated``, ``balanced_allocation``, the raw count of
+``taint_toleration_scores`` and ``image_locality``, with the same integer and
+float arithmetic over `PodViewArrays` (the pod view's per-node sums).  Scorers
+with no twin here (node affinity preferences, inter-pod affinity, topology
+spread) still run their dict form over the candidate nodes, and their result
+is read back into the array, so `batch_node_order` gives exactly what the
+plugin's ``batch_node_order`` gives, as floats in node order.
+
+Per-session caches hold what depends only on a node's fixed facts (taints,
+images) and a task's spec (tolerations, images).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from busched.api.resource import GPU
+from busched.api.task import TaskInfo
+from busched.kernels.fit import NodeArrays
+from busched.kernels.podview import PodViewArrays, pod_view_arrays
+
+__all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocation", "taint_raw",
+           "image_locality", "batch_node_order", "node_order"]
+
+MAX = 100
+
+
+def view_arrays(view: Any, arrays: NodeArrays) -> PodViewArrays | None:
+    from busched.plugins.predicates import non_zero_requests, pod_requests
+
+    return pod_view_arrays(view, arrays, pod_requests, non_zero_requests)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Go's integer division for non-negative operands (b > 0 where it matters)."""
+    return a // np.where(b == 0, 1, b)
+
+
+def least_allocated(pv: PodViewArrays, task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+    """nodeorder.least_allocated: free share of cpu and memory over non-zero requests, 50 each."""
+    from busched.plugins.predicates import non_zero_requests
+
+    pc, pm = non_zero_requests(task)
+    total = np.zeros(len(rows), dtype=np.int64)
+    weight = np.zeros(len(rows), dtype=np.int64)
+    for req, alloc in ((pv.nz_cpu[rows] + pc, pv.alloc_cpu[rows]), (pv.nz_mem[rows] + pm, pv.alloc_mem[rows])):
+        has = alloc != 0
+        part = np.where(req > alloc, 0, _floor_div((alloc - req) * MAX, alloc) * 50)
+        total += np.where(has, part, 0)
+        weight += np.where(has, 50, 0)
+    return np.where(weight != 0, _floor_div(total, weight), 0)
+
+
+def most_allocated(pv: PodViewArrays, task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+    """nodeorder.most_allocated: used share of cpu and memory (capped), weight 1 each."""
+    from busched.plugins.predicates import non_zero_requests
+
+    pc, pm = non_zero_requests(task)
+    total = np.zeros(len(rows), dtype=np.int64)
+    weight = np.zeros(len(rows), dtype=np.int64)
+    for req, alloc in ((pv.nz_cpu[rows] + pc, pv.alloc_cpu[rows]), (pv.nz_mem[rows] + pm, pv.alloc_mem[rows])):
+        has = alloc != 0
+        total += np.where(has, _floor_div(np.minimum(req, alloc) * MAX, alloc), 0)
+        weight += has.astype(np.int64)
+    return np.where(weight != 0, _floor_div(total, weight), 0)
+
+
+def balanced_allocation(pv: PodViewArrays, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray:
+    """nodeorder.balanced_allocation: (1 - std of the used fractions of cpu, memory, gpu) * 100."""
+    from busched.plugins.predicates import pod_requests
+
+    pc, pm, pscalars = pod_requests(task)
+    k = len(rows)
+    pairs = [(pv.cpu[rows] + pc, pv.alloc_cpu[rows]), (pv.mem[rows] + pm, pv.alloc_mem[rows])]
+    want = pscalars.get(GPU, 0)
+    if want != 0:
+        raw = arrays.column(arrays.allocatable, GPU, rows)
+        gpu_alloc = -((-np.trunc(raw).astype(np.int64)) // 1000)
+        pairs.append((pv.scalar(GPU)[rows] + want, gpu_alloc))
+    fracs = []
+    included = []
+    for req, alloc in pairs:
+        has = alloc != 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = np.minimum(req / np.where(has, alloc, 1), 1.0)
+        fracs.append(f)
+        included.append(has)
+    n = sum(h.astype(np.int64) for h in included)
+    std = np.zeros(k)
+    # exactly two fractions: |(a - b) / 2| over the two included ones, in resource order
+    if len(pairs) == 2:
+        two = included[0] & included[1]
+        std = np.where(two, np.abs((fracs[0] - fracs[1]) / 2), 0.0)
+    else:
+        c, m, g = included
+        fc, fm, fg = fracs
+        first = np.where(c, fc, fm)
+        second = np.where(c & m, fm, fg)
+        std = np.where(n == 2, np.abs((first - second) / 2), 0.0)
+        three = n == 3
+        if three.any():
+            mean = (fc + fm + fg) / 3
+            var = ((fc - mean) ** 2 + (fm - mean) ** 2) + (fg - mean) ** 2
+            std = np.where(three, np.sqrt(var / 3), std)
+    return np.trunc((1 - std) * MAX).astype(np.int64)
+
+
+def _key(*parts: Any) -> str:
+    return repr(parts)
+
+
+def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
+    """taint_toleration_scores' raw counts for every node: PreferNoSchedule taints the task does not tolerate."""
+    from busched.plugins import k8s
+
+    tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)]
+    key = ("taints", _key(tolerations))
+    raw = arrays.cache.get(key)
+    if raw is None:
+        raw = np.fromiter((sum(1 for taint in n.taints if taint.get("effect") == k8s.PREFER_NO_SCHEDULE
+                               and not any(k8s.tolerates(t, taint) for t in tolerations))
+                           for n in arrays.nodes), dtype=np.int64, count=len(arrays.nodes))
+        arrays.cache[key] = raw
+    return raw
+
+
+def _normalize_reverse(raw: np.ndarray) -> np.ndarray:
+    """k8s.default_normalize(raw, reverse=True) over the candidate nodes."""
+    top = max(0, int(raw.max())) if len(raw) else 0
+    if top == 0:
+        return np.full(len(raw), MAX, dtype=np.int64)
+    return MAX - (MAX * raw) // top
+
+
+def image_locality(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
+    """nodeorder.image_locality for every node (it depends on the task's images only)."""
+    from busched.plugins.nodeorder import image_locality as per_node
+
+    key = ("images", tuple(task.images))
+    out = arrays.cache.get(key)
+    if out is None:
+        view = plugin.view
+        if not any(view.images.values()):
+            one = per_node(view, task, arrays.nodes[0]) if arrays.nodes else 0
+            out = np.full(len(arrays.nodes), one, dtype=np.int64)
+        else:
+            out = np.fromiter((per_node(view, task, n) for n in arrays.nodes), dtype=np.int64,
+                              count=len(arrays.nodes))
+        arrays.cache[key] = out
+    return out
+
+
+def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray | None:
+    """The twin of NodeOrderPlugin.node_order (image locality times its weight)."""
+    w = plugin.weights["imagelocality.weight"]
+    if not w:
+        return np.zeros(len(rows))
+    return (image_locality(plugin, task, arrays)[rows] * w).astype(float)
+
+
+def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
+                     nodes: list[Any]) -> np.ndarray | None:
+    """The twin of NodeOrderPlugin.batch_node_order: the weighted sum of its scorers, per node."""
+    from busched.plugins import k8s
+    from busched.plugins.nodeorder import BATCH_SCORERS, pod_requests
+
+    k = len(rows)
+    out = np.zeros(k)
+    if not k:
+        return out
+    pv = view_arrays(plugin.view, arrays)
+    if pv is None:
+        return None
+    for key, scorer in BATCH_SCORERS.items():
+        w = plugin.weights[key]
+        if not w:
+            continue
+        vec: np.ndarray | None
+        if key == "leastrequested.weight":
+            vec = least_allocated(pv, task, rows)
+        elif key == "mostrequested.weight":
+            vec = most_allocated(pv, task, rows)
+        elif key == "balancedresource.weight":
+            cpu, mem, scalars = pod_requests(task)
+            vec = None if (not cpu and not mem and not scalars.get(GPU)) else balanced_allocation(pv, task, arrays, rows)
+        elif key == "tainttoleration.weight":
+            vec = _normalize_reverse(taint_raw(plugin, task, arrays)[rows])
+        elif key == "nodeaffinity.weight" and k8s.preferred_node_affinity(task.affinity) is None:
+            vec = None
+        elif key == "podtopologyspread.weight" and not k8s.spread_constraints(
+                task.topology_spread_constraints, task.labels, "ScheduleAnyway"):
+            vec = None
+        else:
+            got = scorer(plugin.view, task, nodes)
+            if got is None:
+                continue
+            vec = np.array([got.get(n.name, 0) for n in nodes], dtype=np.int64)
+        if vec is None:
+            continue
+        out = out + (vec * w).astype(float)
+    return out

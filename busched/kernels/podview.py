@@ -1,0 +1,97 @@
+"""The predicates plugin's pod view (`SessionPods`) as per-node integer arrays.
+
+`SessionPods.requested(node)` sums the requests of the pods on one node by a
+loop over them; `len(view.on(node))` counts them.  `PodViewArrays` keeps the
+same sums for every node at once (int64, exact), built on first use and kept
+current as the view tells it of each pod added or removed.  Rows follow the
+session's `NodeArrays`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from busched.kernels.fit import NodeArrays
+
+__all__ = ["PodViewArrays", "pod_view_arrays"]
+
+
+class PodViewArrays:
+    def __init__(self, view: Any, arrays: NodeArrays, pod_requests: Any, non_zero_requests: Any) -> None:
+        self.view = view
+        self.arrays = arrays
+        self.pod_requests = pod_requests
+        self.non_zero_requests = non_zero_requests
+        n = len(arrays.nodes)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.cpu = np.zeros(n, dtype=np.int64)
+        self.mem = np.zeros(n, dtype=np.int64)
+        self.nz_cpu = np.zeros(n, dtype=np.int64)
+        self.nz_mem = np.zeros(n, dtype=np.int64)
+        self.scalars: dict[str, np.ndarray] = {}
+        self._contrib: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
+        self.max_tasks = np.fromiter((nd.allocatable.max_task_num for nd in arrays.nodes), dtype=np.int64, count=n)
+        self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)
+        self.alloc_mem = np.fromiter((int(nd.allocatable.memory) for nd in arrays.nodes), dtype=np.int64, count=n)
+        row = arrays.row
+        for name, pods in view.pods.items():
+            i = row.get(name)
+            if i is None:
+                continue
+            for task in pods.values():
+                self._add(i, task)
+        view.listeners.append(self)
+
+    def _add(self, i: int, task: Any) -> None:
+        c, m, sc = self.pod_requests(task)
+        nc, nm = self.non_zero_requests(task)
+        self._contrib[task.uid] = (c, m, nc, nm, sc)
+        self.count[i] += 1
+        self.cpu[i] += c
+        self.mem[i] += m
+        self.nz_cpu[i] += nc
+        self.nz_mem[i] += nm
+        for k, v in sc.items():
+            col = self.scalars.get(k)
+            if col is None:
+                col = self.scalars[k] = np.zeros(len(self.count), dtype=np.int64)
+            col[i] += v
+
+    # -- listener (SessionPods calls these) ----------------------------------------------------
+    def pod_added(self, node: str, task: Any) -> None:
+        i = self.arrays.row.get(node)
+        if i is not None:
+            self._add(i, task)
+
+    def pod_removed(self, node: str, task: Any) -> None:
+        i = self.arrays.row.get(node)
+        got = self._contrib.pop(task.uid, None)
+        if i is None or got is None:
+            return
+        c, m, nc, nm, sc = got
+        self.count[i] -= 1
+        self.cpu[i] -= c
+        self.mem[i] -= m
+        self.nz_cpu[i] -= nc
+        self.nz_mem[i] -= nm
+        for k, v in sc.items():
+            self.scalars[k][i] -= v
+
+    def scalar(self, name: str) -> np.ndarray:
+        col = self.scalars.get(name)
+        return col if col is not None else np.zeros(len(self.count), dtype=np.int64)
+
+
+def pod_view_arrays(view: Any, arrays: NodeArrays, pod_requests: Any, non_zero_requests: Any) -> PodViewArrays | None:
+    """The arrays for ``view``, built on first use; None when the view's nodes are not the arrays' nodes."""
+    key = ("podview", id(view))
+    pv = arrays.cache.get(key)
+    if pv is not None:
+        return pv if pv is not False and pv.view is view else None
+    if len(view.node_list) != len(arrays.nodes) or any(a is not b for a, b in zip(view.node_list, arrays.nodes)):
+        arrays.cache[key] = False
+        return None
+    pv = arrays.cache[key] = PodViewArrays(view, arrays, pod_requests, non_zero_requests)
+    return pv

@@ -1,0 +1,56 @@
+"""The predicates plugin's node filter for many nodes at once.
+
+Replaces `PredicatesPlugin.predicate` called node by node, for the tasks it
+can answer: the pod-count check reads `PodViewArrays`; NodeUnschedulable,
+NodeAffinity and TaintToleration (the filters whose verdict depends only on
+the task's spec and the node) run once per node per task *shape* (node
+selector, required node affinity, tolerations) and are kept for the session.
+A task with host ports, inter-pod (anti-)affinity or hard topology spread in
+play, or with the plugin's template cache on, gets None: the per-node
+predicate runs for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from busched.api.task import TaskInfo
+from busched.kernels.fit import NodeArrays
+from busched.kernels.nodeorder import view_arrays
+
+__all__ = ["predicate_mask", "stable_mask"]
+
+TEMPLATE_UID_KEY = "volcano.sh/template-uid"
+
+
+def stable_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
+    """Where the cache-stable filters (``PredicatesPlugin._stable``) leave no status, over every node."""
+    aff = (task.affinity or {}).get("nodeAffinity") or {}
+    key = ("stable", repr((sorted(task.node_selector.items()),
+                           aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
+    m = arrays.cache.get(key)
+    if m is None:
+        m = np.fromiter((not plugin._stable(task, n)[1] for n in arrays.nodes), dtype=bool, count=len(arrays.nodes))
+        arrays.cache[key] = m
+    return m
+
+
+def predicate_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray | None:
+    if plugin.view is None:
+        return None
+    if plugin.cache_enable and task.annotations.get(TEMPLATE_UID_KEY):
+        return None
+    if plugin.node_ports and task.host_ports:
+        return None
+    view = plugin.view
+    if task.affinity or task.topology_spread_constraints or view.anti_affinity_nodes:
+        # only then can the inter-pod affinity or topology spread pre-filter state be non-empty
+        aff, spread = plugin._filter_states(task)
+        if aff is not None or spread is not None:
+            return None
+    pv = view_arrays(plugin.view, arrays)
+    if pv is None:
+        return None
+    return (pv.max_tasks[rows] > pv.count[rows]) & stable_mask(plugin, task, arrays)[rows]

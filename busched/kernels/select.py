@@ -1,0 +1,246 @@
+"""Node selection over all candidate nodes at once: feasibility scan, scores, best node.
+
+These replace per-node loops in `busched.framework.nodeselect` and
+`busched.actions.allocate` with a few numpy passes, and give the same answers:
+
+* `scan` replaces the node-by-node walk of `PredicateHelper.predicate_nodes`
+  (error cache, hard shard, resource fit on future idle, then the session's
+  predicates, in rotated scan order until enough feasible nodes are found).
+  It answers only when every predicate plugin has a batch twin
+  (`busched.kernels.batch`); the per-node walk still records each failing
+  node's exact `FitError`.
+* `scores` replaces the per-node sum in `prioritize_nodes` (map, floor,
+  reduce, plain node-order and batch node-order scores, added in the same
+  order so the floats are identical).
+* `pick` replaces building the ``{score: [nodes]}`` map and `select_best_node`
+  when no plugin offers a best-node callback: the highest score, ties broken
+  by the session's seeded random source over the tied nodes in node order.
+* `gradients` replaces the idle / future-idle bucketing loop of allocate's
+  ``best_node``.
+
+Set ``busched.kernels.USE_KERNELS = False`` (or ``BUSCHED_KERNELS=0``) to run
+the reference loops instead.
+"""
+
+from __future__ import annotations
+
+import math
+from operator import itemgetter
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from busched.api.node import NodeInfo
+from busched.api.resource import Resource
+from busched.api.task import TaskInfo
+from busched.kernels.batch import batch_of
+from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask
+
+__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "predicate_mask", "scores", "pick", "gradients"]
+
+
+class NodeRows(list):
+    """A list of nodes that also knows their rows in the session's `NodeArrays`."""
+
+    rows: np.ndarray
+
+    @classmethod
+    def take(cls, nodes: Sequence[NodeInfo], positions: list[int], rows: np.ndarray) -> NodeRows:
+        """``nodes[p]`` for each position, carrying ``rows[p]``."""
+        if len(positions) > 1:
+            out = cls(itemgetter(*positions)(nodes))
+        else:
+            out = cls([nodes[p] for p in positions])
+        out.rows = rows[positions] if positions else rows[:0]
+        return out
+
+
+class Scan(NamedTuple):
+    found: list[int]  # positions (into the scanned list) of the feasible nodes, in scan order
+    processed: int  # how many nodes the scan looked at, from its start
+    failed: list[int]  # positions of the nodes looked at that are not feasible, in scan order
+    rows: np.ndarray  # array rows of the scanned list
+
+
+def _is_method(fn: Any, obj: Any, name: str) -> bool:
+    return getattr(fn, "__self__", None) is obj and getattr(fn, "__name__", "") == name
+
+
+def predicate_mask(ssn: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
+                   fn: Callable[[TaskInfo, NodeInfo], None]) -> np.ndarray | None:
+    """Where ``fn`` (the session's ``predicate_for_allocate``) raises nothing, from the plugins' batch twins.
+
+    None when ``fn`` is something else or a predicate plugin has no twin (or declines this task).
+    """
+    if not _is_method(fn, ssn, "predicate_for_allocate"):
+        return None
+    mask: np.ndarray | None = None
+    for row in ssn._tiers("predicate"):
+        for _, cb in row:
+            batch = batch_of(cb)
+            if batch is None:
+                return None
+            m = batch(task, arrays, rows)
+            if m is None:
+                return None
+            mask = m if mask is None else (mask & m)
+    if mask is None:
+        return np.ones(len(rows), dtype=bool)
+    return mask
+
+
+def feasible_scan(ok: np.ndarray, start: int, to_find: int) -> tuple[list[int], int, list[int]]:
+    """Walk positions ``start, start+1, ...`` (wrapping) until ``to_find`` pass ``ok``.
+
+    Returns the passing positions, how many positions were walked and the failing ones among
+    them, as the per-node loop of `PredicateHelper.predicate_nodes` would see them.
+    """
+    total = len(ok)
+    if start:
+        order = np.concatenate((np.arange(start, total), np.arange(0, start)))
+        ok_ord = ok[order]
+    else:
+        order = None
+        ok_ord = ok
+    idx = np.flatnonzero(ok_ord)
+    if len(idx) >= to_find:
+        processed = int(idx[to_find - 1]) + 1
+        idx = idx[:to_find]
+    else:
+        processed = total
+    bad = np.flatnonzero(~ok_ord[:processed])
+    if order is not None:
+        return order[idx].tolist(), processed, order[bad].tolist()
+    return idx.tolist(), processed, bad.tolist()
+
+
+def _shard_mask(arrays: NodeArrays, in_shard: Collection[str]) -> np.ndarray:
+    key = ("shard", id(in_shard))
+    m = arrays.cache.get(key)
+    if m is None:
+        m = np.fromiter((n.name in in_shard for n in arrays.nodes), dtype=bool, count=len(arrays.nodes))
+        arrays.cache[key] = m
+    return m
+
+
+def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
+         resource_fit: Resource | None, *, start: int, to_find: int, skip: Mapping[str, Any] | None,
+         in_shard: Collection[str] | None) -> Scan | None:
+    """The feasibility walk of `PredicateHelper.predicate_nodes` as masks; None when it cannot vectorise."""
+    arrays: NodeArrays = ssn.arrays
+    rows = arrays.rows_of(nodes)
+    if rows is None:
+        return None
+    ok = predicate_mask(ssn, task, arrays, rows, fn)
+    if ok is None:
+        return None
+    if resource_fit is not None:
+        ok = ok & fit_mask(arrays, resource_fit, FUTURE_IDLE, rows)
+    if in_shard is not None:
+        ok = ok & _shard_mask(arrays, in_shard)[rows]
+    if skip:
+        ok = ok.copy() if ok.base is not None else ok
+        if rows is arrays.all_rows:
+            where = arrays.row
+        else:
+            where = {n.name: i for i, n in enumerate(nodes)}
+        for name in skip:
+            i = where.get(name)
+            if i is not None:
+                ok[i] = False
+    found, processed, failed = feasible_scan(ok, start, to_find)
+    return Scan(found, processed, failed, rows)
+
+
+def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | None:
+    """Each node's total score, as `prioritize_nodes` sums it; None when a plugin has no batch twin."""
+    arrays: NodeArrays = ssn.arrays
+    rows = arrays.rows_of(nodes)
+    if rows is None:
+        return None
+    k = len(rows)
+    order_fns = ssn._fns["node_order"]
+    map_fns = ssn._fns["node_map"]
+    order = np.zeros(k)
+    maps: dict[str, np.ndarray] = {}
+    for tier in ssn.tiers:
+        for p in tier.plugins:
+            if not p.enabled("node_order"):
+                continue
+            if p.name in order_fns:
+                batch = batch_of(order_fns[p.name])
+                if batch is None:
+                    return None
+                order = order + batch(task, arrays, rows)
+            if p.name in map_fns:
+                batch = batch_of(map_fns[p.name])
+                if batch is None:
+                    return None
+                maps[p.name] = np.floor(batch(task, arrays, rows))
+    reduced = np.zeros(k)
+    for row in ssn._tiers("node_reduce"):
+        for name, fn in row:
+            m = maps.get(name)
+            if m is None:
+                fn(task, [])
+                continue
+            batch = batch_of(fn)
+            if batch is not None:
+                reduced = reduced + batch(task, m)
+                continue
+            # no twin: the per-node reduce over the list form, read back by node name
+            lst = [[n.name, int(s)] for n, s in zip(nodes, m.tolist())]
+            fn(task, lst)
+            got: dict[str, float] = {}
+            for name_, s in lst:
+                got[name_] = got.get(name_, 0.0) + s
+            reduced = reduced + np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
+    total = reduced + order
+    batch_total: np.ndarray | None = None
+    for row in ssn._tiers("batch_node_order"):
+        for _, fn in row:
+            twin = batch_of(fn)
+            vec = twin(task, arrays, rows, nodes) if twin is not None else None
+            if vec is None:
+                got = fn(task, list(nodes))
+                vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
+            batch_total = vec if batch_total is None else batch_total + vec
+    if batch_total is not None:
+        total = total + batch_total
+    return total
+
+
+def pick(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray) -> NodeInfo | None:
+    """The highest-scoring node; ties broken by ``ssn.rng`` over the tied nodes in node order."""
+    if not len(node_scores):
+        return None
+    best = node_scores.max()
+    if math.isnan(best):
+        return None
+    tied = np.flatnonzero(node_scores == best)
+    if len(tied) == 1:
+        return nodes[int(tied[0])]
+    return nodes[int(tied[ssn.rng.randrange(len(tied))])]
+
+
+def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: bool) -> list[NodeRows] | None:
+    """Allocate's four buckets: fits idle (in shard, elsewhere), fits only future idle (same split)."""
+    arrays: NodeArrays = ssn.arrays
+    rows = arrays.rows_of(nodes)
+    if rows is None:
+        return None
+    req = task.init_resreq
+    idle = fit_mask(arrays, req, IDLE, rows)
+    if idle.all() and not other_shard:
+        # the usual case: every node fits on idle, the first gradient is the list itself
+        whole = nodes if getattr(nodes, "rows", None) is rows else NodeRows.take(nodes, list(range(len(nodes))), rows)
+        return [whole, NodeRows(), NodeRows(), NodeRows()]
+    future = fit_mask(arrays, req, FUTURE_IDLE, rows) & ~idle
+    if other_shard:
+        out_of = ~_shard_mask(arrays, ssn.nodes_in_shard)[rows]
+        masks = (idle & ~out_of, idle & out_of, future & ~out_of, future & out_of)
+    else:
+        empty = np.zeros(len(rows), dtype=bool)
+        masks = (idle, empty, future, empty)
+    return [NodeRows.take(nodes, np.flatnonzero(m).tolist(), rows) for m in masks]
