@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from busched.api.objects import ClusterSpec
-from busched.api.resource import Resource
+from busched.api.resource import Resource, exceeded_part, res_max
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.framework.cycle import open_session
@@ -524,13 +524,13 @@ def test_reclaim_refused_when_hierarchy_is_broken() -> None:
 def test_exceeded_part_keeps_only_exceeding_scalars() -> None:
     left = Resource(4000, 4 * GI, {"a": 2000.0, "b": 1000.0})
     right = Resource(5000, GI, {"a": 2000.0, "c": 1.0})
-    out = ct.exceeded_part(left, right)
+    out = exceeded_part(left, right)
     assert out.cpu == 0 and out.memory == 3 * GI
     assert out.scalars == {"b": 1000.0}
 
 
 def test_res_max_drops_negative_scalars() -> None:
-    out = ct.res_max(Resource(1000, 0, {"a": -1.0, "b": 3.0}), Resource(0, GI, {"b": 5.0}))
+    out = res_max(Resource(1000, 0, {"a": -1.0, "b": 3.0}), Resource(0, GI, {"b": 5.0}))
     assert (out.cpu, out.memory) == (1000, GI)
     assert out.scalars == {"b": 5.0}
 

@@ -13,7 +13,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.framework.cycle import open_session
 from busched.framework.session import Session
-from busched.plugins.overcommit import QUEUE_ALLOCATION_GATE, deduct_sch_gated, inqueue_resource
+from busched.api.job import QUEUE_ALLOCATION_GATE
 
 GI = 1024**3
 
@@ -106,7 +106,7 @@ def test_inqueue_resource_helper():
     ssn = session(base([{"name": "j", "minResources": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "2",
                                                        "pods": "3"}}]))
     job = ssn.jobs["ns/j"]
-    got = inqueue_resource(job, Resource(500, 4 * GI, {"pods": 1.0}))
+    got = job.inqueue_resource(Resource(500, 4 * GI, {"pods": 1.0}))
     assert got.cpu == 1500 and got.memory == 0
     assert got.scalars == {"nvidia.com/gpu": 2000.0, "pods": 2.0}
 
@@ -117,5 +117,5 @@ def test_scheduling_gated_tasks_are_deducted_except_queue_allocation_gate():
               "schedulingGates": [QUEUE_ALLOCATION_GATE]}]
     ssn = session(base([{"name": "j", "minResources": {"cpu": "3"}}], tasks))
     job = ssn.jobs["ns/j"]
-    assert deduct_sch_gated(job, job.get_min_resources()).cpu == pytest.approx(2000)
-    assert deduct_sch_gated(job, Resource(500)).cpu == 0.0
+    assert job.deduct_sch_gated(job.get_min_resources()).cpu == pytest.approx(2000)
+    assert job.deduct_sch_gated(Resource(500)).cpu == 0.0

@@ -13,7 +13,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.framework.cycle import open_session
 from busched.framework.session import Session
-from busched.plugins.proportion import exceeded_part, go_max
+from busched.api.resource import exceeded_part, res_max as go_max
 
 GI = 1024**3
 

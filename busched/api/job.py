@@ -7,10 +7,13 @@ from typing import Any
 
 from busched.api import subjob
 from busched.api.fit import FitErrors
-from busched.api.resource import Resource, exceeded_part
+from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
 
 __all__ = ["JobInfo", "PodGroupPhase"]
+
+
+QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
 
 
 class PodGroupPhase:
@@ -79,6 +82,47 @@ class JobInfo:
 
     def get_elastic_resources(self) -> Resource:
         return exceeded_part(self.allocated, self.get_min_resources())
+
+    def sch_gated_resources(self) -> Resource:
+        """What the job's scheduling-gated tasks request (Volcano's own queue-allocation gate aside)."""
+        res = Resource()
+        for t in self.tasks.values():
+            gates = t.scheduling_gates
+            if gates and not (len(gates) == 1 and gates[0] == QUEUE_ALLOCATION_GATE):
+                res.add(t.resreq)
+        return res
+
+    def deduct_sch_gated(self, res: Resource) -> Resource:
+        """``res`` less what the gated tasks request, floored at zero per dimension."""
+        gated = self.sch_gated_resources()
+        if gated.is_empty():
+            return res
+        out = res.clone()
+        out.cpu = max(out.cpu - gated.cpu, 0.0)
+        out.memory = max(out.memory - gated.memory, 0.0)
+        for name, v in res.scalars.items():
+            if name in gated.scalars:
+                out.scalars[name] = max(v - gated.scalars[name], 0.0)
+        return out
+
+    def inqueue_resource(self, allocated: Resource) -> Resource:
+        """What minResources still reserves beyond ``allocated`` (Volcano's GetInqueueResource)."""
+        mr = self.get_min_resources()
+        out = Resource()
+        if mr.cpu - allocated.cpu > 0:
+            out.cpu = mr.cpu - allocated.cpu
+        if mr.memory - allocated.memory > 0:
+            out.memory = mr.memory - allocated.memory
+        for name, q in mr.scalars.items():
+            if name == PODS:
+                left = q - allocated.scalars.get(PODS, 0.0)
+                if left > 0:
+                    out.scalars[PODS] = left
+            elif name not in allocated.scalars:
+                out.scalars[name] = q
+            elif q - allocated.scalars[name] > 0:
+                out.scalars[name] = q - allocated.scalars[name]
+        return out
 
     # -- task index --------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:

@@ -347,14 +347,51 @@ class Resource:
     __hash__ = None  # type: ignore[assignment]
 
 
+GO_INFINITY = -1.0  # Volcano marks an unlimited scalar with -1 in Diff
+
+
+def diff(left: Resource, right: Resource) -> tuple[Resource, Resource]:
+    """Volcano's ``Resource.Diff`` (ZERO default): (increased, decreased) going from right to left.
+
+    Scalar keys matter (callers compare results exactly): a scalar appears on the side it moved to.
+    """
+    inc, dec = Resource(), Resource()
+    if left.cpu > right.cpu:
+        inc.cpu = left.cpu - right.cpu
+    else:
+        dec.cpu = right.cpu - left.cpu
+    if left.memory > right.memory:
+        inc.memory = left.memory - right.memory
+    else:
+        dec.memory = right.memory - left.memory
+    for name in {**left.scalars, **right.scalars}:
+        lq, rq = left.scalars.get(name, 0.0), right.scalars.get(name, 0.0)
+        if lq == GO_INFINITY:
+            inc.scalars[name] = lq
+        elif rq == GO_INFINITY:
+            dec.scalars[name] = rq
+        elif lq > rq:
+            inc.scalars[name] = lq - rq
+        else:
+            dec.scalars[name] = rq - lq
+    return inc, dec
+
+
 def exceeded_part(left: Resource, right: Resource) -> Resource:
-    """The part of ``left`` above ``right``, dimension by dimension (ExceededPart)."""
-    diff = Resource()
-    diff.cpu = max(left.cpu - right.cpu, 0.0)
-    diff.memory = max(left.memory - right.memory, 0.0)
-    for n, v in left.scalars.items():
-        diff.scalars[n] = max(v - right.scalars.get(n, 0.0), 0.0)
-    return diff
+    """The part of ``left`` above ``right`` (ExceededPart); only scalars that exceed are present."""
+    return diff(left, right)[0]
+
+
+def res_max(l: Resource, r: Resource) -> Resource:
+    """Volcano's ``helpers.Max``: dimension-wise maximum; negative scalars are dropped."""
+    out = Resource(max(l.cpu, r.cpu), max(l.memory, r.memory))
+    for name, q in l.scalars.items():
+        if q >= 0:
+            out.scalars[name] = q
+    for name, q in r.scalars.items():
+        if q >= 0:
+            out.scalars[name] = max(q, out.scalars.get(name, 0.0))
+    return out
 
 
 def total(rs: Iterable[Resource]) -> Resource:

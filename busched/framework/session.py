@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from busched.api.fit import Code, FitError, Status

@@ -188,7 +188,7 @@ class CapacityPlugin:
         attr = self.attrs.get(job.queue)
         if attr is None or job.min_resources is None:
             return
-        reserved = ct.deduct_sch_gated(job, job.get_min_resources())
+        reserved = job.deduct_sch_gated(job.get_min_resources())
         for a in self._chain(attr):
             a.inqueue.add(reserved)
 

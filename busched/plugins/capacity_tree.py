@@ -30,18 +30,17 @@ from dataclasses import dataclass, field
 
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
-from busched.api.resource import CPU, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource
+from busched.api.resource import CPU, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
 from busched.api.task import TaskStatus, allocated_status
 
 __all__ = ["ROOT_QUEUE", "QueueAttr", "HierarchyError", "build_flat", "build_hierarchy", "update_share",
            "compare_share", "queue_level", "ancestor_at_depth", "ancestors_by_level", "exceeded_part", "res_max",
            "greater_partly_with_relevant_dimensions", "less_equal_partly_with_dimension_zero_filtered",
-           "intersection", "inqueue_resource", "deduct_sch_gated", "elastic_resource", "MAX_FLOAT", "MAX_INT64"]
+           "intersection", "MAX_FLOAT", "MAX_INT64"]
 
 ROOT_QUEUE = "root"
 MAX_FLOAT = sys.float_info.max  # Go's math.MaxFloat64: "unlimited" cpu / memory
 MAX_INT64 = float(2**63 - 1)  # Go's math.MaxInt64: "unlimited" scalar
-QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
 
 
 class HierarchyError(ValueError):
@@ -90,55 +89,9 @@ def _add_job(attr: QueueAttr, job: JobInfo) -> None:
         # An admitted job reserves what its minimum still lacks (allocated tasks already count).
         if job.phase == PodGroupPhase.Inqueue or (
                 job.phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
-            attr.inqueue.add(deduct_sch_gated(job, inqueue_resource(job, job.allocated)))
-    attr.elastic.add(elastic_resource(job))
+            attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
+    attr.elastic.add(job.get_elastic_resources())
 
-
-def inqueue_resource(job: JobInfo, allocated: Resource) -> Resource:
-    """The part of a job's minResources not covered by ``allocated`` (util.GetInqueueResource)."""
-    mn = job.get_min_resources()
-    out = Resource()
-    if mn.cpu - allocated.cpu > 0:
-        out.cpu = mn.cpu - allocated.cpu
-    if mn.memory - allocated.memory > 0:
-        out.memory = mn.memory - allocated.memory
-    for name, v in mn.scalars.items():
-        if name == PODS:
-            if v - allocated.scalars.get(PODS, 0.0) > 0:
-                out.scalars[PODS] = v - allocated.scalars.get(PODS, 0.0)
-        elif name not in allocated.scalars:
-            out.scalars[name] = v
-        elif v - allocated.scalars[name] > 0:
-            out.scalars[name] = v - allocated.scalars[name]
-    return out
-
-
-def _sch_gated_resources(job: JobInfo) -> Resource:
-    res = Resource()
-    for t in job.tasks.values():
-        gates = t.scheduling_gates
-        if not gates or (len(gates) == 1 and gates[0] == QUEUE_ALLOCATION_GATE):
-            continue
-        res.add(t.resreq)
-    return res
-
-
-def deduct_sch_gated(job: JobInfo, res: Resource) -> Resource:
-    """``res`` minus what the job's scheduling-gated tasks request, floored at zero."""
-    gated = _sch_gated_resources(job)
-    if gated.is_empty():
-        return res
-    out = res.clone()
-    out.cpu = max(out.cpu - gated.cpu, 0.0)
-    out.memory = max(out.memory - gated.memory, 0.0)
-    for name, v in res.scalars.items():
-        if name in gated.scalars:
-            out.scalars[name] = max(v - gated.scalars[name], 0.0)
-    return out
-
-
-def elastic_resource(job: JobInfo) -> Resource:
-    return exceeded_part(job.allocated, job.get_min_resources())
 
 
 # -- flat ------------------------------------------------------------------------------------------
@@ -351,41 +304,6 @@ def ancestors_by_level(attr: QueueAttr | None, max_level: int) -> dict[int, str]
 
 
 # -- Volcano's resource arithmetic where key presence matters ------------------------------------------------
-
-
-def exceeded_part(left: Resource, right: Resource) -> Resource:
-    """The part of ``left`` above ``right`` (Volcano's ExceededPart).
-
-    Only scalars where ``left`` strictly exceeds ``right`` are present in the result
-    (a scalar missing on either side counts as zero).
-    """
-    out = Resource()
-    if left.cpu > right.cpu:
-        out.cpu = left.cpu - right.cpu
-    if left.memory > right.memory:
-        out.memory = left.memory - right.memory
-    for name in {**left.scalars, **right.scalars}:
-        lv = left.scalars.get(name, 0.0)
-        rv = right.scalars.get(name, 0.0)
-        if lv == -1:
-            out.scalars[name] = lv
-        elif rv == -1:
-            continue
-        elif lv > rv:
-            out.scalars[name] = lv - rv
-    return out
-
-
-def res_max(l: Resource, r: Resource) -> Resource:
-    """Dimension-wise maximum; negative scalars are dropped (helpers.Max)."""
-    out = Resource(max(l.cpu, r.cpu), max(l.memory, r.memory))
-    for name, v in l.scalars.items():
-        if v >= 0:
-            out.scalars[name] = v
-    for name, v in r.scalars.items():
-        if v >= 0:
-            out.scalars[name] = max(v, out.scalars.get(name, 0.0))
-    return out
 
 
 def _dims(req: Resource) -> list[str]:

@@ -17,16 +17,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from busched.api.job import JobInfo, PodGroupPhase
-from busched.api.resource import PODS, Resource
+from busched.api.resource import Resource
 from busched.api.task import allocated_status
 from busched.framework.session import Session
 
-__all__ = ["OvercommitPlugin", "inqueue_resource", "deduct_sch_gated", "allocated_task_num", "arg_float",
-           "DEFAULT_OVERCOMMIT_FACTOR"]
+__all__ = ["OvercommitPlugin", "arg_float", "DEFAULT_OVERCOMMIT_FACTOR"]
 
 OVERCOMMIT_FACTOR_KEY = "overcommit-factor"
 DEFAULT_OVERCOMMIT_FACTOR = 1.2
-QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
 
 
 def arg_float(args: Mapping[str, Any], key: str, default: float) -> float:
@@ -41,55 +39,6 @@ def allocated_task_num(job: JobInfo) -> int:
     return sum(len(ts) for s, ts in job.status_index.items() if allocated_status(s))
 
 
-def _is_scalar_name(name: str) -> bool:
-    """Kubernetes' IsScalarResourceName: extended, prefixed native, hugepages and attachable volumes."""
-    return "/" in name or name.startswith(("hugepages-", "attachable-volumes-"))
-
-
-def inqueue_resource(job: JobInfo, allocated: Resource) -> Resource:
-    """What a job's minResources still reserves beyond what it already holds (GetInqueueResource)."""
-    mr = job.get_min_resources()
-    out = Resource()
-    if mr.cpu - allocated.cpu > 0:
-        out.cpu = mr.cpu - allocated.cpu
-    if mr.memory - allocated.memory > 0:
-        out.memory = mr.memory - allocated.memory
-    for name, q in mr.scalars.items():
-        if name == PODS:
-            left = q - allocated.scalars.get(PODS, 0.0)
-            if left > 0:
-                out.scalars[PODS] = left
-            continue
-        if not _is_scalar_name(name):
-            continue
-        if name not in allocated.scalars:
-            out.scalars[name] = q
-        elif q - allocated.scalars[name] > 0:
-            out.scalars[name] = q - allocated.scalars[name]
-    return out
-
-
-def _sch_gated_resources(job: JobInfo) -> Resource:
-    res = Resource()
-    for t in job.tasks.values():
-        gates = t.scheduling_gates
-        if gates and not (len(gates) == 1 and gates[0] == QUEUE_ALLOCATION_GATE):
-            res.add(t.resreq)
-    return res
-
-
-def deduct_sch_gated(job: JobInfo, res: Resource) -> Resource:
-    """``res`` less the requests of the job's scheduling-gated tasks, floored at zero per dimension."""
-    gated = _sch_gated_resources(job)
-    if gated.is_empty():
-        return res
-    out = res.clone()
-    out.cpu = max(out.cpu - gated.cpu, 0.0)
-    out.memory = max(out.memory - gated.memory, 0.0)
-    for name, v in res.scalars.items():
-        if name in gated.scalars:
-            out.scalars[name] = max(v - gated.scalars[name], 0.0)
-    return out
 
 
 def _inqueue_at_open(job: JobInfo) -> Resource | None:
@@ -97,9 +46,9 @@ def _inqueue_at_open(job: JobInfo) -> Resource | None:
     if job.min_resources is None:
         return None
     if job.phase == PodGroupPhase.Inqueue:
-        return deduct_sch_gated(job, job.get_min_resources())
-    if job.phase == PodGroupPhase.Running and allocated_task_num(job) >= job.min_available:
-        return deduct_sch_gated(job, inqueue_resource(job, job.allocated))
+        return job.deduct_sch_gated(job.get_min_resources())
+    if job.phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available:
+        return job.deduct_sch_gated(job.inqueue_resource(job.allocated))
     return None
 
 
@@ -139,7 +88,7 @@ class OvercommitPlugin:
     def enqueued(self, job: JobInfo) -> None:
         if job.min_resources is None:
             return
-        self.inqueue.add(deduct_sch_gated(job, job.get_min_resources()))
+        self.inqueue.add(job.deduct_sch_gated(job.get_min_resources()))
 
     def on_session_close(self, ssn: Session) -> None:
         self.idle = Resource()

@@ -30,58 +30,14 @@ from typing import Any
 
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo, QueueState
-from busched.api.resource import INFINITY, ZERO, Resource
+from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 from busched.framework.session import EventHandler, Session
 from busched.plugins.drf import share_of
-from busched.plugins.overcommit import allocated_task_num, deduct_sch_gated, inqueue_resource
 
-__all__ = ["ProportionPlugin", "QueueAttr", "water_fill", "exceeded_part", "go_max"]
+__all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
 
 MAX_FLOAT = sys.float_info.max
-_GO_INFINITY = -1.0  # Volcano marks an infinite dimension in Diff with -1
-
-
-# -- Volcano's resource helpers, keeping which scalar keys exist (the fixed point test compares them) --
-def _diff(left: Resource, right: Resource) -> tuple[Resource, Resource]:
-    """Resource.Diff with a Zero default: (increased, decreased) from right to left."""
-    inc, dec = Resource(), Resource()
-    if left.cpu > right.cpu:
-        inc.cpu = left.cpu - right.cpu
-    else:
-        dec.cpu = right.cpu - left.cpu
-    if left.memory > right.memory:
-        inc.memory = left.memory - right.memory
-    else:
-        dec.memory = right.memory - left.memory
-    for name in {**left.scalars, **right.scalars}:
-        lq, rq = left.scalars.get(name, 0.0), right.scalars.get(name, 0.0)
-        if lq == _GO_INFINITY:
-            inc.scalars[name] = lq
-        elif rq == _GO_INFINITY:
-            dec.scalars[name] = rq
-        elif lq > rq:
-            inc.scalars[name] = lq - rq
-        else:
-            dec.scalars[name] = rq - lq
-    return inc, dec
-
-
-def exceeded_part(left: Resource, right: Resource) -> Resource:
-    """The part of ``left`` above ``right``; only dimensions that exceed are present (ExceededPart)."""
-    return _diff(left, right)[0]
-
-
-def go_max(l: Resource, r: Resource) -> Resource:
-    """helpers.Max: per-dimension maximum; negative scalars are dropped."""
-    out = Resource(max(l.cpu, r.cpu), max(l.memory, r.memory))
-    for name, q in l.scalars.items():
-        if q >= 0:
-            out.scalars[name] = q
-    for name, q in r.scalars.items():
-        if q >= 0:
-            out.scalars[name] = max(q, out.scalars.get(name, 0.0))
-    return out
 
 
 def _same(a: Resource, b: Resource) -> bool:
@@ -155,11 +111,11 @@ def water_fill(attrs: list[QueueAttr], total: Resource) -> None:
             a.deserved.add(remaining.clone().multi(float(a.weight) / float(total_weight)))
             a.deserved.min_dimension(a.real_capability, INFINITY)
             a.deserved.min_dimension(a.request, ZERO)
-            a.deserved = go_max(a.deserved, a.guarantee)
+            a.deserved = res_max(a.deserved, a.guarantee)
             a.update_share()
             if a.request.less_equal(a.deserved, ZERO) or _same(a.deserved, old):
                 meet.add(a.uid)
-            inc, dec = _diff(a.deserved, old)
+            inc, dec = diff(a.deserved, old)
             increased.add(inc)
             decreased.add(dec)
         remaining = exceeded_part(remaining.clone().add(decreased), increased)
@@ -202,9 +158,9 @@ class ProportionPlugin:
                         attr.request.add(t.resreq)
             if job.min_resources is not None and (
                     job.phase == PodGroupPhase.Inqueue
-                    or (job.phase == PodGroupPhase.Running and allocated_task_num(job) >= job.min_available)):
+                    or (job.phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available)):
                 # an Inqueue job's allocated tasks are already in allocated: reserve only the rest
-                attr.inqueue.add(deduct_sch_gated(job, inqueue_resource(job, job.allocated)))
+                attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
             attr.elastic.add(exceeded_part(job.allocated, job.get_min_resources()))
         water_fill(list(self.queue_opts.values()), self.total)
 
@@ -292,7 +248,7 @@ class ProportionPlugin:
         attr = self.queue_opts.get(job.queue)
         if attr is None:
             return
-        attr.inqueue.add(deduct_sch_gated(job, job.get_min_resources()))
+        attr.inqueue.add(job.deduct_sch_gated(job.get_min_resources()))
 
     def _on_event(self, ssn: Session, task: TaskInfo, sign: int) -> None:
         job = ssn.jobs.get(task.job)
