@@ -73,7 +73,7 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         cluster = msgspec.convert(doc.get("cluster") or {}, ClusterSpec)
     except msgspec.ValidationError as e:
-        raise ScenarioError(f"{p}: cluster: {e}") from None
+        raise ScenarioError(f"{p}: {str(e).replace('$.', 'cluster.')}") from None
     sh = doc.get("shard") or {}
     if not isinstance(sh, dict) or sh.get("mode", "") not in ("", "hard", "soft", "none"):
         raise ScenarioError(f"{p}: shard.mode: expected hard or soft")
