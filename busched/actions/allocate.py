@@ -32,6 +32,7 @@ from busched.framework.nodeselect import PredicateHelper, choose_node, gradients
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
+from busched.kernels import unfit
 
 ERROR_CACHE_KEY = "predicateErrorCacheEnable"
 
@@ -52,6 +53,11 @@ class AllocateAction:
         self.error_cache = arg_bool(args, ERROR_CACHE_KEY, True)
         topology = allocate_topology.TopologyAllocator(self)  # hard topology / sub-group jobs
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
+        job_key = ssn.job_order_key()  # jobs change only in their own turn: heaps may compare keys
+        # jobs that could not fit last cycle and cannot now (busched.kernels.unfit): their turn is
+        # known in advance, the fit errors it would give are put back instead
+        memo = unfit.memo_of(ssn)
+        self.pipelined_any = False
         jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
         tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
         for job in ssn.jobs.values():
@@ -74,7 +80,7 @@ class AllocateAction:
             if tasks.empty():
                 continue
             if job.queue not in jobs_by_queue:
-                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn)
+                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
                 queues.push(ssn.queues[job.queue])
             jobs_by_queue[job.queue].push(job)
             tasks_by_job[job.uid] = tasks
@@ -88,11 +94,23 @@ class AllocateAction:
                 continue
             job = jobs.pop()
             if allocate_topology.routes(job):
+                self.pipelined_any = True  # not followed there: no job is remembered as unfit after this
                 topology.allocate_job(job, jobs)
+                queues.push(queue)
+                continue
+            known = memo.still_unfit(job.uid) if memo is not None else None
+            if known is not None:
+                job.nodes_fit_errors.update(known.fit_errors)
+                memo.skipped += 1
                 queues.push(queue)
                 continue
             tasks = tasks_by_job[job.uid]
             stmt = self.allocate_tasks(job, queue, tasks, ssn.node_list)
+            if memo is not None:
+                if stmt is None and self.turn_unfit:
+                    memo.remember(job.uid, job.nodes_fit_errors)
+                else:
+                    memo.forget(job.uid)
             if stmt is not None and ssn.job_ready(job):
                 stmt.commit()
                 if len(tasks):
@@ -107,8 +125,11 @@ class AllocateAction:
         # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate.
         self.helper = PredicateHelper(ssn, self.error_cache)
         node_names = ssn.nodes if nodes is ssn.node_list else {n.name for n in nodes}
+        self.turn_unfit = False  # the turn ended at its first task, which fits nowhere (kernels.unfit)
+        attempted = 0
         while not tasks.empty():
             task = tasks.pop()
+            attempted += 1
             if not ssn.allocatable(queue, task):
                 continue
             if job.task_has_fit_errors(task):
@@ -141,6 +162,8 @@ class AllocateAction:
                 job.nodes_fit_errors[task.uid] = fit_errors
                 if job.need_continue_allocating():
                     continue
+                self.turn_unfit = (attempted == 1 and nodes is ssn.node_list and not self.pipelined_any
+                                   and unfit.repeatable(task))
                 break
             best = self.best_node(task, candidates)
             if best is None:
@@ -172,4 +195,5 @@ class AllocateAction:
         if task.init_resreq.less_equal(node.idle):
             stmt.allocate(task, node.name)
         elif task.init_resreq.less_equal(node.future_idle()):
+            self.pipelined_any = True
             stmt.pipeline(task, node.name)

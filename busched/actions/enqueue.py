@@ -22,6 +22,7 @@ class EnqueueAction:
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         seen: set[str] = set()
         pending: dict[str, PriorityQueue[JobInfo]] = {}
+        job_key = ssn.job_order_key()  # pending jobs do not change while they wait: compare keys
         for job in ssn.jobs.values():
             queue = ssn.queues.get(job.queue)
             if queue is None:
@@ -30,7 +31,9 @@ class EnqueueAction:
                 seen.add(queue.uid)
                 queues.push(queue)
             if job.is_pending():
-                pending.setdefault(job.queue, PriorityQueue(ssn.job_order_fn)).push(job)
+                if job.queue not in pending:
+                    pending[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
+                pending[job.queue].push(job)
         while not queues.empty():
             queue = queues.pop()
             jobs = pending.get(queue.uid)

@@ -223,24 +223,32 @@ class JobInfo:
         return self._roles({TaskStatus.Succeeded}, True)
 
     def check_task_valid(self) -> bool:
+        if not self.task_min_available:
+            return True  # no per-role minimum: nothing to count (the counts below would say so)
         if self.min_available < self.task_min_available_total:
             return True
         actual = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending}, False)
         return all(m == 0 or actual.get(role, 0) >= m for role, m in self.task_min_available.items())
 
     def check_task_ready(self) -> bool:
+        if not self.task_min_available:
+            return True  # no per-role minimum: nothing to count (the counts below would say so)
         if self.min_available < self.task_min_available_total:
             return True
         occ = self.allocated_roles()
         return all(occ.get(role, 0) >= m for role, m in self.task_min_available.items())
 
     def check_task_pipelined(self) -> bool:
+        if not self.task_min_available:
+            return True  # no per-role minimum: nothing to count (the counts below would say so)
         if self.min_available < self.task_min_available_total:
             return True
         occ = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined}, True)
         return all(occ.get(role, 0) >= m for role, m in self.task_min_available.items())
 
     def check_task_starving(self) -> bool:
+        if not self.task_min_available:
+            return False  # no per-role minimum: nothing to count (the counts below would say so)
         if self.min_available < self.task_min_available_total:
             return True
         occ = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined}, False)

@@ -9,6 +9,7 @@ round up the way Kubernetes' ``Value()`` and ``MilliValue()`` do.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -66,9 +67,24 @@ def parse_quantity(raw: str | int | float) -> Fraction:
 
 def value(raw: str | int | float) -> int:
     """Kubernetes ``Quantity.Value()``: the value rounded up to an integer."""
+    if isinstance(raw, str):
+        return _value_of_text(raw)
     return math.ceil(parse_quantity(raw))
 
 
 def milli_value(raw: str | int | float) -> int:
     """Kubernetes ``Quantity.MilliValue()``: thousandths, rounded up."""
+    if isinstance(raw, str):
+        return _milli_value_of_text(raw)
+    return math.ceil(parse_quantity(raw) * 1000)
+
+
+# A cluster repeats a handful of quantity strings ("1", "4Gi") across many objects: parse each once.
+@functools.lru_cache(maxsize=4096)
+def _value_of_text(raw: str) -> int:
+    return math.ceil(parse_quantity(raw))
+
+
+@functools.lru_cache(maxsize=4096)
+def _milli_value_of_text(raw: str) -> int:
     return math.ceil(parse_quantity(raw) * 1000)

@@ -275,11 +275,15 @@ def check_sub_job_valid(job: Any) -> bool:
 
 
 def check_sub_job_ready(job: Any) -> bool:
+    if not job.min_sub_jobs:
+        return True  # no group asks for a minimum: nothing to count
     n = _per_group(job, SubJobInfo.is_ready)
     return all(m == 0 or n.get(gid, 0) >= m for gid, m in job.min_sub_jobs.items())
 
 
 def check_sub_job_pipelined(job: Any) -> bool:
+    if not job.min_sub_jobs:
+        return True
     n = _per_group(job, SubJobInfo.is_pipelined)
     return all(m == 0 or n.get(gid, 0) >= m for gid, m in job.min_sub_jobs.items())
 

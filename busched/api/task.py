@@ -127,7 +127,9 @@ class TaskInfo:
         return bool(self.scheduling_gates)
 
     def clone(self) -> TaskInfo:
-        t = TaskInfo(**{f: getattr(self, f) for f in self.__dataclass_fields__})
+        # every field, shallow (as the constructor would get them), without the constructor's cost
+        t = object.__new__(TaskInfo)
+        t.__dict__.update(self.__dict__)
         t.resreq = self.resreq.clone()
         t.init_resreq = self.init_resreq.clone()
         return t

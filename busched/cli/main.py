@@ -14,6 +14,7 @@ __all__ = ["main", "COMMANDS"]
 
 COMMANDS = (
     "busched.cli.scenario",
+    "busched.cli.bench",
 )
 
 

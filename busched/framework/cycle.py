@@ -7,6 +7,9 @@ the session.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from typing import Any
 
 from busched.framework.config import SchedulerConfig
@@ -14,7 +17,50 @@ from busched.framework.registry import Registry
 from busched.framework.session import Session
 from busched.framework.snapshot import ClusterSnapshot
 
-__all__ = ["open_session", "close_session", "run_cycle"]
+__all__ = ["open_session", "close_session", "run_cycle", "paused_gc", "QuietCycles"]
+
+
+class QuietCycles:
+    """Lets a scheduler loop skip cycles that cannot decide anything.
+
+    A session is a function of its snapshot, the configuration, the seed and the clock.  After a
+    cycle that decided nothing, whose podgroup changes (none) left the cache as it was, and while
+    the cache has not changed since, another cycle would decide nothing again.  Plugins that read
+    the clock or keep state from cycle to cycle (sla, tdm, rescheduling) break that, so with any
+    of them configured every cycle is due.  Use: ``if gate.due(cache.generation): run the cycle,
+    write back its results, then gate.done(ssn, generation_at_snapshot, cache.generation)``.
+    """
+
+    CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling"})
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.enabled = not any(p.name in self.CLOCK_PLUGINS for t in config.tiers for p in t.plugins)
+        self._quiet_at: int | None = None
+        self.skipped = 0
+
+    def due(self, generation: int) -> bool:
+        if self.enabled and generation == self._quiet_at:
+            self.skipped += 1
+            return False
+        return True
+
+    def done(self, ssn: Session, before: int, after: int) -> None:
+        """``before``: the cache generation the snapshot was taken at; ``after``: once written back."""
+        self._quiet_at = after if (not ssn.decisions and after == before) else None
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside: a cycle builds millions of objects, and with a big
+    cluster alive every automatic full collection rescans all of them (most of a cold snapshot's
+    time).  The collector resumes afterwards and collects the cycle's garbage once."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Registry | None = None,
@@ -45,10 +91,11 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Re
               before_close: Any = None, now: float = 0.0) -> Session:
     if actions is None:
         from busched.actions import ACTIONS as actions  # noqa: N811
-    ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
-    for name in config.actions:
-        actions[name]().execute(ssn)
-    if before_close is not None:
-        before_close(ssn)
-    close_session(ssn)
+    with paused_gc():
+        ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
+        for name in config.actions:
+            actions[name]().execute(ssn)
+        if before_close is not None:
+            before_close(ssn)
+        close_session(ssn)
     return ssn

@@ -23,16 +23,22 @@ class _Item:
 
 
 class PriorityQueue(Generic[T]):
-    def __init__(self, less: Callable[[T, T], bool], items: Iterable[T] = ()) -> None:
+    """``key``, when given, must order items exactly as ``less`` does and must not change while an
+    item waits in the queue: the heap then compares keys, computed once per push, and makes the
+    very same moves it would make calling ``less``."""
+
+    def __init__(self, less: Callable[[T, T], bool], items: Iterable[T] = (),
+                 key: Callable[[T], Any] | None = None) -> None:
         self._less = less
-        self._h = [_Item(v, less) for v in items]
+        self._key = key
+        self._h: list[Any] = [_Item(v, less) for v in items] if key is None else [(key(v), v) for v in items]
         heapq.heapify(self._h)
 
     def push(self, v: T) -> None:
-        heapq.heappush(self._h, _Item(v, self._less))
+        heapq.heappush(self._h, _Item(v, self._less) if self._key is None else (self._key(v), v))
 
     def pop(self) -> T:
-        return heapq.heappop(self._h).v
+        return heapq.heappop(self._h)[1] if self._key is not None else heapq.heappop(self._h).v
 
     def empty(self) -> bool:
         return not self._h
@@ -41,6 +47,6 @@ class PriorityQueue(Generic[T]):
         return len(self._h)
 
     def clone(self) -> PriorityQueue[T]:
-        q: PriorityQueue[T] = PriorityQueue(self._less)
+        q: PriorityQueue[T] = PriorityQueue(self._less, key=self._key)
         q._h = list(self._h)
         return q

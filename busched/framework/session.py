@@ -168,6 +168,13 @@ class Session:
     def job_order_compare(self, l: JobInfo, r: JobInfo) -> int:
         return tw.first_decision(self._tiers("job_order"), l, r)
 
+    def job_order_key(self) -> Callable[[JobInfo], tuple] | None:
+        """A sort key equal to `job_order_fn` when every job-order plugin offers one, else None.
+        Only for a queue whose jobs do not change while they wait (busched.kernels.order)."""
+        from busched.kernels.order import job_order_key
+
+        return job_order_key(self)
+
     def job_order_fn(self, l: JobInfo, r: JobInfo) -> bool:
         c = self.job_order_compare(l, r)
         if c:

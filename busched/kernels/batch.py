@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Batched", "with_batch", "batch_of"]
+__all__ = ["Batched", "with_batch", "batch_of", "Keyed", "with_key", "key_of"]
 
 
 class Batched:
@@ -52,3 +52,25 @@ def with_batch(fn: Callable[..., Any], batch: Callable[..., Any]) -> Batched:
 
 def batch_of(fn: Any) -> Callable[..., Any] | None:
     return getattr(fn, "batch", None)
+
+
+class Keyed:
+    """An order callback ``(l, r) -> int`` with ``key(x)``: ``fn(l, r)`` has the sign of comparing
+    ``key(l)`` with ``key(r)``, and the key changes only when ``x`` itself does."""
+
+    __slots__ = ("fn", "key")
+
+    def __init__(self, fn: Callable[..., Any], key: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.key = key
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def with_key(fn: Callable[..., Any], key: Callable[[Any], Any]) -> Keyed:
+    return Keyed(fn, key)
+
+
+def key_of(fn: Any) -> Callable[[Any], Any] | None:
+    return getattr(fn, "key", None)

@@ -3,23 +3,28 @@
 Replaces `busched.plugins.binpack.binpack_score` called node by node: the same
 resources in the same order, the same float operations on the same values
 (the nodes' own ``allocatable`` and ``used``, mirrored in `NodeArrays`), so
-every score is bit-identical.
+every score is bit-identical.  `binpack_scores` keeps the vector per request
+shape and refreshes changed nodes with the per-node function itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
+from busched.kernels import rowcache
 from busched.kernels.fit import NodeArrays
 
-__all__ = ["binpack_scores"]
+__all__ = ["binpack_vector", "binpack_scores"]
 
 
-def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any,
+def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any,
                    max_node_score: int) -> np.ndarray:
+    """binpack_score(task, node) for the nodes at ``rows``."""
     k = len(rows)
     score = np.zeros(k)
     over = np.zeros(k, dtype=bool)
@@ -48,3 +53,15 @@ def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights
     score = score * float(max_node_score * weights.weight)
     score[over] = 0.0
     return score
+
+
+def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any, max_node_score: int,
+                   per_node: Callable[[TaskInfo, NodeInfo], float]) -> np.ndarray:
+    """`binpack_vector` for ``rows``, from the vector kept for the task's request shape."""
+    req = task.resreq
+    key = ("binpack", id(weights), tuple((rn, req.get(rn)) for rn in req.names()))
+    nodes = arrays.nodes
+    vec = rowcache.cached(arrays.cache, key, (arrays.log,), len(nodes),
+                          lambda: binpack_vector(task, arrays, arrays.all_rows, weights, max_node_score),
+                          lambda r: per_node(task, nodes[r]))
+    return vec if rows is arrays.all_rows else vec[rows]

@@ -4,9 +4,11 @@
 releasing and pipelined resources, updated row by row as the session
 allocates, pipelines and evicts (it listens to `NodeInfo`).  The values are
 copied from the nodes' own `Resource` objects, never re-derived, so a kernel
-reading them does exactly the float arithmetic the per-node code does.  `fit_mask` answers "does this request fit" for
-every node in one numpy expression; `fit_mask_reference` is the plain loop over
-`Resource.less_equal` it replaces.
+reading them does exactly the float arithmetic the per-node code does.
+
+`fit_mask` answers "does this request fit" for every node in one numpy
+expression; `fit_mask_reference` is the plain loop over `Resource.less_equal`
+it replaces.  `fits` keeps that answer per request shape across tasks.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import numpy as np
 
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
+from busched.kernels import rowcache
 
-__all__ = ["NodeArrays", "fit_mask", "fit_mask_reference", "IDLE", "FUTURE_IDLE"]
+__all__ = ["NodeArrays", "fit_mask", "fits", "fit_mask_reference", "IDLE", "FUTURE_IDLE"]
 
 IDLE = "idle"
 FUTURE_IDLE = "future_idle"
@@ -49,10 +52,24 @@ class NodeArrays:
         self.future = np.zeros(shape, order="F")  # future idle, from NodeInfo.future_idle() itself
         self.all_rows = np.arange(len(self.nodes), dtype=np.int64)
         self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
-        for i, n in enumerate(self.nodes):
-            self._vec(n.allocatable, self.allocatable[i])
-            self._fill(i, n)
+        self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
+        futures = [n.future_idle() for n in self.nodes]
+        for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
+                                  (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
+                                  (self.releasing, [n.releasing for n in self.nodes]),
+                                  (self.pipelined, [n.pipelined for n in self.nodes]), (self.future, futures)):
+            self._fill_column_wise(matrix, resources)
+        for n in self.nodes:
             n.listeners.append(self)
+
+    def _fill_column_wise(self, matrix: np.ndarray, resources: list[Resource]) -> None:
+        """What `_vec` does row by row, a column at a time (one pass per resource name)."""
+        k = len(resources)
+        matrix[:, 0] = np.fromiter((r.cpu for r in resources), dtype=float, count=k)
+        matrix[:, 1] = np.fromiter((r.memory for r in resources), dtype=float, count=k)
+        for s, j in self.columns.items():
+            if j > 1:
+                matrix[:, j] = np.fromiter((r.scalars.get(s, 0.0) for r in resources), dtype=float, count=k)
 
     def _vec(self, r: Resource, out: np.ndarray) -> None:
         out[:] = 0.0
@@ -96,6 +113,7 @@ class NodeArrays:
         i = self.row.get(n.name)
         if i is not None:
             self._fill(i, n)
+            self.log.append(i)
 
     def request(self, req: Resource) -> tuple[np.ndarray, bool]:
         """The request as a row vector, and whether it asks for a resource no node has."""
@@ -135,6 +153,22 @@ def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,
     # Resource's r <= a is ``r < a or |r - a| < MIN_RESOURCE``, which is ``r - a < MIN_RESOURCE``
     # for IEEE floats (r - a is negative exactly when r < a; NaN fails both).
     return ((v[cols] - a) < MIN_RESOURCE).all(axis=1)
+
+
+def fits(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE) -> np.ndarray:
+    """`fit_mask` over every node, kept for the request's shape and refreshed where nodes changed.
+
+    Do not modify the result: it is shared until the next change.
+    """
+    key = ("fit", which, req.cpu, req.memory, tuple(sorted(req.scalars.items())))
+    nodes = arrays.nodes
+    if which == IDLE:
+        def one(r: int) -> bool:
+            return req.less_equal(nodes[r].idle)
+    else:
+        def one(r: int) -> bool:
+            return req.less_equal(nodes[r].future_idle())
+    return rowcache.cached(arrays.cache, key, (arrays.log,), len(nodes), lambda: fit_mask(arrays, req, which), one)
 
 
 def fit_mask_reference(nodes: Sequence[NodeInfo], req: Resource, which: str = FUTURE_IDLE) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
+from busched.kernels import rowcache
 from busched.kernels.fit import NodeArrays
 from busched.kernels.podview import PodViewArrays, pod_view_arrays
 
@@ -119,7 +120,7 @@ def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     from busched.plugins import k8s
 
     tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)]
-    key = ("taints", _key(tolerations))
+    key = ("taints", _key(tolerations) if tolerations else "")
     raw = arrays.cache.get(key)
     if raw is None:
         raw = np.fromiter((sum(1 for taint in n.taints if taint.get("effect") == k8s.PREFER_NO_SCHEDULE
@@ -129,9 +130,10 @@ def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     return raw
 
 
-def _normalize_reverse(raw: np.ndarray) -> np.ndarray:
-    """k8s.default_normalize(raw, reverse=True) over the candidate nodes."""
-    top = max(0, int(raw.max())) if len(raw) else 0
+def _normalize_reverse(raw: np.ndarray, anywhere: bool = True) -> np.ndarray:
+    """k8s.default_normalize(raw, reverse=True) over the candidate nodes (``anywhere`` False: the
+    counts are zero on every node)."""
+    top = max(0, int(raw.max())) if len(raw) and anywhere else 0
     if top == 0:
         return np.full(len(raw), MAX, dtype=np.int64)
     return MAX - (MAX * raw) // top
@@ -165,42 +167,71 @@ def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray
 
 def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
                      nodes: list[Any]) -> np.ndarray | None:
-    """The twin of NodeOrderPlugin.batch_node_order: the weighted sum of its scorers, per node."""
+    """The twin of NodeOrderPlugin.batch_node_order: the weighted sum of its scorers, per node.
+
+    Every scorer gives integers, so the plugin's float sum is exact in any order: the scorers that
+    depend on one node alone (least / most requested, balanced) are summed into one integer vector
+    kept for the task's shape (`rowcache`, refreshed with the plugin's own per-node scorers); the
+    ones normalised over the candidate nodes are added per call.
+    """
     from busched.plugins import k8s
-    from busched.plugins.nodeorder import BATCH_SCORERS, pod_requests
+    from busched.plugins.nodeorder import BATCH_SCORERS, balanced_allocation as per_node_balanced, \
+        least_allocated as per_node_least, most_allocated as per_node_most, non_zero_requests, pod_requests
 
     k = len(rows)
-    out = np.zeros(k)
     if not k:
-        return out
+        return np.zeros(0)
     pv = view_arrays(plugin.view, arrays)
     if pv is None:
         return None
-    for key, scorer in BATCH_SCORERS.items():
-        w = plugin.weights[key]
-        if not w:
+    w = plugin.weights
+    wl, wm, wb = w["leastrequested.weight"], w["mostrequested.weight"], w["balancedresource.weight"]
+    cpu, mem, scalars = pod_requests(task)
+    if not cpu and not mem and not scalars.get(GPU):
+        wb = 0  # a pod that requests nothing is not balanced (PreScore Skip)
+    gpu = scalars.get(GPU, 0)
+    total: np.ndarray | None = None
+    if wl or wm or wb:
+        nz = non_zero_requests(task)
+        view = plugin.view
+        all_nodes = arrays.nodes
+
+        def full() -> np.ndarray:
+            vec = np.zeros(len(all_nodes), dtype=np.int64)
+            if wl:
+                vec += least_allocated(pv, task, arrays.all_rows) * wl
+            if wm:
+                vec += most_allocated(pv, task, arrays.all_rows) * wm
+            if wb:
+                vec += balanced_allocation(pv, task, arrays, arrays.all_rows) * wb
+            return vec
+
+        def one(r: int) -> int:
+            n = all_nodes[r]
+            return ((per_node_least(view, task, n) * wl if wl else 0) + (per_node_most(view, task, n) * wm if wm else 0)
+                    + (per_node_balanced(view, task, n) * wb if wb else 0))
+
+        key = ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb)
+        vec = rowcache.cached(arrays.cache, key, (pv.log,), len(all_nodes), full, one)
+        total = vec.copy() if rows is arrays.all_rows else vec[rows]
+    for name, scorer in BATCH_SCORERS.items():
+        wt = w[name]
+        if not wt or name in ("leastrequested.weight", "mostrequested.weight", "balancedresource.weight"):
             continue
-        vec: np.ndarray | None
-        if key == "leastrequested.weight":
-            vec = least_allocated(pv, task, rows)
-        elif key == "mostrequested.weight":
-            vec = most_allocated(pv, task, rows)
-        elif key == "balancedresource.weight":
-            cpu, mem, scalars = pod_requests(task)
-            vec = None if (not cpu and not mem and not scalars.get(GPU)) else balanced_allocation(pv, task, arrays, rows)
-        elif key == "tainttoleration.weight":
-            vec = _normalize_reverse(taint_raw(plugin, task, arrays)[rows])
-        elif key == "nodeaffinity.weight" and k8s.preferred_node_affinity(task.affinity) is None:
-            vec = None
-        elif key == "podtopologyspread.weight" and not k8s.spread_constraints(
+        part: np.ndarray | None
+        if name == "tainttoleration.weight":
+            raw = taint_raw(plugin, task, arrays)
+            part = _normalize_reverse(raw[rows], bool(arrays.cache.setdefault(("taints-any", id(raw)), raw.any())))
+        elif name == "nodeaffinity.weight" and k8s.preferred_node_affinity(task.affinity) is None:
+            part = None
+        elif name == "podtopologyspread.weight" and not k8s.spread_constraints(
                 task.topology_spread_constraints, task.labels, "ScheduleAnyway"):
-            vec = None
+            part = None
+        elif name == "podaffinity.weight" and not task.affinity and not plugin.view.affinity_nodes:
+            part = None  # no preferred terms of its own and no pod with affinity anywhere: Skip
         else:
             got = scorer(plugin.view, task, nodes)
-            if got is None:
-                continue
-            vec = np.array([got.get(n.name, 0) for n in nodes], dtype=np.int64)
-        if vec is None:
-            continue
-        out = out + (vec * w).astype(float)
-    return out
+            part = None if got is None else np.array([got.get(n.name, 0) for n in nodes], dtype=np.int64)
+        if part is not None:
+            total = part * wt if total is None else total + part * wt
+    return total.astype(float) if total is not None else np.zeros(k)

@@ -31,6 +31,7 @@ class PodViewArrays:
         self.nz_cpu = np.zeros(n, dtype=np.int64)
         self.nz_mem = np.zeros(n, dtype=np.int64)
         self.scalars: dict[str, np.ndarray] = {}
+        self.log: list[int] = []  # rows whose pods changed, in order (busched.kernels.rowcache)
         self._contrib: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
         self.max_tasks = np.fromiter((nd.allocatable.max_task_num for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)
@@ -64,12 +65,14 @@ class PodViewArrays:
         i = self.arrays.row.get(node)
         if i is not None:
             self._add(i, task)
+            self.log.append(i)
 
     def pod_removed(self, node: str, task: Any) -> None:
         i = self.arrays.row.get(node)
         got = self._contrib.pop(task.uid, None)
         if i is None or got is None:
             return
+        self.log.append(i)
         c, m, nc, nm, sc = got
         self.count[i] -= 1
         self.cpu[i] -= c

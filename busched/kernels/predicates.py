@@ -27,9 +27,12 @@ TEMPLATE_UID_KEY = "volcano.sh/template-uid"
 
 def stable_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     """Where the cache-stable filters (``PredicatesPlugin._stable``) leave no status, over every node."""
-    aff = (task.affinity or {}).get("nodeAffinity") or {}
-    key = ("stable", repr((sorted(task.node_selector.items()),
-                           aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
+    if not task.node_selector and not task.affinity and not task.tolerations:
+        key: Any = ("stable", "")  # most tasks: nothing that tells nodes apart but the nodes themselves
+    else:
+        aff = (task.affinity or {}).get("nodeAffinity") or {}
+        key = ("stable", repr((sorted(task.node_selector.items()),
+                               aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
     m = arrays.cache.get(key)
     if m is None:
         m = np.fromiter((not plugin._stable(task, n)[1] for n in arrays.nodes), dtype=bool, count=len(arrays.nodes))
@@ -53,4 +56,6 @@ def predicate_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.nda
     pv = view_arrays(plugin.view, arrays)
     if pv is None:
         return None
+    if rows is arrays.all_rows:
+        return (pv.max_tasks > pv.count) & stable_mask(plugin, task, arrays)
     return (pv.max_tasks[rows] > pv.count[rows]) & stable_mask(plugin, task, arrays)[rows]

@@ -35,7 +35,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.kernels.batch import batch_of
-from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask
+from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
 __all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "predicate_mask", "scores", "pick", "gradients"]
 
@@ -97,22 +97,21 @@ def feasible_scan(ok: np.ndarray, start: int, to_find: int) -> tuple[list[int], 
     them, as the per-node loop of `PredicateHelper.predicate_nodes` would see them.
     """
     total = len(ok)
-    if start:
-        order = np.concatenate((np.arange(start, total), np.arange(0, start)))
-        ok_ord = ok[order]
-    else:
-        order = None
-        ok_ord = ok
-    idx = np.flatnonzero(ok_ord)
-    if len(idx) >= to_find:
-        processed = int(idx[to_find - 1]) + 1
-        idx = idx[:to_find]
-    else:
-        processed = total
-    bad = np.flatnonzero(~ok_ord[:processed])
-    if order is not None:
-        return order[idx].tolist(), processed, order[bad].tolist()
-    return idx.tolist(), processed, bad.tolist()
+    # the walk is ok[start:] then ok[:start]; slices are views, no reordered copy is made
+    head = np.flatnonzero(ok[start:])
+    if len(head) >= to_find:
+        found = head[:to_find] + start
+        processed = int(head[to_find - 1]) + 1
+        bad = np.flatnonzero(~ok[start:start + processed]) + start
+        return found.tolist(), processed, bad.tolist()
+    tail = np.flatnonzero(ok[:start]) if start else head[:0]
+    need = to_find - len(head)
+    bad_head = (np.flatnonzero(~ok[start:]) + start).tolist()
+    if len(tail) >= need:
+        last = int(tail[need - 1]) + 1
+        processed = total - start + last
+        return (head + start).tolist() + tail[:need].tolist(), processed, bad_head + np.flatnonzero(~ok[:last]).tolist()
+    return (head + start).tolist() + tail.tolist(), total, bad_head + (np.flatnonzero(~ok[:start]).tolist() if start else [])
 
 
 def _shard_mask(arrays: NodeArrays, in_shard: Collection[str]) -> np.ndarray:
@@ -135,12 +134,14 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
     ok = predicate_mask(ssn, task, arrays, rows, fn)
     if ok is None:
         return None
+    full = rows is arrays.all_rows
     if resource_fit is not None:
-        ok = ok & fit_mask(arrays, resource_fit, FUTURE_IDLE, rows)
+        f = fits(arrays, resource_fit, FUTURE_IDLE)
+        ok = ok & (f if full else f[rows])
     if in_shard is not None:
         ok = ok & _shard_mask(arrays, in_shard)[rows]
     if skip:
-        ok = ok.copy() if ok.base is not None else ok
+        ok = ok.copy()
         if rows is arrays.all_rows:
             where = arrays.row
         else:
@@ -231,12 +232,12 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     if rows is None:
         return None
     req = task.init_resreq
-    idle = fit_mask(arrays, req, IDLE, rows)
+    idle = fits(arrays, req, IDLE)[rows]
     if idle.all() and not other_shard:
         # the usual case: every node fits on idle, the first gradient is the list itself
         whole = nodes if getattr(nodes, "rows", None) is rows else NodeRows.take(nodes, list(range(len(nodes))), rows)
         return [whole, NodeRows(), NodeRows(), NodeRows()]
-    future = fit_mask(arrays, req, FUTURE_IDLE, rows) & ~idle
+    future = fits(arrays, req, FUTURE_IDLE)[rows] & ~idle
     if other_shard:
         out_of = ~_shard_mask(arrays, ssn.nodes_in_shard)[rows]
         masks = (idle & ~out_of, idle & out_of, future & ~out_of, future & out_of)

@@ -122,7 +122,7 @@ class BinpackPlugin:
 
     def score_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
         """`score` for many nodes at once (busched.kernels.binpack)."""
-        return kernel.binpack_scores(task, arrays, rows, self.weights, MAX_NODE_SCORE)
+        return kernel.binpack_scores(task, arrays, rows, self.weights, MAX_NODE_SCORE, self.score)
 
     def on_session_close(self, ssn: Session) -> None:
         pass

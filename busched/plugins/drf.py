@@ -25,6 +25,7 @@ from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, allocated_status
 from busched.framework.session import EventHandler, Session
+from busched.kernels.batch import with_key
 
 __all__ = ["DrfPlugin", "share_of", "calculate_share"]
 
@@ -227,7 +228,7 @@ class DrfPlugin:
                     self._update_hierarchical_share(self.root, self.total_allocated, job, attr, queue)
 
         ssn.add_fn("preemptable", self.name, self._preemptable)
-        ssn.add_fn("job_order", self.name, self._job_order)
+        ssn.add_fn("job_order", self.name, with_key(self._job_order, lambda j: self.share(j.uid)))
         if self.hierarchy:
             ssn.add_fn("queue_order", self.name, self._queue_order)
             ssn.add_fn("reclaimable", self.name, lambda r, cands: self._reclaimable(ssn, r, cands))

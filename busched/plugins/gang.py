@@ -14,6 +14,7 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 from busched.framework.session import Session, ValidateResult
+from busched.kernels.batch import with_key
 
 NOT_ENOUGH_PODS_OF_TASK = "NotEnoughPodsOfTask"
 NOT_ENOUGH_PODS = "NotEnoughTasks"
@@ -66,7 +67,7 @@ class GangPlugin:
                 return 0
             return 1 if lr else -1
 
-        ssn.add_fn("job_order", self.name, job_order)
+        ssn.add_fn("job_order", self.name, with_key(job_order, lambda j: 1 if j.is_ready() else 0))
         ssn.add_fn("job_ready", self.name,
                    lambda j: j.check_task_ready() and j.check_sub_job_ready() and j.is_ready())
         ssn.add_fn("job_pipelined", self.name,

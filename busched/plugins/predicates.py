@@ -100,6 +100,8 @@ class PodTerms:
 
 def pod_terms(task: TaskInfo, incoming: bool = False) -> PodTerms:
     aff, ns = task.affinity, task.namespace
+    if not aff:
+        return PodTerms(False, [], [], [], [])  # most pods: nothing to parse
     return PodTerms(bool(aff) and (aff.get("podAffinity") is not None or aff.get("podAntiAffinity") is not None),
                     k8s.pod_affinity_terms(aff, ns, "podAffinity", True, incoming),
                     k8s.pod_affinity_terms(aff, ns, "podAntiAffinity", True, incoming),

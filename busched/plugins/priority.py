@@ -8,6 +8,7 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo
 from busched.framework.session import Session
+from busched.kernels.batch import with_key
 
 PERMIT = 1
 
@@ -24,7 +25,8 @@ class PriorityPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_fn("task_order", self.name, lambda l, r: _desc(l.priority, r.priority))
-        ssn.add_fn("job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
+        ssn.add_fn("job_order", self.name,
+                   with_key(lambda l, r: _desc(l.priority, r.priority), lambda j: -j.priority))
         ssn.add_fn("sub_job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
 
         def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:

@@ -1,0 +1,89 @@
+"""idle: a big, busy cluster with nothing to schedule; what does a cycle cost?
+
+5,000 nodes (32 cpu / 256Gi / 110 pods), 100,000 running tasks (1 cpu / 4Gi,
+20 per node) in 10,000 jobs of 10, nothing pending.  After one warm-up cycle,
+``cycles`` full cycles run back to back through the cache (decisions and
+podgroup phases written back: here, none).  ``cycle_ms`` is their median wall
+time: a whole session (snapshot, open, actions, close) over the cluster.
+``gc_ms`` is the garbage collection owed after each (the collector is paused
+inside a cycle).  Then the same number of loop turns as a scheduler runs them
+with `QuietCycles`: a cycle only when one could decide something, which on an
+unchanged cluster is none; ``gated_cycle_ms`` is such a turn's cost.
+``rss_mb`` is the process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from busched.bench import cluster as cl
+from busched.bench.driver import apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
+from busched.framework.config import DEFAULT_CONFIG
+from busched.framework.cycle import QuietCycles
+
+DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0}
+
+
+def build(nodes: int, tasks: int, jobs: int):  # noqa: ANN201
+    node_specs = cl.nodes(nodes)
+    names = [n.name for n in node_specs]
+    per_node = max(1, -(-tasks // max(nodes, 1)))
+    job_size = max(1, tasks // max(jobs, 1))
+    job_specs, task_specs = cl.running_jobs(names, per_node, job_size, min_member=1)
+    del task_specs[tasks:]
+    keep = {t.job for t in task_specs}
+    job_specs = [j for j in job_specs if j.name in keep]
+    return cl.new_cache(node_specs, job_specs, task_specs), len(job_specs), len(task_specs)
+
+
+def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, config: str = DEFAULT_CONFIG,
+        **_: Any) -> dict[str, Any]:
+    cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
+    cfg, missing_p, missing_a = bench_config(config)
+    ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
+    apply_decisions(cache, ssn)
+    del ssn
+    collect_garbage()
+    times, cpus, phases, gcs = [], [], [], []
+    gate = QuietCycles(cfg)
+    for i in range(max(1, cycles)):
+        before = cache.generation
+        ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
+        apply_decisions(cache, ssn)
+        gate.done(ssn, before, cache.generation)
+        del ssn
+        gcs.append(collect_garbage())
+        times.append(t.total)
+        cpus.append(t.cpu)
+        phases.append(t.ms())
+    mid = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
+    # the loop as a scheduler runs it: a cycle only when the gate says one could decide something
+    gated = []
+    for i in range(max(1, cycles)):
+        t0 = time.perf_counter()
+        if gate.due(cache.generation):
+            before = cache.generation
+            ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
+            apply_decisions(cache, ssn)
+            gate.done(ssn, before, cache.generation)
+            del ssn
+        gated.append(time.perf_counter() - t0)
+    return {
+        "workload": "idle",
+        "nodes": nodes,
+        "jobs": n_jobs,
+        "tasks": n_tasks,
+        "cycles": len(times),
+        "cycle_ms": round(statistics.median(times) * 1000, 3),
+        "cycle_cpu_ms": round(statistics.median(cpus) * 1000, 3),
+        "first_cycle_ms": round(first.total * 1000, 3),
+        "gated_cycle_ms": round(statistics.median(gated) * 1000, 4),
+        "gated_cycles_skipped": gate.skipped,
+        "gc_ms": round(statistics.median(gcs) * 1000, 3),
+        "phases_ms": phases[mid],
+        "rss_mb": round(rss_mb(), 1),
+        "missing_plugins": missing_p,
+        "missing_actions": missing_a,
+    }

@@ -1,0 +1,164 @@
+"""restart: how long from a scheduler (re)start to its first bind, with a big cluster already running?
+
+5,000 nodes (32 cpu / 256Gi / 110 pods) and 140,000 running tasks (1 cpu /
+4Gi) in 87,000 jobs (jobs of two and of one task, spread over the nodes) are
+already known; one new single-task job waits.  That is the size at which
+Volcano users report eight minutes from restart to first bind.
+
+Two paths, each timed from a cold start to the first bind decision:
+
+* ``first_bind_s_in_process``: the state read from its serialized form (JSON,
+  as it would be stored), loaded into a fresh `Cache`, then one cycle until
+  allocate has made the first bind;
+* ``first_bind_s_bus`` (when busched.bus is there and a nats-server can be
+  started): every object is first published to the state stream of a real
+  NATS server (not timed); then a fresh `Scheduler` starts, catches up with
+  the stream (``catchup_s``) and runs cycles until one publishes a bind.
+
+``first_bind_s`` is the bus figure when it ran, else the in-process one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from typing import Any
+
+import msgspec
+
+from busched.api import objects as o
+from busched.bench import cluster as cl
+from busched.bench.driver import bench_config, rss_mb, timed_cycle
+from busched.cache.cache import Cache
+from busched.framework.config import DEFAULT_CONFIG
+from busched.framework.cycle import paused_gc
+
+DEFAULTS = {"nodes": 5000, "tasks": 140000, "jobs": 87000, "seed": 0}
+
+
+def build(nodes: int, tasks: int, jobs: int) -> o.ClusterSpec:
+    """``jobs`` running jobs holding ``tasks`` tasks (jobs of two first, then of one), plus one pending job."""
+    node_specs = cl.nodes(nodes)
+    names = [n.name for n in node_specs]
+    jobs = max(1, min(jobs, tasks))
+    pairs = max(0, min(tasks - jobs, jobs))
+    job_specs: list[o.JobSpec] = []
+    task_specs: list[o.TaskSpec] = []
+    k = 0
+    for j in range(jobs):
+        size = 2 if j < pairs else 1
+        where = [names[(k + i) % len(names)] for i in range(size)]
+        k += size
+        job, ts = cl.gang_job(f"run{j:06d}", size, phase="Running", placed_on=where, min_member=1)
+        job_specs.append(job)
+        task_specs.extend(ts)
+    job, ts = cl.gang_job("new", 1)
+    job_specs.append(job)
+    task_specs.extend(ts)
+    return o.ClusterSpec(nodes=node_specs, tasks=task_specs, jobs=job_specs, queues=[o.QueueSpec(name=cl.QUEUE)])
+
+
+def in_process(blob: bytes, config: Any, seed: int) -> dict[str, Any]:
+    first: list[float] = []
+    t0 = time.perf_counter()
+    with paused_gc():  # a bulk load builds millions of objects: no collector passes over them meanwhile
+        spec = msgspec.json.decode(blob, type=o.ClusterSpec)
+        cache = Cache()
+        cache.load(spec)
+    loaded = time.perf_counter() - t0
+    _, timing = timed_cycle(cache, config, seed=seed, on_decision=lambda ssn: first.append(time.perf_counter()))
+    return {"first_bind_s": round((first[0] if first else time.perf_counter()) - t0, 3),
+            "load_s": round(loaded, 3), "phases_ms": timing.ms(), "bound": bool(first)}
+
+
+def bus_available() -> str:
+    """Why the bus path cannot run here ("" when it can)."""
+    try:
+        from busched.bus.server import find_nats_server
+        from busched.scheduler import Scheduler  # noqa: F401
+
+        find_nats_server()
+    except Exception as e:  # noqa: BLE001 - any missing piece means: not available
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) -> dict[str, Any]:
+    from busched.bus import subjects as S
+    from busched.bus.apply import cluster_events
+    from busched.bus.client import Bus
+    from busched.bus.server import NatsServer
+    from busched.scheduler import Scheduler, SchedulerSettings
+
+    srv = NatsServer(store, host="127.0.0.1", port=0)
+    srv.start(timeout=20)
+    try:
+        pub = await Bus.connect(srv.url)
+        await pub.ensure_streams()
+        events = cluster_events(spec)
+        t_pub = time.perf_counter()
+        for i in range(0, len(events), 2000):
+            acks = await pub.publish_all(((s, msg, None) for s, msg in events[i:i + 2000]), timeout=120)
+            bad = [a.error for a in acks if not a.ok]
+            if bad:
+                raise RuntimeError(f"publishing the state failed: {bad[0]}")
+        published = time.perf_counter() - t_pub
+        await pub.close()
+
+        # the first bind decision as an agent would see it, on the decision subjects
+        seen: list[float] = []
+        watcher = await Bus.connect(srv.url)
+        await watcher.subscribe(f"{S.DECISION_PREFIX}.>", lambda subject, data: seen.append(time.perf_counter()))
+        settings = SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0, seed=seed)
+        t0 = time.perf_counter()
+        bus = await Bus.connect(srv.url)
+        sched = Scheduler(bus, config, settings)
+        await sched.start(timeout=1800)
+        caught_up = time.perf_counter() - t0
+        cycles = 0
+        cycle_done = None
+        while not seen and cycles < 5:
+            report = await sched.run_once()
+            cycles += 1
+            if report.binds and cycle_done is None:
+                cycle_done = time.perf_counter() - t0
+        await watcher.flush()
+        await sched.stop()
+        await bus.close()
+        await watcher.close()
+        first = seen[0] - t0 if seen else None
+        return {"first_bind_s": round(first, 3) if first is not None else None, "catchup_s": round(caught_up, 3),
+                "first_cycle_done_s": round(cycle_done, 3) if cycle_done is not None else None,
+                "cycles": cycles, "published_events": len(events), "publish_s": round(published, 3)}
+    finally:
+        srv.stop()
+
+
+def run(nodes: int, tasks: int, jobs: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
+    cfg, missing_p, missing_a = bench_config(config)
+    spec = build(nodes, tasks, jobs)
+    blob = msgspec.json.encode(spec)
+    inproc = in_process(blob, cfg, seed)
+    out: dict[str, Any] = {
+        "workload": "restart",
+        "nodes": nodes,
+        "jobs": len(spec.jobs) - 1,
+        "tasks": len(spec.tasks) - 1,
+        "first_bind_s_in_process": inproc["first_bind_s"],
+        "in_process": inproc,
+    }
+    why = bus_available()
+    if why:
+        out["bus"] = {"available": False, "reason": why}
+        out["first_bind_s"] = inproc["first_bind_s"]
+    else:
+        with tempfile.TemporaryDirectory(prefix="busched-bench-") as d:
+            res = asyncio.run(_through_bus(spec, cfg, seed, d))
+        out["bus"] = {"available": True, **res}
+        out["first_bind_s_bus"] = res["first_bind_s"]
+        out["first_bind_s"] = res["first_bind_s"] if res["first_bind_s"] is not None else inproc["first_bind_s"]
+    out["rss_mb"] = round(rss_mb(), 1)
+    out["missing_plugins"] = missing_p
+    out["missing_actions"] = missing_a
+    return out

@@ -1,0 +1,57 @@
+"""Per-node vectors kept across tasks, refreshed only where nodes changed.
+
+Many tasks of a cycle share a *shape* (a gang's tasks, a deployment's
+replicas): same request, same affinity.  A kernel's answer for a shape over
+all nodes changes only on the nodes that changed since it was computed.
+`cached` keeps such a vector in the session's `NodeArrays.cache` together
+with positions in the change logs it depends on (rows appended each time a
+node's accounting or pod list changes); on the next use it recomputes only
+the rows logged since, with the plain per-node function (the reference the
+kernel replaces), or the whole vector again when many rows changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["cached", "MAX_ENTRIES"]
+
+MAX_ENTRIES = 512  # vectors kept per session; the oldest goes first
+_VECTORS = "rowcache"
+
+
+def cached(store: dict[Any, Any], key: Hashable, logs: Sequence[list[int]], size: int,
+           full: Callable[[], np.ndarray], one: Callable[[int], Any]) -> np.ndarray:
+    """The vector for ``key``: ``full()`` the first time, then refreshed row by row with ``one(row)``.
+
+    ``store`` is a session's kernel cache; the vectors live in their own part of it, oldest
+    dropped first beyond `MAX_ENTRIES`.
+    """
+    store = store.setdefault(_VECTORS, {})
+    entry = store.get(key)
+    if entry is None:
+        vec = full()
+        if len(store) >= MAX_ENTRIES:
+            store.pop(next(iter(store)))
+        store[key] = (vec, [len(log) for log in logs])
+        return vec
+    vec, pos = entry
+    dirty: set[int] | None = None
+    for i, log in enumerate(logs):
+        n = len(log)
+        if n != pos[i]:
+            if dirty is None:
+                dirty = set(log[pos[i]:])
+            else:
+                dirty.update(log[pos[i]:])
+            pos[i] = n
+    if dirty:
+        if len(dirty) * 8 > size:
+            vec[:] = full()
+        else:
+            for r in dirty:
+                vec[r] = one(r)
+    return vec
