@@ -15,6 +15,12 @@ __all__ = ["main", "COMMANDS"]
 COMMANDS = (
     "busched.cli.scenario",
     "busched.cli.bench",
+    "busched.cli.run",
+    "busched.cli.agent",
+    "busched.cli.apply",
+    "busched.cli.get",
+    "busched.cli.up",
+    "busched.cli.schema",
 )
 
 

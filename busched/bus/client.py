@@ -1,0 +1,376 @@
+"""The one place busched talks to NATS.
+
+`Bus` wraps a connection and its JetStream context with the few operations the
+scheduler, the agents and the CLI need: make sure the streams exist, publish
+messages (one at a time or many in flight), watch the state stream from the
+latest value of every object and then live, keep a node's durable decision
+consumer, core subscriptions and request/reply.  Handlers get plain values
+(subject, bytes, sequence numbers), never nats objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from busched.bus import subjects as S
+from busched.bus.connect import NatsOptions
+from busched.bus.messages import GetReply, Msg, encode
+
+__all__ = ["Bus", "Ack", "Delivery", "DecisionFeed", "StateWatch", "StreamSettings", "BusError"]
+
+log = logging.getLogger("busched.bus")
+
+MSG_ID = "Nats-Msg-Id"
+
+
+class BusError(RuntimeError):
+    pass
+
+
+@dataclass
+class Ack:
+    seq: int = 0
+    duplicate: bool = False
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+@dataclass
+class StreamSettings:
+    state_history: int = 16  # messages kept per object subject on the state stream
+    decision_max_age: float = 3600.0  # seconds a decision waits for its agent
+    duplicate_window: float = 120.0  # seconds in which a republished Nats-Msg-Id is dropped
+    storage: str = "file"  # file | memory
+
+
+@dataclass
+class Delivery:
+    """One decision handed to an agent."""
+
+    subject: str
+    data: bytes
+    stream_seq: int
+    num_delivered: int
+    _msg: Any
+
+    async def ack(self) -> None:
+        await self._msg.ack()
+
+    async def nak(self, delay: float | None = None) -> None:
+        await self._msg.nak(delay=delay)
+
+
+class StateWatch:
+    """A live view of the state stream: every object's latest event first, then new ones as they come."""
+
+    def __init__(self) -> None:
+        self.caught_up = asyncio.Event()
+        self.target = 0
+        self.last_seq = 0
+        self.count = 0
+        self._sub: Any = None
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+            self._sub = None
+
+
+class DecisionFeed:
+    """A node's durable pull consumer on the decision stream."""
+
+    def __init__(self, psub: Any, node: str) -> None:
+        self._psub = psub
+        self.node = node
+
+    async def fetch(self, batch: int = 64, timeout: float = 1.0) -> list[Delivery]:
+        try:
+            msgs = await self._psub.fetch(batch, timeout=timeout)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return []
+        out = []
+        for m in msgs:
+            md = m.metadata
+            out.append(Delivery(m.subject, m.data, md.sequence.stream, md.num_delivered, m))
+        return out
+
+    async def stop(self) -> None:
+        try:
+            await self._psub.unsubscribe()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Bus:
+    def __init__(self, nc: Any, options: NatsOptions | None = None) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=10)
+        self.options = options
+        self._subs: list[Any] = []
+        self._closing = False
+        self._async_ready = False
+        self._async_lock = asyncio.Lock()
+
+    # -- connection ------------------------------------------------------------------------------------------------
+    @classmethod
+    async def connect(cls, options: NatsOptions | str, *, name: str | None = None, wait: float = 10.0) -> Bus:
+        """Connect, retrying for up to ``wait`` seconds; once connected, reconnect for ever."""
+        if isinstance(options, str):
+            options = NatsOptions(url=options)
+        kw = options.connect_kwargs()
+        if name:
+            kw["name"] = name
+
+        holder: list[Bus] = []
+
+        async def on_error(e: Exception) -> None:
+            # before the first connection, failures are retried and summed up by the BusError below
+            log.log(logging.WARNING if holder else logging.DEBUG, "nats: %s", e)
+
+        async def on_disconnect() -> None:
+            if not (holder and holder[0]._closing):
+                log.warning("nats: disconnected from %s", options.url)
+
+        async def on_reconnect() -> None:
+            log.info("nats: reconnected")
+
+        try:
+            nc = await asyncio.wait_for(nats.connect(error_cb=on_error, disconnected_cb=on_disconnect,
+                                                     reconnected_cb=on_reconnect, max_reconnect_attempts=-1,
+                                                     reconnect_time_wait=0.5, **kw), wait)
+        except asyncio.TimeoutError:
+            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s") from None
+        except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
+            raise BusError(f"cannot connect to NATS at {options.url}: {e or type(e).__name__}") from None
+        bus = cls(nc, options)
+        holder.append(bus)
+        return bus
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
+    @property
+    def max_payload(self) -> int:
+        return int(self.nc.max_payload or 1024 * 1024)
+
+    async def close(self) -> None:
+        self._closing = True
+        for s in self._subs:
+            try:
+                await s.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+        self._subs.clear()
+        if not self.nc.is_closed:
+            try:
+                await self.nc.flush(timeout=2)
+            except Exception:  # noqa: BLE001
+                pass
+            await self.nc.close()
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        await self.nc.flush(timeout=timeout)
+
+    # -- streams ---------------------------------------------------------------------------------------------------
+    async def ensure_streams(self, settings: StreamSettings | None = None) -> None:
+        """Create the state and decision streams unless they exist (an existing stream is left as configured)."""
+        st = settings or StreamSettings()
+        storage = api.StorageType.MEMORY if st.storage == "memory" else api.StorageType.FILE
+        configs = [
+            api.StreamConfig(name=S.STATE_STREAM, subjects=[f"{S.STATE_PREFIX}.>"],
+                             retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=st.state_history,
+                             storage=storage, duplicate_window=st.duplicate_window, allow_direct=True,
+                             description="busched cluster state: one subject per object"),
+            api.StreamConfig(name=S.DECISION_STREAM, subjects=[f"{S.DECISION_PREFIX}.>"],
+                             retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=1,
+                             max_age=st.decision_max_age, storage=storage, duplicate_window=st.duplicate_window,
+                             allow_direct=True, description="busched bind/evict decisions, per node and task"),
+        ]
+        for cfg in configs:
+            try:
+                await self.js.stream_info(cfg.name)
+                continue
+            except nats.js.errors.NotFoundError:
+                pass
+            except Exception as e:  # noqa: BLE001 - e.g. a user not permitted to look: use what the operator made
+                log.warning("cannot check stream %s (%s); assuming it exists", cfg.name, e or type(e).__name__)
+                continue
+            try:
+                await self.js.add_stream(cfg)
+            except nats.js.errors.BadRequestError as e:
+                # another process created it between our two calls
+                if "already in use" not in str(e):
+                    raise BusError(f"cannot create stream {cfg.name}: {e}") from None
+
+    async def stream_last_seq(self, stream: str) -> int:
+        info = await self.js.stream_info(stream)
+        return int(info.state.last_seq or 0) if (info.state.messages or 0) else 0
+
+    # -- publishing ------------------------------------------------------------------------------------------------
+    async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
+                      timeout: float = 5.0) -> Ack:
+        data = msg if isinstance(msg, bytes) else encode(msg)
+        headers = {MSG_ID: msg_id} if msg_id else None
+        try:
+            pa = await self.js.publish(subject, data, timeout=timeout, headers=headers)
+        except Exception as e:  # noqa: BLE001
+            return Ack(error=f"{type(e).__name__}: {e}")
+        return Ack(seq=pa.seq, duplicate=bool(pa.duplicate))
+
+    async def publish_all(self, items: Iterable[tuple[str, Msg | bytes, str | None]],
+                          timeout: float = 10.0) -> list[Ack]:
+        """Publish many messages with their acknowledgements in flight together; one `Ack` per message, in order."""
+        futs = []
+        for subject, msg, msg_id in items:
+            data = msg if isinstance(msg, bytes) else encode(msg)
+            headers = {MSG_ID: msg_id} if msg_id else None
+            try:
+                futs.append(await self._publish_async(subject, data, headers))
+            except Exception as e:  # noqa: BLE001
+                f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                f.set_exception(e)
+                futs.append(f)
+        if not futs:
+            return []
+        done = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), timeout)
+        out = []
+        for r in done:
+            if isinstance(r, BaseException):
+                out.append(Ack(error=f"{type(r).__name__}: {r}"))
+            else:
+                out.append(Ack(seq=r.seq, duplicate=bool(r.duplicate)))
+        return out
+
+    async def _publish_async(self, subject: str, data: bytes, headers: dict[str, str] | None) -> Any:
+        if self._async_ready:
+            return await self.js.publish_async(subject, data, headers=headers)
+        # nats-py sets up its acknowledgement inbox on the first publish_async and resets it on concurrent
+        # first calls, losing the other callers' futures: let exactly one first call through
+        async with self._async_lock:
+            fut = await self.js.publish_async(subject, data, headers=headers)
+            self._async_ready = True
+            return fut
+
+    async def publish_core(self, subject: str, msg: Msg | bytes) -> None:
+        await self.nc.publish(subject, msg if isinstance(msg, bytes) else encode(msg))
+
+    # -- the state stream -----------------------------------------------------------------------------------------
+    async def watch_state(self, handler: Callable[[str, bytes, int], None], *,
+                          subject: str = f"{S.STATE_PREFIX}.>") -> StateWatch:
+        """Deliver the latest message of every state subject, then every new one, to ``handler(subject, data, seq)``.
+
+        Returns at once; ``watch.caught_up`` is set when everything that was in
+        the stream at the start has been handled.
+        """
+        w = StateWatch()
+        w.target = await self.stream_last_seq(S.STATE_STREAM)
+        if w.target == 0:
+            w.caught_up.set()
+
+        async def cb(m: Any) -> None:
+            try:
+                md = m.metadata
+                seq, pending = md.sequence.stream, md.num_pending
+            except Exception:  # noqa: BLE001 - not a stream message
+                return
+            w.last_seq = seq
+            w.count += 1
+            try:
+                handler(m.subject, m.data, seq)
+            except Exception:  # noqa: BLE001 - a bad handler must not stop the feed
+                log.exception("state handler failed on %s (seq %d)", m.subject, seq)
+            if not w.caught_up.is_set() and (seq >= w.target or pending == 0):
+                w.caught_up.set()
+
+        w._sub = await self.js.subscribe(subject, stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
+                                         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                                         pending_msgs_limit=1_000_000, pending_bytes_limit=1024 * 1024 * 1024)
+        return w
+
+    async def read_state(self, subject: str = f"{S.STATE_PREFIX}.>", timeout: float = 10.0) -> list[tuple[str, bytes]]:
+        """The latest message of every matching state subject (a one-off read, e.g. for `busched delete`)."""
+        out: list[tuple[str, bytes]] = []
+        w = await self.watch_state(lambda s, d, q: out.append((s, d)), subject=subject)
+        try:
+            await asyncio.wait_for(w.caught_up.wait(), timeout)
+        finally:
+            await w.stop()
+        return out
+
+    # -- decisions -------------------------------------------------------------------------------------------------
+    async def last_decision(self, subject: str) -> tuple[int, bytes] | None:
+        try:
+            m = await self.js.get_last_msg(S.DECISION_STREAM, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise BusError(f"cannot read {subject}: {e}") from None
+        return int(m.seq), bytes(m.data or b"")
+
+    async def delete_decision(self, seq: int) -> bool:
+        try:
+            return bool(await self.js.delete_msg(S.DECISION_STREAM, seq))
+        except nats.js.errors.NotFoundError:
+            return False
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot delete decision %d: %s", seq, e)
+            return False
+
+    async def decision_feed(self, node: str, *, ack_wait: float = 30.0) -> DecisionFeed:
+        cfg = api.ConsumerConfig(durable_name=S.agent_consumer(node), ack_policy=api.AckPolicy.EXPLICIT,
+                                 deliver_policy=api.DeliverPolicy.ALL, ack_wait=ack_wait, max_ack_pending=1000,
+                                 filter_subject=S.node_decisions(node))
+        psub = await self.js.pull_subscribe(S.node_decisions(node), durable=S.agent_consumer(node),
+                                            stream=S.DECISION_STREAM, config=cfg)
+        return DecisionFeed(psub, node)
+
+    # -- core NATS -------------------------------------------------------------------------------------------------
+    async def subscribe(self, subject: str, handler: Callable[[str, bytes], None]) -> Any:
+        async def cb(m: Any) -> None:
+            try:
+                handler(m.subject, m.data)
+            except Exception:  # noqa: BLE001
+                log.exception("handler failed on %s", m.subject)
+
+        sub = await self.nc.subscribe(subject, cb=cb, pending_msgs_limit=1_000_000)
+        self._subs.append(sub)
+        return sub
+
+    async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]]) -> Any:
+        async def cb(m: Any) -> None:
+            try:
+                reply = await handler(m.data)
+            except Exception as e:  # noqa: BLE001
+                log.exception("request on %s failed", subject)
+                reply = encode(GetReply(error=f"{type(e).__name__}: {e}"))
+            if m.reply:
+                await m.respond(reply)
+
+        sub = await self.nc.subscribe(subject, cb=cb)
+        self._subs.append(sub)
+        return sub
+
+    async def request(self, subject: str, msg: Msg | bytes, timeout: float = 5.0) -> bytes:
+        try:
+            r = await self.nc.request(subject, msg if isinstance(msg, bytes) else encode(msg), timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise BusError(f"no scheduler answers on {subject}: is `busched run` running?") from None
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            raise BusError(f"no answer on {subject} within {timeout}s") from None
+        return bytes(r.data)

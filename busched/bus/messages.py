@@ -1,0 +1,303 @@
+"""Every message busched puts on the bus: msgspec Structs, JSON on the wire.
+
+All messages are tagged structs (the ``type`` field) and decode through one
+decoder into the `Message` union, so a consumer never guesses a payload's type
+from its subject.  Every field after an object's identity has a default, and
+unknown fields are ignored, so a newer publisher can add fields without breaking
+an older reader.
+
+Families (see docs/bus.md for subjects and streams):
+
+* state events: ``<kind>.upsert`` carries the object's spec (the shape of a
+  scenario's ``cluster:`` block, `busched.api.objects`); ``<kind>.delete``
+  carries its identity.  Each has the object's own ``version``; a reader keeps
+  the highest version seen per object and drops anything not newer (stale or
+  duplicate).
+* scheduler records, kept on the state stream so a restarted scheduler rebuilds
+  from them: ``binding`` (a bind it decided, and whether it is still live) and
+  ``podgroup.status`` (phase and conditions).
+* decisions to agents: ``bind`` and ``evict``, one per task, on the node's own
+  subject.
+* agent results: ``bind.accepted``, ``bind.rejected``, ``task.phase`` and
+  ``node.heartbeat``.
+* request/reply with the running scheduler: ``get`` and ``get.reply``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+from busched.api.objects import (HyperNodeSpec, JobSpec, NodeSpec, PriorityClassSpec, QueueSpec, ResourceList,
+                                 ResourceQuotaSpec, TaskSpec)
+
+__all__ = [
+    "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",
+    "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
+    "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
+    "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
+    "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode", "DecodeError",
+    "BINDING_LIVE_STATES",
+]
+
+DecodeError = msgspec.DecodeError  # ValidationError is a subclass
+
+
+class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
+    """Base of every message.  ``version`` orders the events of one object (higher is newer)."""
+
+    version: int = 0
+
+
+# -- state events ---------------------------------------------------------------------------------------------------
+class NodeUpsert(Msg, tag="node.upsert"):
+    node: NodeSpec
+
+
+class NodeDelete(Msg, tag="node.delete"):
+    name: str
+
+
+class TaskUpsert(Msg, tag="task.upsert"):
+    task: TaskSpec
+
+
+class TaskDelete(Msg, tag="task.delete"):
+    name: str
+    namespace: str = "default"
+
+
+class JobUpsert(Msg, tag="job.upsert"):
+    """A PodGroup."""
+
+    job: JobSpec
+
+
+class JobDelete(Msg, tag="job.delete"):
+    name: str
+    namespace: str = "default"
+
+
+class QueueUpsert(Msg, tag="queue.upsert"):
+    queue: QueueSpec
+
+
+class QueueDelete(Msg, tag="queue.delete"):
+    name: str
+
+
+class PriorityClassUpsert(Msg, tag="priorityClass.upsert"):
+    priority_class: PriorityClassSpec
+
+
+class PriorityClassDelete(Msg, tag="priorityClass.delete"):
+    name: str
+
+
+class HyperNodeUpsert(Msg, tag="hyperNode.upsert"):
+    hyper_node: HyperNodeSpec
+
+
+class HyperNodeDelete(Msg, tag="hyperNode.delete"):
+    name: str
+
+
+class ResourceQuotaUpsert(Msg, tag="resourceQuota.upsert"):
+    resource_quota: ResourceQuotaSpec
+
+
+class ResourceQuotaDelete(Msg, tag="resourceQuota.delete"):
+    name: str
+    namespace: str = "default"
+
+
+# -- scheduler records ----------------------------------------------------------------------------------------------
+BINDING_LIVE_STATES = ("binding", "evicting")
+
+
+class BindingRecord(Msg, tag="binding"):
+    """The scheduler's own record of a bind, written before the bind decision is published.
+
+    ``attempt`` counts binds of this task (1, 2, ...); ``state`` is ``binding``
+    (decided, the node's resources are held), ``evicting`` (an evict was sent)
+    or ``released`` (the task is Pending again; ``reason`` says why and
+    ``backoff`` how long, in seconds, before it may be placed again).
+    """
+
+    namespace: str
+    name: str
+    attempt: int
+    node: str = ""
+    state: str = "binding"
+    reason: str = ""
+    backoff: float = 0.0
+    decided_at: float = 0.0  # unix seconds, informational only
+
+
+class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
+    type: str
+    status: str = "True"
+    reason: str = ""
+    message: str = ""
+    transition_id: str = ""
+    last_transition_time: float = 0.0  # unix seconds
+
+
+class PodGroupStatus(Msg, tag="podgroup.status"):
+    namespace: str
+    name: str
+    phase: str = ""
+    conditions: list[Condition] = []
+
+
+# -- decisions ------------------------------------------------------------------------------------------------------
+class BindDecision(Msg, tag="bind"):
+    """Run ``task`` on ``node``.  ``attempt`` identifies this bind; results must echo it."""
+
+    node: str
+    attempt: int
+    task: TaskSpec
+
+
+class EvictDecision(Msg, tag="evict"):
+    namespace: str
+    name: str
+    node: str
+    attempt: int
+    reason: str = ""
+
+
+# -- agent results --------------------------------------------------------------------------------------------------
+class BindAccepted(Msg, tag="bind.accepted"):
+    namespace: str
+    name: str
+    node: str
+    attempt: int
+    boot: str = ""  # the agent's incarnation
+
+
+class BindRejected(Msg, tag="bind.rejected"):
+    namespace: str
+    name: str
+    node: str
+    attempt: int
+    reason: str = ""
+    boot: str = ""
+
+
+class TaskPhaseChanged(Msg, tag="task.phase"):
+    """A task's phase on its node: Running, Succeeded, Failed (``reason`` Evicted after an eviction)."""
+
+    namespace: str
+    name: str
+    node: str
+    attempt: int
+    phase: str
+    reason: str = ""
+    exit_code: int | None = None
+    boot: str = ""
+
+
+class NodeHeartbeat(Msg, tag="node.heartbeat"):
+    """A node's agent is alive.
+
+    ``holding`` maps every task the agent holds (``ns/name``) to the attempt it
+    holds; ``through_seq`` is the highest decision-stream sequence it has
+    processed, so the scheduler can tell a bind that never arrived from one the
+    agent has and has not answered yet.
+    """
+
+    node: str
+    boot: str = ""
+    seq: int = 0
+    interval: float = 1.0
+    holding: dict[str, int] = {}
+    through_seq: int = 0
+    used: ResourceList = {}
+
+
+# -- request/reply --------------------------------------------------------------------------------------------------
+class GetRequest(Msg, tag="get"):
+    kind: str  # nodes | queues | jobs | tasks
+    offset: int = 0
+    limit: int = 500
+
+
+class GetReply(Msg, tag="get.reply"):
+    kind: str = ""
+    items: list[dict[str, Any]] = []
+    next: int | None = None  # offset of the next page, None on the last
+    error: str = ""
+
+
+UPSERTS: dict[str, type[Msg]] = {
+    "node": NodeUpsert, "task": TaskUpsert, "job": JobUpsert, "queue": QueueUpsert,
+    "priorityClass": PriorityClassUpsert, "hyperNode": HyperNodeUpsert, "resourceQuota": ResourceQuotaUpsert,
+}
+DELETES: dict[str, type[Msg]] = {
+    "node": NodeDelete, "task": TaskDelete, "job": JobDelete, "queue": QueueDelete,
+    "priorityClass": PriorityClassDelete, "hyperNode": HyperNodeDelete, "resourceQuota": ResourceQuotaDelete,
+}
+# the field of an upsert that holds the spec
+SPEC_FIELD: dict[str, str] = {
+    "node": "node", "task": "task", "job": "job", "queue": "queue", "priorityClass": "priority_class",
+    "hyperNode": "hyper_node", "resourceQuota": "resource_quota",
+}
+STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
+
+MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
+    BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
+    NodeHeartbeat, GetRequest, GetReply)
+
+Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Message)
+
+
+def encode(msg: Msg) -> bytes:
+    return _ENCODER.encode(msg)
+
+
+def decode(data: bytes | str) -> Msg:
+    """Decode any busched message; raises `DecodeError` (or its subclass ValidationError) naming the field."""
+    return _DECODER.decode(data)
+
+
+def upsert(kind: str, spec: Any, version: int) -> Msg:
+    return UPSERTS[kind](version=version, **{SPEC_FIELD[kind]: spec})
+
+
+def delete(kind: str, spec: Any, version: int) -> Msg:
+    cls = DELETES[kind]
+    kw: dict[str, Any] = {"name": spec.name}
+    if "namespace" in cls.__struct_fields__:
+        kw["namespace"] = spec.namespace
+    return cls(version=version, **kw)
+
+
+def object_kind(msg: Msg) -> str | None:
+    """The object kind of a state event, None for other messages."""
+    t = type(msg)
+    for k, c in UPSERTS.items():
+        if c is t:
+            return k
+    for k, c in DELETES.items():
+        if c is t:
+            return k
+    return None
+
+
+def object_key(msg: Msg) -> str:
+    """``ns/name`` or ``name`` of the object a message is about."""
+    kind = object_kind(msg)
+    if kind is not None and isinstance(msg, tuple(UPSERTS.values())):
+        spec = getattr(msg, SPEC_FIELD[kind])
+        ns = getattr(spec, "namespace", None)
+        return f"{ns}/{spec.name}" if ns is not None else spec.name
+    if isinstance(msg, BindDecision):
+        return f"{msg.task.namespace}/{msg.task.name}"
+    ns = getattr(msg, "namespace", None)
+    name = getattr(msg, "name", None) or getattr(msg, "node", "")
+    return f"{ns}/{name}" if ns is not None else str(name)

@@ -1,0 +1,111 @@
+"""Subject names and stream layout.  Pure strings: nothing here talks to NATS.
+
+State stream (``BUSCHED_STATE``, subjects ``busched.state.>``), one subject per object::
+
+    busched.state.node.<name>                  node.upsert / node.delete        (apply, agents)
+    busched.state.task.<ns>.<name>             task.upsert / task.delete        (apply)
+    busched.state.job.<ns>.<name>              job.upsert / job.delete          (apply; a PodGroup)
+    busched.state.queue.<name>                 queue.*                          (apply)
+    busched.state.priorityClass.<name>         priorityClass.*                  (apply)
+    busched.state.hyperNode.<name>             hyperNode.*                      (apply)
+    busched.state.resourceQuota.<ns>.<name>    resourceQuota.*                  (apply)
+    busched.state.binding.<ns>.<name>          binding                          (scheduler)
+    busched.state.podgroup.<ns>.<name>         podgroup.status                  (scheduler)
+    busched.state.result.<node>.<ns>.<name>    bind.accepted/rejected, task.phase (the node's agent)
+
+Decision stream (``BUSCHED_DECISIONS``, subjects ``busched.decision.>``)::
+
+    busched.decision.<node>.bind.<ns>.<name>   bind    (scheduler -> that node's agent)
+    busched.decision.<node>.evict.<ns>.<name>  evict
+
+Core NATS (not stored)::
+
+    busched.heartbeat.<node>                   node.heartbeat (agent -> scheduler)
+    busched.api.get                            get / get.reply (request/reply with the scheduler)
+
+Names are escaped into single subject tokens: characters that NATS gives a
+meaning (``.``, ``*``, ``>``, whitespace) and ``%`` become ``%XX``.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
+           "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
+           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject"]
+
+STATE_STREAM = "BUSCHED_STATE"
+DECISION_STREAM = "BUSCHED_DECISIONS"
+STATE_PREFIX = "busched.state"
+DECISION_PREFIX = "busched.decision"
+HEARTBEAT_PREFIX = "busched.heartbeat"
+API_GET = "busched.api.get"
+
+_ESCAPE = re.compile(r"[.*>%\s]")
+_UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+
+
+def token(name: str) -> str:
+    """One subject token for an object name."""
+    if not name:
+        return "%00"
+    return _ESCAPE.sub(lambda m: f"%{ord(m.group()):02X}", name)
+
+
+def untoken(tok: str) -> str:
+    if tok == "%00":
+        return ""
+    return _UNESCAPE.sub(lambda m: chr(int(m.group(1), 16)), tok)
+
+
+def _key_tokens(key: str) -> str:
+    if "/" in key:
+        ns, name = key.split("/", 1)
+        return f"{token(ns)}.{token(name)}"
+    return token(key)
+
+
+def state_subject(kind: str, key: str) -> str:
+    """``kind`` as in `busched.cache.KINDS`; ``key`` is ``ns/name`` or ``name``."""
+    return f"{STATE_PREFIX}.{kind}.{_key_tokens(key)}"
+
+
+def binding_subject(task_key: str) -> str:
+    return f"{STATE_PREFIX}.binding.{_key_tokens(task_key)}"
+
+
+def podgroup_subject(job_key: str) -> str:
+    return f"{STATE_PREFIX}.podgroup.{_key_tokens(job_key)}"
+
+
+def result_subject(node: str, task_key: str) -> str:
+    return f"{STATE_PREFIX}.result.{token(node)}.{_key_tokens(task_key)}"
+
+
+def decision_subject(node: str, kind: str, task_key: str) -> str:
+    return f"{DECISION_PREFIX}.{token(node)}.{kind}.{_key_tokens(task_key)}"
+
+
+def node_decisions(node: str) -> str:
+    """The filter of a node's agent consumer: every decision for that node."""
+    return f"{DECISION_PREFIX}.{token(node)}.>"
+
+
+def heartbeat_subject(node: str) -> str:
+    return f"{HEARTBEAT_PREFIX}.{token(node)}"
+
+
+def agent_consumer(node: str) -> str:
+    """Durable consumer name of a node's agent (consumer names allow no dots or wildcards)."""
+    return "agent-" + re.sub(r"[^A-Za-z0-9_-]", lambda m: f"_{ord(m.group()):02X}", node)
+
+
+def parse_state_subject(subject: str) -> tuple[str, str]:
+    """``busched.state.task.ns.name`` -> (``task``, ``ns/name``); result subjects keep the node first."""
+    parts = subject.split(".")
+    if len(parts) < 4 or f"{parts[0]}.{parts[1]}" != STATE_PREFIX:
+        return "", ""
+    kind = parts[2]
+    rest = [untoken(p) for p in parts[3:]]
+    return kind, "/".join(rest)

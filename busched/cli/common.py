@@ -1,0 +1,41 @@
+"""Shared bits of the bus commands: logging and running a coroutine until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["setup_logging", "run_until_signal", "add_log_argument"]
+
+
+def add_log_argument(p: Any) -> None:
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="log level (default %(default)s)")
+
+
+def setup_logging(level: str = "info") -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+async def run_until_signal(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
+    """Run ``main(stop_event)``; SIGINT/SIGTERM set the event so ``main`` can shut down cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        return await main(stop)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,109 @@
+"""`busched run`: the scheduler over NATS, with /metrics, /healthz and /readyz."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from busched.cli.common import add_log_argument, run_until_signal, setup_logging
+
+log = logging.getLogger("busched.run")
+
+
+def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scheduler")
+    g.add_argument("--config", metavar="FILE", help="scheduler configuration (Volcano's volcano-scheduler.conf "
+                                                    "shape); default: the built-in one")
+    g.add_argument("--period", type=float, default=1.0, help="seconds between cycles (default %(default)s)")
+    g.add_argument("--bind-lease", type=float, default=10.0,
+                   help="seconds an alive agent has to take a bind before it is placed again (default %(default)s)")
+    g.add_argument("--heartbeat-timeout", type=float, default=5.0,
+                   help="seconds without a heartbeat before a node's tasks are rescheduled (default %(default)s)")
+    g.add_argument("--backoff", type=float, default=1.0,
+                   help="first backoff in seconds after a rejected bind, doubling (default %(default)s)")
+    g.add_argument("--no-require-heartbeat", action="store_true",
+                   help="schedule onto nodes that have no live agent (dry runs)")
+    g.add_argument("--max-event-bytes", type=int, default=256 * 1024,
+                   help="reject state messages larger than this (default %(default)s)")
+    g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="where /metrics, /healthz and /readyz listen (default %(default)s; '' to disable)")
+
+
+def settings_from_args(args: argparse.Namespace):  # noqa: ANN201
+    from busched.scheduler import SchedulerSettings
+
+    return SchedulerSettings(period=args.period, bind_lease=args.bind_lease,
+                             heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
+                             require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes)
+
+
+def load_scheduler_config(path: str | None):  # noqa: ANN201
+    from busched.actions import ACTIONS
+    from busched.framework.config import DEFAULT_CONFIG, load_config
+    from busched.plugins import PLUGINS
+
+    known = {"known_actions": list(ACTIONS), "known_plugins": list(PLUGINS)}
+    if not path:
+        return load_config(DEFAULT_CONFIG, **known)
+    return load_config(Path(path).read_text(), where=path, **known)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from busched.bus.connect import add_nats_arguments
+
+    p = sub.add_parser("run", help="run the scheduler", description="Run the scheduler: catch up with the state "
+                       "stream, then schedule every --period seconds and publish decisions.")
+    add_nats_arguments(p)
+    add_scheduler_arguments(p)
+    add_log_argument(p)
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    from busched.framework.config import ConfigError
+
+    try:
+        config = load_scheduler_config(args.config)
+    except (OSError, ConfigError) as e:
+        log.error("%s", e)
+        return 2
+    return asyncio.run(run_until_signal(lambda stop: serve(args, config, stop)))
+
+
+async def serve(args: argparse.Namespace, config, stop: asyncio.Event) -> int:  # noqa: ANN001
+    from busched.bus import Bus, BusError
+    from busched.bus.connect import options_from_args
+    from busched.scheduler import Scheduler
+    from busched.web.server import parse_listen, start_http
+
+    try:
+        bus = await Bus.connect(options_from_args(args, "busched-scheduler"), wait=60)
+    except BusError as e:
+        log.error("%s", e)
+        return 1
+    sched = Scheduler(bus, config, settings_from_args(args))
+    http = None
+    try:
+        if args.http:
+            host, port = parse_listen(args.http)
+            http = await start_http(host, port, sched.metrics.registry, ready=lambda: sched.ready,
+                                    healthy=lambda: bus.connected)
+            log.info("metrics at %s/metrics (health %s/healthz, readiness %s/readyz)", http.url, http.url, http.url)
+        await sched.start()
+        loop_task = asyncio.create_task(sched.run_forever())
+        stop_task = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({loop_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if loop_task in done:
+            loop_task.result()
+        log.info("stopping")
+        await sched.stop()
+        await loop_task
+        stop_task.cancel()
+        return 0
+    finally:
+        if http is not None:
+            await http.stop()
+        await bus.close()

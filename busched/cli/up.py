@@ -1,0 +1,190 @@
+"""`busched up`: everything on one machine — nats-server, the scheduler, a simulated fleet and a demo workload."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from busched.cli.common import add_log_argument, run_until_signal, setup_logging
+
+log = logging.getLogger("busched.up")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from busched.bus.connect import add_nats_arguments
+    from busched.cli.agent import add_fleet_arguments
+    from busched.cli.run import add_scheduler_arguments
+
+    p = sub.add_parser("up", help="start nats-server, the scheduler, a simulated fleet and a demo workload",
+                       description="Start nats-server (JetStream, data in --data-dir) unless --nats is given, the "
+                                   "scheduler, a simulated fleet, and apply a small demo workload.  Ctrl-C stops "
+                                   "everything.")
+    add_nats_arguments(p)
+    p.set_defaults(nats=None)  # None: start our own server
+    g = p.add_argument_group("local NATS server")
+    g.add_argument("--nats-port", type=int, default=4222, help="port of the started nats-server (0: any free port)")
+    g.add_argument("--nats-monitor-port", type=int, default=8222,
+                   help="monitoring port of the started nats-server (0: any free port, -1: off)")
+    g.add_argument("--data-dir", default=".busched", help="JetStream data directory (default %(default)s)")
+    add_scheduler_arguments(p)
+    add_fleet_arguments(p, nodes=4)
+    p.set_defaults(duration=15.0)
+    d = p.add_argument_group("demo")
+    d.add_argument("--no-demo", action="store_true", help="do not apply the demo workload")
+    d.add_argument("--exit-after", type=float, default=None, metavar="SECONDS",
+                   help="stop by itself after this many seconds (CI); exit 1 if no demo task ever ran")
+    add_log_argument(p)
+    p.set_defaults(func=cmd_up, log_level="warning")
+
+
+def demo_cluster(duration: float | None) -> Any:
+    from busched.agent import DURATION_KEY
+    from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
+
+    def tasks(job: str, n: int, cpu: str, mem: str, secs: float | None) -> list[TaskSpec]:
+        ann = {DURATION_KEY: f"{secs:g}"} if secs else {}
+        return [TaskSpec(name=f"{job}-{i}", namespace="demo", job=job, requests={"cpu": cpu, "memory": mem},
+                         annotations=dict(ann)) for i in range(n)]
+
+    d = duration or 15.0
+    return ClusterSpec(
+        queues=[QueueSpec(name="default", weight=1), QueueSpec(name="research", weight=2)],
+        jobs=[JobSpec(name="train", namespace="demo", queue="research", min_member=4),
+              JobSpec(name="etl", namespace="demo", queue="default", min_member=1),
+              JobSpec(name="sweep", namespace="demo", queue="default", min_member=2)],
+        tasks=tasks("train", 4, "2", "4Gi", d) + tasks("etl", 3, "1", "1Gi", d / 2) + tasks("sweep", 6, "500m",
+                                                                                           "512Mi", d / 3))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    return asyncio.run(run_until_signal(lambda stop: up(args, stop)))
+
+
+def _say(text: str) -> None:
+    print(f"[busched up] {text}", flush=True)
+
+
+async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
+    from busched.agent import Agent
+    from busched.bus import Bus, BusError
+    from busched.bus.apply import apply_cluster
+    from busched.bus.connect import NatsOptions, options_from_args
+    from busched.bus.server import NatsServer, NatsServerError, free_port
+    from busched.cli.agent import nodes_from_args
+    from busched.cli.run import load_scheduler_config, settings_from_args
+    from busched.scheduler import Scheduler
+    from busched.web.server import parse_listen, start_http
+
+    server = None
+    cleanup: list[Any] = []
+    t_start = time.monotonic()
+    ever_ran = False
+    try:
+        if args.nats:
+            opts = options_from_args(args, "busched-up")
+            _say(f"using NATS at {args.nats}")
+        else:
+            data = Path(args.data_dir).resolve()
+            mon = None if args.nats_monitor_port < 0 else (args.nats_monitor_port or free_port())
+            try:
+                server = NatsServer(data / "jetstream", port=args.nats_port, monitor_port=mon,
+                                    log_file=str(data / "nats-server.log")).start()
+            except NatsServerError as e:
+                _say(f"cannot start nats-server: {e}")
+                return 1
+            opts = NatsOptions(url=server.url, name="busched-up")
+            _say(f"nats-server {server.url} (JetStream data in {data}, log {data / 'nats-server.log'}"
+                 + (f", monitoring http://127.0.0.1:{mon}" if mon else "") + ")")
+        try:
+            sbus = await Bus.connect(opts, name="busched-scheduler")
+            cleanup.append(sbus)
+            abus = await Bus.connect(opts, name="busched-agent")
+            cleanup.append(abus)
+        except BusError as e:
+            _say(str(e))
+            return 1
+        sched = Scheduler(sbus, load_scheduler_config(args.config), settings_from_args(args))
+        http = None
+        if args.http:
+            host, port = parse_listen(args.http)
+            try:
+                http = await start_http(host, port, sched.metrics.registry, ready=lambda: sched.ready,
+                                        healthy=lambda: sbus.connected)
+            except OSError as e:
+                _say(f"cannot listen on {args.http}: {e.strerror}; metrics are off")
+        await sched.start()
+        _say(f"scheduler ready in {sched.catchup_seconds:.2f}s, a cycle every {args.period:g}s"
+             + (f"; metrics at {http.url}/metrics, health {http.url}/healthz, readiness {http.url}/readyz"
+                if http else ""))
+        sched_task = asyncio.create_task(sched.run_forever())
+        agent = Agent(abus, nodes_from_args(args), heartbeat_interval=args.heartbeat, duration=args.duration,
+                      check_capacity=not args.no_capacity_check)
+        await agent.start()
+        _say(f"{len(agent.nodes)} simulated nodes ({args.cpu} cpu, {args.memory} memory each): "
+             + ", ".join(agent.nodes))
+        if not args.no_demo:
+            demo = demo_cluster(args.duration)
+            n, errors = await apply_cluster(abus, demo)
+            where = f" --nats {opts.url}" if opts.url != "nats://127.0.0.1:4222" else ""
+            _say(f"applied the demo workload: {n} objects (jobs demo/train, demo/etl, demo/sweep); "
+                 f"watch it with `busched get tasks{where}`")
+            for e in errors:
+                _say(f"error: {e}")
+        _say("Ctrl-C to stop" if args.exit_after is None else f"stopping by itself after {args.exit_after:g}s")
+        last = ""
+        deadline = None if args.exit_after is None else t_start + args.exit_after
+        while not stop.is_set():
+            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            if sched_task.done():
+                sched_task.result()
+            summary = _summary(sched)
+            ever_ran = ever_ran or "Running" in summary or "Succeeded" in summary
+            if summary != last:
+                _say(summary)
+                last = summary
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        _say("stopping")
+        await agent.stop()
+        await sched.stop()
+        await sched_task
+        if http is not None:
+            await http.stop()
+        if args.exit_after is not None and not args.no_demo and not ever_ran:
+            _say("no demo task ever ran")
+            return 1
+        return 0
+    finally:
+        for b in cleanup:
+            try:
+                await b.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if server is not None:
+            server.stop()
+            _say("nats-server stopped")
+
+
+def _summary(sched: Any) -> str:
+    tasks: dict[str, int] = {}
+    for t in sched.view("tasks"):
+        tasks[t["status"]] = tasks.get(t["status"], 0) + 1
+    jobs = {j["name"]: j["phase"] for j in sched.view("jobs")}
+    nodes = sum(1 for n in sched.view("nodes") if n["state"] == "alive")
+    t = ", ".join(f"{v} {k}" for k, v in sorted(tasks.items())) or "none"
+    j = ", ".join(f"{k} {v}" for k, v in sorted(jobs.items())) or "none"
+    return f"nodes alive: {nodes}; tasks: {t}; jobs: {j}"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(0)

