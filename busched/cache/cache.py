@@ -18,7 +18,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import PriorityClass
 from busched import kernels
 from busched.api.node import NodeInfo
-from busched.api.task import TaskInfo
+from busched.api.task import TaskInfo, completed_status
 from busched.cache import build
 from busched.kernels import unfit
 from busched.kernels.snapshot import SnapshotMemo
@@ -147,7 +147,8 @@ class Cache:
         tasks = []
         for spec in self.objects["task"].values():
             t = build.task_info(spec, pcs)
-            if t.node_name and t.node_name in nodes:
+            # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
+            if t.node_name and t.node_name in nodes and not completed_status(t.status):
                 nodes[t.node_name].add_task(t)
             tasks.append(t)
         return out, tasks

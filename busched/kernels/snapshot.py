@@ -27,7 +27,7 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.queue import PriorityClass
-from busched.api.task import TaskInfo
+from busched.api.task import TaskInfo, completed_status
 from busched.cache import build
 
 __all__ = ["SnapshotMemo"]
@@ -150,7 +150,7 @@ class SnapshotMemo:
                 m = memo[key] = (spec, build.task_info(spec, classes))
             tmpl = m[1]
             tasks.append(_fresh_task(tmpl))
-            if tmpl.node_name:
+            if tmpl.node_name and not completed_status(tmpl.status):
                 on = placed.get(tmpl.node_name)
                 if on is not None:
                     on.append(tmpl)
