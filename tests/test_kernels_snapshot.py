@@ -68,6 +68,9 @@ def mutate(rng: random.Random, cache) -> None:
                                                      ready=rng.random() < 0.8))
     if rng.random() < 0.3:
         cache.upsert("priorityClass", o.PriorityClassSpec(name="high", value=rng.choice([500, 2000])))
+    if rng.random() < 0.2:  # a global default gives jobs without a class its value
+        cache.upsert("priorityClass", o.PriorityClassSpec(name="dflt", value=rng.choice([0, 7]),
+                                                         global_default=rng.random() < 0.7))
     if rng.random() < 0.3 and nodes:
         cache.upsert("task", o.TaskSpec(name=f"late-{rng.random():.6f}", namespace="ns", job="job0",
                                         node=rng.choice(nodes).name, phase="Running", requests={"cpu": "1"}))

@@ -112,6 +112,12 @@ class SnapshotMemo:
         if not spec.priority_class_name:
             self._tasks[key] = (spec, task)
 
+    def remember_job(self, key: str, spec: Any, job: JobInfo) -> None:
+        """A job the cache converted (with no priority classes) to validate it: the template while no
+        class is named by it or is the global default (priority 0 then)."""
+        if not spec.priority_class_name:
+            self._jobs[key] = (spec, 0, job, _copy_plan(job))
+
     def job(self, key: str, spec: Any, classes: dict[str, PriorityClass], default_priority: int) -> JobInfo:
         """A fresh JobInfo (no tasks yet) for the job's spec; call `nodes_and_tasks` first."""
         m = self._jobs.get(key)
@@ -129,9 +135,10 @@ class SnapshotMemo:
         sig = tuple(sorted((k, v.value, v.preemption_policy, v.global_default) for k, v in classes.items()))
         if sig != self._classes:
             self._classes = sig
-            # tasks naming no priority class do not depend on the classes
+            # tasks and jobs naming no priority class do not depend on the classes (a job's
+            # default priority, from the global-default class, is checked on each use)
             self._tasks = {k: m for k, m in self._tasks.items() if not m[0].priority_class_name}
-            self._jobs.clear()
+            self._jobs = {k: m for k, m in self._jobs.items() if not m[0].priority_class_name}
         node_specs = objects["node"]
         task_specs = objects["task"]
         templates = []

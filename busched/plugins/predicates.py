@@ -98,10 +98,13 @@ class PodTerms:
     preferred_anti: list[k8s.AffinityTerm]
 
 
+_NO_TERMS = PodTerms(False, [], [], [], [])
+
+
 def pod_terms(task: TaskInfo, incoming: bool = False) -> PodTerms:
     aff, ns = task.affinity, task.namespace
     if not aff:
-        return PodTerms(False, [], [], [], [])  # most pods: nothing to parse
+        return _NO_TERMS  # most pods: nothing to parse (shared: terms are only read)
     return PodTerms(bool(aff) and (aff.get("podAffinity") is not None or aff.get("podAntiAffinity") is not None),
                     k8s.pod_affinity_terms(aff, ns, "podAffinity", True, incoming),
                     k8s.pod_affinity_terms(aff, ns, "podAntiAffinity", True, incoming),
