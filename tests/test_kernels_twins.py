@@ -155,3 +155,168 @@ def test_job_order_key_sorts_as_the_comparator(seed):
     by_fn = sorted(jobs, key=functools.cmp_to_key(
         lambda a, b: -1 if ssn.job_order_fn(a, b) else (1 if ssn.job_order_fn(b, a) else 0)))
     assert [j.uid for j in sorted(jobs, key=key)] == [j.uid for j in by_fn]
+
+
+def _fresh_sums(view, node: str):
+    """SessionPods.requested's sums computed afresh over the node's pods (the reference)."""
+    from busched.plugins.predicates import non_zero_requests, pod_requests
+
+    cpu = mem = nz_cpu = nz_mem = 0
+    scalars: dict[str, int] = {}
+    for t in view.on(node).values():
+        c, m, sc = pod_requests(t)
+        nc, nm = non_zero_requests(t)
+        cpu, mem, nz_cpu, nz_mem = cpu + c, mem + m, nz_cpu + nc, nz_mem + nm
+        for k, v in sc.items():
+            scalars[k] = scalars.get(k, 0) + v
+    return cpu, mem, nz_cpu, nz_mem, scalars
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pod_view_kept_sums_equal_fresh_sums(seed):
+    """The per-node sums grown pod by pod equal the sums taken afresh, as tasks land and leave."""
+    from busched.plugins.predicates import session_pods
+
+    rng, ssn = session(seed)
+    view = session_pods(ssn)
+    for n in ssn.node_list:
+        view.requested(n.name)  # kept from here on
+    for _ in range(4):
+        stmts = []
+        for task in rng.sample(pending(ssn), min(8, len(pending(ssn)))):
+            fitting = [n for n in ssn.node_list if task.init_resreq.less_equal(n.idle)]
+            if fitting:
+                stmt = ssn.statement()
+                stmt.allocate(task, rng.choice(fitting).name)
+                stmts.append(stmt)
+        if stmts and rng.random() < 0.5:
+            rng.choice(stmts).discard()
+        for n in ssn.node_list:
+            cpu, mem, nz_cpu, nz_mem, scalars = view.requested(n.name)
+            fc, fm, fnc, fnm, fsc = _fresh_sums(view, n.name)
+            assert (cpu, mem, nz_cpu, nz_mem) == (fc, fm, fnc, fnm)
+            assert {k: v for k, v in scalars.items() if v} == {k: v for k, v in fsc.items() if v}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pod_requests_shortcut_matches_the_general_form(seed):
+    from busched.api.resource import PODS
+    from busched.plugins.predicates import pod_requests
+
+    _, ssn = session(seed)
+    for job in ssn.jobs.values():
+        for t in job.tasks.values():
+            r = t.resreq
+            general = (int(r.cpu), int(r.memory),
+                       {n: -(-int(v) // 1000) for n, v in r.scalars.items() if n != PODS and v > 0})
+            assert pod_requests(t) == general
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_feasible_scan_array_equals_the_list_form(seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    ok = np.array([rng.random() < rng.choice([0.1, 0.6, 1.0]) for _ in range(n)])
+    start, to_find = rng.randrange(n), rng.randint(1, n)
+    found, processed, failed = select.feasible_scan_array(ok, start, to_find)
+    assert isinstance(found, np.ndarray)
+    assert (found.tolist(), processed, failed) == select.feasible_scan(ok, start, to_find)
+    nodes = [f"n{i}" for i in range(n)]
+    rows = np.arange(n)[::-1].copy()
+    by_array = select.NodeRows.take(nodes, found, rows)
+    by_list = select.NodeRows.take(nodes, found.tolist(), rows)
+    assert list(by_array) == list(by_list) and by_array.rows.tolist() == by_list.rows.tolist()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pick_unless_nan_is_isnan_then_pick(seed):
+    class S:
+        pass
+
+    rng = random.Random(seed)
+    n = rng.randint(0, 30)
+    vals = [float(rng.choice([1, 2, 3, 7.5])) for _ in range(n)]
+    if n and rng.random() < 0.3:
+        vals[rng.randrange(n)] = float("nan")
+    scores_ = np.array(vals, dtype=float)
+    nodes = [f"n{i}" for i in range(n)]
+    a, b = S(), S()
+    a.rng, b.rng = random.Random(seed), random.Random(seed)
+    done, got = select.pick_unless_nan(a, nodes, scores_)
+    if np.isnan(scores_).any():
+        assert (done, got) == (False, None)
+    else:
+        assert done and got == select.pick(b, nodes, scores_)
+    assert a.rng.random() == b.rng.random() if done else True
+
+
+def test_resource_clone_equals_the_constructor():
+    from busched.api.resource import Resource
+
+    for r in (Resource(), Resource(1500, 2 ** 33, {"pods": 3.0, "nvidia.com/gpu": 2000.0}, 7),
+              Resource(1, 2), Resource.infinite()):
+        c, ref = r.clone(), Resource(r.cpu, r.memory, r.scalars, r.max_task_num)
+        assert (c.cpu, c.memory, c.scalars, c.max_task_num) == (ref.cpu, ref.memory, ref.scalars, ref.max_task_num)
+        assert type(c.cpu) is float and type(c.memory) is float
+        assert c.scalars is not r.scalars
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_task_order_key_pops_as_the_comparator(seed):
+    """allocate's task heap with the key pops the same tasks in the same order as with the comparator."""
+    import dataclasses
+
+    from busched.framework.pqueue import PriorityQueue
+    from busched.kernels.order import task_order_key
+
+    rng, ssn = session(seed)
+    tasks = [t for job in ssn.jobs.values() for t in job.tasks.values()]
+    rng.shuffle(tasks)
+    tasks = tasks[:60]
+    # names with a pod index, without one, and a mix; equal indexes, priorities and creation times
+    style = seed % 3
+    made = []
+    for i, t in enumerate(tasks):
+        idx = rng.randrange(6)
+        named = style == 0 or (style == 2 and rng.random() < 0.5)
+        made.append(dataclasses.replace(t, name=f"job-x-{idx}" if named else f"t{i}",
+                                        uid=f"u{i:03d}", priority=rng.choice([1, 1, 5]),
+                                        created=float(rng.randrange(3))))
+    key = task_order_key(ssn, made)
+    if style == 2 and any(t.name.startswith("t") for t in made) and any(t.name.startswith("job") for t in made):
+        assert key is None
+        return
+    assert key is not None
+    with_fn, with_key = PriorityQueue(ssn.task_order_fn), PriorityQueue(ssn.task_order_fn, key=key)
+    for t in made:
+        with_fn.push(t)
+        with_key.push(t)
+    assert [with_key.pop().uid for _ in made] == [with_fn.pop().uid for _ in made]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
+    """The kernels' feasible nodes and fit errors (with the kept "Insufficient" reasons, and without
+    building errors nothing reads) are the plain walk's, as tasks land and nodes fill."""
+    from busched import kernels
+    from busched.framework.nodeselect import PredicateHelper
+
+    rng, ssn = session(seed)
+    for _ in range(4):
+        for task in pending(ssn)[:8]:
+            at = ssn.last_node_index
+            got = {}
+            for mode, errors_if_found in (("plain", True), ("kernels", True), ("kernels-lazy", False)):
+                monkeypatch.setattr(kernels, "USE_KERNELS", mode != "plain")
+                ssn.last_node_index = at
+                found, fe = PredicateHelper(ssn).predicate_nodes(
+                    task, ssn.node_list, ssn.predicate_for_allocate, resource_fit=task.init_resreq,
+                    errors_if_found=errors_if_found)
+                got[mode] = ([n.name for n in found], ssn.last_node_index,
+                             {name: e.reasons() for name, e in fe.nodes.items()})
+            assert got["kernels"] == got["plain"]
+            assert got["kernels-lazy"][:2] == got["plain"][:2]
+            if not got["plain"][0] or task.role:
+                assert got["kernels-lazy"] == got["plain"]
+        monkeypatch.setattr(kernels, "USE_KERNELS", True)
+        land_some(rng, ssn, 10)

@@ -33,6 +33,7 @@ from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 from busched.kernels import unfit
+from busched.kernels.order import task_order_key
 
 ERROR_CACHE_KEY = "predicateErrorCacheEnable"
 
@@ -72,10 +73,12 @@ class AllocateAction:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
-            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn)
-            for t in job.tasks_in(TaskStatus.Pending):
-                if t.sch_gated or t.resreq.is_empty():
-                    continue  # gated tasks wait; BestEffort tasks are backfill's
+            waiting = [t for t in job.tasks_in(TaskStatus.Pending)
+                       if not (t.sch_gated or t.resreq.is_empty())]  # gated tasks wait; BestEffort: backfill's
+            # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
+            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn,
+                                                           key=task_order_key(ssn, waiting) if waiting else None)
+            for t in waiting:
                 tasks.push(t)
             if tasks.empty():
                 continue
@@ -154,10 +157,12 @@ class AllocateAction:
                 nn = ssn.nodes.get(nominated)
                 if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
                     candidates, fit_errors = self.helper.predicate_nodes(
-                        task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq)
+                        task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq,
+                        errors_if_found=False)
             if not candidates:
+                # the fit errors are read only when no node is found
                 candidates, fit_errors = self.helper.predicate_nodes(
-                    task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq)
+                    task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
             if not candidates:
                 job.nodes_fit_errors[task.uid] = fit_errors
                 if job.need_continue_allocating():

@@ -40,6 +40,9 @@ def is_scalar_resource_name(name: str) -> bool:
     return not name.startswith("requests.")
 
 
+_new_resource = object.__new__
+
+
 def _le(a: float, b: float) -> bool:
     return a < b or abs(a - b) < MIN_RESOURCE
 
@@ -91,7 +94,13 @@ class Resource:
         return cls(math.inf, math.inf, None, 2**62)
 
     def clone(self) -> Resource:
-        return Resource(self.cpu, self.memory, self.scalars, self.max_task_num)
+        # what Resource(self.cpu, self.memory, self.scalars, self.max_task_num) gives, without the call
+        r = _new_resource(Resource)
+        r.cpu = float(self.cpu)
+        r.memory = float(self.memory)
+        r.scalars = dict(self.scalars) if self.scalars else {}
+        r.max_task_num = self.max_task_num
+        return r
 
     # -- access --------------------------------------------------------------
     def get(self, name: str) -> float:

@@ -14,7 +14,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 
 from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
@@ -68,11 +67,15 @@ class PredicateHelper:
 
     def predicate_nodes(self, task: TaskInfo, nodes: list[NodeInfo],
                         fn: Callable[[TaskInfo, NodeInfo], None],
-                        resource_fit: Resource | None = None) -> tuple[list[NodeInfo], FitErrors]:
+                        resource_fit: Resource | None = None,
+                        errors_if_found: bool = True) -> tuple[list[NodeInfo], FitErrors]:
         """Nodes (in scan order, up to the sampling limit) on which ``fn`` raises no FitError.
 
         With ``resource_fit`` given, nodes whose future idle cannot hold it fail first, in one
-        vectorised pass, with Volcano's "Insufficient <resource>" status.
+        vectorised pass, with Volcano's "Insufficient <resource>" status.  ``errors_if_found``
+        False: a caller that reads the fit errors only when no node is found (allocate); then,
+        when the kernels found nodes and the error cache is off for the task, the failing nodes'
+        errors (which nothing would read) are not built.
         """
         fe = FitErrors()
         if not nodes:
@@ -91,6 +94,29 @@ class PredicateHelper:
         total = len(nodes)
         start = self.ssn.last_node_index % total if to_find < total else 0
 
+        # kernels: a node's "Insufficient ..." reason for this request, kept while the node's
+        # accounting is unchanged (NodeArrays.versions); the FitError itself is the task's own
+        reasons: dict[str, tuple[int, tuple, str]] | None = None
+        if kernels.USE_KERNELS and resource_fit is not None and self.ssn._arrays is not None:
+            arr_ = self.ssn._arrays
+            reasons = arr_.cache.setdefault("insufficient", {})
+            versions, row_of = arr_.versions, arr_.row
+            req_key = (resource_fit.cpu, resource_fit.memory, tuple(sorted(resource_fit.scalars.items())))
+
+        def insufficient(node: NodeInfo, fi: Resource | None) -> str:
+            if reasons is not None:
+                i = row_of.get(node.name)
+                if i is not None and arr_.nodes[i] is node:  # the session's own node, whose changes count
+                    got = reasons.get(node.name)
+                    if got is not None and got[0] == versions[i] and got[1] == req_key:
+                        return got[2]
+                    _, names = resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
+                    why = insufficient_reason(names)
+                    reasons[node.name] = (versions[i], req_key, why)
+                    return why
+            _, names = resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
+            return insufficient_reason(names)
+
         def feasible(node: NodeInfo, fits: bool | None = None) -> bool:
             """One node's verdict; a failure is recorded in the fit errors and the error cache."""
             if skip is not None and node.name in skip:
@@ -100,12 +126,16 @@ class PredicateHelper:
                 if in_shard is not None and node.name not in in_shard:
                     raise FitError(task.key, node.name, [Status(Code.Error, SHARD_ERROR)])
                 if resource_fit is not None:
+                    fi = None
                     if fits is None:
-                        fits = resource_fit.less_equal(node.future_idle())
+                        fi = node.future_idle()
+                        fits = resource_fit.less_equal(fi)
                     if not fits:
-                        _, names = resource_fit.less_equal_with_names(node.future_idle())
-                        raise FitError(task.key, node.name,
-                                       [Status(Code.Unschedulable, insufficient_reason(names))])
+                        e = FitError(task.key, node.name, [Status(Code.Unschedulable, insufficient(node, fi))])
+                        errs[node.name] = e  # as the except clause below, without raising
+                        self.cache[group] = errs
+                        fe.nodes[node.name] = e
+                        return False
                 fn(task, node)
             except FitError as e:
                 errs[node.name] = e
@@ -120,8 +150,13 @@ class PredicateHelper:
                                skip=skip, in_shard=in_shard)
         if scan is not None:
             # the masks decided which nodes pass; the failing ones get their exact errors
-            for i in scan.failed:
-                feasible(nodes[i])
+            # the kernel's resource fit (the same verdict as less_equal) spares recomputing it
+            failed = scan.failed
+            if not errors_if_found and not use_cache and len(scan.found):
+                failed = []  # nothing reads them: no error cache for this task, the caller has nodes
+            fit = scan.fit.tolist() if scan.fit is not None and failed else None
+            for i in failed:
+                feasible(nodes[i], fit[i] if fit is not None else None)
             found: list[NodeInfo] = select.NodeRows.take(nodes, scan.found, scan.rows)
             processed = scan.processed
         else:
@@ -183,8 +218,10 @@ def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo
     """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score."""
     if kernels.USE_KERNELS and not ssn.has("best_node"):
         fast = select.scores(ssn, task, nodes)
-        if fast is not None and not np.isnan(fast).any():
-            return select.pick(ssn, nodes, fast)
+        if fast is not None:
+            done, best = select.pick_unless_nan(ssn, nodes, fast)
+            if done:  # no NaN score (a NaN takes the per-node path below, as before)
+                return best
     scores = prioritize_nodes(ssn, task, nodes)
     best = ssn.best_node_fn(task, scores)
     if best is None:

@@ -53,6 +53,7 @@ class NodeArrays:
         self.all_rows = np.arange(len(self.nodes), dtype=np.int64)
         self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
         self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
+        self.versions: list[int] = [0] * len(self.nodes)  # per row, how many times its accounting changed
         futures = [n.future_idle() for n in self.nodes]
         for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
                                   (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
@@ -80,12 +81,26 @@ class NodeArrays:
             if j is not None:
                 out[j] = v
 
+    def _row(self, r: Resource) -> list[float]:
+        """What `_vec` writes, as a list (one assignment per matrix row instead of one per value)."""
+        out = [0.0] * len(self.columns)
+        out[0] = r.cpu
+        out[1] = r.memory
+        if r.scalars:
+            columns = self.columns
+            for s, v in r.scalars.items():
+                j = columns.get(s)
+                if j is not None:
+                    out[j] = v
+        return out
+
     def _fill(self, i: int, n: NodeInfo) -> None:
-        self._vec(n.idle, self.idle[i])
-        self._vec(n.used, self.used[i])
-        self._vec(n.releasing, self.releasing[i])
-        self._vec(n.pipelined, self.pipelined[i])
-        self._vec(n.future_idle(), self.future[i])
+        row = self._row
+        self.idle[i] = row(n.idle)
+        self.used[i] = row(n.used)
+        self.releasing[i] = row(n.releasing)
+        self.pipelined[i] = row(n.pipelined)
+        self.future[i] = row(n.future_idle())
 
     def column(self, matrix: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """One resource's values (zeros when no node has it), over all nodes or ``rows``."""
@@ -114,6 +129,7 @@ class NodeArrays:
         if i is not None:
             self._fill(i, n)
             self.log.append(i)
+            self.versions[i] += 1
 
     def request(self, req: Resource) -> tuple[np.ndarray, bool]:
         """The request as a row vector, and whether it asks for a resource no node has."""

@@ -31,10 +31,16 @@ __all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocat
 MAX = 100
 
 
-def view_arrays(view: Any, arrays: NodeArrays) -> PodViewArrays | None:
-    from busched.plugins.predicates import non_zero_requests, pod_requests
+_REQUESTS: tuple[Any, Any] | None = None  # predicates' pod_requests, non_zero_requests (imported on first use)
 
-    return pod_view_arrays(view, arrays, pod_requests, non_zero_requests)
+
+def view_arrays(view: Any, arrays: NodeArrays) -> PodViewArrays | None:
+    global _REQUESTS
+    if _REQUESTS is None:
+        from busched.plugins.predicates import non_zero_requests, pod_requests
+
+        _REQUESTS = (pod_requests, non_zero_requests)
+    return pod_view_arrays(view, arrays, *_REQUESTS)
 
 
 def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -162,7 +168,16 @@ def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray
     w = plugin.weights["imagelocality.weight"]
     if not w:
         return np.zeros(len(rows))
-    return (image_locality(plugin, task, arrays)[rows] * w).astype(float)
+    # a node's image score depends on fixed facts only: the weighted vector is kept per task images
+    key = ("images-weighted", tuple(task.images), w)
+    vec = arrays.cache.get(key)
+    if vec is None:
+        vec = (image_locality(plugin, task, arrays) * w).astype(float)
+        arrays.cache[key] = vec
+    return vec.copy() if rows is arrays.all_rows else vec[rows]
+
+
+_SCORERS: tuple | None = None  # what batch_node_order uses from the plugin (imported on first use)
 
 
 def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
@@ -174,13 +189,17 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
     kept for the task's shape (`rowcache`, refreshed with the plugin's own per-node scorers); the
     ones normalised over the candidate nodes are added per call.
     """
-    from busched.plugins import k8s
-    from busched.plugins.nodeorder import BATCH_SCORERS, balanced_allocation as per_node_balanced, \
-        least_allocated as per_node_least, most_allocated as per_node_most, non_zero_requests, pod_requests
-
     k = len(rows)
     if not k:
         return np.zeros(0)
+    global _SCORERS
+    if _SCORERS is None:
+        from busched.plugins import k8s as k8s_
+        from busched.plugins import nodeorder as no
+
+        _SCORERS = (k8s_, no.BATCH_SCORERS, no.balanced_allocation, no.least_allocated, no.most_allocated,
+                    no.non_zero_requests, no.pod_requests)
+    k8s, BATCH_SCORERS, per_node_balanced, per_node_least, per_node_most, non_zero_requests, pod_requests = _SCORERS
     pv = view_arrays(plugin.view, arrays)
     if pv is None:
         return None
@@ -221,7 +240,11 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
         part: np.ndarray | None
         if name == "tainttoleration.weight":
             raw = taint_raw(plugin, task, arrays)
-            part = _normalize_reverse(raw[rows], bool(arrays.cache.setdefault(("taints-any", id(raw)), raw.any())))
+            anywhere = arrays.cache.get(("taints-any", id(raw)))
+            if anywhere is None:
+                anywhere = arrays.cache[("taints-any", id(raw))] = bool(raw.any())
+            # no counted taint anywhere: every candidate scores MAX, as _normalize_reverse gives
+            part = _normalize_reverse(raw[rows]) if anywhere else np.full(k, MAX, dtype=np.int64)
         elif name == "nodeaffinity.weight" and k8s.preferred_node_affinity(task.affinity) is None:
             part = None
         elif name == "podtopologyspread.weight" and not k8s.spread_constraints(

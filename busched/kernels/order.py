@@ -16,7 +16,7 @@ from typing import Any
 from busched import kernels
 from busched.kernels.batch import key_of
 
-__all__ = ["job_order_key"]
+__all__ = ["job_order_key", "task_order_key"]
 
 
 def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
@@ -32,5 +32,44 @@ def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
 
     def key(job: Any) -> tuple:
         return (*[k(job) for k in keys], job.created, job.uid)
+
+    return key
+
+
+def task_order_key(ssn: Any, tasks: list[Any]) -> Callable[[Any], tuple] | None:
+    """A sort key equal to ``Session.task_order_fn`` over ``tasks``, or None.
+
+    ``task_order_fn`` asks the task-order plugins, then Volcano's CompareTask: the pod indexes
+    from the names, else creation time, then uid.  When every task-order callback carries a key
+    and every task has a pod index, the tuple (plugin keys, index, created, uid) compares exactly
+    so; when none has one, (plugin keys, created, uid) does; a mix has no key.  Only for heaps
+    whose tasks do not change while they wait (allocate's pending tasks of one job).
+    """
+    if not kernels.USE_KERNELS:
+        return None
+    from busched.framework.session import _pod_index
+
+    keys = []
+    for row in ssn._tiers("task_order"):
+        for _, fn in row:
+            k = key_of(fn)
+            if k is None:
+                return None
+            keys.append(k)
+    index: dict[str, int] = {}
+    for t in tasks:
+        i = _pod_index(t.name)
+        if i is not None:
+            index[t.uid] = i
+    if not index:
+        def plain(task: Any) -> tuple:
+            return (*[k(task) for k in keys], task.created, task.uid)
+
+        return plain
+    if len(index) < len(tasks):
+        return None
+
+    def key(task: Any) -> tuple:
+        return (*[k(task) for k in keys], index[task.uid], task.created, task.uid)
 
     return key

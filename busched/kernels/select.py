@@ -37,7 +37,7 @@ from busched.api.task import TaskInfo
 from busched.kernels.batch import batch_of
 from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
-__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "predicate_mask", "scores", "pick", "gradients"]
+__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
 
 
 class NodeRows(list):
@@ -46,8 +46,21 @@ class NodeRows(list):
     rows: np.ndarray
 
     @classmethod
-    def take(cls, nodes: Sequence[NodeInfo], positions: list[int], rows: np.ndarray) -> NodeRows:
-        """``nodes[p]`` for each position, carrying ``rows[p]``."""
+    def take(cls, nodes: Sequence[NodeInfo], positions: list[int] | np.ndarray, rows: np.ndarray) -> NodeRows:
+        """``nodes[p]`` for each position (a list or an integer array), carrying ``rows[p]``."""
+        if isinstance(positions, np.ndarray):
+            at = positions.tolist()
+            k = len(at)
+            if k > 1 and isinstance(nodes, list) and at[-1] - at[0] == k - 1 \
+                    and at == list(range(at[0], at[0] + k)):
+                # one run of consecutive positions (most scans): a slice
+                out = cls(nodes[at[0]:at[0] + k])
+                out.rows = rows[at[0]:at[0] + k].copy()
+                return out
+            # an index array: numpy takes the rows without converting a list first
+            out = cls(itemgetter(*at)(nodes)) if len(at) > 1 else cls([nodes[p] for p in at])
+            out.rows = rows[positions]
+            return out
         if len(positions) > 1:
             out = cls(itemgetter(*positions)(nodes))
         else:
@@ -57,10 +70,11 @@ class NodeRows(list):
 
 
 class Scan(NamedTuple):
-    found: list[int]  # positions (into the scanned list) of the feasible nodes, in scan order
+    found: np.ndarray  # positions (into the scanned list) of the feasible nodes, in scan order
     processed: int  # how many nodes the scan looked at, from its start
     failed: list[int]  # positions of the nodes looked at that are not feasible, in scan order
     rows: np.ndarray  # array rows of the scanned list
+    fit: np.ndarray | None = None  # resource fit on future idle per scanned position (None: not asked)
 
 
 def _is_method(fn: Any, obj: Any, name: str) -> bool:
@@ -96,22 +110,32 @@ def feasible_scan(ok: np.ndarray, start: int, to_find: int) -> tuple[list[int], 
     Returns the passing positions, how many positions were walked and the failing ones among
     them, as the per-node loop of `PredicateHelper.predicate_nodes` would see them.
     """
+    found, processed, bad = feasible_scan_array(ok, start, to_find)
+    return found.tolist(), processed, bad
+
+
+def feasible_scan_array(ok: np.ndarray, start: int, to_find: int) -> tuple[np.ndarray, int, list[int]]:
+    """`feasible_scan` with the passing positions as an integer array (no list round trip)."""
     total = len(ok)
     # the walk is ok[start:] then ok[:start]; slices are views, no reordered copy is made
     head = np.flatnonzero(ok[start:])
     if len(head) >= to_find:
         found = head[:to_find] + start
         processed = int(head[to_find - 1]) + 1
+        if processed == to_find:
+            return found, processed, []  # every node walked passed
         bad = np.flatnonzero(~ok[start:start + processed]) + start
-        return found.tolist(), processed, bad.tolist()
+        return found, processed, bad.tolist()
     tail = np.flatnonzero(ok[:start]) if start else head[:0]
     need = to_find - len(head)
     bad_head = (np.flatnonzero(~ok[start:]) + start).tolist()
     if len(tail) >= need:
         last = int(tail[need - 1]) + 1
         processed = total - start + last
-        return (head + start).tolist() + tail[:need].tolist(), processed, bad_head + np.flatnonzero(~ok[:last]).tolist()
-    return (head + start).tolist() + tail.tolist(), total, bad_head + (np.flatnonzero(~ok[:start]).tolist() if start else [])
+        return (np.concatenate((head + start, tail[:need])), processed,
+                bad_head + np.flatnonzero(~ok[:last]).tolist())
+    return (np.concatenate((head + start, tail)), total,
+            bad_head + (np.flatnonzero(~ok[:start]).tolist() if start else []))
 
 
 def _shard_mask(arrays: NodeArrays, in_shard: Collection[str]) -> np.ndarray:
@@ -135,9 +159,11 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
     if ok is None:
         return None
     full = rows is arrays.all_rows
+    fit = None
     if resource_fit is not None:
         f = fits(arrays, resource_fit, FUTURE_IDLE)
-        ok = ok & (f if full else f[rows])
+        fit = f if full else f[rows]
+        ok = ok & fit
     if in_shard is not None:
         ok = ok & _shard_mask(arrays, in_shard)[rows]
     if skip:
@@ -150,8 +176,36 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
             i = where.get(name)
             if i is not None:
                 ok[i] = False
-    found, processed, failed = feasible_scan(ok, start, to_find)
-    return Scan(found, processed, failed, rows)
+    found, processed, failed = feasible_scan_array(ok, start, to_find)
+    return Scan(found, processed, failed, rows, fit)
+
+
+def _score_plan(ssn: Any, arrays: NodeArrays) -> tuple[list, list, list] | None:
+    """The session's node-order twins in the order `scores` calls them (tier, plugin; the
+    node-order callback before the map one), its reduce and batch rows; None when a node-order
+    or map callback has no twin.  Callbacks are registered at session open: kept per session."""
+    key = ("score-plan", id(ssn))
+    got = arrays.cache.get(key)
+    if got is not None:
+        return got[0]
+    order_fns = ssn._fns["node_order"]
+    map_fns = ssn._fns["node_map"]
+    steps: list[tuple[str, bool, Callable[..., Any]]] = []
+    plan: tuple[list, list, list] | None = None
+    for tier in ssn.tiers:
+        for p in tier.plugins:
+            if not p.enabled("node_order"):
+                continue
+            for fns, is_map in ((order_fns, False), (map_fns, True)):
+                if p.name in fns:
+                    batch = batch_of(fns[p.name])
+                    if batch is None:
+                        arrays.cache[key] = (None, ssn)
+                        return None
+                    steps.append((p.name, is_map, batch))
+    plan = (steps, ssn._tiers("node_reduce"), ssn._tiers("batch_node_order"))
+    arrays.cache[key] = (plan, ssn)  # the session is kept with it: its id stays its own
+    return plan
 
 
 def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | None:
@@ -161,26 +215,18 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
     if rows is None:
         return None
     k = len(rows)
-    order_fns = ssn._fns["node_order"]
-    map_fns = ssn._fns["node_map"]
+    plan = _score_plan(ssn, arrays)
+    if plan is None:
+        return None
     order = np.zeros(k)
     maps: dict[str, np.ndarray] = {}
-    for tier in ssn.tiers:
-        for p in tier.plugins:
-            if not p.enabled("node_order"):
-                continue
-            if p.name in order_fns:
-                batch = batch_of(order_fns[p.name])
-                if batch is None:
-                    return None
-                order = order + batch(task, arrays, rows)
-            if p.name in map_fns:
-                batch = batch_of(map_fns[p.name])
-                if batch is None:
-                    return None
-                maps[p.name] = np.floor(batch(task, arrays, rows))
+    for name, is_map, batch in plan[0]:
+        if is_map:
+            maps[name] = np.floor(batch(task, arrays, rows))
+        else:
+            order = order + batch(task, arrays, rows)
     reduced = np.zeros(k)
-    for row in ssn._tiers("node_reduce"):
+    for row in plan[1]:
         for name, fn in row:
             m = maps.get(name)
             if m is None:
@@ -199,7 +245,7 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
             reduced = reduced + np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
     total = reduced + order
     batch_total: np.ndarray | None = None
-    for row in ssn._tiers("batch_node_order"):
+    for row in plan[2]:
         for _, fn in row:
             twin = batch_of(fn)
             vec = twin(task, arrays, rows, nodes) if twin is not None else None
@@ -225,6 +271,23 @@ def pick(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray) -> NodeIn
     return nodes[int(tied[ssn.rng.randrange(len(tied))])]
 
 
+def pick_unless_nan(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray) -> tuple[bool, NodeInfo | None]:
+    """``(True, pick(...))`` when no score is NaN, else ``(False, None)`` (no random draw made).
+
+    One pass stands for ``np.isnan(node_scores).any()`` then `pick`: a float array's max is NaN
+    exactly when it holds a NaN.
+    """
+    if not len(node_scores):
+        return True, None
+    best = node_scores.max()
+    if math.isnan(best):
+        return False, None
+    tied = np.flatnonzero(node_scores == best)
+    if len(tied) == 1:
+        return True, nodes[int(tied[0])]
+    return True, nodes[int(tied[ssn.rng.randrange(len(tied))])]
+
+
 def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: bool) -> list[NodeRows] | None:
     """Allocate's four buckets: fits idle (in shard, elsewhere), fits only future idle (same split)."""
     arrays: NodeArrays = ssn.arrays
@@ -244,4 +307,4 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     else:
         empty = np.zeros(len(rows), dtype=bool)
         masks = (idle, empty, future, empty)
-    return [NodeRows.take(nodes, np.flatnonzero(m).tolist(), rows) for m in masks]
+    return [NodeRows.take(nodes, np.flatnonzero(m), rows) for m in masks]

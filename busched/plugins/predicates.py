@@ -115,7 +115,10 @@ def pod_terms(task: TaskInfo, incoming: bool = False) -> PodTerms:
 def pod_requests(task: TaskInfo) -> tuple[int, int, dict[str, int]]:
     """(milli-cpu, memory bytes, {scalar: whole units}) as the pod's containers request them."""
     r = task.resreq
-    scalars = {n: -(-int(v) // 1000) for n, v in r.scalars.items() if n != PODS and v > 0}
+    sc = r.scalars
+    if not sc or (len(sc) == 1 and PODS in sc):
+        return int(r.cpu), int(r.memory), {}  # most pods: no scalar but the pod count
+    scalars = {n: -(-int(v) // 1000) for n, v in sc.items() if n != PODS and v > 0}
     return int(r.cpu), int(r.memory), scalars
 
 
@@ -143,10 +146,13 @@ class SessionPods:
                             if t.status == TaskStatus.Releasing}
         self._terms: dict[str, PodTerms] = {}
         self._sums: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
+        # a pod without an affinity block has no terms (pod_terms): most pods are not even parsed
         self.affinity_nodes = [n.name for n in self.node_list
-                               if any(self.terms(t).has_pod_affinity for t in self.pods[n.name].values())]
+                               if any(t.affinity and self.terms(t).has_pod_affinity
+                                      for t in self.pods[n.name].values())]
         self.anti_affinity_nodes = [n.name for n in self.node_list
-                                    if any(self.terms(t).required_anti for t in self.pods[n.name].values())]
+                                    if any(t.affinity and self.terms(t).required_anti
+                                           for t in self.pods[n.name].values())]
         self.images = _image_states(self.node_list)
         # Told of every pod added or removed (``pod_added(node, task)``, ``pod_removed(node, task)``):
         # the vectorised filters and scores keep their per-node sums with it (busched.kernels.podview).
@@ -168,7 +174,17 @@ class SessionPods:
         self.remove(task)
         self.pods[node][task.uid] = task
         self.where[task.uid] = node
-        self._changed(node)
+        s = self._sums.get(node)
+        if s is not None:
+            # the node's sums grow by this pod's requests (integers: the same as summing afresh)
+            c, m, sc = pod_requests(task)
+            nc, nm = non_zero_requests(task)
+            scalars = s[4]
+            if sc:
+                scalars = dict(scalars)
+                for k, v in sc.items():
+                    scalars[k] = scalars.get(k, 0) + v
+            self._sums[node] = (s[0] + c, s[1] + m, s[2] + nc, s[3] + nm, scalars)
         for ls in self.listeners:
             ls.pod_added(node, task)
 

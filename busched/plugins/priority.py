@@ -24,7 +24,8 @@ class PriorityPlugin:
         self.arguments = arguments
 
     def on_session_open(self, ssn: Session) -> None:
-        ssn.add_fn("task_order", self.name, lambda l, r: _desc(l.priority, r.priority))
+        ssn.add_fn("task_order", self.name,
+                   with_key(lambda l, r: _desc(l.priority, r.priority), lambda t: -t.priority))
         ssn.add_fn("job_order", self.name,
                    with_key(lambda l, r: _desc(l.priority, r.priority), lambda j: -j.priority))
         ssn.add_fn("sub_job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
