@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import time
 import uuid
@@ -53,7 +54,7 @@ from busched.bus.resources import resource_list
 from busched.cache.build import SpecError
 from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG, PluginOption, SchedulerConfig, Tier, load_config
-from busched.framework.cycle import paused_gc, run_cycle
+from busched.framework.cycle import QuietCycles, paused_gc, run_cycle
 from busched.metrics import SchedulerMetrics
 
 __all__ = ["Scheduler", "SchedulerSettings", "CycleReport", "BACKOFF_GATE", "FEEDBACK_PLUGIN"]
@@ -63,6 +64,7 @@ log = logging.getLogger("busched.scheduler")
 BACKOFF_GATE = "busched.io/backoff"
 FEEDBACK_PLUGIN = "busched-agent-feedback"
 TERMINAL = ("Succeeded", "Failed")
+FREEZE_AFTER_EVENTS = 50_000  # a catch-up at least this big moves what it built to the collector's permanent generation
 _RESULT_RANK = {"accepted": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "rejected": 3}
 
 
@@ -128,6 +130,7 @@ class CycleReport:
     released: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
+    skipped: bool = False  # nothing could have changed since the last cycle, which decided nothing
 
 
 class _FeedbackPlugin:
@@ -209,6 +212,10 @@ class Scheduler:
         self._dirty_tasks: set[str] = set()
         self._orphans: dict[str, Result] = {}  # results replayed before their binding record
         self._caught_up = False
+        self._gate = QuietCycles(self.config)
+        self._excluded_key: frozenset[Any] = frozenset()
+        self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
+        self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -218,13 +225,19 @@ class Scheduler:
         await self.bus.ensure_streams(self.settings.streams)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
         await self.bus.serve(S.API_GET, self._serve_get)
-        self.watch = await self.bus.watch_state(self.handle_state)
-        try:
-            await asyncio.wait_for(self.watch.caught_up.wait(), timeout)
-        except asyncio.TimeoutError:
-            raise RuntimeError(f"state stream not caught up within {timeout}s "
-                               f"(at {self.watch.last_seq} of {self.watch.target})") from None
-        await self._recover()
+        with paused_gc():  # the whole catch-up, between batches too
+            self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
+            try:
+                await asyncio.wait_for(self.watch.caught_up.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"state stream not caught up within {timeout}s "
+                                   f"(at {self.watch.last_seq} of {self.watch.target})") from None
+            await self._recover()
+            if self.watch.count >= FREEZE_AFTER_EVENTS:
+                # What a big catch-up built (specs, cache, conversion memo) lives as long as the scheduler:
+                # keep it out of every later collection, instead of re-enabling the collector on millions of
+                # young objects and paying for several full passes over them during the first cycles.
+                gc.freeze()
         self.catchup_seconds = time.perf_counter() - t0
         self.metrics.catchup_seconds.set(self.catchup_seconds)
         self.ready = True
@@ -261,7 +274,12 @@ class Scheduler:
                 pass
 
     # == one cycle ====================================================================================================
-    async def run_once(self) -> CycleReport:
+    async def run_once(self, *, force: bool = False) -> CycleReport:
+        """One cycle.  It is skipped (``report.skipped``) when it could not decide anything: the last
+        cycle decided nothing and neither the cache nor the nodes a task is kept off have changed
+        since (`QuietCycles`).  Whatever the clock changes (heartbeats lapsing, leases, backoffs
+        ending) is applied to the cache before that check, so it makes the cycle due.  ``force``
+        runs it anyway."""
         async with self._lock:
             self.cycle += 1
             report = CycleReport(self.cycle)
@@ -269,9 +287,17 @@ class Scheduler:
             await self._flush_outbox()
             await self._expire(report)
             await self._republish()
-            with paused_gc():  # as run_cycle: no collector passes over the whole cluster mid-build
-                snap = self.snapshot()
+            with paused_gc():
+                self.sync_cache()
             config, plugins = self._cycle_config()
+            excluded_key = self._excluded_key
+            if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
+                report.skipped = True
+                await self._flush_outbox()
+                return report
+            with paused_gc():  # as run_cycle: no collector passes over the whole cluster mid-build
+                before = self.cache.generation
+                snap = self.snapshot()
             kw = dict(plugins=plugins, actions=self.actions, seed=self.settings.seed,
                       uid=f"{self.boot}-{self.cycle}")
             try:
@@ -283,12 +309,17 @@ class Scheduler:
                 self.metrics.cycle_errors.inc()
                 log.exception("cycle %d: session failed", self.cycle)
                 report.error = f"{type(e).__name__}: {e}"
+                self._gate.done(_NO_SESSION, 0, 1)  # due again
                 return report
             binds = [d for d in ssn.decisions if d.kind == "bind"]
             evicts = [d for d in ssn.decisions if d.kind == "evict"]
             await self._publish_binds(binds, report)
             await self._publish_evicts(evicts, report)
             self._collect_podgroups(ssn)
+            with paused_gc():
+                self.sync_cache()
+            self._gate.done(ssn, before, self.cache.generation)
+            self._quiet_excluded = excluded_key
             await self._flush_outbox()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
@@ -309,6 +340,7 @@ class Scheduler:
                 excluded[key] = frozenset(keep)
             else:
                 del self.excluded[key]
+        self._excluded_key = frozenset(excluded.items())
         if not excluded:
             return self.config, self.plugins
         from busched.plugins import PLUGINS
@@ -429,20 +461,29 @@ class Scheduler:
         self.metrics.action_evicts.inc(len(items))
 
     def _collect_podgroups(self, ssn: Any) -> None:
+        """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those)."""
+        specs = self.specs["job"]
+        pgs = self.pg_status
+        now = 0.0
         for uid, job in ssn.jobs.items():
-            if not getattr(job, "has_podgroup", True) or uid not in self.specs["job"]:
+            if not getattr(job, "has_podgroup", True):
+                continue
+            spec = specs.get(uid)
+            if spec is None:
+                continue
+            cur = pgs.get(uid)
+            if cur is not None:
+                cur_phase, cur_conds = cur.phase, cur.conditions
+            else:
+                cur_phase, cur_conds = spec.phase, []
+            raw = job.conditions
+            if job.phase == cur_phase and _same_conditions(raw, cur_conds):
                 continue
             conds = [m.Condition(type=str(c.get("type", "")), status=str(c.get("status", "")),
                                  reason=str(c.get("reason", "")), message=str(c.get("message", "")),
                                  transition_id=str(c.get("transitionID", "")))
-                     for c in job.conditions]
-            cur = self.pg_status.get(uid)
-            spec = self.specs["job"][uid]
-            cur_phase = cur.phase if cur is not None else spec.phase
-            cur_conds = cur.conditions if cur is not None else []
-            if job.phase == cur_phase and _cond_key(conds) == _cond_key(cur_conds):
-                continue
-            now = time.time()
+                     for c in raw]
+            now = now or time.time()
             old = {c.type: c for c in cur_conds}
             for c in conds:
                 prev = old.get(c.type)
@@ -451,8 +492,8 @@ class Scheduler:
             st = m.PodGroupStatus(version=self._next_version(), namespace=spec.namespace, name=spec.name,
                                   phase=job.phase, conditions=conds)
             if cur_phase != job.phase:
-                log.info("job %s: %s -> %s", uid, cur_phase, job.phase)
-            self.pg_status[uid] = st
+                log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
+            pgs[uid] = st
             self._outbox[S.podgroup_subject(uid)] = (st, None)
             self._refresh_job(uid)
 
@@ -548,19 +589,57 @@ class Scheduler:
     # == inbound: the state stream ====================================================================================
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
         """Apply one state-stream message; returns what happened ("applied", "stale", or a rejection reason)."""
+        try:
+            return self._handle_one(subject, data, seq)
+        finally:
+            self._flush_counts()
+
+    def handle_state_batch(self, items: list[tuple[str, bytes, int]]) -> None:
+        """Apply state-stream messages in stream order, as `handle_state` does one by one.
+
+        What the per-message path pays once per message is paid once per batch: the garbage
+        collector is paused (a catch-up builds millions of objects, and each automatic full
+        collection would rescan all of them), and the applied/stale counters are added up and
+        published to the metrics at the end.  Rejections are still logged one by one.
+        """
+        with paused_gc():
+            try:
+                for subject, data, seq in items:
+                    try:
+                        self._handle_one(subject, data, seq)
+                    except Exception:  # noqa: BLE001 - one bad message must not stop the batch
+                        log.exception("state message on %s (seq %d) failed", subject, seq)
+            finally:
+                self._flush_counts()
+
+    def _handle_one(self, subject: str, data: bytes, seq: int) -> str:
         kind, key = S.parse_state_subject(subject)
-        what = _describe(kind, key)
         if len(data) > self.settings.max_event_bytes:
-            return self._reject("oversized", kind, f"{what}: payload of {len(data)} bytes exceeds the limit of "
-                                                   f"{self.settings.max_event_bytes} (subject {subject})")
+            return self._reject("oversized", kind, f"{_describe(kind, key)}: payload of {len(data)} bytes exceeds "
+                                                   f"the limit of {self.settings.max_event_bytes} (subject {subject})")
         try:
-            msg = m.decode(data)
+            msg = _DECODE(data)
         except m.DecodeError as e:
-            return self._reject("malformed", kind, f"{what}: {_field_error(e)} (subject {subject}, seq {seq})")
+            return self._reject("malformed", kind,
+                                f"{_describe(kind, key)}: {_field_error(e)} (subject {subject}, seq {seq})")
         try:
-            return self._apply(kind, key, msg, what)
+            return self._apply(kind, key, msg, "")
         except SpecError as e:
             return self._reject("invalid", kind, f"{e} (subject {subject}, seq {seq})")
+
+    def _count(self, kind: str, what: str) -> None:
+        k = (kind, what)
+        self._counts[k] = self._counts.get(k, 0) + 1
+
+    def _flush_counts(self) -> None:
+        if not self._counts:
+            return
+        counts, self._counts = self._counts, {}
+        for (kind, what), n in counts.items():
+            if what == "stale":
+                self.metrics.events_rejected.labels("stale", kind).inc(n)
+            else:
+                self.metrics.events.labels(kind, what).inc(n)
 
     def _reject(self, reason: str, kind: str, text: str) -> str:
         self.metrics.events_rejected.labels(reason, kind or "unknown").inc()
@@ -571,6 +650,7 @@ class Scheduler:
         okind = m.object_kind(msg)
         if okind is not None:
             if okind != kind or m.object_key(msg) != key:
+                what = what or _describe(kind, key)
                 return self._reject("mismatch", kind, f"{what}: payload is a {type(msg).__name__} for "
                                                       f"{okind} {m.object_key(msg)}")
             return self._apply_object(okind, key, msg)
@@ -581,24 +661,26 @@ class Scheduler:
         if kind == "result" and isinstance(msg, (m.BindAccepted, m.BindRejected, m.TaskPhaseChanged)):
             node, _, tkey = key.partition("/")
             if msg.node != node or _task_key(msg.namespace, msg.name) != tkey:
+                what = what or _describe(kind, key)
                 return self._reject("mismatch", kind, f"{what}: result for {msg.namespace}/{msg.name} on "
                                                       f"{msg.node}")
             return self._apply_result(tkey, msg)
+        what = what or _describe(kind, key)
         return self._reject("mismatch", kind, f"{what}: unexpected {type(msg).__name__} on this subject")
 
     def _apply_object(self, kind: str, key: str, msg: m.Msg) -> str:
         vkey = (kind, key)
         last = self.versions.get(vkey)
         if last is not None and msg.version <= last:
-            self.metrics.events_rejected.labels("stale", kind).inc()
+            self._count(kind, "stale")
             return "stale"
-        if isinstance(msg, tuple(m.DELETES.values())):
+        if isinstance(msg, m.DELETE_TYPES):
             self.versions[vkey] = msg.version
             old = self.specs[kind].pop(key, None)
             if old is not None:
                 self.cache.delete(kind, key)
                 self._on_deleted(kind, key)
-            self.metrics.events.labels(kind, "delete").inc()
+            self._count(kind, "delete")
             return "applied"
         spec = getattr(msg, m.SPEC_FIELD[kind])
         old = self.specs[kind].get(key)
@@ -612,7 +694,7 @@ class Scheduler:
                 self.specs[kind][key] = old
             raise
         self.versions[vkey] = msg.version
-        self.metrics.events.labels(kind, "upsert").inc()
+        self._count(kind, "upsert")
         if kind == "node":
             self.live.setdefault(key, NodeLive(since=self.clock()))
         return "applied"
@@ -1011,8 +1093,23 @@ class Scheduler:
         return reply
 
 
-def _cond_key(conds: list[m.Condition]) -> list[tuple[str, str, str, str]]:
-    return [(c.type, c.status, c.reason, c.message) for c in conds]
+class _NoSession:
+    decisions = (None,)  # counts as a cycle that decided something: the next one is due
+
+
+_NO_SESSION: Any = _NoSession()
+_DECODE = m._DECODER.decode  # m.decode without the call around it
+
+
+def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> bool:
+    """Whether a session's conditions (dicts) say what ``conds`` say (the transition id aside)."""
+    if len(raw) != len(conds):
+        return False
+    for c, x in zip(raw, conds):
+        if (str(c.get("type", "")) != x.type or str(c.get("status", "")) != x.status
+                or str(c.get("reason", "")) != x.reason or str(c.get("message", "")) != x.message):
+            return False
+    return True
 
 
 def _describe(kind: str, key: str) -> str:

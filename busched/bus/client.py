@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import nats
 import nats.errors
 import nats.js.errors
@@ -30,6 +31,19 @@ __all__ = ["Bus", "Ack", "Delivery", "DecisionFeed", "StateWatch", "StreamSettin
 log = logging.getLogger("busched.bus")
 
 MSG_ID = "Nats-Msg-Id"
+
+
+class _PubAck(msgspec.Struct):
+    """A JetStream publish acknowledgement, or its error."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: dict[str, Any] | None = None
+
+
+_ACK_DECODE = msgspec.json.Decoder(_PubAck).decode
+_ENCODE = encode
 
 
 class BusError(RuntimeError):
@@ -70,6 +84,27 @@ class Delivery:
 
     async def nak(self, delay: float | None = None) -> None:
         await self._msg.nak(delay=delay)
+
+
+def _stream_position(m: Any) -> tuple[int, int]:
+    """(stream sequence, messages pending) of a JetStream delivery, read from its reply subject; (-1, 0) if none.
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``; nats-py's ``metadata`` (used for
+    the longer form with domain and account) parses the same at several times the cost.
+    """
+    reply = m.reply
+    if reply and reply.startswith("$JS.ACK."):
+        t = reply.split(".")
+        try:
+            if len(t) == 9:
+                return int(t[5]), int(t[8])
+        except ValueError:
+            pass
+    try:
+        md = m.metadata
+        return md.sequence.stream, md.num_pending
+    except Exception:  # noqa: BLE001 - not a stream message
+        return -1, 0
 
 
 class StateWatch:
@@ -123,8 +158,10 @@ class Bus:
         self.options = options
         self._subs: list[Any] = []
         self._closing = False
-        self._async_ready = False
         self._async_lock = asyncio.Lock()
+        self._ack_prefix = ""
+        self._ack_futs: dict[str, asyncio.Future[Any]] = {}
+        self._ack_counter = 0
 
     # -- connection ------------------------------------------------------------------------------------------------
     @classmethod
@@ -235,68 +272,148 @@ class Bus:
 
     async def publish_all(self, items: Iterable[tuple[str, Msg | bytes, str | None]],
                           timeout: float = 10.0) -> list[Ack]:
-        """Publish many messages with their acknowledgements in flight together; one `Ack` per message, in order."""
-        futs = []
+        """Publish many messages with their acknowledgements in flight together; one `Ack` per message, in order.
+
+        Pipelined: every message is written to the connection first (flushed together), and the
+        stream's acknowledgements come back on one reply subscription of this bus, decoded with
+        msgspec.  A message not acknowledged within ``timeout`` gets an `Ack` with an error.
+        """
+        prefix = await self._ack_inbox()
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[Ack]] = []
+        tokens: list[str] = []
+        pending = self._ack_futs
+        publish = self.nc.publish
         for subject, msg, msg_id in items:
-            data = msg if isinstance(msg, bytes) else encode(msg)
-            headers = {MSG_ID: msg_id} if msg_id else None
+            data = msg if isinstance(msg, bytes) else _ENCODE(msg)
+            self._ack_counter += 1
+            token = str(self._ack_counter)
+            f: asyncio.Future[Ack] = loop.create_future()
+            futs.append(f)
+            tokens.append(token)
+            pending[token] = f
             try:
-                futs.append(await self._publish_async(subject, data, headers))
+                await publish(subject, data, reply=prefix + token, headers={MSG_ID: msg_id} if msg_id else None)
             except Exception as e:  # noqa: BLE001
-                f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                f.set_exception(e)
-                futs.append(f)
+                pending.pop(token, None)
+                if not f.done():
+                    f.set_result(Ack(error=f"{type(e).__name__}: {e}"))
         if not futs:
             return []
-        done = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), timeout)
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*futs)), timeout)
+        except asyncio.TimeoutError:
+            pass
         out = []
-        for r in done:
-            if isinstance(r, BaseException):
-                out.append(Ack(error=f"{type(r).__name__}: {r}"))
+        for token, f in zip(tokens, futs):
+            if f.done():
+                out.append(f.result())
             else:
-                out.append(Ack(seq=r.seq, duplicate=bool(r.duplicate)))
+                pending.pop(token, None)
+                f.cancel()
+                out.append(Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s"))
         return out
 
-    async def _publish_async(self, subject: str, data: bytes, headers: dict[str, str] | None) -> Any:
-        if self._async_ready:
-            return await self.js.publish_async(subject, data, headers=headers)
-        # nats-py sets up its acknowledgement inbox on the first publish_async and resets it on concurrent
-        # first calls, losing the other callers' futures: let exactly one first call through
+    async def _ack_inbox(self) -> str:
+        """The reply prefix under which this bus receives the stream's acknowledgements (set up once)."""
+        if self._ack_prefix:
+            return self._ack_prefix
         async with self._async_lock:
-            fut = await self.js.publish_async(subject, data, headers=headers)
-            self._async_ready = True
-            return fut
+            if not self._ack_prefix:
+                prefix = self.nc.new_inbox() + "."
+                futs = self._ack_futs
+                start = len(prefix)
+
+                async def on_ack(m: Any) -> None:
+                    f = futs.pop(m.subject[start:], None)
+                    if f is None or f.done():
+                        return
+                    if m.headers and m.headers.get("Status") == "503":
+                        f.set_result(Ack(error="NoStreamResponseError: no stream listens on this subject"))
+                        return
+                    try:
+                        pa = _ACK_DECODE(m.data)
+                    except Exception as e:  # noqa: BLE001
+                        f.set_result(Ack(error=f"bad acknowledgement: {e}"))
+                        return
+                    if pa.error is not None:
+                        f.set_result(Ack(error=f"APIError: {pa.error.get('description') or pa.error}"))
+                    else:
+                        f.set_result(Ack(seq=pa.seq, duplicate=pa.duplicate))
+
+                sub = await self.nc.subscribe(prefix + "*", cb=on_ack, pending_msgs_limit=1_000_000,
+                                              pending_bytes_limit=256 * 1024 * 1024)
+                self._subs.append(sub)
+                self._ack_prefix = prefix
+        return self._ack_prefix
 
     async def publish_core(self, subject: str, msg: Msg | bytes) -> None:
         await self.nc.publish(subject, msg if isinstance(msg, bytes) else encode(msg))
 
     # -- the state stream -----------------------------------------------------------------------------------------
-    async def watch_state(self, handler: Callable[[str, bytes, int], None], *,
-                          subject: str = f"{S.STATE_PREFIX}.>") -> StateWatch:
-        """Deliver the latest message of every state subject, then every new one, to ``handler(subject, data, seq)``.
+    async def watch_state(self, handler: Callable[[str, bytes, int], None] | None = None, *,
+                          subject: str = f"{S.STATE_PREFIX}.>",
+                          batch_handler: Callable[[list[tuple[str, bytes, int]]], None] | None = None,
+                          max_batch: int = 8192) -> StateWatch:
+        """Deliver the latest message of every state subject, then every new one.
 
-        Returns at once; ``watch.caught_up`` is set when everything that was in
-        the stream at the start has been handled.
+        Either ``handler(subject, data, seq)`` per message, or ``batch_handler(items)`` with lists of
+        ``(subject, data, seq)`` in stream order: every message already received is handed over in one
+        call (up to ``max_batch``) as soon as the event loop is free, so a catch-up of many thousands of
+        messages costs one call per batch, while a lone live message is handled at once.  Returns at
+        once; ``watch.caught_up`` is set when everything that was in the stream at the start has been
+        handled.
         """
+        if (handler is None) == (batch_handler is None):
+            raise TypeError("watch_state needs exactly one of handler and batch_handler")
+        if batch_handler is None:
+            per_message = handler
+
+            def batch_handler(items: list[tuple[str, bytes, int]]) -> None:
+                for subj, data, seq in items:
+                    try:
+                        per_message(subj, data, seq)  # type: ignore[misc]
+                    except Exception:  # noqa: BLE001 - a bad handler must not stop the feed
+                        log.exception("state handler failed on %s (seq %d)", subj, seq)
+
         w = StateWatch()
         w.target = await self.stream_last_seq(S.STATE_STREAM)
         if w.target == 0:
             w.caught_up.set()
+        loop = asyncio.get_running_loop()
+        buf: list[tuple[str, bytes, int]] = []
+        scheduled = False
+        caught = [w.target == 0]  # seen the message that completes the catch-up
+
+        def flush() -> None:
+            nonlocal buf, scheduled
+            scheduled = False
+            if not buf:
+                return
+            items, buf = buf, []
+            try:
+                batch_handler(items)
+            except Exception:  # noqa: BLE001 - a bad handler must not stop the feed
+                log.exception("state handler failed on a batch of %d (seq %d-%d)", len(items), items[0][2],
+                              items[-1][2])
+            w.last_seq = items[-1][2]
+            w.count += len(items)
+            if caught[0] and not w.caught_up.is_set():
+                w.caught_up.set()
 
         async def cb(m: Any) -> None:
-            try:
-                md = m.metadata
-                seq, pending = md.sequence.stream, md.num_pending
-            except Exception:  # noqa: BLE001 - not a stream message
-                return
-            w.last_seq = seq
-            w.count += 1
-            try:
-                handler(m.subject, m.data, seq)
-            except Exception:  # noqa: BLE001 - a bad handler must not stop the feed
-                log.exception("state handler failed on %s (seq %d)", m.subject, seq)
-            if not w.caught_up.is_set() and (seq >= w.target or pending == 0):
-                w.caught_up.set()
+            nonlocal scheduled
+            seq, pending = _stream_position(m)
+            if seq < 0:
+                return  # not a stream message
+            buf.append((m.subject, m.data, seq))
+            if not caught[0] and (seq >= w.target or pending == 0):
+                caught[0] = True
+            if len(buf) >= max_batch:
+                flush()
+            elif not scheduled:
+                scheduled = True
+                loop.call_soon(flush)  # runs once the messages already received have been queued
 
         w._sub = await self.js.subscribe(subject, stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
                                          deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,

@@ -277,23 +277,21 @@ def delete(kind: str, spec: Any, version: int) -> Msg:
     return cls(version=version, **kw)
 
 
+_KIND_OF: dict[type, str] = {**{c: k for k, c in UPSERTS.items()}, **{c: k for k, c in DELETES.items()}}
+_UPSERT_TYPES = frozenset(UPSERTS.values())
+DELETE_TYPES = tuple(DELETES.values())
+
+
 def object_kind(msg: Msg) -> str | None:
     """The object kind of a state event, None for other messages."""
-    t = type(msg)
-    for k, c in UPSERTS.items():
-        if c is t:
-            return k
-    for k, c in DELETES.items():
-        if c is t:
-            return k
-    return None
+    return _KIND_OF.get(type(msg))
 
 
 def object_key(msg: Msg) -> str:
     """``ns/name`` or ``name`` of the object a message is about."""
-    kind = object_kind(msg)
-    if kind is not None and isinstance(msg, tuple(UPSERTS.values())):
-        spec = getattr(msg, SPEC_FIELD[kind])
+    t = type(msg)
+    if t in _UPSERT_TYPES:
+        spec = getattr(msg, SPEC_FIELD[_KIND_OF[t]])
         ns = getattr(spec, "namespace", None)
         return f"{ns}/{spec.name}" if ns is not None else spec.name
     if isinstance(msg, BindDecision):

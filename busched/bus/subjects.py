@@ -50,10 +50,14 @@ def token(name: str) -> str:
     """One subject token for an object name."""
     if not name:
         return "%00"
+    if _ESCAPE.search(name) is None:
+        return name
     return _ESCAPE.sub(lambda m: f"%{ord(m.group()):02X}", name)
 
 
 def untoken(tok: str) -> str:
+    if "%" not in tok:
+        return tok
     if tok == "%00":
         return ""
     return _UNESCAPE.sub(lambda m: chr(int(m.group(1), 16)), tok)
@@ -107,5 +111,7 @@ def parse_state_subject(subject: str) -> tuple[str, str]:
     if len(parts) < 4 or f"{parts[0]}.{parts[1]}" != STATE_PREFIX:
         return "", ""
     kind = parts[2]
+    if "%" not in subject:
+        return kind, "/".join(parts[3:])
     rest = [untoken(p) for p in parts[3:]]
     return kind, "/".join(rest)
