@@ -22,7 +22,10 @@ Algorithm, in session hooks:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container
+
 from busched.actions import allocate_topology
+from busched.actions.util import NO_FIT, SKIP, STOP
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.node import NodeAccountingError, NodeInfo
@@ -135,41 +138,17 @@ class AllocateAction:
             attempted += 1
             if not ssn.allocatable(queue, task):
                 continue
-            if job.task_has_fit_errors(task):
-                fe = FitErrors()
-                fe.set_error(f"Task {task.name} with role spec {task.role} has already predicated failed, skip")
-                job.nodes_fit_errors[task.uid] = fe
+            found = self.candidates_for(job, task, nodes, node_names, self.helper,
+                                        role_failed=job.task_has_fit_errors(task),
+                                        keep_going=job.need_continue_allocating)
+            if found is SKIP:
                 continue
-            try:
-                ssn.pre_predicate_fn(task)
-            except FitError as e:
-                fe = FitErrors()
-                for n in nodes:
-                    fe.set_node_error(n.name, e)
-                job.nodes_fit_errors[task.uid] = fe
-                if job.need_continue_allocating():
-                    continue
-                break
-            candidates: list[NodeInfo] = []
-            fit_errors = FitErrors()
-            nominated = task.nominated_node_name
-            if nominated and nominated in node_names:
-                nn = ssn.nodes.get(nominated)
-                if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
-                    candidates, fit_errors = self.helper.predicate_nodes(
-                        task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq,
-                        errors_if_found=False)
-            if not candidates:
-                # the fit errors are read only when no node is found
-                candidates, fit_errors = self.helper.predicate_nodes(
-                    task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
-            if not candidates:
-                job.nodes_fit_errors[task.uid] = fit_errors
-                if job.need_continue_allocating():
-                    continue
+            if found is NO_FIT:
                 self.turn_unfit = (attempted == 1 and nodes is ssn.node_list and not self.pipelined_any
                                    and unfit.repeatable(task))
+            if not isinstance(found, list):
                 break
+            candidates = found
             best = self.best_node(task, candidates)
             if best is None:
                 continue
@@ -183,6 +162,45 @@ class AllocateAction:
             return stmt
         stmt.discard()
         return None
+
+    def candidates_for(self, job: JobInfo, task: TaskInfo, nodes: list[NodeInfo], node_names: Container[str],
+                       helper: PredicateHelper, *, role_failed: bool, keep_going: Callable[[], bool],
+                       hypernode: str = "") -> list[NodeInfo] | str:
+        """The nodes ``task`` may go to (nominated node first), or SKIP (try the job's next task),
+        STOP (pre-predicates failed and the turn ends) or NO_FIT (no node fits and the turn ends).
+        Every failure is recorded in the job's fit errors.  Shared with topology allocation."""
+        ssn = self.ssn
+        if role_failed:
+            fe = FitErrors()
+            fe.set_error(f"Task {task.name} with role spec {task.role} has already predicated failed, skip")
+            job.nodes_fit_errors[task.uid] = fe
+            return SKIP
+        try:
+            ssn.pre_predicate_fn(task)
+        except FitError as e:
+            fe = FitErrors()
+            for n in nodes:
+                fe.set_node_error(n.name, e)
+            job.nodes_fit_errors[task.uid] = fe
+            return SKIP if keep_going() else STOP
+        candidates: list[NodeInfo] = []
+        fit_errors = FitErrors()
+        nominated = task.nominated_node_name
+        if nominated and nominated in node_names:
+            nn = ssn.nodes.get(nominated)
+            if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
+                candidates, fit_errors = helper.predicate_nodes(
+                    task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
+        if not candidates:
+            # the fit errors are read only when no node is found
+            candidates, fit_errors = helper.predicate_nodes(
+                task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
+        if candidates:
+            return candidates
+        if hypernode:
+            fit_errors.hypernode = hypernode  # type: ignore[attr-defined]
+        job.nodes_fit_errors[task.uid] = fit_errors
+        return SKIP if keep_going() else NO_FIT
 
     def best_node(self, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
         """Score in gradients: idle (in shard, then elsewhere), then future idle (same split)."""

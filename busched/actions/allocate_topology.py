@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from busched.actions.util import SKIP
 from busched.api import subjob as sjm
-from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
@@ -279,39 +279,15 @@ class TopologyAllocator:
                 continue
             if task.sch_gated:
                 continue
-            if sjm.task_has_fit_errors(job, sj.uid, task):
-                fe = FitErrors()
-                fe.set_error(f"Task {task.name} with role spec {task.role} has already predicated failed, skip")
-                job.nodes_fit_errors[task.uid] = fe
+            found = self.action.candidates_for(
+                job, task, nodes, node_names, helper, role_failed=sjm.task_has_fit_errors(job, sj.uid, task),
+                keep_going=lambda: sjm.need_continue_allocating(job, sj.uid),
+                hypernode="" if hypernode == CLUSTER_TOP else hypernode)
+            if found is SKIP:
                 continue
-            try:
-                ssn.pre_predicate_fn(task)
-            except FitError as e:
-                fe = FitErrors()
-                for n in nodes:
-                    fe.set_node_error(n.name, e)
-                job.nodes_fit_errors[task.uid] = fe
-                if sjm.need_continue_allocating(job, sj.uid):
-                    continue
+            if not isinstance(found, list):
                 break
-            candidates: list[NodeInfo] = []
-            fit_errors = FitErrors()
-            nominated = task.nominated_node_name
-            if nominated and nominated in node_names:
-                nn = ssn.nodes.get(nominated)
-                if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
-                    candidates, fit_errors = helper.predicate_nodes(
-                        task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq)
-            if not candidates:
-                candidates, fit_errors = helper.predicate_nodes(
-                    task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq)
-            if not candidates:
-                if hypernode != CLUSTER_TOP:
-                    fit_errors.hypernode = hypernode  # type: ignore[attr-defined]
-                job.nodes_fit_errors[task.uid] = fit_errors
-                if sjm.need_continue_allocating(job, sj.uid):
-                    continue
-                break
+            candidates = found
             if sj.with_network_topology():
                 task.extra[JOB_ALLOCATED_HYPERNODE] = allocated_hn
             best = self.action.best_node(task, candidates)

@@ -214,3 +214,9 @@ class TrialEvictions:
             if task is not None and uid in self._saved:
                 task.last_status, task.last_node = self._saved[uid]
         self._saved.clear()
+
+
+# What AllocateAction.candidates_for answers besides a list of nodes (shared with topology allocation).
+SKIP = "skip"  # this task cannot go anywhere now: try the job's next task
+STOP = "stop"  # pre-predicates failed and the job's turn ends
+NO_FIT = "no-fit"  # no node fits this task and the job's turn ends
