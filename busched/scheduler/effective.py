@@ -1,0 +1,123 @@
+"""The effective objects in the cache: a spec overlaid with what the scheduler knows.
+
+A task as the session must see it: where it was bound, the phase its agent reported, deleting while
+evicted, and the backoff scheduling gate.  A node is ready only while its agent is alive (when
+heartbeats are required); a job carries its podgroup status.  A new spec is refreshed at once (to
+validate it); other task changes are gathered and applied once per cycle (`sync_cache`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from busched.api import objects as o
+from busched.api.task import TaskStatus, status_from_phase
+from busched.cache.build import SpecError
+from busched.scheduler.records import BACKOFF_GATE, TERMINAL, NodeLive
+
+log = logging.getLogger("busched.scheduler")
+
+
+class Effective:
+    # == effective objects ============================================================================================
+    def _refresh(self, kind: str, key: str) -> None:
+        if kind == "task":
+            self._refresh_task(key, strict=True)
+        elif kind == "node":
+            self._refresh_node(key, strict=True)
+        elif kind == "job":
+            self._refresh_job(key, strict=True)
+        else:
+            self.cache.upsert(kind, self.specs[kind][key])
+
+    def _refresh_task(self, key: str, strict: bool = False) -> None:
+        """Bring the cache's copy of a task up to date: now for a new spec (to validate it), else lazily."""
+        if not strict:
+            self._dirty_tasks.add(key)
+            return
+        spec = self.specs["task"].get(key)
+        if spec is None:
+            return
+        self._dirty_tasks.discard(key)
+        self._upsert("task", self.effective_task(key, spec), strict)
+
+    def sync_cache(self) -> None:
+        """Apply the task changes gathered since the last cycle (several results of one task cost one upsert)."""
+        dirty, self._dirty_tasks = self._dirty_tasks, set()
+        for key in dirty:
+            spec = self.specs["task"].get(key)
+            if spec is not None:
+                self._upsert("task", self.effective_task(key, spec), False)
+
+    def snapshot(self) -> Any:
+        self.sync_cache()
+        return self.cache.snapshot()
+
+    def _refresh_node(self, key: str, strict: bool = False) -> None:
+        spec = self.specs["node"].get(key)
+        if spec is None:
+            return
+        ready = spec.ready and (not self.settings.require_heartbeat
+                                or self.live.get(key, NodeLive()).state == "alive")
+        self._upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict)
+
+    def _refresh_job(self, key: str, strict: bool = False) -> None:
+        spec = self.specs["job"].get(key)
+        if spec is None:
+            return
+        st = self.pg_status.get(key)
+        if st is not None:
+            spec = msgspec.structs.replace(spec, phase=st.phase, conditions=[
+                {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                 "transitionID": c.transition_id} for c in st.conditions])
+        self._upsert("job", spec, strict)
+
+    def _upsert(self, kind: str, spec: Any, strict: bool) -> None:
+        try:
+            self.cache.upsert(kind, spec)
+        except SpecError:
+            if strict:
+                raise
+            log.exception("cannot refresh %s %s", kind, spec.name)
+
+    def effective_task(self, key: str, spec: o.TaskSpec) -> o.TaskSpec:
+        """The task as the scheduler must see it: where we bound it and what its agent said."""
+        b = self.bindings.get(key)
+        gates = spec.scheduling_gates
+        if key in self.backoff_until and BACKOFF_GATE not in gates:
+            gates = [*gates, BACKOFF_GATE]
+        if b is None:
+            if spec.phase in TERMINAL and spec.node:
+                # terminated tasks hold nothing on their node (Volcano's cache skips them)
+                return msgspec.structs.replace(spec, node="", scheduling_gates=gates)
+            return spec if gates is spec.scheduling_gates else msgspec.structs.replace(spec, scheduling_gates=gates)
+        if not b.live:
+            return msgspec.structs.replace(spec, node="", phase="Pending", deleting=False, scheduling_gates=gates)
+        r = self.results.get(key)
+        phase = "Pending"
+        if r is not None and r.attempt == b.attempt and r.what in ("Running", "Succeeded", "Failed"):
+            phase = r.what
+        node = b.node if phase not in TERMINAL else ""
+        return msgspec.structs.replace(spec, node=node, phase=phase, deleting=b.state == "evicting",
+                                       scheduling_gates=gates)
+
+    def task_status(self, key: str) -> str:
+        """Volcano's task status name as `busched get tasks` shows it."""
+        spec = self.specs["task"].get(key)
+        if spec is None:
+            return ""
+        b = self.bindings.get(key)
+        if b is None or not b.live:
+            s = spec if b is None else msgspec.structs.replace(spec, node="", phase="Pending")
+            return status_from_phase(s.phase, s.node, s.deleting).name
+        if b.state == "evicting":
+            return TaskStatus.Releasing.name
+        r = self.results.get(key)
+        if r is None or r.attempt != b.attempt:
+            return TaskStatus.Binding.name
+        if r.what == "accepted":
+            return TaskStatus.Bound.name
+        return r.what

@@ -1,0 +1,331 @@
+"""`Scheduler` itself: lifecycle and the cycle loop.
+
+`start` subscribes to heartbeats and ``get`` requests, catches up with the state stream and recovers
+in-flight binds; `run_forever` runs `run_once` every ``period`` seconds until `stop`.  One cycle
+applies what the clock changed (`Bindings._expire`), takes a snapshot of the cache, runs the
+configured actions (`run_cycle`, in a worker thread), then publishes binds and evicts and queues
+podgroup statuses for the jobs whose phase or conditions changed.  A cycle that could not decide
+anything is skipped (`QuietCycles`).  Records that must reach the state stream wait in an outbox
+(subject -> latest record) until published.
+
+A task a node refused recently is kept off that node by an extra plugin (`_FeedbackPlugin`) added to
+the configuration for that cycle only.
+
+The rest of the class is assembled from the other modules of the package, one concern each (see
+`busched.scheduler`); they share the state set up in `Scheduler.__init__`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from busched.api.fit import Code
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.client import Bus, StateWatch
+from busched.cache.cache import Cache
+from busched.framework.config import (
+    DEFAULT_CONFIG,
+    PluginOption,
+    SchedulerConfig,
+    Tier,
+    load_config,
+)
+from busched.framework.cycle import QuietCycles, paused_gc, run_cycle
+from busched.metrics import SchedulerMetrics
+from busched.scheduler.agents import Agents
+from busched.scheduler.bindings import Bindings
+from busched.scheduler.effective import Effective
+from busched.scheduler.events import Events
+from busched.scheduler.queries import Queries
+from busched.scheduler.records import (
+    FEEDBACK_PLUGIN,
+    FREEZE_AFTER_EVENTS,
+    Binding,
+    CycleReport,
+    NodeLive,
+    Result,
+    SchedulerSettings,
+    _version_clock,
+)
+
+log = logging.getLogger("busched.scheduler")
+
+
+class _FeedbackPlugin:
+    """Keeps a task off nodes whose agent refused it (or never took it) recently."""
+
+    name = FEEDBACK_PLUGIN
+
+    def __init__(self, excluded: dict[str, frozenset[str]]) -> None:
+        self.excluded = excluded
+
+    def on_session_open(self, ssn: Any) -> None:
+        from busched.framework.session import fit_error
+
+        excluded = self.excluded
+
+        def predicate(task: Any, node: Any) -> None:
+            nodes = excluded.get(task.key)
+            if nodes and node.name in nodes:
+                raise fit_error(task, node, f"node {node.name} refused this task recently", self.name,
+                                Code.UnschedulableAndUnresolvable)
+
+        ssn.add_fn("predicate", self.name, predicate)
+
+
+
+class Scheduler(Events, Agents, Bindings, Effective, Queries):
+    """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
+
+    def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
+                 settings: SchedulerSettings | None = None, *, metrics: SchedulerMetrics | None = None,
+                 plugins: Any = None, actions: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.bus = bus
+        if config is None:
+            config = DEFAULT_CONFIG
+        self.config = load_config(config) if isinstance(config, str) else config
+        self.settings = settings or SchedulerSettings()
+        self.metrics = metrics or SchedulerMetrics()
+        self.plugins = plugins
+        self.actions = actions
+        self.clock = clock
+        self.boot = uuid.uuid4().hex[:8]
+        self.cache = Cache()
+        self._next_version = _version_clock()
+        # what we know, beside the cache
+        self.specs: dict[str, dict[str, Any]] = {k: {} for k in m.UPSERTS}
+        self.versions: dict[tuple[str, str], int] = {}  # (kind, key) -> highest version seen, deletes included
+        self.bindings: dict[str, Binding] = {}
+        self.results: dict[str, Result] = {}
+        self.pg_status: dict[str, m.PodGroupStatus] = {}
+        self.live: dict[str, NodeLive] = {}
+        self.backoff_until: dict[str, float] = {}
+        self.failures: dict[str, int] = {}  # consecutive failed attempts, for backoff
+        self.excluded: dict[str, dict[str, float]] = {}  # task -> node -> until
+        self.reasons: dict[str, str] = {}  # task -> last reason it went back to Pending
+        self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
+        self._stale_evicts: set[tuple[str, str, int]] = set()
+        self._unpublished: set[str] = set()  # tasks whose bind/evict decision still has to go out
+        self.watch: StateWatch | None = None
+        self.cycle = 0
+        self.started_at = 0.0
+        self.ready = False
+        self.catchup_seconds = 0.0
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._dirty_tasks: set[str] = set()
+        self._orphans: dict[str, Result] = {}  # results replayed before their binding record
+        self._caught_up = False
+        self._gate = QuietCycles(self.config)
+        self._excluded_key: frozenset[Any] = frozenset()
+        self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
+        self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
+
+    # == lifecycle ====================================================================================================
+    async def start(self, *, timeout: float = 60.0) -> None:
+        """Subscribe, catch up with the state stream, recover in-flight binds; `ready` is True after this."""
+        t0 = time.perf_counter()
+        self.started_at = self.clock()
+        await self.bus.ensure_streams(self.settings.streams)
+        await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
+        await self.bus.serve(S.API_GET, self._serve_get)
+        with paused_gc():  # the whole catch-up, between batches too
+            self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
+            try:
+                await asyncio.wait_for(self.watch.caught_up.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"state stream not caught up within {timeout}s "
+                                   f"(at {self.watch.last_seq} of {self.watch.target})") from None
+            await self._recover()
+            if self.watch.count >= FREEZE_AFTER_EVENTS:
+                # What a big catch-up built (specs, cache, conversion memo) lives as long as the scheduler:
+                # keep it out of every later collection, instead of re-enabling the collector on millions of
+                # young objects and paying for several full passes over them during the first cycles.
+                gc.freeze()
+        self.catchup_seconds = time.perf_counter() - t0
+        self.metrics.catchup_seconds.set(self.catchup_seconds)
+        self.ready = True
+        self.metrics.ready.set(1)
+        log.info("caught up with the state stream in %.3fs: %d nodes, %d jobs, %d tasks, %d live binds",
+                 self.catchup_seconds, len(self.specs["node"]), len(self.specs["job"]), len(self.specs["task"]),
+                 sum(1 for b in self.bindings.values() if b.live))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self.ready = False
+        self.metrics.ready.set(0)
+        if self.watch is not None:
+            await self.watch.stop()
+        try:
+            await self._flush_outbox()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+    async def run_forever(self) -> None:
+        if not self.ready:
+            await self.start()
+        while not self._stop.is_set():
+            t = self.clock()
+            try:
+                await self.run_once()
+            except Exception:  # noqa: BLE001 - one bad cycle must not stop the scheduler
+                log.exception("cycle %d failed", self.cycle)
+                self.metrics.cycle_errors.inc()
+            delay = max(0.0, self.settings.period - (self.clock() - t))
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    # == one cycle ====================================================================================================
+    async def run_once(self, *, force: bool = False) -> CycleReport:
+        """One cycle.  It is skipped (``report.skipped``) when it could not decide anything: the last
+        cycle decided nothing and neither the cache nor the nodes a task is kept off have changed
+        since (`QuietCycles`).  Whatever the clock changes (heartbeats lapsing, leases, backoffs
+        ending) is applied to the cache before that check, so it makes the cycle due.  ``force``
+        runs it anyway."""
+        async with self._lock:
+            self.cycle += 1
+            report = CycleReport(self.cycle)
+            t0 = time.perf_counter()
+            await self._flush_outbox()
+            await self._expire(report)
+            await self._republish()
+            with paused_gc():
+                self.sync_cache()
+            config, plugins = self._cycle_config()
+            excluded_key = self._excluded_key
+            if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
+                report.skipped = True
+                await self._flush_outbox()
+                return report
+            with paused_gc():  # as run_cycle: no collector passes over the whole cluster mid-build
+                before = self.cache.generation
+                snap = self.snapshot()
+            kw = dict(plugins=plugins, actions=self.actions, seed=self.settings.seed,
+                      uid=f"{self.boot}-{self.cycle}")
+            try:
+                if self.settings.cycle_in_thread:
+                    ssn = await asyncio.to_thread(run_cycle, snap, config, **kw)
+                else:
+                    ssn = run_cycle(snap, config, **kw)
+            except Exception as e:  # noqa: BLE001
+                self.metrics.cycle_errors.inc()
+                log.exception("cycle %d: session failed", self.cycle)
+                report.error = f"{type(e).__name__}: {e}"
+                self._gate.done(_NO_SESSION, 0, 1)  # due again
+                return report
+            binds = [d for d in ssn.decisions if d.kind == "bind"]
+            evicts = [d for d in ssn.decisions if d.kind == "evict"]
+            await self._publish_binds(binds, report)
+            await self._publish_evicts(evicts, report)
+            self._collect_podgroups(ssn)
+            with paused_gc():
+                self.sync_cache()
+            self._gate.done(ssn, before, self.cache.generation)
+            self._quiet_excluded = excluded_key
+            await self._flush_outbox()
+            report.seconds = time.perf_counter() - t0
+            self.metrics.cycles.inc()
+            self.metrics.cycle_seconds.observe(report.seconds)
+            self._update_gauges()
+            if report.binds or report.evicts or report.released:
+                log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
+                         len(report.evicts), len(report.released), report.seconds)
+            return report
+
+    def _cycle_config(self) -> tuple[SchedulerConfig, Any]:
+        now = self.clock()
+        excluded: dict[str, frozenset[str]] = {}
+        for key, nodes in list(self.excluded.items()):
+            keep = {n: t for n, t in nodes.items() if t > now}
+            if keep:
+                self.excluded[key] = keep
+                excluded[key] = frozenset(keep)
+            else:
+                del self.excluded[key]
+        self._excluded_key = frozenset(excluded.items())
+        if not excluded:
+            return self.config, self.plugins
+        from busched.plugins import PLUGINS
+
+        base = self.plugins if self.plugins is not None else PLUGINS
+        plugins = base.with_entries({FEEDBACK_PLUGIN: lambda args: _FeedbackPlugin(excluded)})
+        config = dataclasses.replace(self.config,
+                                     tiers=self.config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
+        return config, plugins
+
+    def _collect_podgroups(self, ssn: Any) -> None:
+        """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those)."""
+        specs = self.specs["job"]
+        pgs = self.pg_status
+        now = 0.0
+        for uid, job in ssn.jobs.items():
+            if not getattr(job, "has_podgroup", True):
+                continue
+            spec = specs.get(uid)
+            if spec is None:
+                continue
+            cur = pgs.get(uid)
+            if cur is not None:
+                cur_phase, cur_conds = cur.phase, cur.conditions
+            else:
+                cur_phase, cur_conds = spec.phase, []
+            raw = job.conditions
+            if job.phase == cur_phase and _same_conditions(raw, cur_conds):
+                continue
+            conds = [m.Condition(type=str(c.get("type", "")), status=str(c.get("status", "")),
+                                 reason=str(c.get("reason", "")), message=str(c.get("message", "")),
+                                 transition_id=str(c.get("transitionID", "")))
+                     for c in raw]
+            now = now or time.time()
+            old = {c.type: c for c in cur_conds}
+            for c in conds:
+                prev = old.get(c.type)
+                c.last_transition_time = (prev.last_transition_time if prev is not None and prev.status == c.status
+                                          else now)
+            st = m.PodGroupStatus(version=self._next_version(), namespace=spec.namespace, name=spec.name,
+                                  phase=job.phase, conditions=conds)
+            if cur_phase != job.phase:
+                log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
+            pgs[uid] = st
+            self._outbox[S.podgroup_subject(uid)] = (st, None)
+            self._refresh_job(uid)
+
+    async def _flush_outbox(self) -> None:
+        if not self._outbox:
+            return
+        items = list(self._outbox.items())
+        self._outbox.clear()
+        acks = await self.bus.publish_all((subj, msg, mid) for subj, (msg, mid) in items)
+        for (subj, rec), ack in zip(items, acks):
+            if not ack.ok:
+                self.metrics.publish_errors.labels("record").inc()
+                self._outbox.setdefault(subj, rec)
+
+
+
+class _NoSession:
+    decisions = (None,)  # counts as a cycle that decided something: the next one is due
+
+
+_NO_SESSION: Any = _NoSession()
+
+
+def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> bool:
+    """Whether a session's conditions (dicts) say what ``conds`` say (the transition id aside)."""
+    if len(raw) != len(conds):
+        return False
+    for c, x in zip(raw, conds):
+        if (str(c.get("type", "")) != x.type or str(c.get("status", "")) != x.status
+                or str(c.get("reason", "")) != x.reason or str(c.get("message", "")) != x.message):
+            return False
+    return True

@@ -1,0 +1,128 @@
+"""The scheduler's settings and bookkeeping records, and the small helpers its parts share.
+
+`SchedulerSettings` holds the timings (cycle period, bind lease, heartbeat timeout, backoff) and limits.
+Beside the cache, a scheduler keeps, per task, a `Binding` (its latest bind attempt: node, state
+``binding | evicting | released``, decision-stream sequence, whether the decision went out) and the
+`Result` its agent last reported, and per node a `NodeLive` (agent liveness from heartbeats: what it
+holds and how far it has consumed the decision stream).  `CycleReport` is what `Scheduler.run_once`
+returns.  Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from busched.bus import messages as m
+from busched.bus.client import StreamSettings
+
+log = logging.getLogger("busched.scheduler")
+
+BACKOFF_GATE = "busched.io/backoff"
+FEEDBACK_PLUGIN = "busched-agent-feedback"
+TERMINAL = ("Succeeded", "Failed")
+FREEZE_AFTER_EVENTS = 50_000  # a catch-up at least this big moves what it built to the collector's permanent generation
+_RESULT_RANK = {"accepted": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "rejected": 3}
+
+
+@dataclass
+class SchedulerSettings:
+    period: float = 1.0  # seconds between cycles
+    bind_lease: float = 10.0  # an alive agent must have consumed a bind within this long
+    heartbeat_timeout: float = 5.0  # no heartbeat for this long: the node's agent is lost
+    require_heartbeat: bool = True  # only nodes whose agent is alive are schedulable
+    backoff_initial: float = 1.0  # seconds before a rejected/unreceived task may be placed again, doubling
+    backoff_max: float = 60.0
+    exclusion_ttl: float = 60.0  # a node that refused a task is not offered it again for this long
+    max_event_bytes: int = 256 * 1024  # larger state messages are rejected
+    cycle_in_thread: bool = True
+    seed: int = 0
+    streams: StreamSettings = field(default_factory=StreamSettings)
+
+
+@dataclass
+class Binding:
+    attempt: int
+    node: str
+    state: str = "binding"  # binding | evicting | released
+    reason: str = ""
+    version: int = 0
+    backoff: float = 0.0
+    decided: float = 0.0  # monotonic time of the decision (or of recovery)
+    seq: int = 0  # decision-stream sequence of the bind, 0 while unknown
+    published: bool = True  # False while the decision still has to be (re)published
+    evict_reason: str = ""
+
+    @property
+    def live(self) -> bool:
+        return self.state in m.BINDING_LIVE_STATES
+
+
+@dataclass
+class Result:
+    attempt: int
+    node: str
+    what: str  # accepted | rejected | Running | Succeeded | Failed
+    reason: str = ""
+    boot: str = ""
+    version: int = 0
+
+
+@dataclass
+class NodeLive:
+    state: str = "unknown"  # unknown (not heard since we started) | alive | lost
+    last_seen: float = 0.0
+    since: float = 0.0
+    boot: str = ""
+    holding: dict[str, int] = field(default_factory=dict)
+    through_seq: int = 0
+    interval: float = 1.0
+
+
+@dataclass
+class CycleReport:
+    cycle: int
+    binds: list[tuple[str, str]] = field(default_factory=list)
+    evicts: list[tuple[str, str]] = field(default_factory=list)
+    released: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+    skipped: bool = False  # nothing could have changed since the last cycle, which decided nothing
+
+
+
+def _version_clock() -> Callable[[], int]:
+    last = 0
+
+    def next_version() -> int:
+        nonlocal last
+        last = max(last + 1, time.time_ns())
+        return last
+
+    return next_version
+
+
+def _task_key(ns: str, name: str) -> str:
+    return f"{ns}/{name}"
+
+
+_DECODE = m._DECODER.decode  # m.decode without the call around it
+
+
+def _describe(kind: str, key: str) -> str:
+    if kind == "result":
+        node, _, task = key.partition("/")
+        return f"result for task {task} on node {node}"
+    return f"{kind} {key}" if kind else "message"
+
+
+def _field_error(e: Exception) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.task.priority`" as "task.priority: expected `int`, got `str`"."""
+    text = str(e)
+    if " - at `$" in text:
+        msg, _, path = text.partition(" - at `$")
+        path = path.rstrip("`").lstrip(".")
+        return f"{path or 'payload'}: {msg[0].lower() + msg[1:]}"
+    return f"payload: {text}"
