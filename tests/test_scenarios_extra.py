@@ -1,4 +1,7 @@
-"""Extra scenarios transcribed by us from Volcano's Go tests (cases not in the shared set)."""
+"""Extra scenarios transcribed by us from Volcano's Go tests (cases not in the shared set).
+
+Each file names its Go source; topology/ holds allocate_test.go's network-topology cases.
+"""
 
 from pathlib import Path
 
@@ -6,14 +9,15 @@ import pytest
 
 from busched.scenario.runner import check_report, load_scenario, run_scenario
 
-FILES = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
+ROOT = Path(__file__).parent / "scenarios"
+FILES = sorted(ROOT.rglob("*.yaml"))
 
 
 def test_extra_scenarios_present():
     assert FILES
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+@pytest.mark.parametrize("path", FILES, ids=[f.relative_to(ROOT).as_posix() for f in FILES])
 def test_extra_scenario(path):
     sc = load_scenario(path)
     assert not check_report(run_scenario(sc), sc.expect)
