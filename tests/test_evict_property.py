@@ -35,7 +35,9 @@ def full_state(ssn: Any) -> Any:
     view = getattr(ssn.plugins.get("predicates"), "view", None)
     pods = {n.name: sorted(view.on(n.name)) for n in ssn.node_list} if view is not None else None
     return state(ssn), pods
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same examples every run, so CI is repeatable (a failure found once stays found)
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
