@@ -51,7 +51,7 @@ def test_run_json_has_every_key(tmp_path, capsys):
 def test_check_counts_and_exit_codes(tmp_path, capsys):
     good = write(tmp_path, GOOD)
     assert main(["scenario", "check", str(good)]) == 0
-    bad = write(tmp_path, GOOD.replace("bindsCount: 3", "bindsCount: 1"), "bad.yaml")
+    write(tmp_path, GOOD.replace("bindsCount: 3", "bindsCount: 1"), "bad.yaml")
     assert main(["scenario", "check", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "bindsCount: want 1, got 3" in out and "1 passed, 1 failed" in out

@@ -62,6 +62,11 @@ def test_api_imports_nothing_above_it():
     assert not bad
 
 
+def test_cache_never_imports_plugins():
+    bad = [rel(p) for p in modules("cache") if any(i.startswith("busched.plugins") for i in imports(p))]
+    assert not bad
+
+
 def test_framework_does_not_import_actions_or_plugins_at_module_level():
     bad = [rel(p) for p in modules("framework")
            if any(i.startswith(("busched.actions", "busched.plugins")) for i in imports(p, top_level_only=True))]

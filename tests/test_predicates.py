@@ -13,7 +13,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.framework.cycle import open_session
 from busched.framework.session import Session
-from busched.plugins import k8s
+from busched.api import k8s
 from busched.plugins.predicates import PredicatesPlugin, get_bool
 
 HOST = "kubernetes.io/hostname"

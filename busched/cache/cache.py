@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from busched.api import objects as o
+from busched.api.disruption import PdbError, parse_pdb
 from busched.api.job import JobInfo
 from busched.api.queue import PriorityClass
 from busched import kernels
@@ -107,8 +108,6 @@ class Cache:
         elif kind == "resourceQuota":
             build.resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
         elif kind == "podDisruptionBudget":
-            from busched.plugins.pdb import PdbError, parse_pdb
-
             try:
                 parse_pdb(spec)
             except (PdbError, ValueError, TypeError) as e:

@@ -123,7 +123,7 @@ def _key(*parts: Any) -> str:
 
 def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     """taint_toleration_scores' raw counts for every node: PreferNoSchedule taints the task does not tolerate."""
-    from busched.plugins import k8s
+    from busched.api import k8s
 
     tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)]
     key = ("taints", _key(tolerations) if tolerations else "")
@@ -194,7 +194,7 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
         return np.zeros(0)
     global _SCORERS
     if _SCORERS is None:
-        from busched.plugins import k8s as k8s_
+        from busched.api import k8s as k8s_
         from busched.plugins import nodeorder as no
 
         _SCORERS = (k8s_, no.BATCH_SCORERS, no.balanced_allocation, no.least_allocated, no.most_allocated,

@@ -34,7 +34,7 @@ from busched.api.task import TaskInfo
 from busched.framework.session import Session
 from busched.kernels import nodeorder as kernel
 from busched.kernels.batch import with_batch
-from busched.plugins import k8s
+from busched.api import k8s
 from busched.plugins.predicates import SessionPods, count_matching, non_zero_requests, pod_requests, pod_terms, \
     session_pods
 

@@ -43,7 +43,7 @@ from busched.api.task import TaskInfo, TaskStatus, parse_bool
 from busched.framework.session import EventHandler, Session
 from busched.kernels import predicates as kernel
 from busched.kernels.batch import with_batch
-from busched.plugins import k8s
+from busched.api import k8s
 
 __all__ = ["PredicatesPlugin", "SessionPods", "session_pods", "get_bool"]
 
