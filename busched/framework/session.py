@@ -157,6 +157,14 @@ class Session:
     def has(self, point: str) -> bool:
         return any(self._tiers(point))
 
+    def switch_on(self, plugin: str, switch: str) -> bool:
+        """Whether ``plugin`` is configured with ``switch`` (an attribute name of SWITCHES) on."""
+        for tier in self.tiers:
+            for p in tier.plugins:
+                if p.name == plugin:
+                    return p.enabled(switch)
+        return False
+
     def simulates_evictions(self) -> bool:
         """Whether a plugin with pre-predicate state follows trial evictions (Volcano calls its
         simulate hooks only for plugins whose preemptable or allocatable switch is on)."""

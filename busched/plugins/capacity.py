@@ -44,14 +44,6 @@ PERMIT, ABSTAIN, REJECT = 1, 0, -1
 ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
 
 
-def hierarchy_enabled(ssn: Session, name: str) -> bool:
-    for tier in ssn.tiers:
-        for p in tier.plugins:
-            if p.name == name:
-                return p.enabled("hierarchy")
-    return False
-
-
 class CapacityPlugin:
     name = "capacity"
 
@@ -72,7 +64,7 @@ class CapacityPlugin:
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.total_resource = ssn.total_resource.clone()
-        self.hierarchy = hierarchy_enabled(ssn, self.name)
+        self.hierarchy = ssn.switch_on(self.name, "hierarchy")
         if self.hierarchy:
             try:
                 self.attrs = ct.build_hierarchy(ssn.queues, ssn.jobs, self.total_resource)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
@@ -75,8 +76,9 @@ class QueueAttr:
 # -- job contributions ---------------------------------------------------------------------------
 
 
-def _add_job(attr: QueueAttr, job: JobInfo) -> None:
-    """Add one job's allocated / requested / reserved / elastic resources to its queue."""
+def add_job_usage(attr: Any, job: JobInfo) -> None:
+    """Add one job's allocated / requested / reserved / elastic resources to its queue's totals
+    (``attr`` has those four Resources; capacity and proportion account the same way)."""
     for status, tasks in job.status_index.items():
         if allocated_status(status):
             for t in tasks.values():
@@ -130,7 +132,7 @@ def build_flat(queues: dict[str, QueueInfo], jobs: dict[str, JobInfo], total: Re
                 real.min_dimension(attr.capability, INFINITY)
             attr.real_capability = real
             attrs[job.queue] = attr
-        _add_job(attr, job)
+        add_job_usage(attr, job)
     for attr in attrs.values():
         if attr.real_capability is not None:
             attr.deserved.min_dimension(attr.real_capability, INFINITY)
@@ -193,7 +195,7 @@ def build_hierarchy(queues: dict[str, QueueInfo], jobs: dict[str, JobInfo], tota
         if attr.children:
             raise HierarchyError(f"the queue {attr.name} of job {job.uid} is not a leaf queue")
         before = (attr.allocated.clone(), attr.request.clone(), attr.inqueue.clone(), attr.elastic.clone())
-        _add_job(attr, job)
+        add_job_usage(attr, job)
         deltas = (attr.allocated.clone().sub(before[0]), attr.request.clone().sub(before[1]),
                   attr.inqueue.clone().sub(before[2]), attr.elastic.clone().sub(before[3]))
         for aid in attr.ancestors:

@@ -105,14 +105,6 @@ def _parse_weight(text: str) -> float:
     return w if w >= 1 else 1.0
 
 
-def _hierarchy_enabled(ssn: Session, name: str) -> bool:
-    for tier in ssn.tiers:
-        for p in tier.plugins:
-            if p.name == name:
-                return p.enabled("hierarchy")
-    return False
-
-
 class DrfPlugin:
     name = "drf"
 
@@ -211,7 +203,7 @@ class DrfPlugin:
         self.total_allocated = Resource()
         self.job_attrs = {}
         self.root = self._new_root()
-        self.hierarchy = _hierarchy_enabled(ssn, self.name)
+        self.hierarchy = ssn.switch_on(self.name, "hierarchy")
 
         for job in ssn.jobs.values():
             attr = _Attr()

@@ -203,7 +203,7 @@ class NodeGroupPlugin:
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.attrs = {qid: QueueAttr.from_queue(q) for qid, q in ssn.queues.items()}
-        if self._hierarchy_enabled(ssn):
+        if ssn.switch_on(self.name, "hierarchy"):
             self._inherit_affinity(ssn)
         for job in ssn.jobs.values():
             attr = self.attrs.get(job.queue)
@@ -221,13 +221,6 @@ class NodeGroupPlugin:
     def on_session_close(self, ssn: Session) -> None:
         self.attrs = {}
         self.ssn = None
-
-    def _hierarchy_enabled(self, ssn: Session) -> bool:
-        for tier in ssn.tiers:
-            for p in tier.plugins:
-                if p.name == self.name:
-                    return p.enabled("hierarchy")
-        return False
 
     def _inherit_affinity(self, ssn: Session) -> None:
         built: set[str] = set()

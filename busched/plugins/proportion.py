@@ -28,11 +28,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
-from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.api.task import TaskInfo
 from busched.framework.session import EventHandler, Session
+from busched.plugins.capacity_tree import add_job_usage
 from busched.plugins.drf import share_of
 
 __all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
@@ -148,20 +149,7 @@ class ProportionPlugin:
                 if queue is None:
                     continue
                 attr = self.queue_opts[job.queue] = QueueAttr(queue, self.total, self.total_guarantee)
-            for status, tasks in job.status_index.items():
-                if allocated_status(status):
-                    for t in tasks.values():
-                        attr.allocated.add(t.resreq)
-                        attr.request.add(t.resreq)
-                elif status == TaskStatus.Pending:
-                    for t in tasks.values():
-                        attr.request.add(t.resreq)
-            if job.min_resources is not None and (
-                    job.phase == PodGroupPhase.Inqueue
-                    or (job.phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available)):
-                # an Inqueue job's allocated tasks are already in allocated: reserve only the rest
-                attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
-            attr.elastic.add(exceeded_part(job.allocated, job.get_min_resources()))
+            add_job_usage(attr, job)
         water_fill(list(self.queue_opts.values()), self.total)
 
     def on_session_open(self, ssn: Session) -> None:
