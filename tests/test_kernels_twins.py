@@ -320,3 +320,20 @@ def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
                 assert got["kernels-lazy"] == got["plain"]
         monkeypatch.setattr(kernels, "USE_KERNELS", True)
         land_some(rng, ssn, 10)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_node_rows_take_equals_indexing(seed):
+    """Whatever positions a scan or a mask gives (ascending, one run, or a wrapped scan), the
+    taken nodes and rows are ``nodes[p]`` and ``rows[p]``."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    nodes = [object() for _ in range(n)]
+    rows = np.array(rng.sample(range(1000), n), dtype=np.int64)
+    ok = np.array([rng.random() < rng.choice([0.2, 0.8, 1.0]) for _ in range(n)])
+    start = rng.randrange(n)
+    found, _, _ = select.feasible_scan_array(ok, start, rng.randint(1, n))
+    for positions in (found, np.flatnonzero(ok), np.arange(start, n)):
+        got = select.NodeRows.take(nodes, positions, rows)
+        assert list(got) == [nodes[p] for p in positions.tolist()]
+        assert got.rows.tolist() == rows[positions].tolist()

@@ -47,16 +47,22 @@ class NodeRows(list):
 
     @classmethod
     def take(cls, nodes: Sequence[NodeInfo], positions: list[int] | np.ndarray, rows: np.ndarray) -> NodeRows:
-        """``nodes[p]`` for each position (a list or an integer array), carrying ``rows[p]``."""
+        """``nodes[p]`` for each position (a list or an integer array), carrying ``rows[p]``.
+
+        Positions come ascending, or as a wrapped scan gives them (an ascending run from the
+        scan's start, then an ascending run of smaller positions): then the last minus the first
+        is ``k - 1`` exactly when the positions are one consecutive run.
+        """
         if isinstance(positions, np.ndarray):
+            k = len(positions)
+            if k > 1 and isinstance(nodes, list):
+                a = int(positions[0])
+                if int(positions[-1]) - a == k - 1:
+                    # one run of consecutive positions (most scans): a slice
+                    out = cls(nodes[a:a + k])
+                    out.rows = rows[a:a + k].copy()
+                    return out
             at = positions.tolist()
-            k = len(at)
-            if k > 1 and isinstance(nodes, list) and at[-1] - at[0] == k - 1 \
-                    and at == list(range(at[0], at[0] + k)):
-                # one run of consecutive positions (most scans): a slice
-                out = cls(nodes[at[0]:at[0] + k])
-                out.rows = rows[at[0]:at[0] + k].copy()
-                return out
             # an index array: numpy takes the rows without converting a list first
             out = cls(itemgetter(*at)(nodes)) if len(at) > 1 else cls([nodes[p] for p in at])
             out.rows = rows[positions]
