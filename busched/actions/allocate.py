@@ -1,8 +1,9 @@
 """allocate: place pending tasks on nodes, a job at a time, all-or-nothing per gang.
 
 Algorithm, in session hooks:
-1. Jobs that are pending (when enqueue is configured), invalid (``job_valid``)
-   or in an unknown queue are skipped; the rest are grouped by queue.  Each
+1. Jobs that are pending (when enqueue is configured), in an unknown queue,
+   with no task to place, or invalid (``job_valid``) are skipped; the rest are
+   grouped by queue.  Each
    job's pending, non-BestEffort, ungated tasks wait in ``task_order_fn`` order.
 2. Pop the best queue (``queue_order_fn``); skip it if ``overused``.  Pop its
    best job (``job_order_fn``) and open a statement.
@@ -69,22 +70,21 @@ class AllocateAction:
                 if ssn.enqueue_enabled:
                     continue
                 job.phase = PodGroupPhase.Inqueue
+            if job.queue not in ssn.queues:
+                continue
+            waiting = [t for t in job.tasks_in(TaskStatus.Pending)
+                       if not (t.sch_gated or t.resreq.is_empty())]  # gated tasks wait; BestEffort: backfill's
+            if not waiting:
+                continue  # nothing to place (most jobs of a busy cluster): no validity check needed
             vr = ssn.job_valid(job)
             if vr is not None and not vr.passed:
                 continue
-            if job.queue not in ssn.queues:
-                continue
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
-            waiting = [t for t in job.tasks_in(TaskStatus.Pending)
-                       if not (t.sch_gated or t.resreq.is_empty())]  # gated tasks wait; BestEffort: backfill's
             # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
-            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn,
-                                                           key=task_order_key(ssn, waiting) if waiting else None)
+            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=task_order_key(ssn, waiting))
             for t in waiting:
                 tasks.push(t)
-            if tasks.empty():
-                continue
             if job.queue not in jobs_by_queue:
                 jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
                 queues.push(ssn.queues[job.queue])

@@ -72,6 +72,8 @@ class BackfillAction:
         for job in ssn.jobs.values():
             if job.is_pending():
                 continue
+            if not job.pending_best_effort_task_num() and not job.count(TaskStatus.Pipelined):
+                continue  # no BestEffort task waiting (most jobs): nothing for backfill, no validity check
             vr = ssn.job_valid(job)
             if vr is not None and not vr.passed:
                 continue
