@@ -88,3 +88,23 @@ def test_human_output(capsys):
     assert main(["bench", "gang", *TINY["gang"]]) == 0
     out = capsys.readouterr().out
     assert "placed: 40" in out and "phases_ms:" in out
+
+
+def test_config_file_reaches_the_workload(capsys, tmp_path):
+    """``--config`` runs a workload under another configuration: exhaustive node search here."""
+    from busched.framework.config import DEFAULT_CONFIG
+
+    f = tmp_path / "exhaustive.conf"
+    f.write_text(DEFAULT_CONFIG.replace("enqueue, allocate, backfill", "enqueue, allocate")
+                 + "nodeSearch: {percentageNodesToFind: 100}\n")
+    rc = main(["bench", "throughput", "--json", "--nodes", "150", "--jobs", "30", "--config", str(f)])
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and r["placed"] == 30
+    assert "allocate" in r["phases_ms"] and "backfill" not in r["phases_ms"]  # the file's actions ran
+
+
+def test_bad_config_file_is_named(capsys, tmp_path):
+    f = tmp_path / "bad.conf"
+    f.write_text('actions: "allocate"\nnodeSearch: {percentageNodesToFind: 250}\n')
+    assert main(["bench", "gang", "--config", str(f), *TINY["gang"]]) == 2
+    assert f"{f}.nodeSearch.percentageNodesToFind" in capsys.readouterr().err

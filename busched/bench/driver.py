@@ -65,7 +65,8 @@ def bench_config(text: str) -> tuple[SchedulerConfig, list[str], list[str]]:
 
     tiers = tuple(Tier(plugins=tuple(p for p in t.plugins if p.name not in missing_plugins)) for t in cfg.tiers)
     actions = tuple(a for a in cfg.actions if a not in missing_actions)
-    return SC(actions=actions, tiers=tiers, configurations=cfg.configurations), missing_plugins, missing_actions
+    return (SC(actions=actions, tiers=tiers, configurations=cfg.configurations, node_search=cfg.node_search),
+            missing_plugins, missing_actions)
 
 
 def _loads(registry: Any, name: str, arguments: Any) -> bool:

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cycles", type=int, help="number of cycles to time (idle)")
     p.add_argument("--agents", type=int, help="simulated agents (e2e)")
     p.add_argument("--seed", type=int, help="seed for tie-breaks (default 0)")
+    p.add_argument("--config", metavar="FILE",
+                   help="scheduler configuration to use instead of the default (e.g. nodeSearch: "
+                        "{percentageNodesToFind: 100} for exhaustive node search)")
     p.add_argument("--reference", action="store_true",
                    help="run the plain per-node loops instead of the array kernels (for comparison)")
     p.set_defaults(func=cmd_bench)
@@ -50,6 +53,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       f"{', '.join('--' + o for o in opts)})", file=sys.stderr)
                 return 2
             opts[k] = v
+    if getattr(args, "config", None):
+        import inspect
+
+        from busched.framework.config import ConfigError, load_config
+
+        if "config" not in inspect.signature(mod.run).parameters:
+            print(f"error: {args.name} takes no --config", file=sys.stderr)
+            return 2
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                text = f.read()
+            load_config(text, where=args.config)
+        except (OSError, ConfigError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        opts["config"] = text
     was = kernels.USE_KERNELS
     if args.reference:
         kernels.USE_KERNELS = False

@@ -11,6 +11,10 @@
     configurations:
     - name: allocate
       arguments: {predicateErrorCacheEnable: true}
+    nodeSearch:                        # busched's place for vc-scheduler's flags
+      minimumFeasibleNodes: 100        # --minimum-feasible-nodes
+      minimumPercentageNodesToFind: 5  # --minimum-percentage-nodes-to-find
+      percentageNodesToFind: 0         # --percentage-nodes-to-find (0: by cluster size; 100: every node)
 
 A plugin switch that is absent means enabled (Volcano's ApplyPluginConfDefaults).
 Errors name the offending field, e.g. ``tiers[0].plugins[1].enableJobOrder``.
@@ -24,8 +28,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["ConfigError", "SchedulerConfig", "PluginOption", "Tier", "SWITCHES", "parse_config", "load_config",
-           "DEFAULT_CONFIG"]
+__all__ = ["ConfigError", "SchedulerConfig", "PluginOption", "Tier", "SearchOptions", "SWITCHES", "parse_config",
+           "load_config", "DEFAULT_CONFIG"]
 
 
 class ConfigError(ValueError):
@@ -83,10 +87,32 @@ class Tier:
 
 
 @dataclass(frozen=True)
+class SearchOptions:
+    """Feasible-node sampling: how many feasible nodes a task's search stops at (Volcano's
+    ``CalculateNumOfFeasibleNodesToFind``).  A cluster of at most ``min_nodes_to_find`` nodes, or
+    ``percentage_of_nodes_to_find`` >= 100, is searched exhaustively; otherwise the search stops at
+    that percentage of the nodes (0: 50% less 1% per 125 nodes, at least
+    ``min_percentage_of_nodes_to_find``), and never below ``min_nodes_to_find``."""
+
+    min_nodes_to_find: int = 100
+    min_percentage_of_nodes_to_find: int = 5
+    percentage_of_nodes_to_find: int = 0  # 0: adaptive; >= 100: exhaustive
+
+
+# nodeSearch key -> SearchOptions field
+SEARCH_KEYS: dict[str, str] = {
+    "minimumFeasibleNodes": "min_nodes_to_find",
+    "minimumPercentageNodesToFind": "min_percentage_of_nodes_to_find",
+    "percentageNodesToFind": "percentage_of_nodes_to_find",
+}
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     actions: tuple[str, ...]
     tiers: tuple[Tier, ...]
     configurations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_search: SearchOptions = SearchOptions()
 
     def action_arguments(self, action: str) -> dict[str, Any]:
         return self.configurations.get(action, {})
@@ -127,7 +153,7 @@ def parse_config(raw: Any, *, known_actions: Iterable[str] | None = None,
     """Validate a decoded YAML/JSON document into a `SchedulerConfig`."""
     doc = _as_mapping(raw, where)
     for k in doc:
-        if k not in ("actions", "tiers", "configurations"):
+        if k not in ("actions", "tiers", "configurations", "nodeSearch"):
             raise ConfigError(f"{where}.{k}: unknown field")
     actions_raw = doc.get("actions", "")
     if not isinstance(actions_raw, str):
@@ -189,7 +215,25 @@ def parse_config(raw: Any, *, known_actions: Iterable[str] | None = None,
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{cw}.name: required string")
         confs[name] = dict(_as_mapping(c.get("arguments"), f"{cw}.arguments"))
-    return SchedulerConfig(actions=actions, tiers=tuple(tiers), configurations=confs)
+    return SchedulerConfig(actions=actions, tiers=tuple(tiers), configurations=confs,
+                           node_search=_node_search(doc.get("nodeSearch"), f"{where}.nodeSearch"))
+
+
+def _node_search(raw: Any, where: str) -> SearchOptions:
+    doc = _as_mapping(raw, where)
+    values: dict[str, int] = {}
+    for k, v in doc.items():
+        attr = SEARCH_KEYS.get(k)
+        if attr is None:
+            raise ConfigError(f"{where}.{k}: unknown field (known: {', '.join(SEARCH_KEYS)})")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{where}.{k}: expected a whole number, got {v!r}")
+        if v < (1 if k == "minimumFeasibleNodes" else 0):
+            raise ConfigError(f"{where}.{k}: must be at least {1 if k == 'minimumFeasibleNodes' else 0}, got {v}")
+        if k != "minimumFeasibleNodes" and v > 100:
+            raise ConfigError(f"{where}.{k}: a percentage, at most 100, got {v}")
+        values[attr] = v
+    return SearchOptions(**values)
 
 
 def load_config(text: str, **kw: Any) -> SchedulerConfig:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 
 from busched.api.fit import Code, FitError, FitErrors, Status
@@ -20,6 +19,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched import kernels
+from busched.framework.config import SearchOptions
 from busched.framework.session import Session
 from busched.kernels import select
 from busched.kernels.fit import FUTURE_IDLE, NodeArrays, fit_mask
@@ -28,15 +28,6 @@ __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "pr
            "select_best_node", "choose_node", "gradients", "insufficient_reason"]
 
 SHARD_ERROR = "node isn't in scheduler node shard"
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """Feasible-node sampling (Volcano's minNodesToFind / percentageOfNodesToFind)."""
-
-    min_nodes_to_find: int = 100
-    min_percentage_of_nodes_to_find: int = 5
-    percentage_of_nodes_to_find: int = 0  # 0: adaptive; >= 100: exhaustive
 
 
 def num_feasible_nodes_to_find(n: int, opts: SearchOptions) -> int:
@@ -59,7 +50,7 @@ class PredicateHelper:
                  opts: SearchOptions | None = None) -> None:
         self.ssn = ssn
         self.enable_error_cache = enable_error_cache
-        self.opts = opts or ssn.others.get("search_options") or SearchOptions()
+        self.opts = opts or ssn.config.node_search
         self.cache: dict[str, dict[str, FitError]] = {}
 
     def arrays(self) -> NodeArrays:
