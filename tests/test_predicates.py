@@ -352,3 +352,23 @@ def test_plugin_defaults():
     p = PredicatesPlugin({})
     assert (p.node_affinity, p.node_ports, p.taint_toleration, p.pod_affinity, p.topology_spread) == (True,) * 5
     assert p.cache_enable is False
+
+
+@pytest.mark.parametrize("existing_anti", [False, True])
+def test_pre_predicate_shortcut_gives_the_computed_states(existing_anti):
+    """A task with no affinity and no spread, with no pod anywhere carrying anti-affinity, gets
+    (None, None) without computing them; every other task gets what computing them gives."""
+    running = task("w0", "n1", labels={"role": "worker"}, **({"affinity": ANTI_WORKER} if existing_anti else {}))
+    ssn = session([node("n1"), node("n2", labels={"zone": "a"})],
+                  [running, task("plain"), task("labelled", labels={"role": "worker"}),
+                   task("anti", affinity=ANTI_WORKER), task("spreads", topologySpreadConstraints=spread())])
+    plugin = ssn.plugins["predicates"]
+    states = {}
+    for name in ("plain", "labelled", "anti", "spreads"):
+        t = the_task(ssn, name)
+        ssn.pre_predicate_fn(t)
+        states[name] = plugin._states[t.uid]
+        assert states[name] == plugin._compute_states(t), name
+    assert states["plain"] == (None, None)
+    assert (states["labelled"][0] is not None) == existing_anti  # the running pod's anti-affinity matches it
+    assert states["anti"][0] is not None and states["spreads"][1] is not None

@@ -357,6 +357,9 @@ def pre_predicate_error(task: TaskInfo, plugin: str, reason: str) -> FitError:
     return FitError(task.key, "", [Status(Code.Error, f"plugin {plugin} pre-predicates failed {reason}", plugin)])
 
 
+_NO_STATES: tuple[Any, Any] = (None, None)
+
+
 # -- the plugin ---------------------------------------------------------------------------------------
 class PredicatesPlugin:
     name = PLUGIN_NAME
@@ -394,6 +397,10 @@ class PredicatesPlugin:
         if self.topology_spread and not all(k8s.label_selector_valid(c.get("labelSelector"))
                                             for c in task.topology_spread_constraints):
             raise pre_predicate_error(task, "PodTopologySpread", REASON_PARSE)
+        if not task.affinity and not task.topology_spread_constraints and not self.view.anti_affinity_nodes:
+            # no terms of its own, no hard spread, no pod with anti-affinity: both states are None
+            self._states[task.uid] = _NO_STATES
+            return
         self._states[task.uid] = self._compute_states(task)
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> None:
