@@ -62,6 +62,14 @@ def test_api_imports_nothing_above_it():
     assert not bad
 
 
+def test_kernels_import_neither_plugins_nor_actions():
+    """The array kernels sit under the plugins they vectorise: a plugin hands its per-node
+    functions over; a kernel never reaches up for them, not even inside a function."""
+    bad = [rel(p) for p in modules("kernels")
+           if any(i.startswith(("busched.plugins", "busched.actions")) for i in imports(p))]
+    assert not bad
+
+
 def test_cache_never_imports_plugins():
     bad = [rel(p) for p in modules("cache") if any(i.startswith("busched.plugins") for i in imports(p))]
     assert not bad

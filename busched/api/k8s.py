@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_NODE_SCORE", "HOSTNAME", "Selector", "go_div", "parse_label_selector", "selector_matches",
+from busched.api.resource import PODS
+
+__all__ = ["DEFAULT_MILLI_CPU", "DEFAULT_MEMORY", "pod_requests", "non_zero_requests", "MAX_NODE_SCORE", "HOSTNAME", "Selector", "go_div", "parse_label_selector", "selector_matches",
            "merge_match_labels", "required_node_affinity_matches", "node_affinity_name_conflict",
            "preferred_node_affinity", "preferred_node_affinity_score", "tolerates", "find_untolerated_taint",
            "AffinityTerm", "pod_affinity_terms", "pod_affinity_valid", "term_matches", "label_selector_valid", "SpreadConstraint", "spread_constraints",
@@ -27,6 +29,8 @@ __all__ = ["MAX_NODE_SCORE", "HOSTNAME", "Selector", "go_div", "parse_label_sele
            "default_normalize", "normalized_image_name"]
 
 MAX_NODE_SCORE = 100
+DEFAULT_MILLI_CPU = 100  # kube-scheduler's request for a container that names no cpu
+DEFAULT_MEMORY = 200 * 1024 * 1024
 HOSTNAME = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NO_SCHEDULE, NO_EXECUTE, PREFER_NO_SCHEDULE = "NoSchedule", "NoExecute", "PreferNoSchedule"
@@ -34,6 +38,22 @@ DO_NOT_SCHEDULE_EFFECTS = frozenset({NO_SCHEDULE, NO_EXECUTE})
 
 Requirement = tuple[str, str, tuple[str, ...]]
 Selector = tuple[Requirement, ...] | None
+
+
+def pod_requests(task: Any) -> tuple[int, int, dict[str, int]]:
+    """(milli-cpu, memory bytes, {scalar: whole units}) as the pod's containers request them."""
+    r = task.resreq
+    sc = r.scalars
+    if not sc or (len(sc) == 1 and PODS in sc):
+        return int(r.cpu), int(r.memory), {}  # most pods: no scalar but the pod count
+    scalars = {n: -(-int(v) // 1000) for n, v in sc.items() if n != PODS and v > 0}
+    return int(r.cpu), int(r.memory), scalars
+
+
+def non_zero_requests(task: Any) -> tuple[int, int]:
+    """Requests with kube-scheduler's defaults for a missing cpu or memory request (0 counts as missing)."""
+    cpu, mem, _ = pod_requests(task)
+    return cpu or DEFAULT_MILLI_CPU, mem or DEFAULT_MEMORY
 
 
 def go_div(a: int, b: int) -> int:

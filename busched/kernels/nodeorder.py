@@ -15,10 +15,12 @@ images) and a task's spec (tolerations, images).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from busched.api import k8s
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
 from busched.kernels import rowcache
@@ -26,21 +28,24 @@ from busched.kernels.fit import NodeArrays
 from busched.kernels.podview import PodViewArrays, pod_view_arrays
 
 __all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocation", "taint_raw",
-           "image_locality", "batch_node_order", "node_order"]
+           "image_locality", "batch_node_order", "node_order", "PerNode"]
 
 MAX = 100
 
 
-_REQUESTS: tuple[Any, Any] | None = None  # predicates' pod_requests, non_zero_requests (imported on first use)
+class PerNode(NamedTuple):
+    """The plugin's own per-node scorers, which the kernels use to refresh one node's row (and
+    `batch_node_order` for the scorers it does not vectorise); the plugin hands them over."""
+
+    batch_scorers: Mapping[str, Callable[..., Any]]  # weight name -> scorer over the candidate nodes
+    least: Callable[..., int]
+    most: Callable[..., int]
+    balanced: Callable[..., int]
+    image_locality: Callable[..., int]
 
 
 def view_arrays(view: Any, arrays: NodeArrays) -> PodViewArrays | None:
-    global _REQUESTS
-    if _REQUESTS is None:
-        from busched.plugins.predicates import non_zero_requests, pod_requests
-
-        _REQUESTS = (pod_requests, non_zero_requests)
-    return pod_view_arrays(view, arrays, *_REQUESTS)
+    return pod_view_arrays(view, arrays, k8s.pod_requests, k8s.non_zero_requests)
 
 
 def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -50,9 +55,7 @@ def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def least_allocated(pv: PodViewArrays, task: TaskInfo, rows: np.ndarray) -> np.ndarray:
     """nodeorder.least_allocated: free share of cpu and memory over non-zero requests, 50 each."""
-    from busched.plugins.predicates import non_zero_requests
-
-    pc, pm = non_zero_requests(task)
+    pc, pm = k8s.non_zero_requests(task)
     total = np.zeros(len(rows), dtype=np.int64)
     weight = np.zeros(len(rows), dtype=np.int64)
     for req, alloc in ((pv.nz_cpu[rows] + pc, pv.alloc_cpu[rows]), (pv.nz_mem[rows] + pm, pv.alloc_mem[rows])):
@@ -65,9 +68,7 @@ def least_allocated(pv: PodViewArrays, task: TaskInfo, rows: np.ndarray) -> np.n
 
 def most_allocated(pv: PodViewArrays, task: TaskInfo, rows: np.ndarray) -> np.ndarray:
     """nodeorder.most_allocated: used share of cpu and memory (capped), weight 1 each."""
-    from busched.plugins.predicates import non_zero_requests
-
-    pc, pm = non_zero_requests(task)
+    pc, pm = k8s.non_zero_requests(task)
     total = np.zeros(len(rows), dtype=np.int64)
     weight = np.zeros(len(rows), dtype=np.int64)
     for req, alloc in ((pv.nz_cpu[rows] + pc, pv.alloc_cpu[rows]), (pv.nz_mem[rows] + pm, pv.alloc_mem[rows])):
@@ -79,9 +80,7 @@ def most_allocated(pv: PodViewArrays, task: TaskInfo, rows: np.ndarray) -> np.nd
 
 def balanced_allocation(pv: PodViewArrays, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray:
     """nodeorder.balanced_allocation: (1 - std of the used fractions of cpu, memory, gpu) * 100."""
-    from busched.plugins.predicates import pod_requests
-
-    pc, pm, pscalars = pod_requests(task)
+    pc, pm, pscalars = k8s.pod_requests(task)
     k = len(rows)
     pairs = [(pv.cpu[rows] + pc, pv.alloc_cpu[rows]), (pv.mem[rows] + pm, pv.alloc_mem[rows])]
     want = pscalars.get(GPU, 0)
@@ -123,8 +122,6 @@ def _key(*parts: Any) -> str:
 
 def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     """taint_toleration_scores' raw counts for every node: PreferNoSchedule taints the task does not tolerate."""
-    from busched.api import k8s
-
     tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)]
     key = ("taints", _key(tolerations) if tolerations else "")
     raw = arrays.cache.get(key)
@@ -147,8 +144,7 @@ def _normalize_reverse(raw: np.ndarray, anywhere: bool = True) -> np.ndarray:
 
 def image_locality(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     """nodeorder.image_locality for every node (it depends on the task's images only)."""
-    from busched.plugins.nodeorder import image_locality as per_node
-
+    per_node = plugin.per_node.image_locality
     key = ("images", tuple(task.images))
     out = arrays.cache.get(key)
     if out is None:
@@ -177,9 +173,6 @@ def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray
     return vec.copy() if rows is arrays.all_rows else vec[rows]
 
 
-_SCORERS: tuple | None = None  # what batch_node_order uses from the plugin (imported on first use)
-
-
 def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
                      nodes: list[Any]) -> np.ndarray | None:
     """The twin of NodeOrderPlugin.batch_node_order: the weighted sum of its scorers, per node.
@@ -192,26 +185,20 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
     k = len(rows)
     if not k:
         return np.zeros(0)
-    global _SCORERS
-    if _SCORERS is None:
-        from busched.api import k8s as k8s_
-        from busched.plugins import nodeorder as no
-
-        _SCORERS = (k8s_, no.BATCH_SCORERS, no.balanced_allocation, no.least_allocated, no.most_allocated,
-                    no.non_zero_requests, no.pod_requests)
-    k8s, BATCH_SCORERS, per_node_balanced, per_node_least, per_node_most, non_zero_requests, pod_requests = _SCORERS
+    scorers = plugin.per_node
+    per_node_balanced, per_node_least, per_node_most = scorers.balanced, scorers.least, scorers.most
     pv = view_arrays(plugin.view, arrays)
     if pv is None:
         return None
     w = plugin.weights
     wl, wm, wb = w["leastrequested.weight"], w["mostrequested.weight"], w["balancedresource.weight"]
-    cpu, mem, scalars = pod_requests(task)
+    cpu, mem, scalars = k8s.pod_requests(task)
     if not cpu and not mem and not scalars.get(GPU):
         wb = 0  # a pod that requests nothing is not balanced (PreScore Skip)
     gpu = scalars.get(GPU, 0)
     total: np.ndarray | None = None
     if wl or wm or wb:
-        nz = non_zero_requests(task)
+        nz = k8s.non_zero_requests(task)
         view = plugin.view
         all_nodes = arrays.nodes
 
@@ -233,7 +220,7 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
         key = ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb)
         vec = rowcache.cached(arrays.cache, key, (pv.log,), len(all_nodes), full, one)
         total = vec.copy() if rows is arrays.all_rows else vec[rows]
-    for name, scorer in BATCH_SCORERS.items():
+    for name, scorer in scorers.batch_scorers.items():
         wt = w[name]
         if not wt or name in ("leastrequested.weight", "mostrequested.weight", "balancedresource.weight"):
             continue

@@ -296,6 +296,8 @@ BATCH_SCORERS: dict[str, Callable[[SessionPods, TaskInfo, list[NodeInfo]], dict[
 
 class NodeOrderPlugin:
     name = PLUGIN_NAME
+    # the per-node scorers the array kernels refresh a node's row with (busched.kernels.nodeorder)
+    per_node = kernel.PerNode(BATCH_SCORERS, least_allocated, most_allocated, balanced_allocation, image_locality)
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
         self.weights = weights_from(arguments)

@@ -38,12 +38,12 @@ from typing import Any
 
 from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
-from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus, parse_bool
 from busched.framework.session import EventHandler, Session
 from busched.kernels import predicates as kernel
 from busched.kernels.batch import with_batch
 from busched.api import k8s
+from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
 
 __all__ = ["PredicatesPlugin", "SessionPods", "session_pods", "get_bool"]
 
@@ -69,8 +69,6 @@ REASON_CACHE = "plugin equivalence cache predicates failed"
 REASON_NAME_CONFLICT = "node(s) didn't satisfy plugin(s) [NodeAffinity] simultaneously"
 REASON_PARSE = "parsing pod: invalid label selector"
 
-DEFAULT_MILLI_CPU = 100  # kube-scheduler's request for a container that names no cpu
-DEFAULT_MEMORY = 200 * 1024 * 1024
 MAX_INT32 = 2**31 - 1
 ABORT_CODES = frozenset({Code.UnschedulableAndUnresolvable, Code.Error, Code.Wait, Code.Skip})
 
@@ -110,22 +108,6 @@ def pod_terms(task: TaskInfo, incoming: bool = False) -> PodTerms:
                     k8s.pod_affinity_terms(aff, ns, "podAntiAffinity", True, incoming),
                     k8s.pod_affinity_terms(aff, ns, "podAffinity", False, incoming),
                     k8s.pod_affinity_terms(aff, ns, "podAntiAffinity", False, incoming))
-
-
-def pod_requests(task: TaskInfo) -> tuple[int, int, dict[str, int]]:
-    """(milli-cpu, memory bytes, {scalar: whole units}) as the pod's containers request them."""
-    r = task.resreq
-    sc = r.scalars
-    if not sc or (len(sc) == 1 and PODS in sc):
-        return int(r.cpu), int(r.memory), {}  # most pods: no scalar but the pod count
-    scalars = {n: -(-int(v) // 1000) for n, v in sc.items() if n != PODS and v > 0}
-    return int(r.cpu), int(r.memory), scalars
-
-
-def non_zero_requests(task: TaskInfo) -> tuple[int, int]:
-    """Requests with kube-scheduler's defaults for a missing cpu or memory request (0 counts as missing)."""
-    cpu, mem, _ = pod_requests(task)
-    return cpu or DEFAULT_MILLI_CPU, mem or DEFAULT_MEMORY
 
 
 class SessionPods:
