@@ -61,6 +61,9 @@ class JobInfo:
     task_to_sub_job: dict[str, str] = field(default_factory=dict)
     min_sub_jobs: dict[str, int] = field(default_factory=dict)  # policy group -> minSubGroups
     allocated_hypernode: str = ""
+    # set by every change to the task index: a job lent to a session (busched.cache.shared) that
+    # comes back written is assembled afresh
+    written: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         subjob.init_job(self)
@@ -126,6 +129,7 @@ class JobInfo:
 
     # -- task index --------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
+        self.written = True
         self.tasks[t.uid] = t
         self.status_index.setdefault(t.status, {})[t.uid] = t
         self.total_request.add(t.resreq)
@@ -139,6 +143,7 @@ class JobInfo:
         old = self.tasks.pop(t.uid, None)
         if old is None:
             return
+        self.written = True
         self.total_request.sub(old.resreq)
         if allocated_status(old.status):
             self.allocated.sub(old.resreq)

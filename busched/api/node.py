@@ -39,6 +39,9 @@ class NodeInfo:
     index: int = 0  # position in the node list (scan order, array row)
     # Observers told of every accounting change (the session's node arrays).
     listeners: list[Any] = field(default_factory=list, repr=False)
+    # set by every accounting change: a node lent to a session (busched.cache.shared) that comes
+    # back written is assembled afresh
+    written: bool = field(default=False, repr=False)
 
     @classmethod
     def new(cls, name: str, allocatable: Resource, capacity: Resource | None = None, **kw: Any) -> NodeInfo:
@@ -56,6 +59,7 @@ class NodeInfo:
         if task.uid in self.tasks:
             raise NodeAccountingError(f"task {task.key} already on node {self.name}")
         ti = task.clone()
+        self.written = True
         s = ti.status
         if s == TaskStatus.Releasing:
             self.idle.sub(ti.resreq)
@@ -79,6 +83,7 @@ class NodeInfo:
         ti = self.tasks.pop(task.uid, None)
         if ti is None:
             return
+        self.written = True
         s = ti.status
         if s == TaskStatus.Releasing:
             self.releasing.sub(ti.resreq)

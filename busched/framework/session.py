@@ -130,6 +130,7 @@ class Session:
         self.last_node_index = 0  # where the next sampled node search starts
         # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
         self.topology: topology.Topology = topology.open_topology(self)
+        self._lease = snapshot.lease
 
     @property
     def arrays(self) -> NodeArrays:
@@ -491,6 +492,8 @@ class Session:
             unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
                                 and c.get("transitionID") == self.uid for c in job.conditions)
             job.phase = pod_group_phase(job, unschedulable)
+        if self._lease is not None:
+            self._lease.closed = True  # the lent jobs and nodes may be lent again
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:

@@ -108,11 +108,16 @@ def _skip_for_releasing(job: JobInfo) -> bool:
 
 
 def set_condition(job: JobInfo, cond: dict[str, Any]) -> None:
-    for i, c in enumerate(job.conditions):
+    """A new list, never the job's changed in place: a lent job's list is its spec's
+    (busched.cache.shared)."""
+    conds = list(job.conditions)
+    for i, c in enumerate(conds):
         if c.get("type") == cond["type"]:
-            job.conditions[i] = cond
-            return
-    job.conditions.append(cond)
+            conds[i] = cond
+            break
+    else:
+        conds.append(cond)
+    job.conditions = conds
 
 
 def fit_error_message(job: JobInfo) -> str:

@@ -1,0 +1,267 @@
+"""Shared snapshots: sessions borrow the same job and node objects cycle after cycle.
+
+Replaces, in `Cache.snapshot`, the conversion of every object each cycle (the
+plain loop is kept as ``Cache.snapshot(memo=False)``, the reference).  A job
+is assembled (converted, its tasks converted and added, its aggregates
+summed) once per version: the cache bumps a job's version whenever its spec or
+one of its tasks' specs changes, and a node's whenever its spec or a task
+placed on it changes.  Sessions then get those very objects, not copies.
+
+Why lend rather than copy on write: actions, the statement and the plugins
+hold references to jobs, tasks and nodes across writes (a job taken from a
+queue is asked ``job_ready`` after its tasks were allocated), so an object
+replaced by a private copy at its first write would leave stale references
+behind.  Lending keeps every object's identity for the whole session, so a
+session decides exactly what it decides on private copies; what it must do is
+say what it wrote.  Writes to a job or a node go through ``add_task`` /
+``delete_task`` / ``remove_task``, which set the object's ``written`` flag;
+the next snapshot assembles every written object afresh (it never sees what a
+session did).  Three things a session changes on every job need no flag:
+
+* ``phase`` and ``conditions`` are the session's output (close writes them;
+  gang replaces the list rather than changing it), and are put back to the
+  spec's on every lending;
+* ``listeners`` (the session's node arrays) are emptied on every lending.
+
+A job that a session will write anyway, or whose state this module does not
+follow, is *volatile* and flagged written as it is lent: a pending podgroup
+(enqueue admits it), any task that allocate or backfill may place (Pending,
+Pipelined, Allocated), sub-group policies and network topology (sub-job
+bookkeeping changes in place).  A settled job (everything running) is written
+only when one of its tasks is evicted.
+
+A lent object may be lent again only once the session that borrowed it closed
+(``Lease.closed``, set by `Session.close`); a snapshot taken while a lease is
+open (a query during a cycle, a snapshot never run) assembles everything
+afresh.  Verification (``BUSCHED_VERIFY_SHARED=1`` or ``shared.VERIFY = True``)
+fingerprints every lent object that is not volatile and, when the lease comes
+back, raises `SharedStateMutated` naming any object changed without its flag.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.node import NodeInfo
+from busched.api.queue import PriorityClass
+from busched.api.task import TaskInfo, TaskStatus, completed_status
+from busched.cache import build
+
+__all__ = ["SharedMemo", "Lease", "SharedStateMutated", "VERIFY", "fingerprint_job", "fingerprint_node"]
+
+VERIFY = os.environ.get("BUSCHED_VERIFY_SHARED", "") not in ("", "0")
+
+# tasks allocate or backfill may place, or that a session changes while it runs
+_VOLATILE_STATUS = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
+
+
+class SharedStateMutated(AssertionError):
+    """A session changed a lent object without flagging it ``written``."""
+
+
+class Lease:
+    """What one snapshot lent; ``closed`` once the session over it closed."""
+
+    __slots__ = ("closed", "prints")
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
+
+
+def _volatile(job: JobInfo) -> bool:
+    if job.phase in (PodGroupPhase.Pending, "") or job.subgroup_policy or job.network_topology is not None:
+        return True
+    for s in job.status_index:
+        if s in _VOLATILE_STATUS:
+            return True
+    return False
+
+
+def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
+    t = tmpl.clone()
+    t.extra = dict(tmpl.extra)
+    return t
+
+
+class _Job:
+    __slots__ = ("spec", "version", "prio", "job", "phase", "conditions", "volatile")
+
+    def __init__(self, spec: Any, version: int, prio: int, job: JobInfo) -> None:
+        self.spec, self.version, self.prio, self.job = spec, version, prio, job
+        self.phase = job.phase
+        self.conditions = job.conditions
+        self.volatile = _volatile(job)
+
+
+class SharedMemo:
+    """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of."""
+
+    def __init__(self) -> None:
+        self._classes: Any = None
+        self._tasks: dict[str, tuple[Any, TaskInfo]] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
+        self._lease: Lease | None = None
+        self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (a test reads it)
+        self.assembled_nodes = 0
+
+    def remember_task(self, key: str, spec: Any, task: TaskInfo) -> None:
+        """A task the cache converted to validate it: the template, when no priority class changes it."""
+        if not spec.priority_class_name:
+            self._tasks[key] = (spec, task)
+
+    def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
+        m = self._tasks.get(key)
+        if m is None or m[0] is not spec:
+            m = self._tasks[key] = (spec, build.task_info(spec, classes))
+        return m[1]
+
+    # -- the snapshot ----------------------------------------------------------------------
+    def lend(self, cache: Any, classes: dict[str, PriorityClass],
+             default_priority: int) -> tuple[list[NodeInfo], dict[str, JobInfo], Lease]:
+        """Ready nodes (indexed, tasks accounted) and every job with a spec, as lent objects."""
+        self._take_back(classes)
+        objects = cache.objects
+        task_specs = objects["task"]
+        seq = cache.task_seq
+        nodes = self._lend_nodes(objects["node"], task_specs, cache, classes, seq)
+        jobs: dict[str, JobInfo] = {}
+        self.assembled_jobs = 0
+        versions = cache.job_version
+        memo = self._jobs
+        for key, spec in objects["job"].items():
+            m = memo.get(key)
+            version = versions.get(key, 0)
+            if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
+                    or m.job.written):
+                job = build.job_info(spec, classes, default_priority)
+                for tkey in sorted(cache.job_tasks.get(key, ()), key=seq.__getitem__):
+                    job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
+                job.written = False
+                m = memo[key] = _Job(spec, version, default_priority, job)
+                self.assembled_jobs += 1
+            else:
+                job = m.job
+                if job.phase != m.phase:
+                    job.phase = m.phase
+                if job.conditions is not m.conditions:
+                    job.conditions = m.conditions
+                # fit errors are a session's record too (a settled job's are empty unless written)
+            if m.volatile:
+                job.written = True
+            jobs[job.uid] = job
+        self._forget(objects)
+        lease = self._lease = Lease()
+        if VERIFY:
+            lease.prints = [("job", j, fingerprint_job(j)) for j in jobs.values() if not j.written]
+            lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
+        return nodes, jobs, lease
+
+    def _lend_nodes(self, node_specs: dict[str, Any], task_specs: dict[str, Any], cache: Any,
+                    classes: dict[str, PriorityClass], seq: dict[str, int]) -> list[NodeInfo]:
+        out: list[NodeInfo] = []
+        memo = self._nodes
+        versions = cache.node_version
+        self.assembled_nodes = 0
+        index = 0
+        for name, spec in node_specs.items():
+            if not spec.ready:
+                continue
+            version = versions.get(name, 0)
+            m = memo.get(name)
+            if m is None or m[0] is not spec or m[1] != version or m[2] != index or m[3].written:
+                node = build.node_info(spec, index)
+                for tkey in sorted(cache.node_tasks.get(name, ()), key=seq.__getitem__):
+                    t = self._task(tkey, task_specs[tkey], classes)
+                    # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
+                    if not completed_status(t.status):
+                        node.add_task(t)
+                node.written = False
+                m = memo[name] = (spec, version, index, node)
+                self.assembled_nodes += 1
+            else:
+                node = m[3]
+                if node.listeners:
+                    node.listeners = []
+            out.append(node)
+            index += 1
+        return out
+
+    def _take_back(self, classes: dict[str, PriorityClass]) -> None:
+        """Before lending again: what the last lease's session wrote is assembled afresh; if it never
+        closed, everything is."""
+        sig = tuple(sorted((k, v.value, v.preemption_policy, v.global_default) for k, v in classes.items()))
+        lease, self._lease = self._lease, None
+        if sig != self._classes:
+            self._classes = sig
+            self._tasks = {k: m for k, m in self._tasks.items() if not m[0].priority_class_name}
+            self._jobs.clear()
+            self._nodes.clear()
+        if lease is None:
+            return
+        if not lease.closed:
+            self._jobs.clear()
+            self._nodes.clear()
+            return
+        if lease.prints is not None:
+            check(lease)
+
+    def _forget(self, objects: dict[str, dict[str, Any]]) -> None:
+        """Drop what belongs to deleted objects (checked only when the counts say some are gone)."""
+        for kind, memo in (("task", self._tasks), ("job", self._jobs), ("node", self._nodes)):
+            specs = objects[kind]
+            if len(memo) > len(specs):
+                for k in [k for k in memo if k not in specs]:
+                    del memo[k]
+
+
+# -- verification ---------------------------------------------------------------------------------
+_JOB_SKIP = frozenset({"written", "phase", "conditions"})
+_NODE_SKIP = frozenset({"written", "listeners"})
+
+
+def _task_print(t: TaskInfo) -> tuple:
+    d = t.__dict__
+    return (id(t),) + tuple((k, _value(v)) for k, v in d.items())
+
+
+def _value(v: Any) -> Any:
+    if hasattr(v, "to_dict") and hasattr(v, "scalars"):
+        return ("Resource", repr(sorted(v.to_dict().items())))
+    if isinstance(v, dict):
+        return tuple((k, _value(x)) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return tuple(_value(x) for x in v)
+    if isinstance(v, TaskInfo):
+        return _task_print(v)
+    if hasattr(v, "__dict__") and not isinstance(v, type):
+        return (type(v).__name__, id(v), tuple((k, _value(x)) for k, x in v.__dict__.items()
+                                               if k not in ("job",)))
+    if hasattr(v, "__slots__"):
+        return (type(v).__name__, id(v), tuple((s, _value(getattr(v, s, None))) for s in v.__slots__))
+    return repr(v)
+
+
+def fingerprint_job(job: JobInfo) -> dict[str, Any]:
+    """Every field of a job (its tasks' fields and identities included) but those a session may set."""
+    return {k: _value(v) for k, v in job.__dict__.items() if k not in _JOB_SKIP}
+
+
+def fingerprint_node(node: NodeInfo) -> dict[str, Any]:
+    return {k: _value(v) for k, v in node.__dict__.items() if k not in _NODE_SKIP}
+
+
+def check(lease: Lease) -> None:
+    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``."""
+    for kind, obj, before in lease.prints or ():
+        if obj.written:
+            continue
+        after = fingerprint_job(obj) if kind == "job" else fingerprint_node(obj)
+        if after != before:
+            fields = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+            name = obj.uid if kind == "job" else obj.name
+            raise SharedStateMutated(f"{kind} {name}: a session changed {', '.join(fields)} "
+                                     f"without flagging it written")
