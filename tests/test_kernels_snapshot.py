@@ -29,7 +29,7 @@ def task_state(t) -> dict:
 
 
 def node_state(n) -> dict:
-    d = {k: v for k, v in n.__dict__.items() if k not in ("listeners", "tasks", "written")}
+    d = {k: v for k, v in n.__dict__.items() if k not in ("listeners", "tasks", "written", "derived")}
     for f in ("allocatable", "capacity", "idle", "used", "releasing", "pipelined"):
         d[f] = getattr(n, f).to_dict()
     d["tasks"] = {uid: task_state(t) for uid, t in n.tasks.items()}
@@ -41,7 +41,7 @@ def snap_state(snap) -> dict:
         "nodes": [node_state(n) for n in snap.nodes],
         "jobs": {uid: ({k: v for k, v in j.__dict__.items() if k not in ("tasks", "status_index", "allocated",
                                                                        "total_request", "min_resources", "sub_jobs",
-                                                                       "task_to_sub_job", "written")},
+                                                                       "task_to_sub_job", "written", "derived")},
                        {uid2: task_state(t) for uid2, t in j.tasks.items()}, j.allocated.to_dict(),
                        j.total_request.to_dict())
                  for uid, j in snap.jobs.items()},

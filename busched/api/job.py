@@ -64,6 +64,8 @@ class JobInfo:
     # set by every change to the task index: a job lent to a session (busched.cache.shared) that
     # comes back written is assembled afresh
     written: bool = field(default=False, repr=False)
+    # values derived from the task index and the spec, kept while neither changes (busched.framework.reuse)
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         subjob.init_job(self)
@@ -130,6 +132,8 @@ class JobInfo:
     # -- task index --------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
         self.written = True
+        if self.derived:
+            self.derived = {}
         self.tasks[t.uid] = t
         self.status_index.setdefault(t.status, {})[t.uid] = t
         self.total_request.add(t.resreq)
@@ -144,6 +148,8 @@ class JobInfo:
         if old is None:
             return
         self.written = True
+        if self.derived:
+            self.derived = {}
         self.total_request.sub(old.resreq)
         if allocated_status(old.status):
             self.allocated.sub(old.resreq)

@@ -219,8 +219,8 @@ class SharedMemo:
 
 
 # -- verification ---------------------------------------------------------------------------------
-_JOB_SKIP = frozenset({"written", "phase", "conditions"})
-_NODE_SKIP = frozenset({"written", "listeners"})
+_JOB_SKIP = frozenset({"written", "phase", "conditions", "derived"})
+_NODE_SKIP = frozenset({"written", "listeners", "derived"})
 
 
 def _task_print(t: TaskInfo) -> tuple:

@@ -95,6 +95,74 @@ def add_job_usage(attr: Any, job: JobInfo) -> None:
     attr.elastic.add(job.get_elastic_resources())
 
 
+class Usage:
+    """The four totals `add_job_usage` adds to (of one job, or summed over a queue's jobs)."""
+
+    __slots__ = ("allocated", "request", "inqueue", "elastic", "exact")
+
+    def __init__(self) -> None:
+        self.allocated = Resource()
+        self.request = Resource()
+        self.inqueue = Resource()
+        self.elastic = Resource()
+        self.exact = True  # every value a whole number well inside a float's exact range
+
+    def parts(self) -> tuple[Resource, Resource, Resource, Resource]:
+        return self.allocated, self.request, self.inqueue, self.elastic
+
+
+_EXACT = float(2**52)
+
+
+def _whole(r: Resource) -> bool:
+    return (r.cpu.is_integer() and r.memory.is_integer() and abs(r.cpu) < _EXACT and abs(r.memory) < _EXACT
+            and all(v.is_integer() and abs(v) < _EXACT for v in r.scalars.values()))
+
+
+def job_usage(job: JobInfo) -> Usage:
+    u = Usage()
+    add_job_usage(u, job)
+    u.exact = all(_whole(r) for r in u.parts())
+    return u
+
+
+def queue_usage(ssn: Any) -> dict[str, Usage]:
+    """Per queue (in the order of their first job), `add_job_usage` over its jobs.
+
+    Each job's own totals are kept on the job (busched.framework.reuse) and the queues' sums
+    while no job changed.  Summing per job, then per queue, adds the same numbers in another
+    grouping: exactly what task by task gives while every value is a whole number (requests
+    are whole milli-cpus, bytes and milli-units); otherwise it is summed task by task.
+    """
+    from busched.framework import reuse
+
+    def compute(jobs: list[JobInfo]) -> dict[str, Usage]:
+        out: dict[str, Usage] = {}
+        for job in jobs:
+            u = reuse.job_value(job, ("queue.usage", job.phase), job_usage)
+            q = out.get(job.queue)
+            if q is None:
+                q = out[job.queue] = Usage()
+            if not u.exact:
+                return _task_by_task(jobs)
+            for total, part in zip(q.parts(), u.parts()):
+                total.add(part)
+        if not all(_whole(r) for q in out.values() for r in q.parts()):
+            return _task_by_task(jobs)
+        return out
+
+    return reuse.over_jobs(ssn, "queue.usage", compute)
+
+
+def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:
+    out: dict[str, Usage] = {}
+    for job in jobs:
+        q = out.get(job.queue)
+        if q is None:
+            q = out[job.queue] = Usage()
+        add_job_usage(q, job)
+    return out
+
 
 # -- flat ------------------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus, parse_bool
+from busched.framework import reuse
 from busched.framework.session import EventHandler, Session
 from busched.kernels import predicates as kernel
 from busched.kernels.batch import with_batch
@@ -131,32 +132,41 @@ def non_zero_requests(task: TaskInfo) -> tuple[int, int]:
 class SessionPods:
     """Volcano's ``ssn.NodeMap``: the pods the Kubernetes plugins see on each node.
 
-    Built once when the session opens (every task on every node, whatever its status);
-    changed only by the predicates plugin's event handlers. The lists of nodes holding
-    pods with (anti-)affinity are fixed at open, as Volcano's snapshot lists are.
+    As of the session's open (every task on every node, whatever its status); changed only by
+    the predicates plugin's event handlers. The lists of nodes holding pods with (anti-)affinity
+    are fixed at open, as Volcano's snapshot lists are.
+
+    Nothing is copied at open: a node's pods are its task map as of the open (a node that
+    changes puts a new map in place, `NodeInfo.add_task`, so the one read here stays as it was),
+    copied for this view on the view's first change there (`_Pods`).  Which node a pod is on is
+    asked of the pod only for pods the view has moved; a pod it has not is where it was at open,
+    on the node its ``node_name`` names (sessions move a placed task's node only after the view
+    has removed it).  What every node's pods say (affinity, images) is kept from one session to
+    the next while the nodes do not change (busched.framework.reuse).
     """
 
     def __init__(self, ssn: Session) -> None:
-        self.nodes: dict[str, NodeInfo] = {n.name: n for n in ssn.node_list}
+        self.nodes: dict[str, NodeInfo] = ssn.nodes
         self.node_list = list(ssn.node_list)
-        self.pods: dict[str, dict[str, TaskInfo]] = {n.name: dict(n.tasks) for n in ssn.node_list}
-        self.where: dict[str, str] = {uid: name for name, ps in self.pods.items() for uid in ps}
-        # A Releasing task in the snapshot is a pod being deleted: topology spread skips it.
-        self.terminating = {uid for ps in self.pods.values() for uid, t in ps.items()
-                            if t.status == TaskStatus.Releasing}
+        self.pods = _Pods(reuse.over_nodes(ssn, "pods.open", lambda ns: {n.name: n.tasks for n in ns}))
+        self._moved: dict[str, str | None] = {}  # pod -> node (None: gone) for the pods the view moved
+        self._terminating: set[str] | None = None
         self._terms: dict[str, PodTerms] = {}
         self._sums: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
         # a pod without an affinity block has no terms (pod_terms): most pods are not even parsed
-        self.affinity_nodes = [n.name for n in self.node_list
-                               if any(t.affinity and self.terms(t).has_pod_affinity
-                                      for t in self.pods[n.name].values())]
-        self.anti_affinity_nodes = [n.name for n in self.node_list
-                                    if any(t.affinity and self.terms(t).required_anti
-                                           for t in self.pods[n.name].values())]
-        self.images = _image_states(self.node_list)
+        self.affinity_nodes, self.anti_affinity_nodes = reuse.over_nodes(ssn, "pods.affinity", _affinity_nodes)
+        self.images = reuse.over_nodes(ssn, "pods.images", _image_states)
         # Told of every pod added or removed (``pod_added(node, task)``, ``pod_removed(node, task)``):
         # the vectorised filters and scores keep their per-node sums with it (busched.kernels.podview).
         self.listeners: list[Any] = []
+
+    @property
+    def terminating(self) -> set[str]:
+        """Pods Releasing at open (pods being deleted: topology spread skips them)."""
+        if self._terminating is None:
+            self._terminating = {uid for ps in self.pods.opened.values() for uid, t in ps.items()
+                                 if t.status == TaskStatus.Releasing}
+        return self._terminating
 
     def terms(self, task: TaskInfo) -> PodTerms:
         t = self._terms.get(task.uid)
@@ -172,8 +182,8 @@ class SessionPods:
         if node not in self.pods:
             return
         self.remove(task)
-        self.pods[node][task.uid] = task
-        self.where[task.uid] = node
+        self.pods.own(node)[task.uid] = task
+        self._moved[task.uid] = node
         s = self._sums.get(node)
         if s is not None:
             # the node's sums grow by this pod's requests (integers: the same as summing afresh)
@@ -189,10 +199,17 @@ class SessionPods:
             ls.pod_added(node, task)
 
     def remove(self, task: TaskInfo) -> None:
-        node = self.where.pop(task.uid, None)
+        uid = task.uid
+        if uid in self._moved:
+            node = self._moved[uid]
+        else:
+            node = task.node_name
+            if uid not in self.pods.get(node, ()):
+                node = None
         if node is None:
             return
-        gone = self.pods[node].pop(task.uid, None)
+        self._moved[uid] = None
+        gone = self.pods.own(node).pop(uid, None)
         if gone is not None:
             self._changed(node)
             for ls in self.listeners:
@@ -215,6 +232,65 @@ class SessionPods:
                     scalars[k] = scalars.get(k, 0) + v
             s = self._sums[node] = (cpu, mem, nz_cpu, nz_mem, scalars)
         return s
+
+
+class _Pods(Mapping[str, dict[str, TaskInfo]]):
+    """node -> its pods: the task maps as of the open, each copied on the view's first change to it."""
+
+    def __init__(self, opened: dict[str, dict[str, TaskInfo]]) -> None:
+        self.opened = opened  # shared with other sessions: never changed
+        self._own: dict[str, dict[str, TaskInfo]] = {}
+
+    def own(self, node: str) -> dict[str, TaskInfo]:
+        d = self._own.get(node)
+        if d is None:
+            d = self._own[node] = dict(self.opened[node])
+        return d
+
+    def __getitem__(self, node: str) -> dict[str, TaskInfo]:
+        d = self._own.get(node)
+        return d if d is not None else self.opened[node]
+
+    def get(self, node: str, default: Any = None) -> Any:
+        d = self._own.get(node)
+        if d is not None:
+            return d
+        return self.opened.get(node, default)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.opened
+
+    def __iter__(self) -> Any:
+        return iter(self.opened)
+
+    def __len__(self) -> int:
+        return len(self.opened)
+
+    def items(self) -> Any:
+        own = self._own
+        return [(k, own.get(k, v)) for k, v in self.opened.items()]
+
+    def values(self) -> Any:
+        own = self._own
+        return [own.get(k, v) for k, v in self.opened.items()]
+
+
+def _affinity_nodes(nodes: list[NodeInfo]) -> tuple[list[str], list[str]]:
+    """The nodes holding a pod with required pod affinity / anti-affinity terms (each node's answer
+    kept on the node while its pods do not change)."""
+    affinity, anti = [], []
+    for n in nodes:
+        has, has_anti = reuse.node_value(n, "pods.affinity", _node_affinity)
+        if has:
+            affinity.append(n.name)
+        if has_anti:
+            anti.append(n.name)
+    return affinity, anti
+
+
+def _node_affinity(n: NodeInfo) -> tuple[bool, bool]:
+    terms = [pod_terms(t) for t in n.tasks.values() if t.affinity]
+    return any(t.has_pod_affinity for t in terms), any(t.required_anti for t in terms)
 
 
 def _image_states(nodes: list[NodeInfo]) -> dict[str, dict[str, tuple[int, int]]]:
