@@ -10,7 +10,7 @@ from busched.api.fit import FitErrors
 from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
 
-__all__ = ["JobInfo", "PodGroupPhase"]
+__all__ = ["JobInfo", "PodGroupPhase", "unsettled"]
 
 
 QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
@@ -23,6 +23,9 @@ class PodGroupPhase:
     Unknown = "Unknown"
     Completed = "Completed"
 
+
+# task statuses an allocating action may change (place, pipeline, dispatch)
+_PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
 
 _READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
 
@@ -333,3 +336,18 @@ class JobInfo:
 
     def __repr__(self) -> str:
         return f"Job({self.uid} queue={self.queue} min={self.min_available} phase={self.phase})"
+
+
+def unsettled(job: JobInfo) -> bool:
+    """Whether enqueue, allocate or backfill may have work in this job: a pending podgroup, a task
+    they may place, or sub-groups or network topology (whose bookkeeping a session redoes).  A
+    settled job (all its tasks placed and bound, running or done) changes in a session only by
+    an eviction; the actions that place tasks skip it."""
+    if job.phase in (PodGroupPhase.Pending, "") or not job.has_podgroup:
+        return True
+    if job.subgroup_policy or job.network_topology is not None:
+        return True
+    for s in job.status_index:
+        if s in _PLACEABLE:
+            return True
+    return False

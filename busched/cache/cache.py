@@ -236,12 +236,14 @@ class Cache:
             snap.queues[q.uid] = q
         if memo:
             # jobs and nodes lent, assembled once per version (busched.cache.shared)
-            snap.nodes, jobs, snap.lease = self._memo.lend(self, pcs, default_job_priority)
+            snap.nodes, jobs, volatile, snap.lease = self._memo.lend(self, pcs, default_job_priority)
         else:
             snap.nodes, jobs = self._plain(pcs, default_job_priority)
         for uid, j in jobs.items():
             if j.has_podgroup and j.queue in snap.queues:
                 snap.jobs[uid] = j
+        if memo:
+            snap.unsettled = [j for j in volatile if snap.jobs.get(j.uid) is j]
         for spec in self.objects["hyperNode"].values():
             h = build.hyper_node(spec)
             snap.hypernodes[h.name] = h

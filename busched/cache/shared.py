@@ -24,11 +24,11 @@ session did).  Three things a session changes on every job need no flag:
 * ``listeners`` (the session's node arrays) are emptied on every lending.
 
 A job that a session will write anyway, or whose state this module does not
-follow, is *volatile* and flagged written as it is lent: a pending podgroup
-(enqueue admits it), any task that allocate or backfill may place (Pending,
-Pipelined, Allocated), sub-group policies and network topology (sub-job
-bookkeeping changes in place).  A settled job (everything running) is written
-only when one of its tasks is evicted.
+follow, is *volatile* (`busched.api.job.unsettled`) and flagged written as it
+is lent: a pending podgroup (enqueue admits it), any task that allocate or
+backfill may place (Pending, Pipelined, Allocated), sub-group policies and
+network topology (sub-job bookkeeping changes in place).  A settled job
+(everything running) is written only when one of its tasks is evicted.
 
 A lent object may be lent again only once the session that borrowed it closed
 (``Lease.closed``, set by `Session.close`); a snapshot taken while a lease is
@@ -43,18 +43,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import PriorityClass
-from busched.api.task import TaskInfo, TaskStatus, completed_status
+from busched.api.task import TaskInfo, completed_status
 from busched.cache import build
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "VERIFY", "fingerprint_job", "fingerprint_node"]
 
 VERIFY = os.environ.get("BUSCHED_VERIFY_SHARED", "") not in ("", "0")
 
-# tasks allocate or backfill may place, or that a session changes while it runs
-_VOLATILE_STATUS = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
 
 
 class SharedStateMutated(AssertionError):
@@ -71,15 +69,6 @@ class Lease:
         self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
 
 
-def _volatile(job: JobInfo) -> bool:
-    if job.phase in (PodGroupPhase.Pending, "") or job.subgroup_policy or job.network_topology is not None:
-        return True
-    for s in job.status_index:
-        if s in _VOLATILE_STATUS:
-            return True
-    return False
-
-
 def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
     t = tmpl.clone()
     t.extra = dict(tmpl.extra)
@@ -93,7 +82,7 @@ class _Job:
         self.spec, self.version, self.prio, self.job = spec, version, prio, job
         self.phase = job.phase
         self.conditions = job.conditions
-        self.volatile = _volatile(job)
+        self.volatile = unsettled(job)
 
 
 class SharedMemo:
@@ -121,14 +110,16 @@ class SharedMemo:
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass],
-             default_priority: int) -> tuple[list[NodeInfo], dict[str, JobInfo], Lease]:
-        """Ready nodes (indexed, tasks accounted) and every job with a spec, as lent objects."""
+             default_priority: int) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
+        """Ready nodes (indexed, tasks accounted), every job with a spec and the unsettled ones
+        among them, as lent objects."""
         self._take_back(classes)
         objects = cache.objects
         task_specs = objects["task"]
         seq = cache.task_seq
         nodes = self._lend_nodes(objects["node"], task_specs, cache, classes, seq)
         jobs: dict[str, JobInfo] = {}
+        volatile: list[JobInfo] = []
         self.assembled_jobs = 0
         versions = cache.job_version
         memo = self._jobs
@@ -152,13 +143,14 @@ class SharedMemo:
                 # fit errors are a session's record too (a settled job's are empty unless written)
             if m.volatile:
                 job.written = True
+                volatile.append(job)
             jobs[job.uid] = job
         self._forget(objects)
         lease = self._lease = Lease()
         if VERIFY:
             lease.prints = [("job", j, fingerprint_job(j)) for j in jobs.values() if not j.written]
             lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
-        return nodes, jobs, lease
+        return nodes, jobs, volatile, lease
 
     def _lend_nodes(self, node_specs: dict[str, Any], task_specs: dict[str, Any], cache: Any,
                     classes: dict[str, PriorityClass], seq: dict[str, int]) -> list[NodeInfo]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["job_value", "node_value", "over_jobs", "over_nodes"]
+__all__ = ["job_value", "node_value", "over", "over_jobs", "over_nodes"]
 
 _MISSING = object()
 
@@ -41,7 +41,8 @@ def job_value(job: Any, key: Any, fn: Callable[[Any], Any]) -> Any:
 node_value = job_value  # the same contract: a node's ``derived`` map is emptied when its tasks change
 
 
-def _over(ssn: Any, key: Any, objects: list[Any], fn: Callable[[list[Any]], Any]) -> Any:
+def over(ssn: Any, key: Any, objects: list[Any], fn: Callable[[list[Any]], Any]) -> Any:
+    """``fn(objects)``, reused while a later session passes the very same objects, in order."""
     state = ssn.others.get("plugin_state")
     if state is None:
         return fn(objects)
@@ -56,9 +57,9 @@ def _over(ssn: Any, key: Any, objects: list[Any], fn: Callable[[list[Any]], Any]
 
 def over_jobs(ssn: Any, key: Any, fn: Callable[[list[Any]], Any]) -> Any:
     """``fn(jobs)`` over the session's jobs in order, reused while they are the same objects."""
-    return _over(ssn, ("jobs", key), list(ssn.jobs.values()), fn)
+    return over(ssn, ("jobs", key), list(ssn.jobs.values()), fn)
 
 
 def over_nodes(ssn: Any, key: Any, fn: Callable[[list[Any]], Any]) -> Any:
     """``fn(nodes)`` over the session's node list, reused while it holds the same objects."""
-    return _over(ssn, ("nodes", key), list(ssn.node_list), fn)
+    return over(ssn, ("nodes", key), list(ssn.node_list), fn)

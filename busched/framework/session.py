@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from busched.api.fit import Code, FitError, Status
-from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.job import JobInfo, PodGroupPhase, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import hypernodes as topology
+from busched.framework import reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
 from busched.framework.pqueue import PriorityQueue
@@ -113,11 +114,13 @@ class Session:
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
-        self.total_resource = Resource()
-        for n in self.node_list:
-            self.total_resource.add(n.allocatable)
+        # the nodes' allocatable summed (again only when one changed: busched.framework.reuse)
+        self.total_resource = reuse.over(self, "total_resource", [n.allocatable for n in self.node_list],
+                                         _total).clone()
         self.rng = random.Random(seed)
-        self.old_phase = {uid: j.phase for uid, j in self.jobs.items()}
+        # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
+        self.unsettled_jobs: list[JobInfo] = (snapshot.unsettled if snapshot.unsettled is not None
+                                              else [j for j in self.jobs.values() if unsettled(j)])
         self.decisions: list[Decision] = []
         self.event_handlers: list[EventHandler] = []
         self.plugins: dict[str, Any] = {}
@@ -491,9 +494,20 @@ class Session:
                 continue
             unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
                                 and c.get("transitionID") == self.uid for c in job.conditions)
-            job.phase = pod_group_phase(job, unschedulable)
+            if job.written:
+                job.phase = pod_group_phase(job, unschedulable)
+            else:  # a lent job no session changed: its phase follows from its phase and tasks as lent
+                job.phase = reuse.job_value(job, ("phase", job.phase, unschedulable),
+                                            lambda j: pod_group_phase(j, unschedulable))
         if self._lease is not None:
             self._lease.closed = True  # the lent jobs and nodes may be lent again
+
+
+def _total(allocatables: list[Resource]) -> Resource:
+    total = Resource()
+    for a in allocatables:
+        total.add(a)
+    return total
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:

@@ -38,3 +38,5 @@ class ClusterSnapshot:
     shard: Shard = field(default_factory=Shard)
     # set when the jobs and nodes are lent (busched.cache.shared): closing the session returns them
     lease: Any = None
+    # the jobs for which `busched.api.job.unsettled` holds, in job order (None: the session finds them)
+    unsettled: list[JobInfo] | None = None

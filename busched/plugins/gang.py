@@ -13,6 +13,7 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.framework import reuse
 from busched.framework.session import Session, ValidateResult
 from busched.kernels.batch import with_key
 
@@ -80,10 +81,15 @@ class GangPlugin:
         ssn.add_fn("job_starving", self.name, lambda j: j.is_starving())
 
     def on_session_close(self, ssn: Session) -> None:
+        # one dict for every ready job: conditions are replaced, never changed in place
+        scheduled = {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
+                     "reason": "tasks in gang are ready to be scheduled", "message": ""}
         for job in ssn.jobs.values():
             if not job.tasks:
                 continue
-            if not job.is_ready():
+            # a lent job no session changed: ready as it was lent (busched.framework.reuse)
+            ready = job.is_ready() if job.written else reuse.job_value(job, "gang.ready", JobInfo.is_ready)
+            if not ready:
                 if _skip_for_releasing(job):
                     continue
                 schedulable = job.ready_task_num() + sum(
@@ -94,8 +100,7 @@ class GangPlugin:
                 set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
                                     "reason": NOT_ENOUGH_RESOURCES, "message": msg})
             else:
-                set_condition(job, {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
-                                    "reason": "tasks in gang are ready to be scheduled", "message": ""})
+                set_condition(job, scheduled)
 
 
 def _skip_for_releasing(job: JobInfo) -> bool:
