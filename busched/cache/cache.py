@@ -82,6 +82,7 @@ class Cache:
         old = self.objects[kind].pop(key, None)
         if old is not None:
             self._changed(kind, key, old, None)
+            self._memo.forget(kind, key)
             self.generation += 1
         return old is not None
 

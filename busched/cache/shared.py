@@ -102,6 +102,12 @@ class SharedMemo:
         if not spec.priority_class_name:
             self._tasks[key] = (spec, task)
 
+    def forget(self, kind: str, key: str) -> None:
+        """An object deleted from the cache: what was kept for it goes too."""
+        memo = {"task": self._tasks, "job": self._jobs, "node": self._nodes}.get(kind)
+        if memo is not None:
+            memo.pop(key, None)
+
     def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
         m = self._tasks.get(key)
         if m is None or m[0] is not spec:

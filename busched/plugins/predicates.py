@@ -219,19 +219,34 @@ class SessionPods:
         self._sums.pop(node, None)
 
     def requested(self, node: str) -> tuple[int, int, int, int, dict[str, int]]:
-        """(cpu, memory, non-zero cpu, non-zero memory, scalars) summed over the node's pods."""
+        """(cpu, memory, non-zero cpu, non-zero memory, scalars) summed over the node's pods (for a
+        node whose pods the view has not changed, kept on the node from session to session)."""
         s = self._sums.get(node)
         if s is None:
-            cpu = mem = nz_cpu = nz_mem = 0
-            scalars: dict[str, int] = {}
-            for t in self.on(node).values():
-                c, m, sc = pod_requests(t)
-                nc, nm = non_zero_requests(t)
-                cpu, mem, nz_cpu, nz_mem = cpu + c, mem + m, nz_cpu + nc, nz_mem + nm
-                for k, v in sc.items():
-                    scalars[k] = scalars.get(k, 0) + v
-            s = self._sums[node] = (cpu, mem, nz_cpu, nz_mem, scalars)
+            if self.pods.changed(node):
+                s = _sum_pods(self.pods[node])
+            else:
+                pods = self.pods.opened[node]
+                s = reuse.node_value(self.nodes[node], "pods.requested", lambda _: _sum_pods(pods))
+            self._sums[node] = s
         return s
+
+    def pod_sums(self, node: str) -> tuple[int, int, int, int, int, dict[str, int]]:
+        """(pods, cpu, memory, non-zero cpu, non-zero memory, scalars) on the node: what the pod view
+        arrays start from (busched.kernels.podview) instead of adding every pod."""
+        return (len(self.on(node)), *self.requested(node))
+
+
+def _sum_pods(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
+    cpu = mem = nz_cpu = nz_mem = 0
+    scalars: dict[str, int] = {}
+    for t in pods.values():
+        c, m, sc = pod_requests(t)
+        nc, nm = non_zero_requests(t)
+        cpu, mem, nz_cpu, nz_mem = cpu + c, mem + m, nz_cpu + nc, nz_mem + nm
+        for k, v in sc.items():
+            scalars[k] = scalars.get(k, 0) + v
+    return cpu, mem, nz_cpu, nz_mem, scalars
 
 
 class _Pods(Mapping[str, dict[str, TaskInfo]]):
@@ -240,6 +255,9 @@ class _Pods(Mapping[str, dict[str, TaskInfo]]):
     def __init__(self, opened: dict[str, dict[str, TaskInfo]]) -> None:
         self.opened = opened  # shared with other sessions: never changed
         self._own: dict[str, dict[str, TaskInfo]] = {}
+
+    def changed(self, node: str) -> bool:
+        return node in self._own
 
     def own(self, node: str) -> dict[str, TaskInfo]:
         d = self._own.get(node)
