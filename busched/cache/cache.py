@@ -46,6 +46,29 @@ def object_key(kind: str, spec: Any) -> str:
     return f"{ns}/{spec.name}" if ns is not None else spec.name
 
 
+class Changes:
+    """Which jobs and nodes changed since the shared snapshot last took this record (their keys,
+    in order of change), and whether any job or node came or went (which moves others)."""
+
+    __slots__ = ("jobs", "nodes", "jobs_removed", "nodes_moved")
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, None] = {}
+        self.nodes: dict[str, None] = {}
+        self.jobs_removed = False
+        self.nodes_moved = False  # a node added, removed, or its readiness changed
+
+    def job(self, key: str, old: Any, new: Any) -> None:
+        self.jobs[key] = None
+        if new is None:
+            self.jobs_removed = True
+
+    def node(self, key: str, old: Any, new: Any) -> None:
+        self.nodes[key] = None
+        if old is None or new is None or old.ready != new.ready:
+            self.nodes_moved = True
+
+
 class Cache:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
@@ -64,6 +87,8 @@ class Cache:
         self.node_tasks: dict[str, set[str]] = {}
         self.job_version: dict[str, int] = {}
         self.node_version: dict[str, int] = {}
+        # what changed since the last shared snapshot took it (busched.cache.shared)
+        self.changes = Changes()
         # jobs that did not fit, kept across cycles (busched.kernels.unfit)
         self.unfit = unfit.UnfitMemo()
         self.capacity_epoch = 0
@@ -98,6 +123,7 @@ class Cache:
             self._index_task(key, old, new, version)
         elif kind == "job":
             self.job_version[key] = version
+            self.changes.job(key, old, new)
             if new is None:
                 self.unfit.job_versions.pop(key, None)
                 self.unfit.forget(key)
@@ -105,6 +131,12 @@ class Cache:
                 self.unfit.job_versions[key] = version
         elif kind == "node":
             self.node_version[key] = version
+            self.changes.node(key, old, new)
+
+    def take_changes(self) -> Changes:
+        """What changed since the last call (the shared snapshot's record), and a fresh record."""
+        changes, self.changes = self.changes, Changes()
+        return changes
 
     def _index_task(self, key: str, old: Any, new: Any, version: int) -> None:
         """Keep the task indexes and the versions of the jobs and nodes the task leaves and joins."""
@@ -117,12 +149,14 @@ class Cache:
             if spec.job:
                 job = f"{spec.namespace}/{spec.job}"
                 self.job_version[job] = version
+                self.changes.jobs[job] = None
                 if joining:
                     self.job_tasks.setdefault(job, set()).add(key)
                 else:
                     self._unindex(self.job_tasks, job, key)
             if spec.node:
                 self.node_version[spec.node] = version
+                self.changes.nodes[spec.node] = None
                 if joining:
                     self.node_tasks.setdefault(spec.node, set()).add(key)
                 else:
@@ -237,14 +271,13 @@ class Cache:
             snap.queues[q.uid] = q
         if memo:
             # jobs and nodes lent, assembled once per version (busched.cache.shared)
-            snap.nodes, jobs, volatile, snap.lease = self._memo.lend(self, pcs, default_job_priority)
+            snap.nodes, snap.jobs, snap.unsettled, snap.lease = self._memo.lend(
+                self, pcs, default_job_priority, frozenset(snap.queues))
         else:
             snap.nodes, jobs = self._plain(pcs, default_job_priority)
-        for uid, j in jobs.items():
-            if j.has_podgroup and j.queue in snap.queues:
-                snap.jobs[uid] = j
-        if memo:
-            snap.unsettled = [j for j in volatile if snap.jobs.get(j.uid) is j]
+            for uid, j in jobs.items():
+                if j.has_podgroup and j.queue in snap.queues:
+                    snap.jobs[uid] = j
         for spec in self.objects["hyperNode"].values():
             h = build.hyper_node(spec)
             snap.hypernodes[h.name] = h

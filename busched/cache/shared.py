@@ -40,6 +40,7 @@ back, raises `SharedStateMutated` naming any object changed without its flag.
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -86,15 +87,34 @@ class _Job:
 
 
 class SharedMemo:
-    """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of."""
+    """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of.
+
+    Lending walks every job and node only when it must (the first time, after a lease that never
+    came back, when priority classes, queues or the node set changed, or a job was deleted).
+    Otherwise it patches the last lending: the jobs and nodes the cache says changed
+    (`busched.cache.cache.Changes`) and those the last session wrote are looked at again, the
+    rest are lent as they were (their phase and conditions put back, their listeners emptied).
+    """
 
     def __init__(self) -> None:
         self._classes: Any = None
+        self._prio: int | None = None
         self._tasks: dict[str, tuple[Any, TaskInfo]] = {}
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
         self._lease: Lease | None = None
-        self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (a test reads it)
+        self._patchable = False
+        # the last lending: every job with a spec (key -> job) and what its phase and conditions were
+        # (the same key order), the jobs in the session (after the queue filter), the nodes, and
+        # each job key's position (its order among the cache's jobs)
+        self._lent: dict[str, JobInfo] = {}
+        self._outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self._in_session: dict[str, JobInfo] = {}
+        self._queues: frozenset[str] = frozenset()
+        self._lent_nodes: list[NodeInfo] = []
+        self._node_at: dict[str, int] = {}
+        self._pos: dict[str, int] = {}
+        self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
 
     def remember_task(self, key: str, spec: Any, task: TaskInfo) -> None:
@@ -115,97 +135,201 @@ class SharedMemo:
         return m[1]
 
     # -- the snapshot ----------------------------------------------------------------------
-    def lend(self, cache: Any, classes: dict[str, PriorityClass],
-             default_priority: int) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
-        """Ready nodes (indexed, tasks accounted), every job with a spec and the unsettled ones
-        among them, as lent objects."""
-        self._take_back(classes)
-        objects = cache.objects
-        task_specs = objects["task"]
-        seq = cache.task_seq
-        nodes = self._lend_nodes(objects["node"], task_specs, cache, classes, seq)
-        jobs: dict[str, JobInfo] = {}
-        volatile: list[JobInfo] = []
-        self.assembled_jobs = 0
-        versions = cache.job_version
-        memo = self._jobs
-        for key, spec in objects["job"].items():
-            m = memo.get(key)
-            version = versions.get(key, 0)
-            if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
-                    or m.job.written):
-                job = build.job_info(spec, classes, default_priority)
-                for tkey in sorted(cache.job_tasks.get(key, ()), key=seq.__getitem__):
-                    job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
-                job.written = False
-                m = memo[key] = _Job(spec, version, default_priority, job)
-                self.assembled_jobs += 1
-            else:
-                job = m.job
-                if job.phase != m.phase:
-                    job.phase = m.phase
-                if job.conditions is not m.conditions:
-                    job.conditions = m.conditions
-                # fit errors are a session's record too (a settled job's are empty unless written)
-            if m.volatile:
-                job.written = True
-                volatile.append(job)
-            jobs[job.uid] = job
-        self._forget(objects)
+    def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
+             queues: frozenset[str]) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
+        """Ready nodes (indexed, tasks accounted), the session's jobs (those with a podgroup in one
+        of ``queues``) and the unsettled ones among them, all lent."""
+        changes = cache.take_changes()
+        patch = self._take_back(classes, default_priority)
+        self.assembled_jobs = self.assembled_nodes = 0
+        if patch and not changes.nodes_moved:
+            nodes = self._patch_nodes(cache, classes, changes.nodes)
+        else:
+            nodes = self._lend_nodes(cache, classes)
+        if patch and not changes.jobs_removed and queues == self._queues:
+            got = self._patch_jobs(cache, classes, default_priority, changes.jobs)
+        else:
+            got = None
+        if got is None:
+            got = self._lend_jobs(cache, classes, default_priority, queues)
+        jobs, volatile = got
+        self._queues = queues
+        self._forget(cache.objects)
         lease = self._lease = Lease()
         if VERIFY:
-            lease.prints = [("job", j, fingerprint_job(j)) for j in jobs.values() if not j.written]
+            lease.prints = [("job", j, fingerprint_job(j)) for j in self._lent.values() if not j.written]
             lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
         return nodes, jobs, volatile, lease
 
-    def _lend_nodes(self, node_specs: dict[str, Any], task_specs: dict[str, Any], cache: Any,
-                    classes: dict[str, PriorityClass], seq: dict[str, int]) -> list[NodeInfo]:
-        out: list[NodeInfo] = []
-        memo = self._nodes
-        versions = cache.node_version
-        self.assembled_nodes = 0
-        index = 0
-        for name, spec in node_specs.items():
-            if not spec.ready:
-                continue
-            version = versions.get(name, 0)
-            m = memo.get(name)
-            if m is None or m[0] is not spec or m[1] != version or m[2] != index or m[3].written:
-                node = build.node_info(spec, index)
-                for tkey in sorted(cache.node_tasks.get(name, ()), key=seq.__getitem__):
-                    t = self._task(tkey, task_specs[tkey], classes)
-                    # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
-                    if not completed_status(t.status):
-                        node.add_task(t)
-                node.written = False
-                m = memo[name] = (spec, version, index, node)
-                self.assembled_nodes += 1
-            else:
-                node = m[3]
-                if node.listeners:
-                    node.listeners = []
-            out.append(node)
-            index += 1
-        return out
+    def _job(self, key: str, spec: Any, cache: Any, classes: dict[str, PriorityClass],
+             default_priority: int) -> _Job:
+        """The job as kept, or assembled afresh when its spec, a task or the default priority changed,
+        or a session wrote it."""
+        m = self._jobs.get(key)
+        version = cache.job_version.get(key, 0)
+        if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
+                or m.job.written):
+            task_specs = cache.objects["task"]
+            job = build.job_info(spec, classes, default_priority)
+            for tkey in sorted(cache.job_tasks.get(key, ()), key=cache.task_seq.__getitem__):
+                job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
+            job.written = False
+            m = self._jobs[key] = _Job(spec, version, default_priority, job)
+            self.assembled_jobs += 1
+        else:
+            job = m.job
+            if job.phase != m.phase:
+                job.phase = m.phase
+            if job.conditions is not m.conditions:
+                job.conditions = m.conditions
+        if m.volatile:
+            job.written = True
+        return m
 
-    def _take_back(self, classes: dict[str, PriorityClass]) -> None:
-        """Before lending again: what the last lease's session wrote is assembled afresh; if it never
-        closed, everything is."""
+    def _lend_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
+                   queues: frozenset[str]) -> tuple[dict[str, JobInfo], list[JobInfo]]:
+        lent: dict[str, JobInfo] = {}
+        outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        in_session: dict[str, JobInfo] = {}
+        volatile: list[JobInfo] = []
+        for key, spec in cache.objects["job"].items():
+            m = self._job(key, spec, cache, classes, default_priority)
+            job = lent[key] = m.job
+            outputs[key] = (m.phase, m.conditions)
+            if job.has_podgroup and job.queue in queues:
+                in_session[key] = job
+                if m.volatile:
+                    volatile.append(job)
+        self._lent, self._outputs, self._in_session = lent, outputs, in_session
+        self._pos = {k: i for i, k in enumerate(lent)}
+        return dict(in_session), volatile
+
+    def _patch_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
+                    changed: dict[str, None]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
+        """The last lending with the changed and written jobs looked at again; None when it cannot be
+        patched in order (a job already lent joined the session)."""
+        lent, outputs, in_session, pos = self._lent, self._outputs, self._in_session, self._pos
+        again = dict(changed)
+        for key, job, (phase, conditions) in zip(lent, lent.values(), outputs.values()):
+            if job.written:
+                again[key] = None
+            else:  # what the last session set as its output goes back to the spec's
+                if job.conditions is not conditions:
+                    job.conditions = conditions
+                if job.phase != phase:
+                    job.phase = phase
+        specs = cache.objects["job"]
+        queues = self._queues
+        new: list[str] = []
+        looked: list[tuple[str, _Job]] = []
+        for key in again:
+            spec = specs.get(key)
+            if spec is None:
+                continue  # a task's job without a spec: not lent
+            if key not in lent:
+                new.append(key)
+                continue
+            m = self._job(key, spec, cache, classes, default_priority)
+            lent[key] = m.job
+            outputs[key] = (m.phase, m.conditions)
+            looked.append((key, m))
+        if new:  # jobs new to the cache are the last ones it holds (none was deleted)
+            tail = list(itertools.islice(reversed(specs), len(new)))[::-1]
+            if set(tail) != set(new):
+                return None
+            for key in tail:
+                m = self._job(key, specs[key], cache, classes, default_priority)
+                lent[key] = m.job
+                outputs[key] = (m.phase, m.conditions)
+                pos[key] = len(pos)
+                looked.append((key, m))
+        volatile: list[JobInfo] = []
+        for key, m in looked:
+            job = m.job
+            if job.has_podgroup and job.queue in queues:
+                if key not in in_session and key not in new:
+                    return None  # it would join the session in its place, not at the end
+                in_session[key] = job
+                if m.volatile:
+                    volatile.append(job)
+            else:
+                in_session.pop(key, None)
+        volatile.sort(key=lambda j: pos[j.uid])
+        return dict(in_session), volatile
+
+    def _node(self, name: str, spec: Any, index: int, cache: Any, classes: dict[str, PriorityClass]) -> NodeInfo:
+        m = self._nodes.get(name)
+        version = cache.node_version.get(name, 0)
+        if m is None or m[0] is not spec or m[1] != version or m[2] != index or m[3].written:
+            task_specs = cache.objects["task"]
+            node = build.node_info(spec, index)
+            if m is not None and m[0] is spec:  # never changed in place: shared (the total keeps)
+                node.allocatable, node.capacity = m[3].allocatable, m[3].capacity
+            for tkey in sorted(cache.node_tasks.get(name, ()), key=cache.task_seq.__getitem__):
+                t = self._task(tkey, task_specs[tkey], classes)
+                # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
+                if not completed_status(t.status):
+                    node.add_task(t)
+            node.written = False
+            self._nodes[name] = (spec, version, index, node)
+            self.assembled_nodes += 1
+            return node
+        node = m[3]
+        if node.listeners:
+            node.listeners = []
+        return node
+
+    def _lend_nodes(self, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
+        out: list[NodeInfo] = []
+        for name, spec in cache.objects["node"].items():
+            if spec.ready:
+                out.append(self._node(name, spec, len(out), cache, classes))
+        self._lent_nodes = out
+        self._node_at = {n.name: i for i, n in enumerate(out)}
+        return list(out)
+
+    def _patch_nodes(self, cache: Any, classes: dict[str, PriorityClass], changed: dict[str, None]
+                     ) -> list[NodeInfo]:
+        """The last lending with the changed and written nodes looked at again (no node came, went,
+        or changed readiness)."""
+        out = self._lent_nodes
+        again = dict(changed)
+        for n in out:
+            if n.written:
+                again[n.name] = None
+            elif n.listeners:
+                n.listeners = []
+        specs = cache.objects["node"]
+        at = self._node_at
+        for name in again:
+            i = at.get(name)
+            if i is not None:
+                out[i] = self._node(name, specs[name], i, cache, classes)
+        return list(out)
+
+    def _take_back(self, classes: dict[str, PriorityClass], default_priority: int) -> bool:
+        """Before lending again: verify the last lease and say whether the last lending can be
+        patched; a lease that never came back makes everything assembled afresh."""
         sig = tuple(sorted((k, v.value, v.preemption_policy, v.global_default) for k, v in classes.items()))
         lease, self._lease = self._lease, None
+        patch = lease is not None and self._patchable and default_priority == self._prio
+        self._patchable = True
+        self._prio = default_priority
         if sig != self._classes:
             self._classes = sig
             self._tasks = {k: m for k, m in self._tasks.items() if not m[0].priority_class_name}
             self._jobs.clear()
             self._nodes.clear()
+            patch = False
         if lease is None:
-            return
+            return False
         if not lease.closed:
             self._jobs.clear()
             self._nodes.clear()
-            return
+            return False
         if lease.prints is not None:
             check(lease)
+        return patch
 
     def _forget(self, objects: dict[str, dict[str, Any]]) -> None:
         """Drop what belongs to deleted objects (checked only when the counts say some are gone)."""
