@@ -489,16 +489,26 @@ class Session:
     # -- close ----------------------------------------------------------------------------------
     def close(self) -> None:
         """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession)."""
+        seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
+        unschedulable = False
         for job in self.jobs.values():
             if not job.has_podgroup:
                 continue
-            unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
-                                and c.get("transitionID") == self.uid for c in job.conditions)
+            conds = job.conditions
+            if conds is not seen:
+                seen = conds
+                unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
+                                    and c.get("transitionID") == self.uid for c in conds)
             if job.written:
                 job.phase = pod_group_phase(job, unschedulable)
-            else:  # a lent job no session changed: its phase follows from its phase and tasks as lent
-                job.phase = reuse.job_value(job, ("phase", job.phase, unschedulable),
-                                            lambda j: pod_group_phase(j, unschedulable))
+                continue
+            # a lent job no session changed: its phase follows from its phase and tasks as lent
+            key = ("phase", job.phase, unschedulable)
+            phase = job.derived.get(key)
+            if phase is None:
+                phase = job.derived[key] = pod_group_phase(job, unschedulable)
+            if phase != job.phase:
+                job.phase = phase
         if self._lease is not None:
             self._lease.closed = True  # the lent jobs and nodes may be lent again
 

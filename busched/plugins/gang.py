@@ -81,26 +81,49 @@ class GangPlugin:
         ssn.add_fn("job_starving", self.name, lambda j: j.is_starving())
 
     def on_session_close(self, ssn: Session) -> None:
-        # one dict for every ready job: conditions are replaced, never changed in place
+        # one dict, and one list, for every ready job: conditions are replaced, never changed in place
         scheduled = {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
                      "reason": "tasks in gang are ready to be scheduled", "message": ""}
-        for job in ssn.jobs.values():
-            if not job.tasks:
-                continue
-            # a lent job no session changed: ready as it was lent (busched.framework.reuse)
-            ready = job.is_ready() if job.written else reuse.job_value(job, "gang.ready", JobInfo.is_ready)
-            if not ready:
-                if _skip_for_releasing(job):
-                    continue
-                schedulable = job.ready_task_num() + sum(
-                    1 for t in job.status_index.get(TaskStatus.Pending, {}).values()
-                    if t.last_status is not None and allocated_status(t.last_status))
-                msg = (f"{job.min_available - schedulable}/{len(job.tasks)} tasks in gang unschedulable: "
-                       f"{fit_error_message(job)}")
-                set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
-                                    "reason": NOT_ENOUGH_RESOURCES, "message": msg})
+        only_scheduled = [scheduled]
+        # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
+        # jobs are the same (busched.framework.reuse), so such a job just gets the new list
+        quiet, others = reuse.over_jobs(ssn, "gang.quiet", _quiet)
+        for job in quiet:
+            if job.written:
+                self._close_job(ssn, job, scheduled)
             else:
-                set_condition(job, scheduled)
+                job.conditions = only_scheduled
+        for job in others:
+            self._close_job(ssn, job, scheduled)
+
+    @staticmethod
+    def _close_job(ssn: Session, job: JobInfo, scheduled: dict[str, Any]) -> None:
+        if not job.tasks:
+            return
+        if not job.is_ready():
+            if _skip_for_releasing(job):
+                return
+            schedulable = job.ready_task_num() + sum(
+                1 for t in job.status_index.get(TaskStatus.Pending, {}).values()
+                if t.last_status is not None and allocated_status(t.last_status))
+            msg = (f"{job.min_available - schedulable}/{len(job.tasks)} tasks in gang unschedulable: "
+                   f"{fit_error_message(job)}")
+            set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
+                                "reason": NOT_ENOUGH_RESOURCES, "message": msg})
+        else:
+            set_condition(job, scheduled)
+
+
+def _quiet(jobs: list[JobInfo]) -> tuple[list[JobInfo], list[JobInfo]]:
+    quiet, others = [], []
+    for job in jobs:
+        conds = job.conditions
+        if (not job.written and job.tasks and job.is_ready()
+                and (not conds or (len(conds) == 1 and conds[0].get("type") == "Scheduled"))):
+            quiet.append(job)
+        else:
+            others.append(job)
+    return quiet, others
 
 
 def _skip_for_releasing(job: JobInfo) -> bool:
