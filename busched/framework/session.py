@@ -115,8 +115,8 @@ class Session:
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
         # the nodes' allocatable summed (again only when one changed: busched.framework.reuse)
-        self.total_resource = reuse.over(self, "total_resource", [n.allocatable for n in self.node_list],
-                                         _total).clone()
+        self.total_resource = reuse.summed(self, "total_resource", [n.allocatable for n in self.node_list],
+                                           _same).clone()
         self.rng = random.Random(seed)
         # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
         self.unsettled_jobs: list[JobInfo] = (snapshot.unsettled if snapshot.unsettled is not None
@@ -513,11 +513,8 @@ class Session:
             self._lease.closed = True  # the lent jobs and nodes may be lent again
 
 
-def _total(allocatables: list[Resource]) -> Resource:
-    total = Resource()
-    for a in allocatables:
-        total.add(a)
-    return total
+def _same(r: Resource) -> Resource:
+    return r
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:

@@ -213,9 +213,19 @@ class DrfPlugin:
             # whole table while no job changed (busched.framework.reuse); shared: copied before changed
             t = self.total
             key = ("drf.share", t.cpu, t.memory, tuple(t.scalars.items()))
-            table = reuse.over_jobs(ssn, key, lambda jobs: {j.uid: reuse.job_value(j, key, self._attr_of)
-                                                            for j in jobs})
-            self.job_attrs = dict(table)
+
+            def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
+                return {j.uid: reuse.job_value(j, key, self._attr_of) for j in jobs}
+
+            def update(table: dict[str, _Attr], pairs: reuse.Pairs) -> dict[str, _Attr] | None:
+                table = dict(table)
+                for _, old, job in pairs:
+                    if old is not None and old.uid != job.uid:
+                        return None
+                    table[job.uid] = reuse.job_value(job, key, self._attr_of)
+                return table
+
+            self.job_attrs = dict(reuse.incremental(ssn, key, list(ssn.jobs.values()), full, update))
         for job in ssn.jobs.values() if self.hierarchy else ():
             attr = self._attr_of(job)
             self.job_attrs[job.uid] = attr

@@ -148,14 +148,16 @@ class SessionPods:
     def __init__(self, ssn: Session) -> None:
         self.nodes: dict[str, NodeInfo] = ssn.nodes
         self.node_list = list(ssn.node_list)
-        self.pods = _Pods(reuse.over_nodes(ssn, "pods.open", lambda ns: {n.name: n.tasks for n in ns}))
+        nodes = list(ssn.node_list)
+        self.pods = _Pods(reuse.incremental(ssn, "pods.open", nodes, _open_pods, _open_pods_update))
         self._moved: dict[str, str | None] = {}  # pod -> node (None: gone) for the pods the view moved
         self._terminating: set[str] | None = None
         self._terms: dict[str, PodTerms] = {}
         self._sums: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
         # a pod without an affinity block has no terms (pod_terms): most pods are not even parsed
-        self.affinity_nodes, self.anti_affinity_nodes = reuse.over_nodes(ssn, "pods.affinity", _affinity_nodes)
-        self.images = reuse.over_nodes(ssn, "pods.images", _image_states)
+        self.affinity_nodes, self.anti_affinity_nodes = reuse.incremental(
+            ssn, "pods.affinity", nodes, _affinity_nodes, _affinity_update)[:2]
+        self.images = reuse.incremental(ssn, "pods.images", nodes, _image_states, _images_update)
         # Told of every pod added or removed (``pod_added(node, task)``, ``pod_removed(node, task)``):
         # the vectorised filters and scores keep their per-node sums with it (busched.kernels.podview).
         self.listeners: list[Any] = []
@@ -293,17 +295,47 @@ class _Pods(Mapping[str, dict[str, TaskInfo]]):
         return [own.get(k, v) for k, v in self.opened.items()]
 
 
-def _affinity_nodes(nodes: list[NodeInfo]) -> tuple[list[str], list[str]]:
+def _open_pods(nodes: list[NodeInfo]) -> dict[str, dict[str, TaskInfo]]:
+    return {n.name: n.tasks for n in nodes}
+
+
+def _open_pods_update(last: dict[str, dict[str, TaskInfo]], pairs: reuse.Pairs) -> Any:
+    out = dict(last)
+    for _, old, new in pairs:
+        if old is None or old.name != new.name:
+            return None
+        out[new.name] = new.tasks
+    return out
+
+
+def _affinity_nodes(nodes: list[NodeInfo]) -> tuple[list[str], list[str], list[tuple[bool, bool]]]:
     """The nodes holding a pod with required pod affinity / anti-affinity terms (each node's answer
-    kept on the node while its pods do not change)."""
+    kept on the node while its pods do not change), and every node's answer."""
     affinity, anti = [], []
-    for n in nodes:
-        has, has_anti = reuse.node_value(n, "pods.affinity", _node_affinity)
+    answers = [reuse.node_value(n, "pods.affinity", _node_affinity) for n in nodes]
+    for n, (has, has_anti) in zip(nodes, answers):
         if has:
             affinity.append(n.name)
         if has_anti:
             anti.append(n.name)
-    return affinity, anti
+    return affinity, anti, answers
+
+
+def _affinity_update(last: Any, pairs: reuse.Pairs) -> Any:
+    """The same lists while no node that changed changed its answer."""
+    answers = last[2]
+    for i, old, new in pairs:
+        if old is None or reuse.node_value(new, "pods.affinity", _node_affinity) != answers[i]:
+            return None
+    return last
+
+
+def _images_update(last: Any, pairs: reuse.Pairs) -> Any:
+    """The same states while no node that changed changed its images."""
+    for _, old, new in pairs:
+        if old is None or old.name != new.name or old.images != new.images:
+            return None
+    return last
 
 
 def _node_affinity(n: NodeInfo) -> tuple[bool, bool]:
