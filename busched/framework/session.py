@@ -139,7 +139,12 @@ class Session:
     def arrays(self) -> NodeArrays:
         """The node x resource matrices, built on first use and kept current by node listeners."""
         if self._arrays is None:
-            self._arrays = NodeArrays(self.node_list)
+            # seeded from the last session's arrays where the nodes are the same lent objects
+            state = self.others.get("plugin_state")
+            like = state.get("node_arrays") if state is not None else None
+            self._arrays = NodeArrays(self.node_list, like=like)
+            if state is not None:
+                state["node_arrays"] = self._arrays
         return self._arrays
 
     # -- registration (plugins) ---------------------------------------------------

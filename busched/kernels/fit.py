@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import operator
+
 import numpy as np
 
 from busched.api.node import NodeInfo
@@ -31,11 +33,20 @@ FUTURE_IDLE = "future_idle"
 class NodeArrays:
     """Rows follow the node list order; columns are resource names (cpu, memory, then scalars)."""
 
-    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
-        names: dict[str, int] = {CPU: 0, MEMORY: 1}
-        for n in nodes:
-            for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined):
-                for s in r.scalars:
+    def __init__(self, nodes: Sequence[NodeInfo], like: NodeArrays | None = None) -> None:
+        # ``like``: the arrays of an earlier session over mostly the same node objects (lent, so
+        # unchanged: busched.cache.shared); their rows as first filled are copied, changed rows filled
+        changed = _changed_rows(like, nodes)
+        if changed is not None and like is not None:
+            names = dict(like.columns)
+            self.row_names = list(like.row_names)
+            for i in changed:
+                self.row_names[i] = _scalar_names(nodes[i])
+        else:
+            names = {CPU: 0, MEMORY: 1}
+            self.row_names = [_scalar_names(n) for n in nodes]  # each row's names as first filled
+            for row_names in self.row_names:
+                for s in row_names:
                     names.setdefault(s, len(names))
         self.columns = names
         self.source = nodes  # the list the rows follow (the session's node list)
@@ -54,12 +65,23 @@ class NodeArrays:
         self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
         self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
         self.versions: list[int] = [0] * len(self.nodes)  # per row, how many times its accounting changed
-        futures = [n.future_idle() for n in self.nodes]
-        for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                  (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
-                                  (self.releasing, [n.releasing for n in self.nodes]),
-                                  (self.pipelined, [n.pipelined for n in self.nodes]), (self.future, futures)):
-            self._fill_column_wise(matrix, resources)
+        matrices = (self.allocatable, self.idle, self.used, self.releasing, self.pipelined, self.future)
+        if changed is not None and like is not None:
+            for matrix, first in zip(matrices, like.first):
+                matrix[:] = first
+            row = self._row
+            for i in changed:
+                n = self.nodes[i]
+                self.allocatable[i] = row(n.allocatable)
+                self._fill(i, n)
+        else:
+            futures = [n.future_idle() for n in self.nodes]
+            for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
+                                      (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
+                                      (self.releasing, [n.releasing for n in self.nodes]),
+                                      (self.pipelined, [n.pipelined for n in self.nodes]), (self.future, futures)):
+                self._fill_column_wise(matrix, resources)
+        self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         for n in self.nodes:
             n.listeners.append(self)
 
@@ -147,6 +169,26 @@ class NodeArrays:
 
     def available(self, which: str) -> np.ndarray:
         return self.idle if which == IDLE else self.future
+
+
+def _changed_rows(like: NodeArrays | None, nodes: Sequence[NodeInfo]) -> list[int] | None:
+    """The rows whose node object is not ``like``'s (None: ``like`` cannot seed these nodes: other
+    length, a changed row with another node or other resource names, or most rows changed)."""
+    if like is None or len(like.nodes) != len(nodes):
+        return None
+    old = like.nodes
+    changed = [i for i, same in enumerate(map(operator.is_, old, nodes)) if not same]
+    if len(changed) > len(nodes) // 4:
+        return None
+    for i in changed:
+        # the same names in the same order: the columns are what scanning every node gives
+        if nodes[i].name != old[i].name or _scalar_names(nodes[i]) != like.row_names[i]:
+            return None
+    return changed
+
+
+def _scalar_names(n: NodeInfo) -> tuple[str, ...]:
+    return tuple(s for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined) for s in r.scalars)
 
 
 def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,
