@@ -37,12 +37,12 @@ class PodViewArrays:
         self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_mem = np.fromiter((int(nd.allocatable.memory) for nd in arrays.nodes), dtype=np.int64, count=n)
         row = arrays.row
-        # a view that keeps its nodes' sums (busched.plugins.predicates) gives them whole: then a
-        # pod removed later is taken off by its own requests (every pod in the view is counted)
-        sums = getattr(view, "pod_sums", None)
-        self._seeded = sums is not None
-        if sums is not None:
-            self._seed(view, row, sums)
+        # a view that keeps its nodes' sums (busched.plugins.predicates) gives the columns whole: then
+        # a pod removed later is taken off by its own requests (every pod in the view is counted)
+        columns = getattr(view, "pod_columns", None)
+        self._seeded = columns is not None
+        if columns is not None:
+            self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = columns()
         else:
             for name, pods in view.pods.items():
                 i = row.get(name)
@@ -51,26 +51,6 @@ class PodViewArrays:
                 for task in pods.values():
                     self._add(i, task)
         view.listeners.append(self)
-
-    def _seed(self, view: Any, row: dict[str, int], sums: Any) -> None:
-        """Every node's sums at once (the same integers adding each pod gives)."""
-        rows, per_node = [], []
-        for name in view.pods:
-            i = row.get(name)
-            if i is not None:
-                rows.append(i)
-                per_node.append(sums(name))
-        if not rows:
-            return
-        idx = np.array(rows, dtype=np.int64)
-        for col, at in ((self.count, 0), (self.cpu, 1), (self.mem, 2), (self.nz_cpu, 3), (self.nz_mem, 4)):
-            np.add.at(col, idx, np.fromiter((s[at] for s in per_node), dtype=np.int64, count=len(per_node)))
-        for i, s in zip(rows, per_node):
-            for k, v in s[5].items():
-                col = self.scalars.get(k)
-                if col is None:
-                    col = self.scalars[k] = np.zeros(len(self.count), dtype=np.int64)
-                col[i] += v
 
     def _add(self, i: int, task: Any) -> None:
         c, m, sc = self.pod_requests(task)

@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import PODS
@@ -146,6 +148,7 @@ class SessionPods:
     """
 
     def __init__(self, ssn: Session) -> None:
+        self._ssn = ssn
         self.nodes: dict[str, NodeInfo] = ssn.nodes
         self.node_list = list(ssn.node_list)
         nodes = list(ssn.node_list)
@@ -233,10 +236,66 @@ class SessionPods:
             self._sums[node] = s
         return s
 
-    def pod_sums(self, node: str) -> tuple[int, int, int, int, int, dict[str, int]]:
-        """(pods, cpu, memory, non-zero cpu, non-zero memory, scalars) on the node: what the pod view
-        arrays start from (busched.kernels.podview) instead of adding every pod."""
-        return (len(self.on(node)), *self.requested(node))
+    def pod_columns(self) -> tuple[np.ndarray, ...]:
+        """Per node (in node-list order): pods, cpu, memory, non-zero cpu, non-zero memory, and a map of
+        scalar columns; what the pod view arrays start from (busched.kernels.podview) instead of
+        adding every pod.  The columns as the nodes were lent are kept from session to session
+        (busched.framework.reuse; rows redone for the nodes that changed), then the rows of the
+        nodes this view has changed are put in.  The arrays returned are the caller's."""
+        base = reuse.incremental(self._ssn, "pods.columns", self.node_list, _columns, _columns_update)
+        cols = [c.copy() for c in base[:5]]
+        scalars = {k: v.copy() for k, v in base[5].items()}
+        for i, n in enumerate(self.node_list):
+            if self.pods.changed(n.name):
+                _put_row(cols, scalars, i, len(self.node_list), len(self.on(n.name)), self.requested(n.name))
+        return (*cols, scalars)
+
+
+def _lent_sums(n: NodeInfo) -> tuple[int, int, int, int, dict[str, int]]:
+    """A node's pod sums as lent (its task map as of the open), kept on the node."""
+    return reuse.node_value(n, "pods.requested", lambda _: _sum_pods(n.tasks))
+
+
+def _columns(nodes: list[NodeInfo]) -> tuple[Any, ...]:
+    k = len(nodes)
+    sums = [_lent_sums(n) for n in nodes]
+    cols = [np.fromiter((len(n.tasks) for n in nodes), dtype=np.int64, count=k)]
+    cols += [np.fromiter((s[j] for s in sums), dtype=np.int64, count=k) for j in range(4)]
+    scalars: dict[str, np.ndarray] = {}
+    for i, s in enumerate(sums):
+        for name, v in s[4].items():
+            col = scalars.get(name)
+            if col is None:
+                col = scalars[name] = np.zeros(k, dtype=np.int64)
+            col[i] += v
+    return (*cols, scalars)
+
+
+def _columns_update(last: tuple[Any, ...], pairs: reuse.Pairs) -> tuple[Any, ...] | None:
+    cols = [c.copy() for c in last[:5]]
+    scalars = {name: v.copy() for name, v in last[5].items()}
+    k = len(cols[0])
+    for i, old, new in pairs:
+        if old is None or old.name != new.name:
+            return None
+        for col in scalars.values():
+            col[i] = 0
+        _put_row(cols, scalars, i, k, len(new.tasks), _lent_sums(new))
+    return (*cols, scalars)
+
+
+def _put_row(cols: list[np.ndarray], scalars: dict[str, np.ndarray], i: int, k: int, count: int,
+             s: tuple[int, int, int, int, dict[str, int]]) -> None:
+    cols[0][i] = count
+    for j in range(4):
+        cols[j + 1][i] = s[j]
+    for col in scalars.values():
+        col[i] = 0
+    for name, v in s[4].items():
+        col = scalars.get(name)
+        if col is None:
+            col = scalars[name] = np.zeros(k, dtype=np.int64)
+        col[i] = v
 
 
 def _sum_pods(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
