@@ -108,7 +108,7 @@ class SharedMemo:
         # (the same key order), the jobs in the session (after the queue filter), the nodes, and
         # each job key's position (its order among the cache's jobs)
         self._lent: dict[str, JobInfo] = {}
-        self._outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self._outputs: dict[str, tuple[JobInfo, str, list[dict[str, Any]]]] = {}
         self._in_session: dict[str, JobInfo] = {}
         self._queues: frozenset[str] = frozenset()
         self._lent_nodes: list[NodeInfo] = []
@@ -189,13 +189,13 @@ class SharedMemo:
     def _lend_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
                    queues: frozenset[str]) -> tuple[dict[str, JobInfo], list[JobInfo]]:
         lent: dict[str, JobInfo] = {}
-        outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        outputs: dict[str, tuple[JobInfo, str, list[dict[str, Any]]]] = {}
         in_session: dict[str, JobInfo] = {}
         volatile: list[JobInfo] = []
         for key, spec in cache.objects["job"].items():
             m = self._job(key, spec, cache, classes, default_priority)
             job = lent[key] = m.job
-            outputs[key] = (m.phase, m.conditions)
+            outputs[key] = (m.job, m.phase, m.conditions)
             if job.has_podgroup and job.queue in queues:
                 in_session[key] = job
                 if m.volatile:
@@ -210,9 +210,9 @@ class SharedMemo:
         patched in order (a job already lent joined the session)."""
         lent, outputs, in_session, pos = self._lent, self._outputs, self._in_session, self._pos
         again = dict(changed)
-        for key, job, (phase, conditions) in zip(lent, lent.values(), outputs.values()):
+        for job, phase, conditions in outputs.values():
             if job.written:
-                again[key] = None
+                again[job.uid] = None
             else:  # what the last session set as its output goes back to the spec's
                 if job.conditions is not conditions:
                     job.conditions = conditions
@@ -231,7 +231,7 @@ class SharedMemo:
                 continue
             m = self._job(key, spec, cache, classes, default_priority)
             lent[key] = m.job
-            outputs[key] = (m.phase, m.conditions)
+            outputs[key] = (m.job, m.phase, m.conditions)
             looked.append((key, m))
         if new:  # jobs new to the cache are the last ones it holds (none was deleted)
             tail = list(itertools.islice(reversed(specs), len(new)))[::-1]
@@ -240,7 +240,7 @@ class SharedMemo:
             for key in tail:
                 m = self._job(key, specs[key], cache, classes, default_priority)
                 lent[key] = m.job
-                outputs[key] = (m.phase, m.conditions)
+                outputs[key] = (m.job, m.phase, m.conditions)
                 pos[key] = len(pos)
                 looked.append((key, m))
         volatile: list[JobInfo] = []

@@ -496,6 +496,7 @@ class Session:
         """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession)."""
         seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
         unschedulable = False
+        keys: dict[bool, dict[str, tuple[str, str, bool]]] = {False: {}, True: {}}
         for job in self.jobs.values():
             if not job.has_podgroup:
                 continue
@@ -508,11 +509,14 @@ class Session:
                 job.phase = pod_group_phase(job, unschedulable)
                 continue
             # a lent job no session changed: its phase follows from its phase and tasks as lent
-            key = ("phase", job.phase, unschedulable)
+            was = job.phase
+            key = keys[unschedulable].get(was)
+            if key is None:
+                key = keys[unschedulable][was] = ("phase", was, unschedulable)
             phase = job.derived.get(key)
             if phase is None:
                 phase = job.derived[key] = pod_group_phase(job, unschedulable)
-            if phase != job.phase:
+            if phase != was:
                 job.phase = phase
         if self._lease is not None:
             self._lease.closed = True  # the lent jobs and nodes may be lent again

@@ -63,6 +63,11 @@ class NodeArrays:
         self.future = np.zeros(shape, order="F")  # future idle, from NodeInfo.future_idle() itself
         self.all_rows = np.arange(len(self.nodes), dtype=np.int64)
         self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
+        # per-row values that depend only on each node's spec, kept into the next session's arrays
+        # (changed rows computed again): see `carried`
+        self.carry: dict[object, tuple[np.ndarray, Any]] = {}
+        self._changed = changed
+        self._old_carry = like.carry if like is not None and changed is not None else None  # not like: no chain
         self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
         self.versions: list[int] = [0] * len(self.nodes)  # per row, how many times its accounting changed
         matrices = (self.allocatable, self.idle, self.used, self.releasing, self.pipelined, self.future)
@@ -84,6 +89,23 @@ class NodeArrays:
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         for n in self.nodes:
             n.listeners.append(self)
+
+    def carried(self, key: object, row: Any) -> np.ndarray:
+        """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's
+        spec (and what ``key`` names): taken over from the arrays this one was seeded from, with the
+        rows of changed nodes computed again.  Do not modify the result."""
+        got = self.carry.get(key)
+        if got is not None:
+            return got[0]
+        old = self._old_carry.get(key) if self._old_carry is not None else None
+        if old is not None:
+            values = old[0].copy()
+            for i in self._changed or ():
+                values[i] = row(self.nodes[i])
+        else:
+            values = np.fromiter((row(n) for n in self.nodes), dtype=bool, count=len(self.nodes))
+        self.carry[key] = (values, None)
+        return values
 
     def _fill_column_wise(self, matrix: np.ndarray, resources: list[Resource]) -> None:
         """What `_vec` does row by row, a column at a time (one pass per resource name)."""
