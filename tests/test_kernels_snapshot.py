@@ -1,4 +1,4 @@
-"""Shared snapshot conversion (busched.kernels.snapshot) gives what converting every object again gives.
+"""Shared snapshots (busched.cache.shared) give what converting every object again gives.
 
 Random clusters go through rounds of changes (tasks bound, deleted, added;
 nodes changed; priority classes changed) with a full cycle run on each shared

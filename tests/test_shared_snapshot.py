@@ -132,3 +132,14 @@ def test_churn_lent_equals_private(verify) -> None:
         apply_decisions(private, b)
     lent.snapshot(memo=True)
     assert lent._memo.assembled_jobs < 20  # patched: only the changed jobs were assembled again
+
+
+def test_released_snapshot_is_lent_again() -> None:
+    """A snapshot only read and released gives its objects back: the next one shares them."""
+    cache = _idle_cache()
+    _cycle(cache)
+    first = cache.snapshot(memo=True)
+    first.release()
+    second = cache.snapshot(memo=True)
+    assert cache._memo.assembled_jobs == 0 and cache._memo.assembled_nodes == 0
+    assert all(a is b for a, b in zip(first.jobs.values(), second.jobs.values()))

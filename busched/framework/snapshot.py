@@ -40,3 +40,9 @@ class ClusterSnapshot:
     lease: Any = None
     # the jobs for which `busched.api.job.unsettled` holds, in job order (None: the session finds them)
     unsettled: list[JobInfo] | None = None
+
+    def release(self) -> None:
+        """Give the lent objects back without a session (a reader that only looked: it must not have
+        changed them); otherwise the next snapshot assembles everything again."""
+        if self.lease is not None:
+            self.lease.closed = True
