@@ -76,11 +76,22 @@ def mutate(rng: random.Random, cache) -> None:
                                         node=rng.choice(nodes).name, phase="Running", requests={"cpu": "1"}))
 
 
+# the default actions, and evicting ones (sessions write settled jobs and their nodes there)
+EVICTING = DEFAULT_CONFIG.replace('actions: "enqueue, allocate, backfill"',
+                                  'actions: "enqueue, allocate, preempt, reclaim, backfill"').replace(
+    "enablePreemptable: false", "enablePreemptable: true")
+
+
+@pytest.mark.parametrize("config", [DEFAULT_CONFIG, EVICTING], ids=["default", "evicting"])
 @pytest.mark.parametrize("seed", range(10))
-def test_shared_snapshot_equals_fresh(seed):
+def test_shared_snapshot_equals_fresh(seed, config, monkeypatch):
+    from busched.cache import shared
+
+    monkeypatch.setattr(shared, "VERIFY", True)
     rng = random.Random(seed)
     cache = cache_of(random_cluster(rng, nodes=rng.choice([4, 30, 120])))
-    cfg = load_config(DEFAULT_CONFIG)
+    cfg = load_config(config)
+    assert "preempt" in cfg.actions or config is DEFAULT_CONFIG
     for rnd in range(5):
         shared, fresh = cache.snapshot(memo=True), cache.snapshot(memo=False)
         assert snap_state(shared) == snap_state(fresh), f"round {rnd}"
