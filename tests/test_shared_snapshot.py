@@ -143,3 +143,17 @@ def test_released_snapshot_is_lent_again() -> None:
     second = cache.snapshot(memo=True)
     assert cache._memo.assembled_jobs == 0 and cache._memo.assembled_nodes == 0
     assert all(a is b for a, b in zip(first.jobs.values(), second.jobs.values()))
+
+
+def test_gone_jobs_leave_nothing_behind() -> None:
+    """A job deleted with its tasks leaves no version, index or kept object (a long churn must not
+    grow the cache's bookkeeping)."""
+    cache = _idle_cache()
+    _cycle(cache)
+    key = next(iter(cache.objects["job"]))
+    for tkey in list(cache.job_tasks[key]):
+        cache.delete("task", tkey)
+    cache.delete("job", key)
+    _cycle(cache)
+    assert key not in cache.job_version and key not in cache.job_tasks
+    assert key not in cache._memo._jobs and key not in cache._memo._lent

@@ -136,6 +136,13 @@ class Cache:
     def take_changes(self) -> Changes:
         """What changed since the last call (the shared snapshot's record), and a fresh record."""
         changes, self.changes = self.changes, Changes()
+        # versions of jobs and nodes that are gone with all their tasks: nothing will ask again
+        for key in changes.jobs:
+            if key not in self.objects["job"] and key not in self.job_tasks:
+                self.job_version.pop(key, None)
+        for key in changes.nodes:
+            if key not in self.objects["node"] and key not in self.node_tasks:
+                self.node_version.pop(key, None)
         return changes
 
     def _index_task(self, key: str, old: Any, new: Any, version: int) -> None:
