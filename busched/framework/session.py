@@ -493,33 +493,53 @@ class Session:
 
     # -- close ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession)."""
+        """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession).
+
+        A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
+        session to session: busched.framework.reuse) keeps its phase unless this session wrote it
+        or marked it unschedulable; only those are looked at again."""
+        steady, others = reuse.incremental(self, "close.steady", list(self.jobs.values()), _steady, _steady_update)
         seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
         unschedulable = False
-        keys: dict[bool, dict[str, tuple[str, str, bool]]] = {False: {}, True: {}}
-        for job in self.jobs.values():
-            if not job.has_podgroup:
-                continue
+        for job in steady.values():
             conds = job.conditions
             if conds is not seen:
                 seen = conds
-                unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
-                                    and c.get("transitionID") == self.uid for c in conds)
-            if job.written:
+                unschedulable = self._unschedulable(conds)
+            if unschedulable or job.written:
                 job.phase = pod_group_phase(job, unschedulable)
-                continue
-            # a lent job no session changed: its phase follows from its phase and tasks as lent
-            was = job.phase
-            key = keys[unschedulable].get(was)
-            if key is None:
-                key = keys[unschedulable][was] = ("phase", was, unschedulable)
-            phase = job.derived.get(key)
-            if phase is None:
-                phase = job.derived[key] = pod_group_phase(job, unschedulable)
-            if phase != was:
-                job.phase = phase
+        for job in others.values():
+            if job.has_podgroup:
+                job.phase = pod_group_phase(job, self._unschedulable(job.conditions))
         if self._lease is not None:
             self._lease.closed = True  # the lent jobs and nodes may be lent again
+
+    def _unschedulable(self, conds: list[dict[str, Any]]) -> bool:
+        return any(c.get("type") == "Unschedulable" and c.get("status") == "True"
+                   and c.get("transitionID") == self.uid for c in conds)
+
+
+def _is_steady(job: JobInfo) -> bool:
+    return (job.has_podgroup and not job.written
+            and reuse.job_value(job, ("phase", job.phase, False), lambda j: pod_group_phase(j, False)) == job.phase)
+
+
+def _steady(jobs: list[JobInfo]) -> tuple[dict[str, JobInfo], dict[str, JobInfo]]:
+    steady: dict[str, JobInfo] = {}
+    others: dict[str, JobInfo] = {}
+    for job in jobs:
+        (steady if _is_steady(job) else others)[job.uid] = job
+    return steady, others
+
+
+def _steady_update(last: Any, pairs: reuse.Pairs) -> Any:
+    steady, others = dict(last[0]), dict(last[1])
+    for _, old, job in pairs:
+        if old is not None:
+            steady.pop(old.uid, None)
+            others.pop(old.uid, None)
+        (steady if _is_steady(job) else others)[job.uid] = job
+    return steady, others
 
 
 def _same(r: Resource) -> Resource:
