@@ -16,12 +16,16 @@ session decides exactly what it decides on private copies; what it must do is
 say what it wrote.  Writes to a job or a node go through ``add_task`` /
 ``delete_task`` / ``remove_task``, which set the object's ``written`` flag;
 the next snapshot assembles every written object afresh (it never sees what a
-session did).  Three things a session changes on every job need no flag:
+session did).  A node's first write also puts a new task map in place, so the
+map a session's pod view read at open stays as it was.  What a session changes
+on many objects needs no flag:
 
 * ``phase`` and ``conditions`` are the session's output (close writes them;
   gang replaces the list rather than changing it), and are put back to the
   spec's on every lending;
-* ``listeners`` (the session's node arrays) are emptied on every lending.
+* ``listeners`` (the session's node arrays) are emptied on every lending;
+* ``derived`` (busched.framework.reuse) is a cache of what the task index
+  gives, emptied by the task index itself.
 
 A job that a session will write anyway, or whose state this module does not
 follow, is *volatile* (`busched.api.job.unsettled`) and flagged written as it
@@ -31,9 +35,14 @@ network topology (sub-job bookkeeping changes in place).  A settled job
 (everything running) is written only when one of its tasks is evicted.
 
 A lent object may be lent again only once the session that borrowed it closed
-(``Lease.closed``, set by `Session.close`); a snapshot taken while a lease is
-open (a query during a cycle, a snapshot never run) assembles everything
-afresh.  Verification (``BUSCHED_VERIFY_SHARED=1`` or ``shared.VERIFY = True``)
+(``Lease.closed``, set by `Session.close`, or `ClusterSnapshot.release` for a
+reader that only looked); a snapshot taken while a lease is open (a query
+during a cycle, a snapshot never run) assembles everything afresh.  A caller
+may see one consequence of lending: objects of a closed session are the next
+session's, so they show its changes once it runs.  When the last lease came
+back and no job was deleted and no node came, went or changed readiness, the
+last lending is patched: only the jobs and nodes the cache says changed
+(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``BUSCHED_VERIFY_SHARED=1`` or ``shared.VERIFY = True``)
 fingerprints every lent object that is not volatile and, when the lease comes
 back, raises `SharedStateMutated` naming any object changed without its flag.
 """

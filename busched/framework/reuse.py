@@ -8,21 +8,25 @@ cache's specs:
   task index) or one node (its spec and tasks) on the object itself, in its
   ``derived`` map, which the object empties whenever its task index changes.
   Such a value may depend on nothing else but what ``key`` names.
-* `over_jobs` / `over_nodes` keep, from one session to the next, a result
-  computed over all of the session's jobs (nodes), with the list of objects it
-  was computed from; the next session whose objects are the very same, in the
-  same order, gets it again (comparing identities costs a pass in C).  They are
-  kept with the cache's other cross-cycle state (``plugin_state``); where there
-  is none (a snapshot built by hand) nothing is kept.
-
-* `incremental` does the same, and when only some objects were replaced (a job
-  assembled again keeps its place in the session's order; new jobs come last)
-  hands the old result and the (old, new) pairs to an update function, so a
-  session after a small change costs what changed, not the cluster.
+* `incremental` keeps, from one session to the next, a result computed over
+  all of the session's jobs (nodes) with the list of objects it came from.
+  The next session whose objects are the very same, in the same order, gets
+  it again (comparing identities costs a pass in C); when only some were
+  replaced in place and some added at the end (a job assembled again keeps
+  its place in the session's order; new jobs come last), an update function
+  gets the old result and the (place, old, new) triples, so a session after
+  a small change costs what changed, not the cluster.  Results are kept with
+  the cache's other cross-cycle state (``plugin_state``); where there is
+  none (a snapshot built by hand) nothing is kept.
+* `Sum` / `summed` keep a sum of Resources up to date by taking parts out and
+  putting parts in, only while that gives exactly what adding every part
+  again in order gives.
 
 Values handed out are shared between sessions: callers must not change them
 (copy first, as drf does with a job's share before an allocation moves it).
-An update may change the old result: the session it was computed for closed.
+An update may build on the old result: the session it was computed for has
+closed (a lease that does not come back makes the lending start over, and
+with new objects every result is computed afresh).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 
 from busched.api.resource import Resource
 
-__all__ = ["job_value", "node_value", "over", "over_jobs", "over_nodes", "incremental", "Pairs", "whole", "Sum", "summed"]
+__all__ = ["job_value", "node_value", "incremental", "Pairs", "whole", "Sum", "summed"]
 
 # (place, old, new) for the objects replaced in place, then (place, None, new) for those added
 Pairs = list[tuple[int, Any, Any]]
@@ -52,30 +56,6 @@ def job_value(job: Any, key: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 node_value = job_value  # the same contract: a node's ``derived`` map is emptied when its tasks change
-
-
-def over(ssn: Any, key: Any, objects: list[Any], fn: Callable[[list[Any]], Any]) -> Any:
-    """``fn(objects)``, reused while a later session passes the very same objects, in order."""
-    state = ssn.others.get("plugin_state")
-    if state is None:
-        return fn(objects)
-    slot = ("reuse", key)
-    m = state.get(slot)
-    if m is not None and m[0] == objects:  # identity, element by element (the objects define no __eq__)
-        return m[1]
-    v = fn(objects)
-    state[slot] = (objects, v)
-    return v
-
-
-def over_jobs(ssn: Any, key: Any, fn: Callable[[list[Any]], Any]) -> Any:
-    """``fn(jobs)`` over the session's jobs in order, reused while they are the same objects."""
-    return over(ssn, ("jobs", key), list(ssn.jobs.values()), fn)
-
-
-def over_nodes(ssn: Any, key: Any, fn: Callable[[list[Any]], Any]) -> Any:
-    """``fn(nodes)`` over the session's node list, reused while it holds the same objects."""
-    return over(ssn, ("nodes", key), list(ssn.node_list), fn)
 
 
 def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any]], Any],

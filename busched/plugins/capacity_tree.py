@@ -33,6 +33,7 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
 from busched.api.task import TaskStatus, allocated_status
+from busched.framework import reuse
 
 __all__ = ["ROOT_QUEUE", "QueueAttr", "HierarchyError", "build_flat", "build_hierarchy", "update_share",
            "compare_share", "queue_level", "ancestor_at_depth", "ancestors_by_level", "exceeded_part", "res_max",
@@ -144,8 +145,6 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     milli-cpus, bytes and milli-units) and the scalar names line up (`reuse.Sum`); otherwise it
     is summed task by task.  Shared: callers copy what they change.
     """
-    from busched.framework import reuse
-
     def contribution(job: JobInfo) -> Usage:
         return reuse.job_value(job, ("queue.usage", job.phase), job_usage)
 
