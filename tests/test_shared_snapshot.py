@@ -101,13 +101,51 @@ def test_unflagged_change_is_caught(verify) -> None:
 
 
 def test_open_lease_is_not_lent_again() -> None:
-    """A snapshot taken while another one's session is still open shares nothing with it."""
+    """A snapshot taken after one never run shares nothing with it."""
     cache = _idle_cache()
     _cycle(cache)
     first = cache.snapshot(memo=True)
     second = cache.snapshot(memo=True)
     assert not {id(j) for j in first.jobs.values()} & {id(j) for j in second.jobs.values()}
     assert not {id(n) for n in first.nodes} & {id(n) for n in second.nodes}
+
+
+def test_snapshot_during_a_session_is_apart() -> None:
+    """A query's snapshot while a session runs shares nothing with it and does not end the lending:
+    the next cycle's snapshot lends again what the session did not write."""
+    from busched.framework.config import DEFAULT_CONFIG, load_config
+    from busched.framework.cycle import close_session, open_session
+
+    cache = _idle_cache()
+    _cycle(cache)
+    snap = cache.snapshot(memo=True)
+    ssn = open_session(snap, load_config(DEFAULT_CONFIG))
+    query = cache.snapshot(memo=True)
+    assert query.lease is None
+    assert not {id(j) for j in snap.jobs.values()} & {id(j) for j in query.jobs.values()}
+    close_session(ssn)
+    after = cache.snapshot(memo=True)
+    assert cache._memo.assembled_jobs == 0
+    assert all(a is b for a, b in zip(snap.jobs.values(), after.jobs.values()))
+
+
+def test_failed_session_is_not_lent_again() -> None:
+    """A session that raised gives nothing back: the next snapshot assembles everything."""
+    from busched.framework.config import DEFAULT_CONFIG, load_config
+
+    class Boom:
+        def execute(self, ssn) -> None:  # noqa: ANN001
+            raise RuntimeError("boom")
+
+    cache = _idle_cache()
+    _cycle(cache)
+    snap = cache.snapshot(memo=True)
+    with pytest.raises(RuntimeError):
+        run_cycle(snap, load_config(DEFAULT_CONFIG), actions={"enqueue": Boom, "allocate": Boom,
+                                                              "backfill": Boom})
+    again = cache.snapshot(memo=True)
+    assert again.lease is not None
+    assert not {id(j) for j in snap.jobs.values()} & {id(j) for j in again.jobs.values()}
 
 
 def test_churn_lent_equals_private(verify) -> None:

@@ -273,6 +273,8 @@ class Cache:
         snap = ClusterSnapshot(priority_classes=pcs, shard=self.shard)
         if memo is None:
             memo = kernels.USE_KERNELS
+        if memo and self._memo.busy():
+            memo = False  # a session over the lent objects is running: convert apart, lend nothing
         for spec in self.objects["queue"].values():
             q = build.queue_info(spec)
             snap.queues[q.uid] = q

@@ -36,8 +36,10 @@ network topology (sub-job bookkeeping changes in place).  A settled job
 
 A lent object may be lent again only once the session that borrowed it closed
 (``Lease.closed``, set by `Session.close`, or `ClusterSnapshot.release` for a
-reader that only looked); a snapshot taken while a lease is open (a query
-during a cycle, a snapshot never run) assembles everything afresh.  A caller
+reader that only looked).  A snapshot wanted while a session over the lending
+runs (a query during a cycle in another thread) is converted afresh, apart
+(`busy`); one taken after a lease that never came back (a snapshot never run,
+a session that failed) assembles everything afresh.  A caller
 may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
@@ -70,12 +72,13 @@ class SharedStateMutated(AssertionError):
 
 
 class Lease:
-    """What one snapshot lent; ``closed`` once the session over it closed."""
+    """What one snapshot lent; ``in_session`` while a session over it runs, ``closed`` once it closed."""
 
-    __slots__ = ("closed", "prints")
+    __slots__ = ("closed", "in_session", "prints")
 
     def __init__(self) -> None:
         self.closed = False
+        self.in_session = False
         self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
 
 
@@ -125,6 +128,12 @@ class SharedMemo:
         self._pos: dict[str, int] = {}
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
+
+    def busy(self) -> bool:
+        """Whether a session over the last lending is running (another thread's cycle): a snapshot
+        wanted meanwhile (a query) must not touch the lent objects, nor end the lending."""
+        lease = self._lease
+        return lease is not None and lease.in_session and not lease.closed
 
     def remember_task(self, key: str, spec: Any, task: TaskInfo) -> None:
         """A task the cache converted to validate it: the template, when no priority class changes it."""

@@ -93,9 +93,13 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Re
         from busched.actions import ACTIONS as actions  # noqa: N811
     with paused_gc():
         ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
-        for name in config.actions:
-            actions[name]().execute(ssn)
-        if before_close is not None:
-            before_close(ssn)
-        close_session(ssn)
+        try:
+            for name in config.actions:
+                actions[name]().execute(ssn)
+            if before_close is not None:
+                before_close(ssn)
+            close_session(ssn)
+        except BaseException:
+            ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+            raise
     return ssn

@@ -134,6 +134,8 @@ class Session:
         # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
         self.topology: topology.Topology = topology.open_topology(self)
         self._lease = snapshot.lease
+        if self._lease is not None:
+            self._lease.in_session = True
 
     @property
     def arrays(self) -> NodeArrays:
@@ -513,6 +515,12 @@ class Session:
                 job.phase = pod_group_phase(job, self._unschedulable(job.conditions))
         if self._lease is not None:
             self._lease.closed = True  # the lent jobs and nodes may be lent again
+            self._lease.in_session = False
+
+    def abandon(self) -> None:
+        """The session failed before closing: its lent objects are not lent again."""
+        if self._lease is not None:
+            self._lease.in_session = False
 
     def _unschedulable(self, conds: list[dict[str, Any]]) -> bool:
         return any(c.get("type") == "Unschedulable" and c.get("status") == "True"
