@@ -68,13 +68,17 @@ def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Re
     if plugins is None:
         from busched.plugins import PLUGINS as plugins  # noqa: N811
     ssn = Session(snapshot, config, seed=seed, uid=uid, now=now)
-    for tier in config.tiers:
-        for opt in tier.plugins:
-            if opt.name in ssn.plugins:
-                continue
-            plugin = plugins[opt.name](opt.arguments)
-            ssn.plugins[opt.name] = plugin
-            plugin.on_session_open(ssn)
+    try:
+        for tier in config.tiers:
+            for opt in tier.plugins:
+                if opt.name in ssn.plugins:
+                    continue
+                plugin = plugins[opt.name](opt.arguments)
+                ssn.plugins[opt.name] = plugin
+                plugin.on_session_open(ssn)
+    except BaseException:
+        ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+        raise
     return ssn
 
 
