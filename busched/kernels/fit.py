@@ -51,7 +51,9 @@ class NodeArrays:
         self.columns = names
         self.source = nodes  # the list the rows follow (the session's node list)
         self.nodes = list(nodes)
-        self.row = {n.name: i for i, n in enumerate(self.nodes)}
+        # the same names in the same rows as ``like``'s when seeded from it
+        self.row = dict(like.row) if changed is not None and like is not None else {
+            n.name: i for i, n in enumerate(self.nodes)}
         shape = (len(self.nodes), len(names))
         # Column-major: a kernel reads a few resources over many nodes, so each resource's
         # column is contiguous (reductions across a row run several times faster).

@@ -245,9 +245,11 @@ class SessionPods:
         base = reuse.incremental(self._ssn, "pods.columns", self.node_list, _columns, _columns_update)
         cols = [c.copy() for c in base[:5]]
         scalars = {k: v.copy() for k, v in base[5].items()}
-        for i, n in enumerate(self.node_list):
-            if self.pods.changed(n.name):
-                _put_row(cols, scalars, i, len(self.node_list), len(self.on(n.name)), self.requested(n.name))
+        at = {n.name: i for i, n in enumerate(self.node_list)} if self.pods.changed_nodes() else {}
+        for name in self.pods.changed_nodes():
+            i = at.get(name)
+            if i is not None:
+                _put_row(cols, scalars, i, len(self.node_list), len(self.on(name)), self.requested(name))
         return (*cols, scalars)
 
 
@@ -319,6 +321,9 @@ class _Pods(Mapping[str, dict[str, TaskInfo]]):
 
     def changed(self, node: str) -> bool:
         return node in self._own
+
+    def changed_nodes(self) -> list[str]:
+        return list(self._own)
 
     def own(self, node: str) -> dict[str, TaskInfo]:
         d = self._own.get(node)
