@@ -115,8 +115,7 @@ class Session:
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
         # the nodes' allocatable summed (again only when one changed: busched.framework.reuse)
-        self.total_resource = reuse.summed(self, "total_resource", [n.allocatable for n in self.node_list],
-                                           _same).clone()
+        self.total_resource = reuse.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)
         # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
         self.unsettled_jobs: list[JobInfo] = (snapshot.unsettled if snapshot.unsettled is not None
@@ -550,8 +549,8 @@ def _steady_update(last: Any, pairs: reuse.Pairs) -> Any:
     return steady, others
 
 
-def _same(r: Resource) -> Resource:
-    return r
+def _allocatable(n: NodeInfo) -> Resource:
+    return n.allocatable
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:
