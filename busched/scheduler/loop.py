@@ -145,6 +145,8 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
             await self._recover()
+            # from here the binding and podgroup records on the stream are our own echoes: leave them out
+            await self.watch.narrow(S.followed_subjects())
             if self.watch.count >= FREEZE_AFTER_EVENTS:
                 # What a big catch-up built (specs, cache, conversion memo) lives as long as the scheduler:
                 # keep it out of every later collection, instead of re-enabling the collector on millions of
