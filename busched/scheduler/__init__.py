@@ -33,12 +33,13 @@ The package, by what each part does (one `Scheduler` class, assembled in `loop` 
 
 - `records`: the settings and the bookkeeping records (`Binding`, `Result`, `NodeLive`, `CycleReport`),
   constants, and small helpers shared by the others;
-- `loop`: `Scheduler` itself: lifecycle (`start`, `stop`), `run_forever`, `run_once` (one cycle) and what a
-  cycle writes besides decisions (podgroup statuses, the outbox of records);
+- `loop`: `Scheduler` itself: lifecycle (`start`, `stop`), `run_forever`, `run_once` (one cycle) and the
+  outbox of records a cycle writes besides decisions;
 - `bindings`: binds and evicts out to agents, leases, release and backoff, and recovery after a restart;
 - `agents`: heartbeats in, agent liveness, and a node's agent being lost;
 - `events`: the state stream in: decoding, validating and applying each message;
 - `effective`: the effective objects in the cache (a spec overlaid with what the scheduler knows);
+- `statuses`: the podgroup statuses a cycle changed, written to the stream in the background;
 - `queries`: the answers to `busched get` (request/reply) and the gauges.
 """
 

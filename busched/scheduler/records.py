@@ -30,6 +30,7 @@ _RESULT_RANK = {"accepted": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "rejec
 @dataclass
 class SchedulerSettings:
     period: float = 1.0  # seconds between cycles
+    status_interval: float = 1.0  # podgroup statuses are written at most this often, coalesced per job
     bind_lease: float = 10.0  # an alive agent must have consumed a bind within this long
     heartbeat_timeout: float = 5.0  # no heartbeat for this long: the node's agent is lost
     require_heartbeat: bool = True  # only nodes whose agent is alive are schedulable

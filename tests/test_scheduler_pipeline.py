@@ -1,0 +1,97 @@
+"""What the scheduler does around its cycles (real nats-server): following the state stream,
+podgroup statuses written in the background."""
+
+from __future__ import annotations
+
+import asyncio
+
+from busched.agent import fleet_nodes
+from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.apply import apply_cluster
+from busched.scheduler import Scheduler, SchedulerSettings
+from tests.nats_fixture import FAST, harness, nats_server, wait_until  # noqa: F401
+
+
+def jobs(n: int, prefix: str = "j") -> ClusterSpec:
+    return ClusterSpec(queues=[QueueSpec(name="default")],
+                       jobs=[JobSpec(name=f"{prefix}{i}", namespace="p", min_member=1) for i in range(n)],
+                       tasks=[TaskSpec(name=f"{prefix}{i}-0", namespace="p", job=f"{prefix}{i}", requests={"cpu": "1"})
+                              for i in range(n)])
+
+
+async def test_podgroup_statuses_are_written_at_most_every_interval_and_on_stop(harness):  # noqa: F811
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    written: list[m.PodGroupStatus] = []
+    await bus.subscribe(f"{S.STATE_PREFIX}.podgroup.>", lambda s, d: written.append(m.decode(d)))
+    await bus.flush()
+    agent = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    now = [0.0]  # the scheduler's clock stands still unless the test moves it
+    sched = Scheduler(await harness.bus(), None, SchedulerSettings(**{**FAST, "status_interval": 5.0, "heartbeat_timeout": 3600.0,
+                                                                 "bind_lease": 3600.0}),
+                      clock=lambda: now[0])
+    await sched.start(timeout=10)
+    try:
+        await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
+        await apply_cluster(bus, jobs(3))
+        await wait_until(lambda: len(sched.specs["job"]) == 3, what="jobs known")
+
+        async def running() -> bool:
+            await sched.run_once()
+            await asyncio.sleep(0.05)
+            return all(sched.task_status(f"p/j{i}-0") == "Running" for i in range(3)) and all(
+                sched.pg_status.get(f"p/j{i}") is not None and sched.pg_status[f"p/j{i}"].phase == "Running"
+                for i in range(3))
+
+        await wait_until(running, what="every job Running")
+        await bus.flush()
+        await asyncio.sleep(0.2)
+        # the first statuses went out at once; every later change waits for the interval, one per job
+        first = {f"{st.namespace}/{st.name}": st for st in written}
+        assert set(first) == {"p/j0", "p/j1", "p/j2"} and len(written) == 3
+        assert all(first[k].version < sched.pg_status[k].version for k in first)  # Running came later ...
+        assert set(sched._statuses) == {S.podgroup_subject(f"p/j{i}") for i in range(3)}  # ... and waits
+        now[0] += 5.0
+        await sched.run_once()
+        await wait_until(lambda: len(written) == 6, what="the waiting statuses written")
+        assert {f"{st.namespace}/{st.name}": st.version for st in written[3:]} == {
+            k: st.version for k, st in sched.pg_status.items()}
+        assert all(st.phase == "Running" for st in written[3:])
+        assert not sched._statuses
+    finally:
+        await sched.stop()
+    assert agent.running()
+
+
+async def test_stop_writes_the_statuses_still_waiting(harness):  # noqa: F811
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    sched = Scheduler(await harness.bus(), None, SchedulerSettings(**{**FAST, "status_interval": 3600.0}))
+    await sched.start(timeout=10)
+    st = m.PodGroupStatus(version=7, namespace="p", name="x", phase="Inqueue")
+    sched._statuses[S.podgroup_subject("p/x")] = st
+    await sched.stop()
+    got = await bus.read_state(S.podgroup_subject("p/x"))
+    assert [m.decode(d) for _, d in got] == [st]
+
+
+async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness):  # noqa: F811
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    seen: list[str] = []  # every state message, as a core subscriber sees them
+    await bus.subscribe(f"{S.STATE_PREFIX}.>", lambda s, d: seen.append(s))
+    await bus.flush()
+    await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    sched = await harness.scheduler()
+    assert sched.watch.subjects == S.followed_subjects()
+    await apply_cluster(bus, jobs(4, "r"))
+    await wait_until(lambda: all(sched.task_status(f"p/r{i}-0") == "Running" for i in range(4)), what="all Running")
+    own = [s for s in seen if S.parse_state_subject(s)[0] in ("binding", "podgroup")]
+    assert len([s for s in own if ".binding." in s]) == 4  # written (write-ahead) ...
+    others = [s for s in seen if S.parse_state_subject(s)[0] in S.FOLLOWED_KINDS]
+    # ... but the watch handled exactly the others' messages
+    await wait_until(lambda: sched.watch.count == len(others), what="every other message handled")
+    await asyncio.sleep(0.2)
+    assert sched.watch.count == len(others)
