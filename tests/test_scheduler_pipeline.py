@@ -1,9 +1,11 @@
 """What the scheduler does around its cycles (real nats-server): following the state stream,
-podgroup statuses written in the background."""
+podgroup statuses written in the background, garbage collected between cycles."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 from busched.agent import fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
@@ -11,6 +13,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.scheduler import Scheduler, SchedulerSettings
+from busched.scheduler.memory import YOUNG_MIN, CollectorPolicy
 from tests.nats_fixture import FAST, harness, nats_server, wait_until  # noqa: F401
 
 
@@ -95,3 +98,61 @@ async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness)
     await wait_until(lambda: sched.watch.count == len(others), what="every other message handled")
     await asyncio.sleep(0.2)
     assert sched.watch.count == len(others)
+
+
+def test_collector_policy_frees_the_cycles_garbage_and_gives_the_collector_back():
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        p = CollectorPolicy()
+        p.after_cycle()  # inactive: nothing
+        assert p.young == 0 and p.full == 0
+        p.enter()
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+
+        class Node:
+            pass
+
+        def garbage() -> weakref.ref:
+            first = prev = Node()
+            for _ in range(YOUNG_MIN * 2):
+                n = Node()
+                n.prev, prev.next = prev, n
+                prev = n
+            prev.next = first  # one big reference cycle
+            return weakref.ref(first)
+
+        ref = garbage()
+        assert ref() is not None  # unreachable, but only a collection frees a cycle
+        p.after_cycle()
+        assert ref() is None and p.young + p.full == 1
+        assert gc.get_freeze_count() >= frozen  # the survivors moved out of the collector's way
+        keep = [garbage() for _ in range(0)]  # noqa: F841
+        p.exit()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        gc.disable()
+        p2 = CollectorPolicy()
+        p2.enter()
+        p2.exit()
+        assert not gc.isenabled()  # what it found is what it leaves
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
+
+
+async def test_run_forever_manages_the_collector_while_it_runs(harness):  # noqa: F811
+    assert gc.isenabled()
+    sched = Scheduler(await harness.bus(), None, SchedulerSettings(**FAST))
+    await sched.start(timeout=10)
+    loop = asyncio.create_task(sched.run_forever())
+    try:
+        await wait_until(lambda: sched.cycle >= 2, what="two cycles")
+        assert sched.collector.active and not gc.isenabled()
+    finally:
+        await sched.stop()
+        await asyncio.wait_for(loop, 10)
+    assert not sched.collector.active and gc.isenabled() and gc.get_freeze_count() == 0

@@ -45,6 +45,7 @@ from busched.scheduler.agents import Agents
 from busched.scheduler.bindings import Bindings
 from busched.scheduler.effective import Effective
 from busched.scheduler.events import Events
+from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
 from busched.scheduler.statuses import PodGroups
 from busched.scheduler.records import (
@@ -134,6 +135,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
         self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
+        self.collector = CollectorPolicy()
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -181,18 +183,24 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
     async def run_forever(self) -> None:
         if not self.ready:
             await self.start()
-        while not self._stop.is_set():
-            t = self.clock()
-            try:
-                await self.run_once()
-            except Exception:  # noqa: BLE001 - one bad cycle must not stop the scheduler
-                log.exception("cycle %d failed", self.cycle)
-                self.metrics.cycle_errors.inc()
-            delay = max(0.0, self.settings.period - (self.clock() - t))
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay)
-            except asyncio.TimeoutError:
-                pass
+        if self.settings.manage_gc:
+            self.collector.enter()
+        try:
+            while not self._stop.is_set():
+                t = self.clock()
+                try:
+                    await self.run_once()
+                except Exception:  # noqa: BLE001 - one bad cycle must not stop the scheduler
+                    log.exception("cycle %d failed", self.cycle)
+                    self.metrics.cycle_errors.inc()
+                self.collector.after_cycle()
+                delay = max(0.0, self.settings.period - (self.clock() - t))
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.collector.exit()
 
     # == one cycle ====================================================================================================
     async def run_once(self, *, force: bool = False) -> CycleReport:

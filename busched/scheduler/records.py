@@ -39,6 +39,7 @@ class SchedulerSettings:
     exclusion_ttl: float = 60.0  # a node that refused a task is not offered it again for this long
     max_event_bytes: int = 256 * 1024  # larger state messages are rejected
     cycle_in_thread: bool = True
+    manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
     seed: int = 0
     streams: StreamSettings = field(default_factory=StreamSettings)
 
