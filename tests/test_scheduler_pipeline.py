@@ -156,3 +156,56 @@ async def test_run_forever_manages_the_collector_while_it_runs(harness):  # noqa
         await sched.stop()
         await asyncio.wait_for(loop, 10)
     assert not sched.collector.active and gc.isenabled() and gc.get_freeze_count() == 0
+
+
+async def start_recording(harness, **settings):  # noqa: ANN001, ANN201, F811
+    """A scheduler running for ever with ``settings`` over FAST, every cycle's report kept."""
+    sched = Scheduler(await harness.bus(), None, SchedulerSettings(**{**FAST, **settings}))
+    reports: list = []
+    run_once = sched.run_once
+
+    async def recording(**kw):  # noqa: ANN003, ANN202
+        r = await run_once(**kw)
+        reports.append(r)
+        return r
+
+    sched.run_once = recording
+    await sched.start(timeout=10)
+    harness._schedulers.append(sched)
+    harness._loops.append(asyncio.create_task(sched.run_forever()))
+    return sched, reports
+
+
+async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness):  # noqa: F811
+    await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    sched, reports = await start_recording(harness, period=3600.0)
+    await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
+    await apply_cluster(await harness.bus(), jobs(3, "n"))
+    await wait_until(lambda: all(sched.task_status(f"p/n{i}-0") == "Running" for i in range(3)), what="all Running")
+    # the agents' Running reports are not new work: no cycle follows them within the hour's period
+    n = len(reports)
+    await asyncio.sleep(0.3)
+    assert len(reports) == n
+    # a finished task is: its resources are free
+    await harness._agents[0].report_phase(*next((node, k) for node, held in harness._agents[0].running().items()
+                                                for k in held), "Succeeded")
+    await wait_until(lambda: len(reports) > n, what="a cycle after a task finished")
+
+
+async def test_without_the_trigger_new_work_waits_for_the_period(harness):  # noqa: F811
+    await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    sched, reports = await start_recording(harness, period=3600.0, trigger=False)
+    await wait_until(lambda: reports, what="the first cycle")
+    await apply_cluster(await harness.bus(), jobs(3, "w"))
+    await wait_until(lambda: len(sched.specs["job"]) == 3, what="jobs known")
+    await asyncio.sleep(0.3)
+    assert len(reports) == 1 and sched.task_status("p/w0-0") == "Pending"
+
+
+async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):  # noqa: F811
+    await harness.agent(fleet_nodes(4, cpu="16", memory="32Gi"))
+    sched, reports = await start_recording(harness, period=3600.0)
+    await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 4, what="agents alive")
+    await apply_cluster(await harness.bus(), jobs(40, "b"))  # 81 objects, published together
+    await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)), what="all Running")
+    assert [len(r.binds) for r in reports if r.binds] == [40]

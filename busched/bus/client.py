@@ -118,6 +118,7 @@ class StateWatch:
         self.target = 0
         self.last_seq = 0
         self.count = 0
+        self.pending = 0  # messages the stream still had for this watch after the last one received
         self.subjects: list[str] = []  # what is followed
         self._sub: Any = None
         self._follow: Callable[[list[str]], Awaitable[None]] | None = None
@@ -521,6 +522,7 @@ class Bus:
                 seq, pending = _stream_position(m)
                 if seq < 0:
                     return  # not a stream message
+                w.pending = pending
                 buf.append((m.subject, m.data, seq))
                 if not caught[0] and (seq >= w.target or pending == 0):
                     caught[0] = True

@@ -194,6 +194,7 @@ class Bindings:
         self.reasons[key] = reason
         self._outbox[S.binding_subject(key)] = (self._binding_record(key, nb), None)
         self.metrics.releases.labels(kind).inc()
+        self._new_work()
         log.info("task %s back to Pending: %s%s", key, reason, f" (backoff {delay:g}s)" if delay else "")
         self._refresh_task(key)
 

@@ -1,7 +1,8 @@
 """`Scheduler` itself: lifecycle and the cycle loop.
 
 `start` subscribes to heartbeats and ``get`` requests, catches up with the state stream and recovers
-in-flight binds; `run_forever` runs `run_once` every ``period`` seconds until `stop`.  One cycle
+in-flight binds; `run_forever` runs `run_once` until `stop`: once new work has settled, and every
+``period`` seconds otherwise (`busched.scheduler.trigger`).  One cycle
 applies what the clock changed (`Bindings._expire`) and the changes gathered since the last cycle
 (`Effective.sync_cache_yielding`), takes a snapshot of the cache, runs the configured actions
 (`run_cycle`, in a worker thread), then publishes binds and evicts and queues podgroup statuses
@@ -48,6 +49,7 @@ from busched.scheduler.events import Events
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
 from busched.scheduler.statuses import PodGroups
+from busched.scheduler.trigger import Trigger
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
@@ -85,7 +87,7 @@ class _FeedbackPlugin:
 
 
 
-class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
+class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries):
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -136,6 +138,9 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
         self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
         self.collector = CollectorPolicy()
+        self._wake = asyncio.Event()  # new work arrived, or stop
+        self._work_since: float | None = None  # monotonic time of the first work no cycle has taken yet
+        self._work_last = 0.0
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -170,6 +175,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
 
     async def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self.ready = False
         self.metrics.ready.set(0)
         if self.watch is not None:
@@ -187,18 +193,15 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
             self.collector.enter()
         try:
             while not self._stop.is_set():
-                t = self.clock()
+                binds = False
                 try:
-                    await self.run_once()
+                    binds = bool((await self.run_once()).binds)
                 except Exception:  # noqa: BLE001 - one bad cycle must not stop the scheduler
                     log.exception("cycle %d failed", self.cycle)
                     self.metrics.cycle_errors.inc()
-                self.collector.after_cycle()
-                delay = max(0.0, self.settings.period - (self.clock() - t))
-                try:
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
+                # the agents are about to answer a cycle's binds: its garbage waits for the next cycle
+                self.collector.after_cycle(defer=binds)
+                await self._wait_next_cycle(self.clock(), time.monotonic())
         finally:
             self.collector.exit()
 
@@ -219,6 +222,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Queries):
             await self._republish()
             with paused_gc():
                 await self.sync_cache_yielding()
+            self._cycle_taken()  # from here to the snapshot nothing else is handled
             config, plugins = self._cycle_config()
             excluded_key = self._excluded_key
             if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):

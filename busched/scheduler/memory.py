@@ -9,9 +9,11 @@ allocation counter tipped: in the middle of applying agents' results, or of publ
 
 `CollectorPolicy`, while `Scheduler.run_forever` runs, turns automatic collection off and instead:
 
-* after each cycle (once its decisions are out, while the agents work on them) collects the young
-  objects, which frees the cycle's garbage, and moves what survived into the permanent generation
-  (`gc.freeze`): the cluster's specs and cache are not traversed again by every later collection;
+* after each cycle collects the young objects, which frees the cycle's garbage, and moves what
+  survived into the permanent generation (`gc.freeze`): the cluster's specs and cache are not
+  traversed again by every later collection.  After a cycle that bound tasks the collection waits
+  for the end of the next cycle (at most), so the agents' answers to those binds, arriving right
+  then, are not kept waiting behind it;
 * when the permanent generation has doubled since the last full collection, unfreezes it and
   collects everything once, so garbage that became unreachable after it was frozen (a deleted
   task's cached objects, say) is freed after a bounded delay: at most as much as was alive then.
@@ -36,6 +38,7 @@ class CollectorPolicy:
         self.active = False
         self._was_enabled = False
         self._full_at = 0  # the size of the permanent generation after the last full collection
+        self._deferred = False  # the last cycle's collection was put off
         self.young = 0  # collections made, for tests and logs
         self.full = 0
         self.seconds = 0.0
@@ -59,10 +62,15 @@ class CollectorPolicy:
         if self._was_enabled:
             gc.enable()
 
-    def after_cycle(self) -> None:
-        """Collect the young objects (and, when due, everything); a no-op unless active."""
+    def after_cycle(self, *, defer: bool = False) -> None:
+        """Collect the young objects (and, when due, everything); a no-op unless active.  ``defer``: not now
+        (a cycle's binds are out and their answers about to arrive), unless the last one was deferred too."""
         if not self.active or gc.get_count()[0] < YOUNG_MIN:
             return
+        if defer and not self._deferred:
+            self._deferred = True
+            return
+        self._deferred = False
         t = time.perf_counter()
         if gc.get_freeze_count() >= 2 * max(self._full_at, YOUNG_MIN):
             self._collect_full()
