@@ -95,3 +95,25 @@ def test_followed_subjects_are_every_kind_but_the_schedulers_own_records():
     assert S.state_subject("task", "a/b").startswith(followed[S.FOLLOWED_KINDS.index("task")][:-1])
     assert not any(S.binding_subject("a/b").startswith(f[:-1]) or S.podgroup_subject("a/b").startswith(f[:-1])
                    for f in followed)
+
+
+async def test_an_agent_answers_a_bind_it_starts_at_once_with_running_alone(harness):  # noqa: F811
+    from busched.agent import fleet_nodes
+    from busched.api.objects import ClusterSpec, JobSpec, QueueSpec
+    from busched.bus.apply import apply_cluster
+
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    answers: list[m.Msg] = []
+    await bus.subscribe(f"{S.STATE_PREFIX}.result.>", lambda s, d: answers.append(m.decode(d)))
+    await bus.flush()
+    await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    sched = await harness.scheduler()
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default")],
+                                         jobs=[JobSpec(name="a", namespace="f", min_member=1)],
+                                         tasks=[TaskSpec(name="a-0", namespace="f", job="a", requests={"cpu": "1"})]))
+    await wait_until(lambda: sched.task_status("f/a-0") == "Running", what="Running")
+    await bus.flush()
+    assert [(type(a).__name__, getattr(a, "phase", ""), a.attempt) for a in answers] == [
+        ("TaskPhaseChanged", "Running", 1)]
+    assert sched.metrics.bind_latency._sum.get() > 0  # the bind's answer was timed as before
