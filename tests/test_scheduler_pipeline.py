@@ -209,3 +209,35 @@ async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):  # noqa: F811
     await apply_cluster(await harness.bus(), jobs(40, "b"))  # 81 objects, published together
     await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)), what="all Running")
     assert [len(r.binds) for r in reports if r.binds] == [40]
+
+
+async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harness, monkeypatch):  # noqa: F811
+    from busched.scheduler import bindings
+
+    monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 4)
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    wire: list[tuple[str, str]] = []  # (what, task) in the order the server handled them
+
+    def seen(subject: str, data: bytes) -> None:
+        msg = m.decode(data)
+        if isinstance(msg, m.BindingRecord):
+            wire.append(("record", f"{msg.namespace}/{msg.name}"))
+        elif isinstance(msg, m.BindDecision):
+            wire.append(("decision", f"{msg.task.namespace}/{msg.task.name}"))
+
+    await bus.subscribe(f"{S.STATE_PREFIX}.binding.>", seen)
+    await bus.subscribe(f"{S.DECISION_PREFIX}.>", seen)
+    await bus.flush()
+    await harness.agent(fleet_nodes(3, cpu="8", memory="16Gi"))
+    sched, reports = await start_recording(harness, period=3600.0)
+    await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 3, what="agents alive")
+    await apply_cluster(bus, jobs(18, "c"))
+    await wait_until(lambda: all(sched.task_status(f"p/c{i}-0") == "Running" for i in range(18)), what="all Running")
+    await bus.flush()
+    first = {}
+    for i, (what, task) in enumerate(wire):
+        first.setdefault((what, task), i)
+    assert {t for w, t in first if w == "decision"} == {f"p/c{i}-0" for i in range(18)}
+    assert all(first[("record", t)] < first[("decision", t)] for w, t in first if w == "decision")
+    assert sum(len(r.binds) for r in reports) == 18
