@@ -32,9 +32,8 @@ async def test_podgroup_statuses_are_written_at_most_every_interval_and_on_stop(
     await bus.flush()
     agent = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     now = [0.0]  # the scheduler's clock stands still unless the test moves it
-    sched = Scheduler(await harness.bus(), None, SchedulerSettings(**{**FAST, "status_interval": 5.0, "heartbeat_timeout": 3600.0,
-                                                                 "bind_lease": 3600.0}),
-                      clock=lambda: now[0])
+    settings = SchedulerSettings(**{**FAST, "status_interval": 5.0, "heartbeat_timeout": 3600.0, "bind_lease": 3600.0})
+    sched = Scheduler(await harness.bus(), None, settings, clock=lambda: now[0])
     await sched.start(timeout=10)
     try:
         await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
