@@ -251,7 +251,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             await self._publish_evicts(evicts, report)
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
-            self._collect_podgroups(ssn)
+            await self._collect_podgroups(ssn)
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()

@@ -30,12 +30,17 @@ log = logging.getLogger("busched.scheduler")
 
 
 class PodGroups:
-    def _collect_podgroups(self, ssn: Any) -> None:
-        """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those)."""
+    async def _collect_podgroups(self, ssn: Any, slice_seconds: float = 0.005) -> None:
+        """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those),
+        handing the event loop back every ``slice_seconds`` (the first cycle after a restart changes every job)."""
         specs = self.specs["job"]
         pgs = self.pg_status
         now = 0.0
-        for uid, job in ssn.jobs.items():
+        end = time.perf_counter() + slice_seconds
+        for n, (uid, job) in enumerate(ssn.jobs.items()):
+            if not n & 255 and time.perf_counter() > end:
+                await asyncio.sleep(0)
+                end = time.perf_counter() + slice_seconds
             if not getattr(job, "has_podgroup", True):
                 continue
             spec = specs.get(uid)
