@@ -117,3 +117,25 @@ async def test_an_agent_answers_a_bind_it_starts_at_once_with_running_alone(harn
     assert [(type(a).__name__, getattr(a, "phase", ""), a.attempt) for a in answers] == [
         ("TaskPhaseChanged", "Running", 1)]
     assert sched.metrics.bind_latency._sum.get() > 0  # the bind's answer was timed as before
+
+
+async def test_a_fleet_agent_keeps_one_consumer_across_restarts_and_a_new_set_replays_nothing(harness):  # noqa: F811
+    from busched.agent import fleet_nodes
+
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    first = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    await first.stop()  # the fleet's consumer stays on the server
+    await bus.publish_all([bind("node-01", 1)])  # decided while the agent was away
+    again = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    await wait_until(lambda: ("bind", "node-01", "f/t1", 1) in again.history, what="the waiting bind taken")
+    assert again.running() == {"node-00": {}, "node-01": {"f/t1": 1}}
+    await again.stop()
+    # another set of nodes is another consumer, which starts from new decisions: node-01's bind, already
+    # taken and acknowledged by the first consumer, is not run a second time
+    other = await harness.agent(fleet_nodes(3, cpu="4", memory="8Gi"))
+    await bus.publish_all([bind("node-02", 2)])
+    await wait_until(lambda: ("bind", "node-02", "f/t2", 1) in other.history, what="a new bind taken")
+    assert [e for e in other.history if e[0] == "bind"] == [("bind", "node-02", "f/t2", 1)]
+    assert S.fleet_consumer(["node-00", "node-01"]) == S.fleet_consumer(["node-01", "node-00"])
+    assert S.fleet_consumer(["node-00", "node-01"]) != S.fleet_consumer(["node-00", "node-01", "node-02"])

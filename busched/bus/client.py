@@ -587,18 +587,39 @@ class Bus:
             log.warning("cannot delete decision %d: %s", seq, e)
             return False
 
-    async def decision_feed(self, node: str, *, ack_wait: float = 30.0) -> DecisionFeed:
-        """The durable consumer ``agent-<node>`` (created unless it exists) and a `DecisionFeed` on it."""
-        durable = S.agent_consumer(node)
+    async def decision_feed(self, node: str | list[str], *, ack_wait: float = 30.0) -> DecisionFeed:
+        """A `DecisionFeed` on a durable consumer of the decision stream, created unless it exists.
+
+        For one node: ``agent-<node>``, filtered on that node's decisions, delivering everything on the
+        stream for it (what was decided while its agent was away).  For several nodes (one agent
+        serving a fleet): ``agents-<n>-<digest>`` (`subjects.fleet_consumer`), filtered on each node's
+        decisions; one consumer instead of one per node, which the server serves at a fraction of the
+        cost (it does work for every consumer on every message).  A fleet's consumer that does not
+        exist yet starts with the decisions published from then on: the same set of nodes finds its
+        consumer again after a restart, while a new set does not replay decisions another consumer
+        already acknowledged (a bind decided while no consumer existed is released by its lease).
+        """
+        nodes = [node] if isinstance(node, str) else list(node)
+        if not nodes:
+            raise BusError("a decision feed needs at least one node")
+        if len(nodes) == 1:
+            durable = S.agent_consumer(nodes[0])
+            filters: dict[str, Any] = {"filter_subject": S.node_decisions(nodes[0])}
+            policy = api.DeliverPolicy.ALL
+            pending = 1000
+        else:
+            durable = S.fleet_consumer(nodes)
+            filters = {"filter_subjects": [S.node_decisions(n) for n in nodes]}
+            policy = api.DeliverPolicy.NEW
+            pending = min(100_000, 1000 * len(nodes))
         try:
             await self.js.consumer_info(S.DECISION_STREAM, durable)
         except nats.js.errors.NotFoundError:
             cfg = api.ConsumerConfig(name=durable, durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT,
-                                     deliver_policy=api.DeliverPolicy.ALL, ack_wait=ack_wait, max_ack_pending=1000,
-                                     filter_subject=S.node_decisions(node))
+                                     deliver_policy=policy, ack_wait=ack_wait, max_ack_pending=pending, **filters)
             await self.js.add_consumer(S.DECISION_STREAM, config=cfg)
-        feed = DecisionFeed(self.nc, node, f"{JS_API}.CONSUMER.MSG.NEXT.{S.DECISION_STREAM}.{durable}",
-                            self.nc.new_inbox())
+        feed = DecisionFeed(self.nc, nodes[0] if len(nodes) == 1 else durable,
+                            f"{JS_API}.CONSUMER.MSG.NEXT.{S.DECISION_STREAM}.{durable}", self.nc.new_inbox())
         await feed._start()
         return feed
 
