@@ -47,7 +47,7 @@ async def test_podgroup_statuses_are_written_at_most_every_interval_and_on_stop(
                 sched.pg_status.get(f"p/j{i}") is not None and sched.pg_status[f"p/j{i}"].phase == "Running"
                 for i in range(3))
 
-        await wait_until(running, what="every job Running")
+        await wait_until(running, timeout=30, what="every job Running")
         await bus.flush()
         await asyncio.sleep(0.2)
         # the first statuses went out at once; every later change waits for the interval, one per job
@@ -89,12 +89,12 @@ async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness)
     sched = await harness.scheduler()
     assert sched.watch.subjects == S.followed_subjects()
     await apply_cluster(bus, jobs(4, "r"))
-    await wait_until(lambda: all(sched.task_status(f"p/r{i}-0") == "Running" for i in range(4)), what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/r{i}-0") == "Running" for i in range(4)), timeout=30, what="all Running")
     own = [s for s in seen if S.parse_state_subject(s)[0] in ("binding", "podgroup")]
     assert len([s for s in own if ".binding." in s]) == 4  # written (write-ahead) ...
     others = [s for s in seen if S.parse_state_subject(s)[0] in S.FOLLOWED_KINDS]
     # ... but the watch handled exactly the others' messages
-    await wait_until(lambda: sched.watch.count == len(others), what="every other message handled")
+    await wait_until(lambda: sched.watch.count == len(others), timeout=30, what="every other message handled")
     await asyncio.sleep(0.2)
     assert sched.watch.count == len(others)
 
@@ -180,7 +180,7 @@ async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness): 
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
     await apply_cluster(await harness.bus(), jobs(3, "n"))
-    await wait_until(lambda: all(sched.task_status(f"p/n{i}-0") == "Running" for i in range(3)), what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/n{i}-0") == "Running" for i in range(3)), timeout=30, what="all Running")
     # the agents' Running reports are not new work: no cycle follows them within the hour's period
     n = len(reports)
     await asyncio.sleep(0.3)
@@ -206,7 +206,7 @@ async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):  # noqa: F811
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 4, what="agents alive")
     await apply_cluster(await harness.bus(), jobs(40, "b"))  # 81 objects, published together
-    await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)), what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)), timeout=30, what="all Running")
     assert [len(r.binds) for r in reports if r.binds] == [40]
 
 
@@ -232,7 +232,7 @@ async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harn
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 3, what="agents alive")
     await apply_cluster(bus, jobs(18, "c"))
-    await wait_until(lambda: all(sched.task_status(f"p/c{i}-0") == "Running" for i in range(18)), what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/c{i}-0") == "Running" for i in range(18)), timeout=30, what="all Running")
     await bus.flush()
     first = {}
     for i, (what, task) in enumerate(wire):
@@ -240,3 +240,20 @@ async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harn
     assert {t for w, t in first if w == "decision"} == {f"p/c{i}-0" for i in range(18)}
     assert all(first[("record", t)] < first[("decision", t)] for w, t in first if w == "decision")
     assert sum(len(r.binds) for r in reports) == 18
+
+
+def test_collector_policies_of_two_schedulers_give_the_collector_back_once_both_left():
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        a, b = CollectorPolicy(), CollectorPolicy()
+        a.enter()
+        b.enter()
+        a.exit()
+        assert not gc.isenabled()  # b still runs
+        b.exit()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        if not was:
+            gc.disable()

@@ -36,19 +36,25 @@ YOUNG_MIN = 10_000  # fewer new container objects than this since the last colle
 class CollectorPolicy:
     def __init__(self) -> None:
         self.active = False
-        self._was_enabled = False
         self._full_at = 0  # the size of the permanent generation after the last full collection
         self._deferred = False  # the last cycle's collection was put off
         self.young = 0  # collections made, for tests and logs
         self.full = 0
         self.seconds = 0.0
 
+    # the collector is the process's: with several schedulers in one process (tests), the first to enter
+    # saves its state and the last to leave restores it
+    _holders = 0
+    _was_enabled = False
+
     def enter(self) -> None:
         """Take over from the automatic collector."""
         if self.active:
             return
         self.active = True
-        self._was_enabled = gc.isenabled()
+        if CollectorPolicy._holders == 0:
+            CollectorPolicy._was_enabled = gc.isenabled()
+        CollectorPolicy._holders += 1
         gc.disable()
         gc.freeze()  # what start() built (a catch-up, maybe large) is long-lived: no collection now
         self._full_at = gc.get_freeze_count()
@@ -58,9 +64,11 @@ class CollectorPolicy:
         if not self.active:
             return
         self.active = False
-        gc.unfreeze()
-        if self._was_enabled:
-            gc.enable()
+        CollectorPolicy._holders -= 1
+        if CollectorPolicy._holders == 0:
+            gc.unfreeze()
+            if CollectorPolicy._was_enabled:
+                gc.enable()
 
     def after_cycle(self, *, defer: bool = False) -> None:
         """Collect the young objects (and, when due, everything); a no-op unless active.  ``defer``: not now
