@@ -89,7 +89,8 @@ async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness)
     sched = await harness.scheduler()
     assert sched.watch.subjects == S.followed_subjects()
     await apply_cluster(bus, jobs(4, "r"))
-    await wait_until(lambda: all(sched.task_status(f"p/r{i}-0") == "Running" for i in range(4)), timeout=30, what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/r{i}-0") == "Running" for i in range(4)),
+                     timeout=30, what="all Running")
     own = [s for s in seen if S.parse_state_subject(s)[0] in ("binding", "podgroup")]
     assert len([s for s in own if ".binding." in s]) == 4  # written (write-ahead) ...
     others = [s for s in seen if S.parse_state_subject(s)[0] in S.FOLLOWED_KINDS]
@@ -180,7 +181,8 @@ async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness): 
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
     await apply_cluster(await harness.bus(), jobs(3, "n"))
-    await wait_until(lambda: all(sched.task_status(f"p/n{i}-0") == "Running" for i in range(3)), timeout=30, what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/n{i}-0") == "Running" for i in range(3)),
+                     timeout=30, what="all Running")
     # the agents' Running reports are not new work: no cycle follows them within the hour's period
     n = len(reports)
     await asyncio.sleep(0.3)
@@ -206,7 +208,8 @@ async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):  # noqa: F811
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 4, what="agents alive")
     await apply_cluster(await harness.bus(), jobs(40, "b"))  # 81 objects, published together
-    await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)), timeout=30, what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)),
+                     timeout=30, what="all Running")
     assert [len(r.binds) for r in reports if r.binds] == [40]
 
 
@@ -232,7 +235,8 @@ async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harn
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 3, what="agents alive")
     await apply_cluster(bus, jobs(18, "c"))
-    await wait_until(lambda: all(sched.task_status(f"p/c{i}-0") == "Running" for i in range(18)), timeout=30, what="all Running")
+    await wait_until(lambda: all(sched.task_status(f"p/c{i}-0") == "Running" for i in range(18)),
+                     timeout=30, what="all Running")
     await bus.flush()
     first = {}
     for i, (what, task) in enumerate(wire):

@@ -1,13 +1,15 @@
 """`Scheduler` itself: lifecycle and the cycle loop.
 
-`start` subscribes to heartbeats and ``get`` requests, catches up with the state stream and recovers
-in-flight binds; `run_forever` runs `run_once` until `stop`: once new work has settled, and every
-``period`` seconds otherwise (`busched.scheduler.trigger`).  One cycle
-applies what the clock changed (`Bindings._expire`) and the changes gathered since the last cycle
-(`Effective.sync_cache_yielding`), takes a snapshot of the cache, runs the configured actions
-(`run_cycle`, in a worker thread), then publishes binds and evicts and queues podgroup statuses
-for the jobs whose phase or conditions changed (written in the background, `statuses`).  A cycle that could not decide
-anything is skipped (`QuietCycles`).  Records that must reach the state stream wait in an outbox
+`start` subscribes to heartbeats and ``get`` requests, catches up with the state stream, recovers
+in-flight binds and from then on follows only what others write on the stream; `run_forever` runs
+`run_once` until `stop`: once new work has settled, and otherwise ``period`` seconds after the last
+cycle ended (`busched.scheduler.trigger`), collecting garbage between cycles
+(`busched.scheduler.memory`).  One cycle applies what the clock changed (`Bindings._expire`) and
+the changes gathered since the last cycle (`Effective.sync_cache_yielding`), takes a snapshot of
+the cache, runs the configured actions (`run_cycle`, in a worker thread), then publishes binds and
+evicts and queues podgroup statuses for the jobs whose phase or conditions changed (written in the
+background, `busched.scheduler.statuses`).  A cycle that could not decide anything is skipped
+(`QuietCycles`).  Records that must reach the state stream wait in an outbox
 (subject -> latest record) until published.
 
 A task a node refused recently is kept off that node by an extra plugin (`_FeedbackPlugin`) added to
