@@ -235,7 +235,12 @@ class Agent:
                 await asyncio.sleep(0.2)
                 continue
             if batch:
-                await self._handle_batch(batch)
+                try:
+                    await self._handle_batch(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - unacknowledged, the decisions come again after ack_wait
+                    log.exception("%s: a batch of %d decisions failed", self._feed.node, len(batch))
 
     async def _handle_batch(self, batch: list[Delivery]) -> None:
         """Decide every decision of a batch in order, publish all the answers together, then ack each."""
