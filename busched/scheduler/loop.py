@@ -121,7 +121,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
         self._statuses: dict[str, m.PodGroupStatus] = {}  # subject -> latest podgroup status to write
         self._status_writer: asyncio.Task[None] | None = None
-        self._statuses_written_at = -float("inf")
+        self._statuses_since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
         self._stale_evicts: set[tuple[str, str, int]] = set()
         self._unpublished: set[str] = set()  # tasks whose bind/evict decision still has to go out
         self.watch: StateWatch | None = None

@@ -34,7 +34,7 @@ class SchedulerSettings:
     settle: float = 0.05  # new work has settled: everything on the stream read and nothing new for this long
     settle_max: float = 1.0  # ... or this long after its first arrival, for a burst that never pauses
     min_interval: float = 0.05  # a triggered cycle starts at least this long after the previous one ended
-    status_interval: float = 1.0  # podgroup statuses are written at most this often, coalesced per job
+    status_interval: float = 1.0  # a podgroup status waits this long to be written, coalesced with later ones
     bind_lease: float = 10.0  # an alive agent must have consumed a bind within this long
     heartbeat_timeout: float = 5.0  # no heartbeat for this long: the node's agent is lost
     require_heartbeat: bool = True  # only nodes whose agent is alive are schedulable

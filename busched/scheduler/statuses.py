@@ -7,10 +7,11 @@ get`, the gauges and the job in the cache (applied with the next cache sync) see
 
 Writing it to the state stream is not on the way of binds: the statuses wait in their own outbox
 (subject -> latest status, so a job that changes twice before the write is written once) and are
-published by a background task at most every ``SchedulerSettings.status_interval`` seconds, while
-the loop goes on.  A cycle that placed thousands of jobs thus hands its binds to the agents
-without first publishing thousands of statuses, and a job that goes Inqueue in one cycle and
-Running in the next is usually written once.  Nothing depends on reading a status back: a
+published by a background task, while the loop goes on, once the oldest of them has waited
+``SchedulerSettings.status_interval`` seconds (1 s; the check is made at every cycle, so with the
+default period a status reaches the stream within about 2 s).  A cycle that placed thousands of
+jobs thus hands its binds to the agents without publishing thousands of statuses at the same
+time, and a job that goes Inqueue in one cycle and Running in the next is usually written once.  Nothing depends on reading a status back: a
 restarted scheduler that lost unwritten ones recomputes them in its first cycle (the session
 derives every job's phase) and writes what differs from the stream.  `Scheduler.stop` writes what
 is left.
@@ -69,18 +70,18 @@ class PodGroups:
             if cur_phase != job.phase:
                 log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
             pgs[uid] = st
+            if not self._statuses:
+                self._statuses_since = self.clock()  # the write window opens with the first waiting status
             self._statuses[S.podgroup_subject(uid)] = st
             self._refresh_job(uid)
 
     def _write_statuses_soon(self) -> None:
-        """Start the background write of the waiting statuses, unless one runs or the last began less than
-        ``status_interval`` ago."""
+        """Start the background write of the waiting statuses once the oldest has waited ``status_interval``
+        (unless a write is still under way)."""
         if not self._statuses or (self._status_writer is not None and not self._status_writer.done()):
             return
-        now = self.clock()
-        if now - self._statuses_written_at < self.settings.status_interval:
+        if self.clock() - self._statuses_since < self.settings.status_interval:
             return
-        self._statuses_written_at = now
         self._status_writer = asyncio.create_task(self._write_statuses(), name="busched-podgroup-statuses")
 
     async def _write_statuses(self) -> None:
