@@ -80,13 +80,17 @@ class CollectorPolicy:
             return
         self._deferred = False
         t = time.perf_counter()
-        if gc.get_freeze_count() >= 2 * max(self._full_at, YOUNG_MIN):
+        full = gc.get_freeze_count() >= 2 * max(self._full_at, YOUNG_MIN)
+        if full:
             self._collect_full()
         else:
             gc.collect(1)
             gc.freeze()
             self.young += 1
-        self.seconds += time.perf_counter() - t
+        took = time.perf_counter() - t
+        self.seconds += took
+        log.debug("%s collection in %.3fs; %d objects frozen", "full" if full else "young", took,
+                  gc.get_freeze_count())
 
     def _collect_full(self) -> None:
         gc.unfreeze()
