@@ -5,11 +5,13 @@ One `Agent` serves one or many nodes over one connection.  For each node it
 * registers the node (a ``node.upsert`` on the state stream),
 * heartbeats (``node.heartbeat`` on core NATS) with the tasks it holds and how
   far it has read its decisions,
-* reads its own durable consumer of the decision stream
-  (``busched.decision.<node>.>``): for a bind it asks ``on_bind`` (and, unless
-  disabled, checks the task fits what the node has left), answers
-  ``bind.accepted`` + ``task.phase Running`` or ``bind.rejected``, and only then
-  acks; for an evict it stops the task, calls ``on_evict`` and reports
+* reads its decisions (``busched.decision.<node>.>``) from one durable
+  consumer: the node's own (``agent-<node>``) when the agent serves one node,
+  one for all its nodes when it serves several (`subjects.fleet_consumer`).
+  For a bind it asks ``on_bind`` (and, unless disabled, checks the task fits
+  what the node has left), answers ``task.phase Running`` (the task starts at
+  once, so this also says the bind was accepted) or ``bind.rejected``, and only
+  then acks; for an evict it stops the task, calls ``on_evict`` and reports
   ``task.phase Failed`` (reason ``Evicted``),
 * optionally finishes a task after a duration (``--duration`` or the task's
   ``busched.io/duration`` annotation, in seconds) and reports ``Succeeded``.
@@ -75,7 +77,6 @@ class AgentNode:
     tasks: dict[str, HeldTask] = field(default_factory=dict)
     through_seq: int = 0
     hb_seq: int = 0
-    feed: DecisionFeed | None = None
     done: OrderedDict[tuple[str, int], str] = field(default_factory=OrderedDict)  # answered attempts
 
     @property
@@ -110,6 +111,7 @@ class Agent:
         self.history: list[tuple[str, str, str, int]] = []  # (event, node, task, attempt), for tests and tools
         self.heartbeats_paused = False
         self._tasks: list[asyncio.Task[Any]] = []
+        self._feed: DecisionFeed | None = None
         self._running = False
         self._last_version = 0
 
@@ -125,9 +127,9 @@ class Agent:
                 raise RuntimeError(f"cannot register nodes: {bad[0]}")
         self._running = True
         if self.consume:
-            for n in self.nodes.values():
-                n.feed = await self.bus.decision_feed(n.name)
-                self._tasks.append(asyncio.create_task(self._consume(n), name=f"agent-{n.name}"))
+            # one consumer for all the nodes (the server's cost grows with the number of consumers)
+            self._feed = await self.bus.decision_feed(list(self.nodes))
+            self._tasks.append(asyncio.create_task(self._consume(), name="agent-decisions"))
         await self._heartbeat_once()
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="agent-heartbeats"))
         log.info("agent %s serving %d nodes", self.boot, len(self.nodes))
@@ -143,13 +145,14 @@ class Agent:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
         self._tasks.clear()
+        if self._feed is not None:
+            await self._feed.stop()
+            self._feed = None
         for n in self.nodes.values():
             for held in n.tasks.values():
                 if held.timer is not None:
                     held.timer.cancel()
-            if n.feed is not None:
-                await n.feed.stop()
-                n.feed = None
+
 
     async def run_forever(self) -> None:
         if not self._running:
@@ -220,24 +223,34 @@ class Agent:
                 interval=self.heartbeat_interval, holding={k: t.attempt for k, t in n.tasks.items()},
                 through_seq=n.through_seq, used=used))
 
-    async def _consume(self, n: AgentNode) -> None:
-        assert n.feed is not None
+    async def _consume(self) -> None:
+        assert self._feed is not None
         while self._running:
             try:
-                batch = await n.feed.fetch(256, timeout=1.0)
+                batch = await self._feed.fetch(1024, timeout=1.0)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - reconnects, timeouts
-                log.warning("node %s: fetch failed: %s", n.name, e)
+                log.warning("%s: fetch failed: %s", self._feed.node, e)
                 await asyncio.sleep(0.2)
                 continue
             if batch:
-                await self._handle_batch(n, batch)
+                try:
+                    await self._handle_batch(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - unacknowledged, the decisions come again after ack_wait
+                    log.exception("%s: a batch of %d decisions failed", self._feed.node, len(batch))
 
-    async def _handle_batch(self, n: AgentNode, batch: list[Delivery]) -> None:
+    async def _handle_batch(self, batch: list[Delivery]) -> None:
         """Decide every decision of a batch in order, publish all the answers together, then ack each."""
         outcomes: list[_Outcome] = []
         for d in batch:
+            n = self.nodes.get(S.decision_node(d.subject))
+            if n is None:
+                log.warning("a decision for a node this agent does not serve, on %s", d.subject)
+                outcomes.append(_Outcome(d, []))
+                continue
             # received: from here the scheduler waits for our answer for as long as we heartbeat
             n.through_seq = max(n.through_seq, d.stream_seq)
             try:
@@ -333,9 +346,9 @@ class Agent:
             if n.tasks.get(key) is new:
                 n.tasks.pop(key, None)
 
+        # the task starts at once: Running says the bind was accepted too (bind.accepted is for an agent
+        # that takes a bind now and starts the task later)
         return _Outcome(d, [
-            (subject, m.BindAccepted(version=self._version(), namespace=ns, name=name, node=n.name,
-                                     attempt=b.attempt, boot=self.boot)),
             (subject, m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=n.name,
                                          attempt=b.attempt, phase="Running", boot=self.boot))],
             commit=accepted, rollback=undo)

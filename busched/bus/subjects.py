@@ -13,10 +13,17 @@ State stream (``BUSCHED_STATE``, subjects ``busched.state.>``), one subject per 
     busched.state.podgroup.<ns>.<name>         podgroup.status                  (scheduler)
     busched.state.result.<node>.<ns>.<name>    bind.accepted/rejected, task.phase (the node's agent)
 
+Once caught up, a scheduler follows only what others write (`followed_subjects`): the object
+kinds and the agents' results, not its own binding and podgroup records.
+
 Decision stream (``BUSCHED_DECISIONS``, subjects ``busched.decision.>``)::
 
     busched.decision.<node>.bind.<ns>.<name>   bind    (scheduler -> that node's agent)
     busched.decision.<node>.evict.<ns>.<name>  evict
+
+An agent serving one node reads the durable consumer ``agent-<node>`` filtered on its node's decisions;
+an agent serving several nodes reads one durable consumer for all of them, ``agents-<n>-<digest of the
+names>`` (`fleet_consumer`), filtered on each of its nodes' decisions.
 
 Core NATS (not stored)::
 
@@ -29,11 +36,13 @@ meaning (``.``, ``*``, ``>``, whitespace) and ``%`` become ``%XX``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
            "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
-           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject"]
+           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
+           "followed_subjects", "fleet_consumer", "decision_node"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"
@@ -41,6 +50,9 @@ STATE_PREFIX = "busched.state"
 DECISION_PREFIX = "busched.decision"
 HEARTBEAT_PREFIX = "busched.heartbeat"
 API_GET = "busched.api.get"
+
+# the state subjects others than the scheduler write: object kinds (apply, agents) and results (agents)
+FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result")
 
 _ESCAPE = re.compile(r"[.*>%\s]")
 _UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -75,6 +87,11 @@ def state_subject(kind: str, key: str) -> str:
     return f"{STATE_PREFIX}.{kind}.{_key_tokens(key)}"
 
 
+def followed_subjects() -> list[str]:
+    """The filter a caught-up scheduler follows the state stream with: everything but its own records."""
+    return [f"{STATE_PREFIX}.{kind}.>" for kind in FOLLOWED_KINDS]
+
+
 def binding_subject(task_key: str) -> str:
     return f"{STATE_PREFIX}.binding.{_key_tokens(task_key)}"
 
@@ -103,6 +120,17 @@ def heartbeat_subject(node: str) -> str:
 def agent_consumer(node: str) -> str:
     """Durable consumer name of a node's agent (consumer names allow no dots or wildcards)."""
     return "agent-" + re.sub(r"[^A-Za-z0-9_-]", lambda m: f"_{ord(m.group()):02X}", node)
+
+
+def fleet_consumer(nodes: list[str]) -> str:
+    """Durable consumer name of an agent serving several nodes: one consumer for the set (stable for the same set)."""
+    digest = hashlib.sha256("\n".join(sorted(nodes)).encode()).hexdigest()[:16]
+    return f"agents-{len(nodes)}-{digest}"
+
+
+def decision_node(subject: str) -> str:
+    """The node a decision subject is for: ``busched.decision.<node>.<kind>...`` -> ``<node>``."""
+    return untoken(subject.split(".", 3)[2])
 
 
 def parse_state_subject(subject: str) -> tuple[str, str]:
