@@ -112,6 +112,7 @@ class SharedMemo:
         self._classes: Any = None
         self._prio: int | None = None
         self._tasks: dict[str, tuple[Any, TaskInfo]] = {}
+        self._job_templates: dict[str, tuple[Any, JobInfo]] = {}  # converted, never lent yet
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
         self._lease: Lease | None = None
@@ -140,11 +141,19 @@ class SharedMemo:
         if not spec.priority_class_name:
             self._tasks[key] = (spec, task)
 
+    def remember_job(self, key: str, spec: Any, job: JobInfo) -> None:
+        """A job the cache converted to validate it (no priority classes): its first assembly starts
+        from it, while no class is named by it and the default priority is 0."""
+        if not spec.priority_class_name:
+            self._job_templates[key] = (spec, job)
+
     def forget(self, kind: str, key: str) -> None:
         """An object deleted from the cache: what was kept for it goes too."""
         memo = {"task": self._tasks, "job": self._jobs, "node": self._nodes}.get(kind)
         if memo is not None:
             memo.pop(key, None)
+        if kind == "job":
+            self._job_templates.pop(key, None)
 
     def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
         m = self._tasks.get(key)
@@ -188,7 +197,11 @@ class SharedMemo:
         if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
                 or m.job.written):
             task_specs = cache.objects["task"]
-            job = build.job_info(spec, classes, default_priority)
+            t = self._job_templates.pop(key, None)
+            if t is not None and t[0] is spec and default_priority == 0 and not spec.priority_class_name:
+                job = t[1]  # what build.job_info(spec, classes, 0) gives: converted when it arrived
+            else:
+                job = build.job_info(spec, classes, default_priority)
             for tkey in sorted(cache.job_tasks.get(key, ()), key=cache.task_seq.__getitem__):
                 job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
             job.written = False
