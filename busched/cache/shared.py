@@ -36,10 +36,13 @@ network topology (sub-job bookkeeping changes in place).  A settled job
 
 A lent object may be lent again only once the session that borrowed it closed
 (``Lease.closed``, set by `Session.close`, or `ClusterSnapshot.release` for a
-reader that only looked).  A snapshot wanted while a session over the lending
+reader that only looked).  A snapshot no session opened counts as only read:
+the next snapshot lends its objects again and marks it superseded, and a
+session refuses to open over it (two snapshots taken first and run later
+would share objects).  A snapshot wanted while a session over the lending
 runs (a query during a cycle in another thread) is converted afresh, apart
-(`busy`); one taken after a lease that never came back (a snapshot never run,
-a session that failed) assembles everything afresh.  A caller
+(`busy`); one taken after a session that failed (opened, never closed)
+assembles everything afresh.  A caller
 may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
@@ -72,13 +75,17 @@ class SharedStateMutated(AssertionError):
 
 
 class Lease:
-    """What one snapshot lent; ``in_session`` while a session over it runs, ``closed`` once it closed."""
+    """What one snapshot lent: ``opened`` once a session opened over it, ``in_session`` while that
+    session runs, ``closed`` once it closed; ``superseded`` when a later snapshot took the objects
+    of one no session had opened (it may not be opened any more)."""
 
-    __slots__ = ("closed", "in_session", "prints")
+    __slots__ = ("closed", "in_session", "opened", "superseded", "prints")
 
     def __init__(self) -> None:
         self.closed = False
         self.in_session = False
+        self.opened = False
+        self.superseded = False
         self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
 
 
@@ -355,9 +362,13 @@ class SharedMemo:
         if lease is None:
             return False
         if not lease.closed:
-            self._jobs.clear()
-            self._nodes.clear()
-            return False
+            if lease.opened:  # a session that never closed (it failed): what it had is assembled afresh
+                self._jobs.clear()
+                self._nodes.clear()
+                return False
+            # a snapshot no session opened was only read (a query): its objects are lent again, and
+            # it can no longer be opened (busched.framework.session refuses a superseded lease)
+            lease.superseded = True
         if lease.prints is not None:
             check(lease)
         return patch
