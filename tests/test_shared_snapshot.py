@@ -100,14 +100,22 @@ def test_unflagged_change_is_caught(verify) -> None:
         cache.snapshot(memo=True)
 
 
-def test_open_lease_is_not_lent_again() -> None:
-    """A snapshot taken after one never run shares nothing with it."""
+def test_unopened_snapshot_counts_as_read() -> None:
+    """A snapshot no session opened (a query) does not end the lending: the next snapshot lends the
+    same objects, and the first can no longer be opened."""
+    from busched.framework.config import DEFAULT_CONFIG, load_config
+    from busched.framework.cycle import open_session
+    from busched.framework.session import SessionError
+
     cache = _idle_cache()
     _cycle(cache)
     first = cache.snapshot(memo=True)
     second = cache.snapshot(memo=True)
-    assert not {id(j) for j in first.jobs.values()} & {id(j) for j in second.jobs.values()}
-    assert not {id(n) for n in first.nodes} & {id(n) for n in second.nodes}
+    assert cache._memo.assembled_jobs == 0
+    assert all(a is b for a, b in zip(first.jobs.values(), second.jobs.values()))
+    with pytest.raises(SessionError, match="superseded"):
+        open_session(first, load_config(DEFAULT_CONFIG))
+    open_session(second, load_config(DEFAULT_CONFIG))
 
 
 def test_snapshot_during_a_session_is_apart() -> None:

@@ -36,10 +36,13 @@ network topology (sub-job bookkeeping changes in place).  A settled job
 
 A lent object may be lent again only once the session that borrowed it closed
 (``Lease.closed``, set by `Session.close`, or `ClusterSnapshot.release` for a
-reader that only looked).  A snapshot wanted while a session over the lending
+reader that only looked).  A snapshot no session opened counts as only read:
+the next snapshot lends its objects again and marks it superseded, and a
+session refuses to open over it (two snapshots taken first and run later
+would share objects).  A snapshot wanted while a session over the lending
 runs (a query during a cycle in another thread) is converted afresh, apart
-(`busy`); one taken after a lease that never came back (a snapshot never run,
-a session that failed) assembles everything afresh.  A caller
+(`busy`); one taken after a session that failed (opened, never closed)
+assembles everything afresh.  A caller
 may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
@@ -72,13 +75,17 @@ class SharedStateMutated(AssertionError):
 
 
 class Lease:
-    """What one snapshot lent; ``in_session`` while a session over it runs, ``closed`` once it closed."""
+    """What one snapshot lent: ``opened`` once a session opened over it, ``in_session`` while that
+    session runs, ``closed`` once it closed; ``superseded`` when a later snapshot took the objects
+    of one no session had opened (it may not be opened any more)."""
 
-    __slots__ = ("closed", "in_session", "prints")
+    __slots__ = ("closed", "in_session", "opened", "superseded", "prints")
 
     def __init__(self) -> None:
         self.closed = False
         self.in_session = False
+        self.opened = False
+        self.superseded = False
         self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
 
 
@@ -112,6 +119,7 @@ class SharedMemo:
         self._classes: Any = None
         self._prio: int | None = None
         self._tasks: dict[str, tuple[Any, TaskInfo]] = {}
+        self._job_templates: dict[str, tuple[Any, JobInfo]] = {}  # converted, never lent yet
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
         self._lease: Lease | None = None
@@ -140,11 +148,19 @@ class SharedMemo:
         if not spec.priority_class_name:
             self._tasks[key] = (spec, task)
 
+    def remember_job(self, key: str, spec: Any, job: JobInfo) -> None:
+        """A job the cache converted to validate it (no priority classes): its first assembly starts
+        from it, while no class is named by it and the default priority is 0."""
+        if not spec.priority_class_name:
+            self._job_templates[key] = (spec, job)
+
     def forget(self, kind: str, key: str) -> None:
         """An object deleted from the cache: what was kept for it goes too."""
         memo = {"task": self._tasks, "job": self._jobs, "node": self._nodes}.get(kind)
         if memo is not None:
             memo.pop(key, None)
+        if kind == "job":
+            self._job_templates.pop(key, None)
 
     def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
         m = self._tasks.get(key)
@@ -188,7 +204,11 @@ class SharedMemo:
         if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
                 or m.job.written):
             task_specs = cache.objects["task"]
-            job = build.job_info(spec, classes, default_priority)
+            t = self._job_templates.pop(key, None)
+            if t is not None and t[0] is spec and default_priority == 0 and not spec.priority_class_name:
+                job = t[1]  # what build.job_info(spec, classes, 0) gives: converted when it arrived
+            else:
+                job = build.job_info(spec, classes, default_priority)
             for tkey in sorted(cache.job_tasks.get(key, ()), key=cache.task_seq.__getitem__):
                 job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
             job.written = False
@@ -262,10 +282,11 @@ class SharedMemo:
                 pos[key] = len(pos)
                 looked.append((key, m))
         volatile: list[JobInfo] = []
+        arrived = set(new)  # a set: thousands of jobs may arrive between two cycles
         for key, m in looked:
             job = m.job
             if job.has_podgroup and job.queue in queues:
-                if key not in in_session and key not in new:
+                if key not in in_session and key not in arrived:
                     return None  # it would join the session in its place, not at the end
                 in_session[key] = job
                 if m.volatile:
@@ -342,9 +363,13 @@ class SharedMemo:
         if lease is None:
             return False
         if not lease.closed:
-            self._jobs.clear()
-            self._nodes.clear()
-            return False
+            if lease.opened:  # a session that never closed (it failed): what it had is assembled afresh
+                self._jobs.clear()
+                self._nodes.clear()
+                return False
+            # a snapshot no session opened was only read (a query): its objects are lent again, and
+            # it can no longer be opened (busched.framework.session refuses a superseded lease)
+            lease.superseded = True
         if lease.prints is not None:
             check(lease)
         return patch

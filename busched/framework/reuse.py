@@ -100,17 +100,39 @@ def whole(r: Resource) -> bool:
 class Sum:
     """A sum of Resources kept up to date by taking parts out and putting parts in, while that gives
     what summing every part again in order would: all parts whole (`whole`) and every part's scalar
-    names, in order, either none or the same as the sum's (so no name moves or goes)."""
+    names, in order, either none or the same as the sum's (so no name moves or goes).
 
-    __slots__ = ("total", "names", "named", "exact")
+    Built by `add` (in order, nothing checked: a session that only sums pays no more than the sum);
+    the first update (`check`, then `take` / `put`) looks at every part once."""
 
-    def __init__(self, parts: Any = ()) -> None:
+    __slots__ = ("total", "names", "named", "exact", "checked")
+
+    def __init__(self) -> None:
         self.total = Resource()
         self.names: tuple[str, ...] | None = None  # the one name order parts have (None: none seen)
         self.named = 0  # how many parts have scalar names
         self.exact = True
+        self.checked = False
+
+    def add(self, part: Resource | None) -> None:
+        """Add a part, in order, before any update (nothing checked)."""
+        if part is not None:
+            self.total.add(part)
+
+    def check(self, parts: Any) -> None:
+        """Look at every part summed so far, once: can the sum be kept up to date exactly?"""
+        if self.checked:
+            return
+        self.checked = True
         for p in parts:
-            self.put(p)
+            if p is None:
+                continue
+            if not self._fits(p):
+                self.exact = False
+                return
+            if p.scalars:
+                self.named += 1
+        self.exact = self.exact and whole(self.total)
 
     def _fits(self, part: Resource) -> bool:
         if not whole(part):
@@ -124,6 +146,7 @@ class Sum:
         return True
 
     def put(self, part: Resource | None) -> None:
+        """Put a part in (after `check`)."""
         if part is None:
             return
         if not self._fits(part):
@@ -133,7 +156,7 @@ class Sum:
         self.total.add(part)
 
     def take(self, part: Resource | None) -> bool:
-        """Take a part out; False when the sum can no longer be kept exactly (sum afresh)."""
+        """Take a part out (after `check`); False when the sum can no longer be kept exactly."""
         if part is None:
             return True
         if not self.exact or not self._fits(part):
@@ -147,7 +170,8 @@ class Sum:
 
     def copy(self) -> Sum:
         s = Sum()
-        s.total, s.names, s.named, s.exact = self.total.clone(), self.names, self.named, self.exact
+        s.total, s.names, s.named, s.exact, s.checked = (self.total.clone(), self.names, self.named,
+                                                         self.exact, self.checked)
         return s
 
 
@@ -156,7 +180,9 @@ class _Summed:
 
     def __init__(self, parts: list[Resource | None]) -> None:
         self.parts = parts  # each object's part as summed (copies: the objects may change later)
-        self.sum = Sum(parts)
+        self.sum = Sum()
+        for p in parts:
+            self.sum.add(p)
 
 
 def summed(ssn: Any, key: Any, objects: list[Any], part: Callable[[Any], Resource | None]) -> Resource:
@@ -168,6 +194,7 @@ def summed(ssn: Any, key: Any, objects: list[Any], part: Callable[[Any], Resourc
 
     def update(last: _Summed, pairs: Pairs) -> _Summed | None:
         s = last.sum.copy()
+        s.check(last.parts)
         parts = list(last.parts)
         for i, _, new in pairs:
             if i < len(parts) and not s.take(parts[i]):

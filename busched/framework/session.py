@@ -134,7 +134,10 @@ class Session:
         self.topology: topology.Topology = topology.open_topology(self)
         self._lease = snapshot.lease
         if self._lease is not None:
-            self._lease.in_session = True
+            if self._lease.superseded:
+                raise SessionError("snapshot superseded: a later snapshot lent its objects again; "
+                                   "take a new one (busched.cache.shared)")
+            self._lease.in_session = self._lease.opened = True
 
     @property
     def arrays(self) -> NodeArrays:

@@ -77,9 +77,12 @@ class QueueAttr:
 # -- job contributions ---------------------------------------------------------------------------
 
 
-def add_job_usage(attr: Any, job: JobInfo) -> None:
+def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
     """Add one job's allocated / requested / reserved / elastic resources to its queue's totals
-    (``attr`` has those four Resources; capacity and proportion account the same way)."""
+    (``attr`` has those four Resources; capacity and proportion account the same way).  ``phase``:
+    the podgroup phase to account it in (the job's own by default)."""
+    if phase is None:
+        phase = job.phase
     for status, tasks in job.status_index.items():
         if allocated_status(status):
             for t in tasks.values():
@@ -90,8 +93,8 @@ def add_job_usage(attr: Any, job: JobInfo) -> None:
                 attr.request.add(t.resreq)
     if job.min_resources is not None:
         # An admitted job reserves what its minimum still lacks (allocated tasks already count).
-        if job.phase == PodGroupPhase.Inqueue or (
-                job.phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
+        if phase == PodGroupPhase.Inqueue or (
+                phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
             attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
     attr.elastic.add(job.get_elastic_resources())
 
@@ -111,21 +114,50 @@ class Usage:
         return self.allocated, self.request, self.inqueue, self.elastic
 
 
-def job_usage(job: JobInfo) -> Usage:
+def job_usage(job: JobInfo, phase: str | None = None) -> Usage:
     u = Usage()
-    add_job_usage(u, job)
+    add_job_usage(u, job, phase)
     return u
 
 
 class _Queues:
-    """Per queue, the four sums (busched.framework.reuse.Sum) and what each job put in them."""
+    """Per queue, the four sums (busched.framework.reuse.Sum), and per job (in session order) its
+    queue, the job, its phase when summed and its totals (None until an update needs them)."""
 
     __slots__ = ("sums", "parts", "exact")
 
     def __init__(self) -> None:
         self.sums: dict[str, list[Any]] = {}
-        self.parts: list[tuple[str, Usage]] = []
+        self.parts: list[list[Any]] = []  # [queue, job, phase, Usage | None]
         self.exact = True
+
+    def part(self, i: int) -> Usage | None:
+        """The totals job ``i`` put in, computed now if they were not: from the job as it was summed,
+        which only an unwritten job still is (None otherwise)."""
+        entry = self.parts[i]
+        if entry[3] is None:
+            job = entry[1]
+            if job.written:
+                return None
+            entry[3] = job_usage(job, entry[2])
+        return entry[3]
+
+    def check(self) -> bool:
+        """Every job's totals looked at once (the first update): can the sums be kept exactly?"""
+        if all(s.checked for sums in self.sums.values() for s in sums):
+            return self.exact
+        by_queue: dict[str, list[Usage]] = {}
+        for i, entry in enumerate(self.parts):
+            u = self.part(i)
+            if u is None:
+                self.exact = False
+                return False
+            by_queue.setdefault(entry[0], []).append(u)
+        for q, sums in self.sums.items():
+            for k, total in enumerate(sums):
+                total.check(u.parts()[k] for u in by_queue.get(q, ()))
+        self.exact = all(s.exact for sums in self.sums.values() for s in sums)
+        return self.exact
 
     def usage(self) -> dict[str, Usage]:
         out = {}
@@ -138,54 +170,54 @@ class _Queues:
 def queue_usage(ssn: Any) -> dict[str, Usage]:
     """Per queue (in the order of their first job), `add_job_usage` over its jobs.
 
-    Each job's own totals are kept on the job, and the queues' sums from session to session,
-    updated for the jobs that changed (busched.framework.reuse).  Summing per job, then per queue,
-    and taking a changed job's totals out again, adds the same numbers in another order: exactly
-    what adding task by task gives while every value is a whole number (requests are whole
-    milli-cpus, bytes and milli-units) and the scalar names line up (`reuse.Sum`); otherwise it
-    is summed task by task.  Shared: callers copy what they change.
+    Summed task by task (as Volcano does) when the jobs are new; kept from session to session
+    and updated for the jobs that changed (busched.framework.reuse), by taking a changed job's
+    totals out of its queue's sums and putting its new totals in.  That adds the same numbers in
+    another order: exactly what adding task by task gives while every value is a whole number
+    (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
+    (`reuse.Sum`, checked over every job once, at the first update); otherwise it is summed task
+    by task again.  Shared: callers copy what they change.
     """
-    def contribution(job: JobInfo) -> Usage:
-        return reuse.job_value(job, ("queue.usage", job.phase), job_usage)
-
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
+        exact = _task_by_task(jobs)
         qs = _Queues()
-        for job in jobs:
-            u = contribution(job)
-            sums = qs.sums.get(job.queue)
-            if sums is None:
-                sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
+        for q, u in exact.items():
+            sums = qs.sums[q] = [reuse.Sum() for _ in range(4)]
             for total, part in zip(sums, u.parts()):
-                total.put(part)
-            qs.parts.append((job.queue, u))
-        qs.exact = all(s.exact for sums in qs.sums.values() for s in sums)
-        return qs, (qs.usage() if qs.exact else _task_by_task(jobs))
+                total.total = part.clone()
+        # a job a session writes (volatile ones: busched.cache.shared) will not be as summed later
+        qs.parts = [[job.queue, job, job.phase, job_usage(job) if job.written else None] for job in jobs]
+        return qs, exact
 
     def update(last: tuple[_Queues, dict[str, Usage]], pairs: reuse.Pairs) -> Any:
         old = last[0]
-        if not old.exact:
+        if not old.check():
             return None
         qs = _Queues()
         qs.sums = {q: [s.copy() for s in sums] for q, sums in old.sums.items()}
-        qs.parts = list(old.parts)
+        qs.parts = list(old.parts)  # entries are replaced, never changed but to fill in totals
         for i, _, job in pairs:
             if i < len(qs.parts):
-                queue, u = qs.parts[i]
-                if queue != job.queue:
-                    return None  # the queue's first job may move: sum afresh
+                queue = qs.parts[i][0]
+                u = qs.part(i)
+                if queue != job.queue or u is None:
+                    return None  # the queue's first job may move, or the totals are gone: sum afresh
                 for total, part in zip(qs.sums[queue], u.parts()):
                     if not total.take(part):
                         return None
             sums = qs.sums.get(job.queue)
             if sums is None:  # a queue whose first job is this newcomer, the last one
                 sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
-            u = contribution(job)
+                for total in sums:
+                    total.check(())
+            u = job_usage(job)
             for total, part in zip(sums, u.parts()):
                 total.put(part)
+            entry = [job.queue, job, job.phase, u]
             if i < len(qs.parts):
-                qs.parts[i] = (job.queue, u)
+                qs.parts[i] = entry
             else:
-                qs.parts.append((job.queue, u))
+                qs.parts.append(entry)
         if not all(s.exact for sums in qs.sums.values() for s in sums):
             return None
         return qs, qs.usage()

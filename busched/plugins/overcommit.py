@@ -57,10 +57,6 @@ def _used(node: Any) -> Resource:
     return node.used
 
 
-def _inqueue(job: JobInfo) -> Resource | None:
-    return reuse.job_value(job, ("overcommit.inqueue", job.phase), _inqueue_at_open)
-
-
 class OvercommitPlugin:
     name = "overcommit"
 
@@ -77,7 +73,7 @@ class OvercommitPlugin:
         # both sums kept from session to session, redone only for the nodes and jobs that changed
         used = reuse.summed(ssn, "overcommit.used", list(ssn.node_list), _used)
         self.idle = ssn.total_resource.clone().multi(self.factor).sub(used)
-        self.inqueue = reuse.summed(ssn, "overcommit.inqueue", list(ssn.jobs.values()), _inqueue).clone()
+        self.inqueue = reuse.summed(ssn, "overcommit.inqueue", list(ssn.jobs.values()), _inqueue_at_open).clone()
 
         ssn.add_fn("job_enqueueable", self.name, self.enqueueable)
         ssn.add_fn("job_enqueued", self.name, self.enqueued)
