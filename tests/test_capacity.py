@@ -551,3 +551,24 @@ def test_less_equal_partly_zero_filtered() -> None:
     assert over == (False, [])
     # both sides zero on memory: that dimension is ignored
     assert ct.less_equal_partly_with_dimension_zero_filtered(Resource(3000, 0), Resource(2000, 0), req)[0] is False
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_queue_usage_first_sum_is_the_task_by_task_sum(seed) -> None:
+    """A session's first queue usage (jobs written or not, of one task or many) adds exactly what
+    `add_job_usage` over every job, in order, adds."""
+    import random
+
+    from busched.framework.config import DEFAULT_CONFIG, load_config
+
+    from tests.kernel_cases import cache_of, random_cluster
+
+    rng = random.Random(seed)
+    ssn = open_session(cache_of(random_cluster(rng)).snapshot(), load_config(DEFAULT_CONFIG), seed=seed)
+    jobs = list(ssn.jobs.values())
+    assert any(j.written for j in jobs) and any(len(j.tasks) == 1 for j in jobs) or len(jobs) < 3
+    got = ct.queue_usage(ssn)
+    want = ct._task_by_task(jobs)
+    assert list(got) == list(want)
+    for q in want:
+        assert [r.to_dict() for r in got[q].parts()] == [r.to_dict() for r in want[q].parts()], q

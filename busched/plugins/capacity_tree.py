@@ -179,14 +179,30 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     by task again.  Shared: callers copy what they change.
     """
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
-        exact = _task_by_task(jobs)
         qs = _Queues()
+        exact: dict[str, Usage] = {}
+        for job in jobs:
+            q = exact.get(job.queue)
+            if q is None:
+                q = exact[job.queue] = Usage()
+            u = None
+            if job.written:
+                # a job a session writes (volatile ones: busched.cache.shared) will not be as summed
+                # later: its totals are kept now.  With at most one task each total gets one addition
+                # from it, so adding its totals is adding it task by task, to the bit.
+                u = job_usage(job)
+                if len(job.tasks) <= 1:
+                    for total, part in zip(q.parts(), u.parts()):
+                        total.add(part)
+                else:
+                    add_job_usage(q, job)
+            else:
+                add_job_usage(q, job)
+            qs.parts.append([job.queue, job, job.phase, u])
         for q, u in exact.items():
             sums = qs.sums[q] = [reuse.Sum() for _ in range(4)]
             for total, part in zip(sums, u.parts()):
                 total.total = part.clone()
-        # a job a session writes (volatile ones: busched.cache.shared) will not be as summed later
-        qs.parts = [[job.queue, job, job.phase, job_usage(job) if job.written else None] for job in jobs]
         return qs, exact
 
     def update(last: tuple[_Queues, dict[str, Usage]], pairs: reuse.Pairs) -> Any:
