@@ -26,7 +26,7 @@ KEYS = {
     "gang": {"placed", "cycle_ms"},
     "mixed": {"tasks_per_second", "shapes"},
     "preempt": {"evictions", "cycle_ms"},
-    "idle": {"cycle_ms", "rss_mb", "gated_cycle_ms"},
+    "idle": {"cycle_ms", "rss_mb", "gated_cycle_ms", "churn_cycle_ms"},
     "restart": {"first_bind_s", "first_bind_s_in_process"},
     "e2e": {"binds_per_second"},
     "trace": {"placed", "cycle_ms_p99"},
@@ -69,6 +69,7 @@ def test_sane_values(capsys):
     assert p["evictions"] == 3 and p["pipelined"] == 3
     _, i = bench(capsys, "idle")
     assert i["tasks"] == 100 and i["gated_cycles_skipped"] == 2 and i["rss_mb"] > 0
+    assert i["churn_binds"] == i["churn"] == 5  # every newcomer placed in the cycle after it arrived
     _, r = bench(capsys, "restart")
     assert r["first_bind_s"] > 0 and r["in_process"]["bound"]
 

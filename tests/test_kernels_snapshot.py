@@ -1,4 +1,4 @@
-"""Shared snapshot conversion (busched.kernels.snapshot) gives what converting every object again gives.
+"""Shared snapshots (busched.cache.shared) give what converting every object again gives.
 
 Random clusters go through rounds of changes (tasks bound, deleted, added;
 nodes changed; priority classes changed) with a full cycle run on each shared
@@ -29,7 +29,7 @@ def task_state(t) -> dict:
 
 
 def node_state(n) -> dict:
-    d = {k: v for k, v in n.__dict__.items() if k not in ("listeners", "tasks")}
+    d = {k: v for k, v in n.__dict__.items() if k not in ("listeners", "tasks", "written", "derived")}
     for f in ("allocatable", "capacity", "idle", "used", "releasing", "pipelined"):
         d[f] = getattr(n, f).to_dict()
     d["tasks"] = {uid: task_state(t) for uid, t in n.tasks.items()}
@@ -41,7 +41,7 @@ def snap_state(snap) -> dict:
         "nodes": [node_state(n) for n in snap.nodes],
         "jobs": {uid: ({k: v for k, v in j.__dict__.items() if k not in ("tasks", "status_index", "allocated",
                                                                        "total_request", "min_resources", "sub_jobs",
-                                                                       "task_to_sub_job")},
+                                                                       "task_to_sub_job", "written", "derived")},
                        {uid2: task_state(t) for uid2, t in j.tasks.items()}, j.allocated.to_dict(),
                        j.total_request.to_dict())
                  for uid, j in snap.jobs.items()},
@@ -76,11 +76,22 @@ def mutate(rng: random.Random, cache) -> None:
                                         node=rng.choice(nodes).name, phase="Running", requests={"cpu": "1"}))
 
 
+# the default actions, and evicting ones (sessions write settled jobs and their nodes there)
+EVICTING = DEFAULT_CONFIG.replace('actions: "enqueue, allocate, backfill"',
+                                  'actions: "enqueue, allocate, preempt, reclaim, backfill"').replace(
+    "enablePreemptable: false", "enablePreemptable: true")
+
+
+@pytest.mark.parametrize("config", [DEFAULT_CONFIG, EVICTING], ids=["default", "evicting"])
 @pytest.mark.parametrize("seed", range(10))
-def test_shared_snapshot_equals_fresh(seed):
+def test_shared_snapshot_equals_fresh(seed, config, monkeypatch):
+    from busched.cache import shared
+
+    monkeypatch.setattr(shared, "VERIFY", True)
     rng = random.Random(seed)
     cache = cache_of(random_cluster(rng, nodes=rng.choice([4, 30, 120])))
-    cfg = load_config(DEFAULT_CONFIG)
+    cfg = load_config(config)
+    assert "preempt" in cfg.actions or config is DEFAULT_CONFIG
     for rnd in range(5):
         shared, fresh = cache.snapshot(memo=True), cache.snapshot(memo=False)
         assert snap_state(shared) == snap_state(fresh), f"round {rnd}"

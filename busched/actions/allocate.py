@@ -65,7 +65,7 @@ class AllocateAction:
         self.pipelined_any = False
         jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
         tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
-        for job in ssn.jobs.values():
+        for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 if ssn.enqueue_enabled:
                     continue

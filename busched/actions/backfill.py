@@ -69,7 +69,7 @@ class BackfillAction:
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         jobs: dict[str, PriorityQueue[JobInfo]] = {}
         tasks: dict[str, PriorityQueue[TaskInfo]] = {}
-        for job in ssn.jobs.values():
+        for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 continue
             if not job.pending_best_effort_task_num() and not job.count(TaskStatus.Pipelined):

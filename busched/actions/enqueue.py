@@ -23,7 +23,7 @@ class EnqueueAction:
         seen: set[str] = set()
         pending: dict[str, PriorityQueue[JobInfo]] = {}
         job_key = ssn.job_order_key()  # pending jobs do not change while they wait: compare keys
-        for job in ssn.jobs.values():
+        for job in ssn.unsettled_jobs:  # a pending podgroup is unsettled (busched.api.job.unsettled)
             queue = ssn.queues.get(job.queue)
             if queue is None:
                 continue

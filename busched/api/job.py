@@ -10,7 +10,7 @@ from busched.api.fit import FitErrors
 from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
 
-__all__ = ["JobInfo", "PodGroupPhase"]
+__all__ = ["JobInfo", "PodGroupPhase", "unsettled"]
 
 
 QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
@@ -23,6 +23,9 @@ class PodGroupPhase:
     Unknown = "Unknown"
     Completed = "Completed"
 
+
+# task statuses an allocating action may change (place, pipeline, dispatch)
+_PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
 
 _READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
 
@@ -61,6 +64,11 @@ class JobInfo:
     task_to_sub_job: dict[str, str] = field(default_factory=dict)
     min_sub_jobs: dict[str, int] = field(default_factory=dict)  # policy group -> minSubGroups
     allocated_hypernode: str = ""
+    # set by every change to the task index: a job lent to a session (busched.cache.shared) that
+    # comes back written is assembled afresh
+    written: bool = field(default=False, repr=False)
+    # values derived from the task index and the spec, kept while neither changes (busched.framework.reuse)
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         subjob.init_job(self)
@@ -126,6 +134,9 @@ class JobInfo:
 
     # -- task index --------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
+        self.written = True
+        if self.derived:
+            self.derived = {}
         self.tasks[t.uid] = t
         self.status_index.setdefault(t.status, {})[t.uid] = t
         self.total_request.add(t.resreq)
@@ -139,6 +150,9 @@ class JobInfo:
         old = self.tasks.pop(t.uid, None)
         if old is None:
             return
+        self.written = True
+        if self.derived:
+            self.derived = {}
         self.total_request.sub(old.resreq)
         if allocated_status(old.status):
             self.allocated.sub(old.resreq)
@@ -322,3 +336,18 @@ class JobInfo:
 
     def __repr__(self) -> str:
         return f"Job({self.uid} queue={self.queue} min={self.min_available} phase={self.phase})"
+
+
+def unsettled(job: JobInfo) -> bool:
+    """Whether enqueue, allocate or backfill may have work in this job: a pending podgroup, a task
+    they may place, or sub-groups or network topology (whose bookkeeping a session redoes).  A
+    settled job (all its tasks placed and bound, running or done) changes in a session only by
+    an eviction; the actions that place tasks skip it."""
+    if job.phase in (PodGroupPhase.Pending, "") or not job.has_podgroup:
+        return True
+    if job.subgroup_policy or job.network_topology is not None:
+        return True
+    for s in job.status_index:
+        if s in _PLACEABLE:
+            return True
+    return False

@@ -39,6 +39,11 @@ class NodeInfo:
     index: int = 0  # position in the node list (scan order, array row)
     # Observers told of every accounting change (the session's node arrays).
     listeners: list[Any] = field(default_factory=list, repr=False)
+    # set by every accounting change: a node lent to a session (busched.cache.shared) that comes
+    # back written is assembled afresh
+    written: bool = field(default=False, repr=False)
+    # values derived from the node and its tasks, kept while they do not change (busched.framework.reuse)
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def new(cls, name: str, allocatable: Resource, capacity: Resource | None = None, **kw: Any) -> NodeInfo:
@@ -56,6 +61,8 @@ class NodeInfo:
         if task.uid in self.tasks:
             raise NodeAccountingError(f"task {task.key} already on node {self.name}")
         ti = task.clone()
+        if not self.written:
+            self._first_write()
         s = ti.status
         if s == TaskStatus.Releasing:
             self.idle.sub(ti.resreq)
@@ -76,9 +83,11 @@ class NodeInfo:
             ls.node_changed(self)
 
     def remove_task(self, task: TaskInfo) -> None:
-        ti = self.tasks.pop(task.uid, None)
-        if ti is None:
+        if task.uid not in self.tasks:
             return
+        if not self.written:
+            self._first_write()
+        ti = self.tasks.pop(task.uid)
         s = ti.status
         if s == TaskStatus.Releasing:
             self.releasing.sub(ti.resreq)
@@ -91,6 +100,14 @@ class NodeInfo:
             self.used.sub(ti.resreq)
         for ls in self.listeners:
             ls.node_changed(self)
+
+    def _first_write(self) -> None:
+        """The task map as it was stays unchanged (a session's pod view reads it as of its open);
+        the node changes from here on a copy, and says it was written."""
+        self.written = True
+        self.tasks = dict(self.tasks)
+        if self.derived:
+            self.derived = {}
 
     def update_task(self, task: TaskInfo) -> None:
         self.remove_task(task)

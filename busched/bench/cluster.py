@@ -109,6 +109,6 @@ def new_cache(node_specs: list[o.NodeSpec], jobs: Iterable[o.JobSpec] = (), task
     cache.load(o.ClusterSpec(nodes=node_specs, tasks=list(tasks), jobs=list(jobs),
                              queues=[o.QueueSpec(name=QUEUE)], priority_classes=list(priority_classes)))
     if arriving is not None:
-        cache.snapshot()
+        cache.snapshot().release()
         cache.load(o.ClusterSpec(tasks=arriving[1], jobs=arriving[0]))
     return cache

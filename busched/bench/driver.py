@@ -103,8 +103,6 @@ def collect_garbage() -> float:
 
 def _timed(cache: Cache, config: SchedulerConfig, seed: int, uid: str,
            on_decision: Callable[[Session], None] | None, timing: CycleTiming, clock: Callable[[], float]) -> None:
-    from busched.actions import ACTIONS
-
     cpu0 = time.process_time()
     t0 = clock()
     snap = cache.snapshot()
@@ -113,6 +111,25 @@ def _timed(cache: Cache, config: SchedulerConfig, seed: int, uid: str,
     ssn = open_session(snap, config, seed=seed, uid=uid)
     t0 = clock()
     timing.phases["open"] = t0 - t1
+    try:
+        _run(ssn, config, on_decision, timing, clock, t0)
+    except BaseException:
+        ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+        raise
+    timing.cpu = time.process_time() - cpu0
+    for d in ssn.decisions:
+        if d.kind == "bind":
+            timing.binds += 1
+        elif d.kind == "evict":
+            timing.evictions += 1
+    timing.session = ssn
+
+
+def _run(ssn: Session, config: SchedulerConfig, on_decision: Callable[[Session], None] | None,
+         timing: CycleTiming, clock: Callable[[], float], t0: float) -> None:
+    """The actions and close, each timed from ``t0`` on."""
+    from busched.actions import ACTIONS
+
     for name in config.actions:
         ACTIONS[name]().execute(ssn)
         t1 = clock()
@@ -125,13 +142,6 @@ def _timed(cache: Cache, config: SchedulerConfig, seed: int, uid: str,
             t0 = clock()
     close_session(ssn)
     timing.phases["close"] = clock() - t0
-    timing.cpu = time.process_time() - cpu0
-    for d in ssn.decisions:
-        if d.kind == "bind":
-            timing.binds += 1
-        elif d.kind == "evict":
-            timing.evictions += 1
-    timing.session = ssn
 
 
 def apply_decisions(cache: Cache, ssn: Session) -> None:

@@ -9,7 +9,13 @@ time: a whole session (snapshot, open, actions, close) over the cluster.
 inside a cycle).  Then the same number of loop turns as a scheduler runs them
 with `QuietCycles`: a cycle only when one could decide something, which on an
 unchanged cluster is none; ``gated_cycle_ms`` is such a turn's cost.
-``rss_mb`` is the process's peak resident memory.
+Then churn, as a busy cluster sees it: before each of ``cycles`` more cycles,
+``churn`` running tasks finish (deleted) and ``churn`` new single-task jobs
+arrive; the cycle places them (the binds are applied, so the next cycle finds
+them running).  ``churn_cycle_ms`` is such a cycle's median wall time (a full
+session that snapshots, opens, allocates the newcomers and closes), with its
+CPU time and phases beside it.  ``rss_mb`` is the process's peak resident
+memory.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from busched.bench.driver import apply_decisions, bench_config, collect_garbage,
 from busched.framework.config import DEFAULT_CONFIG
 from busched.framework.cycle import QuietCycles
 
-DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0}
+DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 
 
 def build(nodes: int, tasks: int, jobs: int):  # noqa: ANN201
@@ -38,8 +44,21 @@ def build(nodes: int, tasks: int, jobs: int):  # noqa: ANN201
     return cl.new_cache(node_specs, job_specs, task_specs), len(job_specs), len(task_specs)
 
 
+def churn_round(cache: Any, rnd: int, k: int) -> None:
+    """``k`` running tasks finish (deleted, their jobs shrink) and ``k`` single-task jobs arrive."""
+    running = [key for key, t in cache.objects["task"].items() if t.phase == "Running" and t.node]
+    step = max(1, len(running) // max(k, 1))
+    for key in running[rnd % step::step][:k]:
+        cache.delete("task", key)
+    for i in range(k):
+        job, ts = cl.gang_job(f"churn{rnd:04d}x{i:03d}", 1)
+        cache.upsert("job", job)
+        for t in ts:
+            cache.upsert("task", t)
+
+
 def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, config: str = DEFAULT_CONFIG,
-        **_: Any) -> dict[str, Any]:
+        churn: int = 5, **_: Any) -> dict[str, Any]:
     cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
     cfg, missing_p, missing_a = bench_config(config)
     ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
@@ -70,6 +89,19 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
             gate.done(ssn, before, cache.generation)
             del ssn
         gated.append(time.perf_counter() - t0)
+    # churn: a few tasks gone and a few jobs new before every cycle
+    churned, churn_cpus, churn_phases, churn_binds = [], [], [], []
+    for i in range(max(1, cycles)):
+        churn_round(cache, i, churn)
+        ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
+        apply_decisions(cache, ssn)
+        del ssn
+        collect_garbage()
+        churned.append(t.total)
+        churn_cpus.append(t.cpu)
+        churn_phases.append(t.ms())
+        churn_binds.append(t.binds)
+    cmid = sorted(range(len(churned)), key=lambda i: churned[i])[len(churned) // 2]
     return {
         "workload": "idle",
         "nodes": nodes,
@@ -83,6 +115,11 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
         "gated_cycles_skipped": gate.skipped,
         "gc_ms": round(statistics.median(gcs) * 1000, 3),
         "phases_ms": phases[mid],
+        "churn": churn,
+        "churn_cycle_ms": round(statistics.median(churned) * 1000, 3),
+        "churn_cycle_cpu_ms": round(statistics.median(churn_cpus) * 1000, 3),
+        "churn_phases_ms": churn_phases[cmid],
+        "churn_binds": churn_binds[cmid],
         "rss_mb": round(rss_mb(), 1),
         "missing_plugins": missing_p,
         "missing_actions": missing_a,

@@ -22,7 +22,7 @@ from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, completed_status
 from busched.cache import build
 from busched.kernels import unfit
-from busched.kernels.snapshot import SnapshotMemo
+from busched.cache.shared import SharedMemo
 from busched.framework.snapshot import ClusterSnapshot, Shard
 
 __all__ = ["Cache", "KINDS"]
@@ -46,6 +46,29 @@ def object_key(kind: str, spec: Any) -> str:
     return f"{ns}/{spec.name}" if ns is not None else spec.name
 
 
+class Changes:
+    """Which jobs and nodes changed since the shared snapshot last took this record (their keys,
+    in order of change), and whether any job or node came or went (which moves others)."""
+
+    __slots__ = ("jobs", "nodes", "jobs_removed", "nodes_moved")
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, None] = {}
+        self.nodes: dict[str, None] = {}
+        self.jobs_removed = False
+        self.nodes_moved = False  # a node added, removed, or its readiness changed
+
+    def job(self, key: str, old: Any, new: Any) -> None:
+        self.jobs[key] = None
+        if new is None:
+            self.jobs_removed = True
+
+    def node(self, key: str, old: Any, new: Any) -> None:
+        self.nodes[key] = None
+        if old is None or new is None or old.ready != new.ready:
+            self.nodes_moved = True
+
+
 class Cache:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
@@ -54,7 +77,18 @@ class Cache:
         # State some plugins keep from one cycle to the next (tdm's last eviction, rescheduling's
         # last run): one dict per scheduler, handed to every snapshot.
         self.plugin_state: dict[str, Any] = {}
-        self._memo = SnapshotMemo()
+        self._memo = SharedMemo()
+        # what the shared snapshot (busched.cache.shared) needs to know what changed: each task's
+        # arrival order (the base scan order), each job's and node's tasks, and a version per job
+        # and node bumped whenever it or one of its tasks changes
+        self.task_seq: dict[str, int] = {}
+        self._next_seq = 0
+        self.job_tasks: dict[str, set[str]] = {}
+        self.node_tasks: dict[str, set[str]] = {}
+        self.job_version: dict[str, int] = {}
+        self.node_version: dict[str, int] = {}
+        # what changed since the last shared snapshot took it (busched.cache.shared)
+        self.changes = Changes()
         # jobs that did not fit, kept across cycles (busched.kernels.unfit)
         self.unfit = unfit.UnfitMemo()
         self.capacity_epoch = 0
@@ -73,6 +107,7 @@ class Cache:
         old = self.objects[kind].pop(key, None)
         if old is not None:
             self._changed(kind, key, old, None)
+            self._memo.forget(kind, key)
             self.generation += 1
         return old is not None
 
@@ -80,16 +115,69 @@ class Cache:
         """Keep what the unfit-job memo needs: the capacity epoch and each job's last change."""
         if unfit.frees_capacity(kind, old, new):
             self.capacity_epoch += 1
+        version = self.generation + 1
         if kind == "task":
             spec = new if new is not None else old
             if spec.job:
-                self.unfit.job_versions[f"{spec.namespace}/{spec.job}"] = self.generation + 1
+                self.unfit.job_versions[f"{spec.namespace}/{spec.job}"] = version
+            self._index_task(key, old, new, version)
         elif kind == "job":
+            self.job_version[key] = version
+            self.changes.job(key, old, new)
             if new is None:
                 self.unfit.job_versions.pop(key, None)
                 self.unfit.forget(key)
             else:
-                self.unfit.job_versions[key] = self.generation + 1
+                self.unfit.job_versions[key] = version
+        elif kind == "node":
+            self.node_version[key] = version
+            self.changes.node(key, old, new)
+
+    def take_changes(self) -> Changes:
+        """What changed since the last call (the shared snapshot's record), and a fresh record."""
+        changes, self.changes = self.changes, Changes()
+        # versions of jobs and nodes that are gone with all their tasks: nothing will ask again
+        for key in changes.jobs:
+            if key not in self.objects["job"] and key not in self.job_tasks:
+                self.job_version.pop(key, None)
+        for key in changes.nodes:
+            if key not in self.objects["node"] and key not in self.node_tasks:
+                self.node_version.pop(key, None)
+        return changes
+
+    def _index_task(self, key: str, old: Any, new: Any, version: int) -> None:
+        """Keep the task indexes and the versions of the jobs and nodes the task leaves and joins."""
+        if old is None:
+            self.task_seq[key] = self._next_seq
+            self._next_seq += 1
+        for spec, joining in ((old, False), (new, True)):
+            if spec is None:
+                continue
+            if spec.job:
+                job = f"{spec.namespace}/{spec.job}"
+                self.job_version[job] = version
+                self.changes.jobs[job] = None
+                if joining:
+                    self.job_tasks.setdefault(job, set()).add(key)
+                else:
+                    self._unindex(self.job_tasks, job, key)
+            if spec.node:
+                self.node_version[spec.node] = version
+                self.changes.nodes[spec.node] = None
+                if joining:
+                    self.node_tasks.setdefault(spec.node, set()).add(key)
+                else:
+                    self._unindex(self.node_tasks, spec.node, key)
+        if new is None:
+            del self.task_seq[key]
+
+    @staticmethod
+    def _unindex(index: dict[str, set[str]], name: str, key: str) -> None:
+        keys = index.get(name)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[name]
 
     def _validate(self, kind: str, spec: Any) -> None:
         """Reject an object the snapshot could not convert, before it enters the cache."""
@@ -98,7 +186,7 @@ class Cache:
         elif kind == "task":
             self._memo.remember_task(object_key(kind, spec), spec, build.task_info(spec, {}))
         elif kind == "job":
-            self._memo.remember_job(object_key(kind, spec), spec, build.job_info(spec, {}))
+            build.job_info(spec, {})
         elif kind == "queue":
             build.queue_info(spec)
         elif kind == "priorityClass":
@@ -152,6 +240,27 @@ class Cache:
             tasks.append(t)
         return out, tasks
 
+    def _plain(self, pcs: dict[str, PriorityClass], default_job_priority: int
+               ) -> tuple[list[NodeInfo], dict[str, JobInfo]]:
+        """Every object converted afresh: the reference the shared snapshot is tested against."""
+        nodes, tasks = self._nodes_and_tasks(pcs)
+        jobs: dict[str, JobInfo] = {}
+        for spec in self.objects["job"].values():
+            j = build.job_info(spec, pcs, default_job_priority)
+            jobs[j.uid] = j
+        for t in tasks:
+            job = jobs.get(t.job)
+            if job is None and t.job:
+                job = jobs[t.job] = JobInfo(uid=t.job, name=t.job.split("/", 1)[1], namespace=t.namespace,
+                                            has_podgroup=False)
+            if job is not None:
+                job.add_task(t)
+        for j in jobs.values():
+            j.written = False
+        for n in nodes:
+            n.written = False
+        return nodes, jobs
+
     def snapshot(self, memo: bool | None = None) -> ClusterSnapshot:
         """A private copy of the cluster for one session.  ``memo`` False converts every object
         again (the reference the shared conversion is tested against)."""
@@ -164,31 +273,20 @@ class Cache:
         snap = ClusterSnapshot(priority_classes=pcs, shard=self.shard)
         if memo is None:
             memo = kernels.USE_KERNELS
-        if memo:
-            # nodes and tasks converted once per spec version (busched.kernels.snapshot)
-            snap.nodes, tasks = self._memo.nodes_and_tasks(self.objects, pcs)
-        else:
-            snap.nodes, tasks = self._nodes_and_tasks(pcs)
+        if memo and self._memo.busy():
+            memo = False  # a session over the lent objects is running: convert apart, lend nothing
         for spec in self.objects["queue"].values():
             q = build.queue_info(spec)
             snap.queues[q.uid] = q
-        jobs: dict[str, JobInfo] = {}
-        for key, spec in self.objects["job"].items():
-            j = (self._memo.job(key, spec, pcs, default_job_priority) if memo
-                 else build.job_info(spec, pcs, default_job_priority))
-            jobs[j.uid] = j
         if memo:
-            self._memo.forget_jobs(self.objects["job"])
-        for t in tasks:
-            job = jobs.get(t.job)
-            if job is None and t.job:
-                job = jobs[t.job] = JobInfo(uid=t.job, name=t.job.split("/", 1)[1], namespace=t.namespace,
-                                            has_podgroup=False)
-            if job is not None:
-                job.add_task(t)
-        for uid, j in jobs.items():
-            if j.has_podgroup and j.queue in snap.queues:
-                snap.jobs[uid] = j
+            # jobs and nodes lent, assembled once per version (busched.cache.shared)
+            snap.nodes, snap.jobs, snap.unsettled, snap.lease = self._memo.lend(
+                self, pcs, default_job_priority, frozenset(snap.queues))
+        else:
+            snap.nodes, jobs = self._plain(pcs, default_job_priority)
+            for uid, j in jobs.items():
+                if j.has_podgroup and j.queue in snap.queues:
+                    snap.jobs[uid] = j
         for spec in self.objects["hyperNode"].values():
             h = build.hyper_node(spec)
             snap.hypernodes[h.name] = h

@@ -68,13 +68,17 @@ def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Re
     if plugins is None:
         from busched.plugins import PLUGINS as plugins  # noqa: N811
     ssn = Session(snapshot, config, seed=seed, uid=uid, now=now)
-    for tier in config.tiers:
-        for opt in tier.plugins:
-            if opt.name in ssn.plugins:
-                continue
-            plugin = plugins[opt.name](opt.arguments)
-            ssn.plugins[opt.name] = plugin
-            plugin.on_session_open(ssn)
+    try:
+        for tier in config.tiers:
+            for opt in tier.plugins:
+                if opt.name in ssn.plugins:
+                    continue
+                plugin = plugins[opt.name](opt.arguments)
+                ssn.plugins[opt.name] = plugin
+                plugin.on_session_open(ssn)
+    except BaseException:
+        ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+        raise
     return ssn
 
 
@@ -93,9 +97,13 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Re
         from busched.actions import ACTIONS as actions  # noqa: N811
     with paused_gc():
         ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
-        for name in config.actions:
-            actions[name]().execute(ssn)
-        if before_close is not None:
-            before_close(ssn)
-        close_session(ssn)
+        try:
+            for name in config.actions:
+                actions[name]().execute(ssn)
+            if before_close is not None:
+                before_close(ssn)
+            close_session(ssn)
+        except BaseException:
+            ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+            raise
     return ssn

@@ -281,9 +281,11 @@ def recover_allocated_hypernode(job: JobInfo, topo: Topology) -> None:
 def open_topology(ssn: Any) -> Topology:
     """Build the session's topology and bring every job's network topology in line with it."""
     topo = build_topology(ssn.hypernodes.values(), ssn.node_list)
-    for job in ssn.jobs.values():
+    # a settled job has neither network topology nor sub-groups (busched.api.job.unsettled), and no
+    # allocated hypernode to forget: nothing to adjust or recover
+    for job in ssn.unsettled_jobs:
         adjust_network_topology(job, topo)
     if topo.ready:
-        for job in ssn.jobs.values():
+        for job in ssn.unsettled_jobs:
             recover_allocated_hypernode(job, topo)
     return topo

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from busched.api.fit import Code, FitError, Status
-from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.job import JobInfo, PodGroupPhase, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import hypernodes as topology
+from busched.framework import reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
 from busched.framework.pqueue import PriorityQueue
@@ -113,11 +114,12 @@ class Session:
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
-        self.total_resource = Resource()
-        for n in self.node_list:
-            self.total_resource.add(n.allocatable)
+        # the nodes' allocatable summed (again only when one changed: busched.framework.reuse)
+        self.total_resource = reuse.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)
-        self.old_phase = {uid: j.phase for uid, j in self.jobs.items()}
+        # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
+        self.unsettled_jobs: list[JobInfo] = (snapshot.unsettled if snapshot.unsettled is not None
+                                              else [j for j in self.jobs.values() if unsettled(j)])
         self.decisions: list[Decision] = []
         self.event_handlers: list[EventHandler] = []
         self.plugins: dict[str, Any] = {}
@@ -130,12 +132,20 @@ class Session:
         self.last_node_index = 0  # where the next sampled node search starts
         # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
         self.topology: topology.Topology = topology.open_topology(self)
+        self._lease = snapshot.lease
+        if self._lease is not None:
+            self._lease.in_session = True
 
     @property
     def arrays(self) -> NodeArrays:
         """The node x resource matrices, built on first use and kept current by node listeners."""
         if self._arrays is None:
-            self._arrays = NodeArrays(self.node_list)
+            # seeded from the last session's arrays where the nodes are the same lent objects
+            state = self.others.get("plugin_state")
+            like = state.get("node_arrays") if state is not None else None
+            self._arrays = NodeArrays(self.node_list, like=like)
+            if state is not None:
+                state["node_arrays"] = self._arrays
         return self._arrays
 
     # -- registration (plugins) ---------------------------------------------------
@@ -484,13 +494,63 @@ class Session:
 
     # -- close ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession)."""
-        for job in self.jobs.values():
-            if not job.has_podgroup:
-                continue
-            unschedulable = any(c.get("type") == "Unschedulable" and c.get("status") == "True"
-                                and c.get("transitionID") == self.uid for c in job.conditions)
-            job.phase = pod_group_phase(job, unschedulable)
+        """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession).
+
+        A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
+        session to session: busched.framework.reuse) keeps its phase unless this session wrote it
+        or marked it unschedulable; only those are looked at again."""
+        steady, others = reuse.incremental(self, "close.steady", list(self.jobs.values()), _steady, _steady_update)
+        seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
+        unschedulable = False
+        for job in steady.values():
+            conds = job.conditions
+            if conds is not seen:
+                seen = conds
+                unschedulable = self._unschedulable(conds)
+            if unschedulable or job.written:
+                job.phase = pod_group_phase(job, unschedulable)
+        for job in others.values():
+            if job.has_podgroup:
+                job.phase = pod_group_phase(job, self._unschedulable(job.conditions))
+        if self._lease is not None:
+            self._lease.closed = True  # the lent jobs and nodes may be lent again
+            self._lease.in_session = False
+
+    def abandon(self) -> None:
+        """The session failed before closing: its lent objects are not lent again."""
+        if self._lease is not None:
+            self._lease.in_session = False
+
+    def _unschedulable(self, conds: list[dict[str, Any]]) -> bool:
+        return any(c.get("type") == "Unschedulable" and c.get("status") == "True"
+                   and c.get("transitionID") == self.uid for c in conds)
+
+
+def _is_steady(job: JobInfo) -> bool:
+    return (job.has_podgroup and not job.written
+            and reuse.job_value(job, ("phase", job.phase, False), lambda j: pod_group_phase(j, False)) == job.phase)
+
+
+def _steady(jobs: list[JobInfo]) -> tuple[dict[str, JobInfo], dict[str, JobInfo]]:
+    steady: dict[str, JobInfo] = {}
+    others: dict[str, JobInfo] = {}
+    for job in jobs:
+        (steady if _is_steady(job) else others)[job.uid] = job
+    return steady, others
+
+
+def _steady_update(last: Any, pairs: reuse.Pairs) -> Any:
+    steady, others = dict(last[0]), dict(last[1])
+    for _, old, job in pairs:
+        if old is not None:
+            steady.pop(old.uid, None)
+            others.pop(old.uid, None)
+        (steady if _is_steady(job) else others)[job.uid] = job
+    return steady, others
+
+
+def _allocatable(n: NodeInfo) -> Resource:
+    return n.allocatable
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:

@@ -1,4 +1,9 @@
-"""What a session starts from: a private copy of the cluster, safe to mutate."""
+"""What a session starts from: the cluster's jobs, nodes and queues for one session.
+
+Either private copies (``Cache.snapshot(memo=False)``) or objects lent for the session's
+length (busched.cache.shared): a session may change them, through the task index of jobs
+and nodes (which flags them written), and closing the session returns the lease.
+"""
 
 from __future__ import annotations
 
@@ -31,3 +36,13 @@ class ClusterSnapshot:
     resource_quotas: list[dict[str, Any]] = field(default_factory=list)
     others: dict[str, Any] = field(default_factory=dict)  # cluster objects some plugins read (pdbs...)
     shard: Shard = field(default_factory=Shard)
+    # set when the jobs and nodes are lent (busched.cache.shared): closing the session returns them
+    lease: Any = None
+    # the jobs for which `busched.api.job.unsettled` holds, in job order (None: the session finds them)
+    unsettled: list[JobInfo] | None = None
+
+    def release(self) -> None:
+        """Give the lent objects back without a session (a reader that only looked: it must not have
+        changed them); otherwise the next snapshot assembles everything again."""
+        if self.lease is not None:
+            self.lease.closed = True

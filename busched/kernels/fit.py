@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import operator
+
 import numpy as np
 
 from busched.api.node import NodeInfo
@@ -31,16 +33,27 @@ FUTURE_IDLE = "future_idle"
 class NodeArrays:
     """Rows follow the node list order; columns are resource names (cpu, memory, then scalars)."""
 
-    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
-        names: dict[str, int] = {CPU: 0, MEMORY: 1}
-        for n in nodes:
-            for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined):
-                for s in r.scalars:
+    def __init__(self, nodes: Sequence[NodeInfo], like: NodeArrays | None = None) -> None:
+        # ``like``: the arrays of an earlier session over mostly the same node objects (lent, so
+        # unchanged: busched.cache.shared); their rows as first filled are copied, changed rows filled
+        changed = _changed_rows(like, nodes)
+        if changed is not None and like is not None:
+            names = dict(like.columns)
+            self.row_names = list(like.row_names)
+            for i in changed:
+                self.row_names[i] = _scalar_names(nodes[i])
+        else:
+            names = {CPU: 0, MEMORY: 1}
+            self.row_names = [_scalar_names(n) for n in nodes]  # each row's names as first filled
+            for row_names in self.row_names:
+                for s in row_names:
                     names.setdefault(s, len(names))
         self.columns = names
         self.source = nodes  # the list the rows follow (the session's node list)
         self.nodes = list(nodes)
-        self.row = {n.name: i for i, n in enumerate(self.nodes)}
+        # the same names in the same rows as ``like``'s when seeded from it
+        self.row = dict(like.row) if changed is not None and like is not None else {
+            n.name: i for i, n in enumerate(self.nodes)}
         shape = (len(self.nodes), len(names))
         # Column-major: a kernel reads a few resources over many nodes, so each resource's
         # column is contiguous (reductions across a row run several times faster).
@@ -52,16 +65,49 @@ class NodeArrays:
         self.future = np.zeros(shape, order="F")  # future idle, from NodeInfo.future_idle() itself
         self.all_rows = np.arange(len(self.nodes), dtype=np.int64)
         self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
+        # per-row values that depend only on each node's spec, kept into the next session's arrays
+        # (changed rows computed again): see `carried`
+        self.carry: dict[object, tuple[np.ndarray, Any]] = {}
+        self._changed = changed
+        self._old_carry = like.carry if like is not None and changed is not None else None  # not like: no chain
         self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
         self.versions: list[int] = [0] * len(self.nodes)  # per row, how many times its accounting changed
-        futures = [n.future_idle() for n in self.nodes]
-        for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                  (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
-                                  (self.releasing, [n.releasing for n in self.nodes]),
-                                  (self.pipelined, [n.pipelined for n in self.nodes]), (self.future, futures)):
-            self._fill_column_wise(matrix, resources)
+        matrices = (self.allocatable, self.idle, self.used, self.releasing, self.pipelined, self.future)
+        if changed is not None and like is not None:
+            for matrix, first in zip(matrices, like.first):
+                matrix[:] = first
+            row = self._row
+            for i in changed:
+                n = self.nodes[i]
+                self.allocatable[i] = row(n.allocatable)
+                self._fill(i, n)
+        else:
+            futures = [n.future_idle() for n in self.nodes]
+            for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
+                                      (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
+                                      (self.releasing, [n.releasing for n in self.nodes]),
+                                      (self.pipelined, [n.pipelined for n in self.nodes]), (self.future, futures)):
+                self._fill_column_wise(matrix, resources)
+        self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         for n in self.nodes:
             n.listeners.append(self)
+
+    def carried(self, key: object, row: Any) -> np.ndarray:
+        """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's
+        spec (and what ``key`` names): taken over from the arrays this one was seeded from, with the
+        rows of changed nodes computed again.  Do not modify the result."""
+        got = self.carry.get(key)
+        if got is not None:
+            return got[0]
+        old = self._old_carry.get(key) if self._old_carry is not None else None
+        if old is not None:
+            values = old[0].copy()
+            for i in self._changed or ():
+                values[i] = row(self.nodes[i])
+        else:
+            values = np.fromiter((row(n) for n in self.nodes), dtype=bool, count=len(self.nodes))
+        self.carry[key] = (values, None)
+        return values
 
     def _fill_column_wise(self, matrix: np.ndarray, resources: list[Resource]) -> None:
         """What `_vec` does row by row, a column at a time (one pass per resource name)."""
@@ -147,6 +193,26 @@ class NodeArrays:
 
     def available(self, which: str) -> np.ndarray:
         return self.idle if which == IDLE else self.future
+
+
+def _changed_rows(like: NodeArrays | None, nodes: Sequence[NodeInfo]) -> list[int] | None:
+    """The rows whose node object is not ``like``'s (None: ``like`` cannot seed these nodes: other
+    length, a changed row with another node or other resource names, or most rows changed)."""
+    if like is None or len(like.nodes) != len(nodes):
+        return None
+    old = like.nodes
+    changed = [i for i, same in enumerate(map(operator.is_, old, nodes)) if not same]
+    if len(changed) > len(nodes) // 4:
+        return None
+    for i in changed:
+        # the same names in the same order: the columns are what scanning every node gives
+        if nodes[i].name != old[i].name or _scalar_names(nodes[i]) != like.row_names[i]:
+            return None
+    return changed
+
+
+def _scalar_names(n: NodeInfo) -> tuple[str, ...]:
+    return tuple(s for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined) for s in r.scalars)
 
 
 def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,

@@ -36,7 +36,14 @@ class PodViewArrays:
         self.max_tasks = np.fromiter((nd.allocatable.max_task_num for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_mem = np.fromiter((int(nd.allocatable.memory) for nd in arrays.nodes), dtype=np.int64, count=n)
-        self._add_all(view)
+        # a view that keeps its nodes' sums (busched.plugins.predicates) gives the columns whole: then
+        # a pod removed later is taken off by its own requests (every pod in the view is counted)
+        columns = getattr(view, "pod_columns", None)
+        self._seeded = columns is not None
+        if columns is not None:
+            self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = columns()
+        else:
+            self._add_all(view)
         view.listeners.append(self)
 
     def _add_all(self, view: Any) -> None:
@@ -100,6 +107,9 @@ class PodViewArrays:
     def pod_removed(self, node: str, task: Any) -> None:
         i = self.arrays.row.get(node)
         got = self._contrib.pop(task.uid, None)
+        if got is None and self._seeded and i is not None:
+            c, m, sc = self.pod_requests(task)
+            got = (c, m, *self.non_zero_requests(task), sc)
         if i is None or got is None:
             return
         self.log.append(i)

@@ -33,11 +33,17 @@ def stable_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
         aff = (task.affinity or {}).get("nodeAffinity") or {}
         key = ("stable", repr((sorted(task.node_selector.items()),
                                aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
-    m = arrays.cache.get(key)
-    if m is None:
-        m = np.fromiter((not plugin._stable(task, n)[1] for n in arrays.nodes), dtype=bool, count=len(arrays.nodes))
-        arrays.cache[key] = m
-    return m
+    if plugin.cache_enable:
+        m = arrays.cache.get(key)
+        if m is None:
+            m = np.fromiter((not plugin._stable(task, n)[1] for n in arrays.nodes), dtype=bool,
+                            count=len(arrays.nodes))
+            arrays.cache[key] = m
+        return m
+    # the verdict depends on the task's shape, the node's spec and the plugin's switches only: kept
+    # from session to session for the nodes that did not change (NodeArrays.carried)
+    switches = (plugin.node_affinity, plugin.taint_toleration)
+    return arrays.carried((key, switches), lambda n: not plugin._stable(task, n)[1])
 
 
 def predicate_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray | None:

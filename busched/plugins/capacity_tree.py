@@ -33,6 +33,7 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
 from busched.api.task import TaskStatus, allocated_status
+from busched.framework import reuse
 
 __all__ = ["ROOT_QUEUE", "QueueAttr", "HierarchyError", "build_flat", "build_hierarchy", "update_share",
            "compare_share", "queue_level", "ancestor_at_depth", "ancestors_by_level", "exceeded_part", "res_max",
@@ -94,6 +95,112 @@ def add_job_usage(attr: Any, job: JobInfo) -> None:
             attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
     attr.elastic.add(job.get_elastic_resources())
 
+
+class Usage:
+    """The four totals `add_job_usage` adds to (of one job, or summed over a queue's jobs)."""
+
+    __slots__ = ("allocated", "request", "inqueue", "elastic")
+
+    def __init__(self) -> None:
+        self.allocated = Resource()
+        self.request = Resource()
+        self.inqueue = Resource()
+        self.elastic = Resource()
+
+    def parts(self) -> tuple[Resource, Resource, Resource, Resource]:
+        return self.allocated, self.request, self.inqueue, self.elastic
+
+
+def job_usage(job: JobInfo) -> Usage:
+    u = Usage()
+    add_job_usage(u, job)
+    return u
+
+
+class _Queues:
+    """Per queue, the four sums (busched.framework.reuse.Sum) and what each job put in them."""
+
+    __slots__ = ("sums", "parts", "exact")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[Any]] = {}
+        self.parts: list[tuple[str, Usage]] = []
+        self.exact = True
+
+    def usage(self) -> dict[str, Usage]:
+        out = {}
+        for q, sums in self.sums.items():
+            u = out[q] = Usage()
+            u.allocated, u.request, u.inqueue, u.elastic = (s.total for s in sums)
+        return out
+
+
+def queue_usage(ssn: Any) -> dict[str, Usage]:
+    """Per queue (in the order of their first job), `add_job_usage` over its jobs.
+
+    Each job's own totals are kept on the job, and the queues' sums from session to session,
+    updated for the jobs that changed (busched.framework.reuse).  Summing per job, then per queue,
+    and taking a changed job's totals out again, adds the same numbers in another order: exactly
+    what adding task by task gives while every value is a whole number (requests are whole
+    milli-cpus, bytes and milli-units) and the scalar names line up (`reuse.Sum`); otherwise it
+    is summed task by task.  Shared: callers copy what they change.
+    """
+    def contribution(job: JobInfo) -> Usage:
+        return reuse.job_value(job, ("queue.usage", job.phase), job_usage)
+
+    def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
+        qs = _Queues()
+        for job in jobs:
+            u = contribution(job)
+            sums = qs.sums.get(job.queue)
+            if sums is None:
+                sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
+            for total, part in zip(sums, u.parts()):
+                total.put(part)
+            qs.parts.append((job.queue, u))
+        qs.exact = all(s.exact for sums in qs.sums.values() for s in sums)
+        return qs, (qs.usage() if qs.exact else _task_by_task(jobs))
+
+    def update(last: tuple[_Queues, dict[str, Usage]], pairs: reuse.Pairs) -> Any:
+        old = last[0]
+        if not old.exact:
+            return None
+        qs = _Queues()
+        qs.sums = {q: [s.copy() for s in sums] for q, sums in old.sums.items()}
+        qs.parts = list(old.parts)
+        for i, _, job in pairs:
+            if i < len(qs.parts):
+                queue, u = qs.parts[i]
+                if queue != job.queue:
+                    return None  # the queue's first job may move: sum afresh
+                for total, part in zip(qs.sums[queue], u.parts()):
+                    if not total.take(part):
+                        return None
+            sums = qs.sums.get(job.queue)
+            if sums is None:  # a queue whose first job is this newcomer, the last one
+                sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
+            u = contribution(job)
+            for total, part in zip(sums, u.parts()):
+                total.put(part)
+            if i < len(qs.parts):
+                qs.parts[i] = (job.queue, u)
+            else:
+                qs.parts.append((job.queue, u))
+        if not all(s.exact for sums in qs.sums.values() for s in sums):
+            return None
+        return qs, qs.usage()
+
+    return reuse.incremental(ssn, "queue.usage", list(ssn.jobs.values()), full, update)[1]
+
+
+def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:
+    out: dict[str, Usage] = {}
+    for job in jobs:
+        q = out.get(job.queue)
+        if q is None:
+            q = out[job.queue] = Usage()
+        add_job_usage(q, job)
+    return out
 
 
 # -- flat ------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, allocated_status
+from busched.framework import reuse
 from busched.framework.session import EventHandler, Session
 from busched.kernels.batch import with_key
 
@@ -113,6 +114,7 @@ class DrfPlugin:
         self.total = Resource()
         self.total_allocated = Resource()
         self.job_attrs: dict[str, _Attr] = {}
+        self._private: set[str] = set()  # jobs whose attrs are this session's own (the rest are shared)
         self.root = self._new_root()
         self.hierarchy = False
 
@@ -205,19 +207,33 @@ class DrfPlugin:
         self.root = self._new_root()
         self.hierarchy = ssn.switch_on(self.name, "hierarchy")
 
-        for job in ssn.jobs.values():
-            attr = _Attr()
-            for status, tasks in job.status_index.items():
-                if allocated_status(status):
-                    for t in tasks.values():
-                        attr.allocated.add(t.resreq)
-            self._update_share(attr)
+        self._private = set()
+        if not self.hierarchy:
+            # each job's share, kept on the job while it and the cluster total do not change, and the
+            # whole table while no job changed (busched.framework.reuse); shared: copied before changed
+            t = self.total
+            key = ("drf.share", t.cpu, t.memory, tuple(t.scalars.items()))
+
+            def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
+                return {j.uid: reuse.job_value(j, key, self._attr_of) for j in jobs}
+
+            def update(table: dict[str, _Attr], pairs: reuse.Pairs) -> dict[str, _Attr] | None:
+                table = dict(table)
+                for _, old, job in pairs:
+                    if old is not None and old.uid != job.uid:
+                        return None
+                    table[job.uid] = reuse.job_value(job, key, self._attr_of)
+                return table
+
+            self.job_attrs = dict(reuse.incremental(ssn, key, list(ssn.jobs.values()), full, update))
+        for job in ssn.jobs.values() if self.hierarchy else ():
+            attr = self._attr_of(job)
             self.job_attrs[job.uid] = attr
-            if self.hierarchy:
-                queue = ssn.queues.get(job.queue)
-                if queue is not None:
-                    self.total_allocated.add(attr.allocated)
-                    self._update_hierarchical_share(self.root, self.total_allocated, job, attr, queue)
+            self._private.add(job.uid)
+            queue = ssn.queues.get(job.queue)
+            if queue is not None:
+                self.total_allocated.add(attr.allocated)
+                self._update_hierarchical_share(self.root, self.total_allocated, job, attr, queue)
 
         ssn.add_fn("preemptable", self.name, self._preemptable)
         ssn.add_fn("job_order", self.name, with_key(self._job_order, lambda j: self.share(j.uid)))
@@ -238,6 +254,15 @@ class DrfPlugin:
         self.total_allocated = Resource()
         self.job_attrs = {}
         self.root = self._new_root()
+
+    def _attr_of(self, job: JobInfo) -> _Attr:
+        attr = _Attr()
+        for status, tasks in job.status_index.items():
+            if allocated_status(status):
+                for t in tasks.values():
+                    attr.allocated.add(t.resreq)
+        self._update_share(attr)
+        return attr
 
     # -- callbacks ------------------------------------------------------------------------
     def _job_order(self, l: JobInfo, r: JobInfo) -> int:
@@ -309,6 +334,9 @@ class DrfPlugin:
         attr = self.job_attrs.get(task.job)
         if job is None or attr is None:
             return
+        if task.job not in self._private:  # a share other sessions hold: this session's own copy
+            attr = self.job_attrs[task.job] = attr.clone()
+            self._private.add(task.job)
         if sign > 0:
             attr.allocated.add(task.resreq)
         else:

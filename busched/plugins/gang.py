@@ -13,6 +13,7 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.framework import reuse
 from busched.framework.session import Session, ValidateResult
 from busched.kernels.batch import with_key
 
@@ -80,22 +81,62 @@ class GangPlugin:
         ssn.add_fn("job_starving", self.name, lambda j: j.is_starving())
 
     def on_session_close(self, ssn: Session) -> None:
-        for job in ssn.jobs.values():
-            if not job.tasks:
-                continue
-            if not job.is_ready():
-                if _skip_for_releasing(job):
-                    continue
-                schedulable = job.ready_task_num() + sum(
-                    1 for t in job.status_index.get(TaskStatus.Pending, {}).values()
-                    if t.last_status is not None and allocated_status(t.last_status))
-                msg = (f"{job.min_available - schedulable}/{len(job.tasks)} tasks in gang unschedulable: "
-                       f"{fit_error_message(job)}")
-                set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
-                                    "reason": NOT_ENOUGH_RESOURCES, "message": msg})
+        # one dict, and one list, for every ready job: conditions are replaced, never changed in place
+        scheduled = {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
+                     "reason": "tasks in gang are ready to be scheduled", "message": ""}
+        only_scheduled = [scheduled]
+        # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
+        # jobs are the same (busched.framework.reuse), so such a job just gets the new list
+        quiet, others = reuse.incremental(ssn, "gang.quiet", list(ssn.jobs.values()), _quiet, _quiet_update)
+        for job in quiet.values():
+            if job.written:
+                self._close_job(ssn, job, scheduled)
             else:
-                set_condition(job, {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
-                                    "reason": "tasks in gang are ready to be scheduled", "message": ""})
+                job.conditions = only_scheduled
+        for job in others.values():
+            self._close_job(ssn, job, scheduled)
+
+    @staticmethod
+    def _close_job(ssn: Session, job: JobInfo, scheduled: dict[str, Any]) -> None:
+        if not job.tasks:
+            return
+        if not job.is_ready():
+            if _skip_for_releasing(job):
+                return
+            schedulable = job.ready_task_num() + sum(
+                1 for t in job.status_index.get(TaskStatus.Pending, {}).values()
+                if t.last_status is not None and allocated_status(t.last_status))
+            msg = (f"{job.min_available - schedulable}/{len(job.tasks)} tasks in gang unschedulable: "
+                   f"{fit_error_message(job)}")
+            set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
+                                "reason": NOT_ENOUGH_RESOURCES, "message": msg})
+        else:
+            set_condition(job, scheduled)
+
+
+def _quiet(jobs: list[JobInfo]) -> tuple[dict[str, JobInfo], dict[str, JobInfo]]:
+    quiet: dict[str, JobInfo] = {}
+    others: dict[str, JobInfo] = {}
+    for job in jobs:
+        (quiet if _is_quiet(job) else others)[job.uid] = job
+    return quiet, others
+
+
+def _is_quiet(job: JobInfo) -> bool:
+    conds = job.conditions
+    return (not job.written and bool(job.tasks) and job.is_ready()
+            and (not conds or (len(conds) == 1 and conds[0].get("type") == "Scheduled")))
+
+
+def _quiet_update(last: Any, pairs: Any) -> Any:
+    """The jobs that changed sorted again (a job keeps its sort while it is lent unchanged)."""
+    quiet, others = dict(last[0]), dict(last[1])
+    for _, old, job in pairs:
+        if old is not None:
+            quiet.pop(old.uid, None)
+            others.pop(old.uid, None)
+        (quiet if _is_quiet(job) else others)[job.uid] = job
+    return quiet, others
 
 
 def _skip_for_releasing(job: JobInfo) -> bool:
@@ -108,11 +149,16 @@ def _skip_for_releasing(job: JobInfo) -> bool:
 
 
 def set_condition(job: JobInfo, cond: dict[str, Any]) -> None:
-    for i, c in enumerate(job.conditions):
+    """A new list, never the job's changed in place: a lent job's list is its spec's
+    (busched.cache.shared)."""
+    conds = list(job.conditions)
+    for i, c in enumerate(conds):
         if c.get("type") == cond["type"]:
-            job.conditions[i] = cond
-            return
-    job.conditions.append(cond)
+            conds[i] = cond
+            break
+    else:
+        conds.append(cond)
+    job.conditions = conds
 
 
 def fit_error_message(job: JobInfo) -> str:

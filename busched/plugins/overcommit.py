@@ -19,6 +19,7 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
+from busched.framework import reuse
 from busched.framework.session import Session
 
 __all__ = ["OvercommitPlugin", "arg_float", "DEFAULT_OVERCOMMIT_FACTOR"]
@@ -52,6 +53,14 @@ def _inqueue_at_open(job: JobInfo) -> Resource | None:
     return None
 
 
+def _used(node: Any) -> Resource:
+    return node.used
+
+
+def _inqueue(job: JobInfo) -> Resource | None:
+    return reuse.job_value(job, ("overcommit.inqueue", job.phase), _inqueue_at_open)
+
+
 class OvercommitPlugin:
     name = "overcommit"
 
@@ -65,15 +74,10 @@ class OvercommitPlugin:
         self.factor = arg_float(self.arguments, OVERCOMMIT_FACTOR_KEY, DEFAULT_OVERCOMMIT_FACTOR)
         if self.factor < 1.0:
             self.factor = DEFAULT_OVERCOMMIT_FACTOR
-        used = Resource()
-        for node in ssn.node_list:
-            used.add(node.used)
+        # both sums kept from session to session, redone only for the nodes and jobs that changed
+        used = reuse.summed(ssn, "overcommit.used", list(ssn.node_list), _used)
         self.idle = ssn.total_resource.clone().multi(self.factor).sub(used)
-        self.inqueue = Resource()
-        for job in ssn.jobs.values():
-            r = _inqueue_at_open(job)
-            if r is not None:
-                self.inqueue.add(r)
+        self.inqueue = reuse.summed(ssn, "overcommit.inqueue", list(ssn.jobs.values()), _inqueue).clone()
 
         ssn.add_fn("job_enqueueable", self.name, self.enqueueable)
         ssn.add_fn("job_enqueued", self.name, self.enqueued)

@@ -33,7 +33,7 @@ from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
 from busched.framework.session import EventHandler, Session
-from busched.plugins.capacity_tree import add_job_usage
+from busched.plugins.capacity_tree import queue_usage
 from busched.plugins.drf import share_of
 
 __all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
@@ -142,14 +142,13 @@ class ProportionPlugin:
                 assert q.guarantee is not None
                 self.total_guarantee.add(q.guarantee)
         self.queue_opts = {}
-        for job in ssn.jobs.values():
-            attr = self.queue_opts.get(job.queue)
-            if attr is None:
-                queue = ssn.queues.get(job.queue)
-                if queue is None:
-                    continue
-                attr = self.queue_opts[job.queue] = QueueAttr(queue, self.total, self.total_guarantee)
-            add_job_usage(attr, job)
+        # what each queue's jobs hold, ask for and reserve: summed again only when a job changed
+        for uid, usage in queue_usage(ssn).items():
+            queue = ssn.queues.get(uid)
+            if queue is None:
+                continue
+            attr = self.queue_opts[uid] = QueueAttr(queue, self.total, self.total_guarantee)
+            attr.allocated, attr.request, attr.inqueue, attr.elastic = (r.clone() for r in usage.parts())
         water_fill(list(self.queue_opts.values()), self.total)
 
     def on_session_open(self, ssn: Session) -> None:

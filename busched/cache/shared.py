@@ -1,0 +1,407 @@
+"""Shared snapshots: sessions borrow the same job and node objects cycle after cycle.
+
+Replaces, in `Cache.snapshot`, the conversion of every object each cycle (the
+plain loop is kept as ``Cache.snapshot(memo=False)``, the reference).  A job
+is assembled (converted, its tasks converted and added, its aggregates
+summed) once per version: the cache bumps a job's version whenever its spec or
+one of its tasks' specs changes, and a node's whenever its spec or a task
+placed on it changes.  Sessions then get those very objects, not copies.
+
+Why lend rather than copy on write: actions, the statement and the plugins
+hold references to jobs, tasks and nodes across writes (a job taken from a
+queue is asked ``job_ready`` after its tasks were allocated), so an object
+replaced by a private copy at its first write would leave stale references
+behind.  Lending keeps every object's identity for the whole session, so a
+session decides exactly what it decides on private copies; what it must do is
+say what it wrote.  Writes to a job or a node go through ``add_task`` /
+``delete_task`` / ``remove_task``, which set the object's ``written`` flag;
+the next snapshot assembles every written object afresh (it never sees what a
+session did).  A node's first write also puts a new task map in place, so the
+map a session's pod view read at open stays as it was.  What a session changes
+on many objects needs no flag:
+
+* ``phase`` and ``conditions`` are the session's output (close writes them;
+  gang replaces the list rather than changing it), and are put back to the
+  spec's on every lending;
+* ``listeners`` (the session's node arrays) are emptied on every lending;
+* ``derived`` (busched.framework.reuse) is a cache of what the task index
+  gives, emptied by the task index itself.
+
+A job that a session will write anyway, or whose state this module does not
+follow, is *volatile* (`busched.api.job.unsettled`) and flagged written as it
+is lent: a pending podgroup (enqueue admits it), any task that allocate or
+backfill may place (Pending, Pipelined, Allocated), sub-group policies and
+network topology (sub-job bookkeeping changes in place).  A settled job
+(everything running) is written only when one of its tasks is evicted.
+
+A lent object may be lent again only once the session that borrowed it closed
+(``Lease.closed``, set by `Session.close`, or `ClusterSnapshot.release` for a
+reader that only looked).  A snapshot wanted while a session over the lending
+runs (a query during a cycle in another thread) is converted afresh, apart
+(`busy`); one taken after a lease that never came back (a snapshot never run,
+a session that failed) assembles everything afresh.  A caller
+may see one consequence of lending: objects of a closed session are the next
+session's, so they show its changes once it runs.  When the last lease came
+back and no job was deleted and no node came, went or changed readiness, the
+last lending is patched: only the jobs and nodes the cache says changed
+(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``BUSCHED_VERIFY_SHARED=1`` or ``shared.VERIFY = True``)
+fingerprints every lent object that is not volatile and, when the lease comes
+back, raises `SharedStateMutated` naming any object changed without its flag.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+from busched.api.job import JobInfo, unsettled
+from busched.api.node import NodeInfo
+from busched.api.queue import PriorityClass
+from busched.api.task import TaskInfo, completed_status
+from busched.cache import build
+
+__all__ = ["SharedMemo", "Lease", "SharedStateMutated", "VERIFY", "fingerprint_job", "fingerprint_node"]
+
+VERIFY = os.environ.get("BUSCHED_VERIFY_SHARED", "") not in ("", "0")
+
+
+
+class SharedStateMutated(AssertionError):
+    """A session changed a lent object without flagging it ``written``."""
+
+
+class Lease:
+    """What one snapshot lent; ``in_session`` while a session over it runs, ``closed`` once it closed."""
+
+    __slots__ = ("closed", "in_session", "prints")
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.in_session = False
+        self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
+
+
+def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
+    t = tmpl.clone()
+    t.extra = dict(tmpl.extra)
+    return t
+
+
+class _Job:
+    __slots__ = ("spec", "version", "prio", "job", "phase", "conditions", "volatile")
+
+    def __init__(self, spec: Any, version: int, prio: int, job: JobInfo) -> None:
+        self.spec, self.version, self.prio, self.job = spec, version, prio, job
+        self.phase = job.phase
+        self.conditions = job.conditions
+        self.volatile = unsettled(job)
+
+
+class SharedMemo:
+    """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of.
+
+    Lending walks every job and node only when it must (the first time, after a lease that never
+    came back, when priority classes, queues or the node set changed, or a job was deleted).
+    Otherwise it patches the last lending: the jobs and nodes the cache says changed
+    (`busched.cache.cache.Changes`) and those the last session wrote are looked at again, the
+    rest are lent as they were (their phase and conditions put back, their listeners emptied).
+    """
+
+    def __init__(self) -> None:
+        self._classes: Any = None
+        self._prio: int | None = None
+        self._tasks: dict[str, tuple[Any, TaskInfo]] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
+        self._lease: Lease | None = None
+        self._patchable = False
+        # the last lending: every job with a spec (key -> job) and what its phase and conditions were
+        # (the same key order), the jobs in the session (after the queue filter), the nodes, and
+        # each job key's position (its order among the cache's jobs)
+        self._lent: dict[str, JobInfo] = {}
+        self._outputs: dict[str, tuple[JobInfo, str, list[dict[str, Any]]]] = {}
+        self._in_session: dict[str, JobInfo] = {}
+        self._queues: frozenset[str] = frozenset()
+        self._lent_nodes: list[NodeInfo] = []
+        self._node_at: dict[str, int] = {}
+        self._pos: dict[str, int] = {}
+        self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
+        self.assembled_nodes = 0
+
+    def busy(self) -> bool:
+        """Whether a session over the last lending is running (another thread's cycle): a snapshot
+        wanted meanwhile (a query) must not touch the lent objects, nor end the lending."""
+        lease = self._lease
+        return lease is not None and lease.in_session and not lease.closed
+
+    def remember_task(self, key: str, spec: Any, task: TaskInfo) -> None:
+        """A task the cache converted to validate it: the template, when no priority class changes it."""
+        if not spec.priority_class_name:
+            self._tasks[key] = (spec, task)
+
+    def forget(self, kind: str, key: str) -> None:
+        """An object deleted from the cache: what was kept for it goes too."""
+        memo = {"task": self._tasks, "job": self._jobs, "node": self._nodes}.get(kind)
+        if memo is not None:
+            memo.pop(key, None)
+
+    def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
+        m = self._tasks.get(key)
+        if m is None or m[0] is not spec:
+            m = self._tasks[key] = (spec, build.task_info(spec, classes))
+        return m[1]
+
+    # -- the snapshot ----------------------------------------------------------------------
+    def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
+             queues: frozenset[str]) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
+        """Ready nodes (indexed, tasks accounted), the session's jobs (those with a podgroup in one
+        of ``queues``) and the unsettled ones among them, all lent."""
+        changes = cache.take_changes()
+        patch = self._take_back(classes, default_priority)
+        self.assembled_jobs = self.assembled_nodes = 0
+        if patch and not changes.nodes_moved:
+            nodes = self._patch_nodes(cache, classes, changes.nodes)
+        else:
+            nodes = self._lend_nodes(cache, classes)
+        if patch and not changes.jobs_removed and queues == self._queues:
+            got = self._patch_jobs(cache, classes, default_priority, changes.jobs)
+        else:
+            got = None
+        if got is None:
+            got = self._lend_jobs(cache, classes, default_priority, queues)
+        jobs, volatile = got
+        self._queues = queues
+        self._forget(cache.objects)
+        lease = self._lease = Lease()
+        if VERIFY:
+            lease.prints = [("job", j, fingerprint_job(j)) for j in self._lent.values() if not j.written]
+            lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
+        return nodes, jobs, volatile, lease
+
+    def _job(self, key: str, spec: Any, cache: Any, classes: dict[str, PriorityClass],
+             default_priority: int) -> _Job:
+        """The job as kept, or assembled afresh when its spec, a task or the default priority changed,
+        or a session wrote it."""
+        m = self._jobs.get(key)
+        version = cache.job_version.get(key, 0)
+        if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
+                or m.job.written):
+            task_specs = cache.objects["task"]
+            job = build.job_info(spec, classes, default_priority)
+            for tkey in sorted(cache.job_tasks.get(key, ()), key=cache.task_seq.__getitem__):
+                job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
+            job.written = False
+            m = self._jobs[key] = _Job(spec, version, default_priority, job)
+            self.assembled_jobs += 1
+        else:
+            job = m.job
+            if job.phase != m.phase:
+                job.phase = m.phase
+            if job.conditions is not m.conditions:
+                job.conditions = m.conditions
+        if m.volatile:
+            job.written = True
+        return m
+
+    def _lend_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
+                   queues: frozenset[str]) -> tuple[dict[str, JobInfo], list[JobInfo]]:
+        lent: dict[str, JobInfo] = {}
+        outputs: dict[str, tuple[JobInfo, str, list[dict[str, Any]]]] = {}
+        in_session: dict[str, JobInfo] = {}
+        volatile: list[JobInfo] = []
+        for key, spec in cache.objects["job"].items():
+            m = self._job(key, spec, cache, classes, default_priority)
+            job = lent[key] = m.job
+            outputs[key] = (m.job, m.phase, m.conditions)
+            if job.has_podgroup and job.queue in queues:
+                in_session[key] = job
+                if m.volatile:
+                    volatile.append(job)
+        self._lent, self._outputs, self._in_session = lent, outputs, in_session
+        self._pos = {k: i for i, k in enumerate(lent)}
+        return dict(in_session), volatile
+
+    def _patch_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
+                    changed: dict[str, None]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
+        """The last lending with the changed and written jobs looked at again; None when it cannot be
+        patched in order (a job already lent joined the session)."""
+        lent, outputs, in_session, pos = self._lent, self._outputs, self._in_session, self._pos
+        again = dict(changed)
+        for job, phase, conditions in outputs.values():
+            if job.written:
+                again[job.uid] = None
+            else:  # what the last session set as its output goes back to the spec's
+                if job.conditions is not conditions:
+                    job.conditions = conditions
+                if job.phase != phase:
+                    job.phase = phase
+        specs = cache.objects["job"]
+        queues = self._queues
+        new: list[str] = []
+        looked: list[tuple[str, _Job]] = []
+        for key in again:
+            spec = specs.get(key)
+            if spec is None:
+                continue  # a task's job without a spec: not lent
+            if key not in lent:
+                new.append(key)
+                continue
+            m = self._job(key, spec, cache, classes, default_priority)
+            lent[key] = m.job
+            outputs[key] = (m.job, m.phase, m.conditions)
+            looked.append((key, m))
+        if new:  # jobs new to the cache are the last ones it holds (none was deleted)
+            tail = list(itertools.islice(reversed(specs), len(new)))[::-1]
+            if set(tail) != set(new):
+                return None
+            for key in tail:
+                m = self._job(key, specs[key], cache, classes, default_priority)
+                lent[key] = m.job
+                outputs[key] = (m.job, m.phase, m.conditions)
+                pos[key] = len(pos)
+                looked.append((key, m))
+        volatile: list[JobInfo] = []
+        for key, m in looked:
+            job = m.job
+            if job.has_podgroup and job.queue in queues:
+                if key not in in_session and key not in new:
+                    return None  # it would join the session in its place, not at the end
+                in_session[key] = job
+                if m.volatile:
+                    volatile.append(job)
+            else:
+                in_session.pop(key, None)
+        volatile.sort(key=lambda j: pos[j.uid])
+        return dict(in_session), volatile
+
+    def _node(self, name: str, spec: Any, index: int, cache: Any, classes: dict[str, PriorityClass]) -> NodeInfo:
+        m = self._nodes.get(name)
+        version = cache.node_version.get(name, 0)
+        if m is None or m[0] is not spec or m[1] != version or m[2] != index or m[3].written:
+            task_specs = cache.objects["task"]
+            node = build.node_info(spec, index)
+            if m is not None and m[0] is spec:  # never changed in place: shared (the total keeps)
+                node.allocatable, node.capacity = m[3].allocatable, m[3].capacity
+            for tkey in sorted(cache.node_tasks.get(name, ()), key=cache.task_seq.__getitem__):
+                t = self._task(tkey, task_specs[tkey], classes)
+                # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
+                if not completed_status(t.status):
+                    node.add_task(t)
+            node.written = False
+            self._nodes[name] = (spec, version, index, node)
+            self.assembled_nodes += 1
+            return node
+        node = m[3]
+        if node.listeners:
+            node.listeners = []
+        return node
+
+    def _lend_nodes(self, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
+        out: list[NodeInfo] = []
+        for name, spec in cache.objects["node"].items():
+            if spec.ready:
+                out.append(self._node(name, spec, len(out), cache, classes))
+        self._lent_nodes = out
+        self._node_at = {n.name: i for i, n in enumerate(out)}
+        return list(out)
+
+    def _patch_nodes(self, cache: Any, classes: dict[str, PriorityClass], changed: dict[str, None]
+                     ) -> list[NodeInfo]:
+        """The last lending with the changed and written nodes looked at again (no node came, went,
+        or changed readiness)."""
+        out = self._lent_nodes
+        again = dict(changed)
+        for n in out:
+            if n.written:
+                again[n.name] = None
+            elif n.listeners:
+                n.listeners = []
+        specs = cache.objects["node"]
+        at = self._node_at
+        for name in again:
+            i = at.get(name)
+            if i is not None:
+                out[i] = self._node(name, specs[name], i, cache, classes)
+        return list(out)
+
+    def _take_back(self, classes: dict[str, PriorityClass], default_priority: int) -> bool:
+        """Before lending again: verify the last lease and say whether the last lending can be
+        patched; a lease that never came back makes everything assembled afresh."""
+        sig = tuple(sorted((k, v.value, v.preemption_policy, v.global_default) for k, v in classes.items()))
+        lease, self._lease = self._lease, None
+        patch = lease is not None and self._patchable and default_priority == self._prio
+        self._patchable = True
+        self._prio = default_priority
+        if sig != self._classes:
+            self._classes = sig
+            self._tasks = {k: m for k, m in self._tasks.items() if not m[0].priority_class_name}
+            self._jobs.clear()
+            self._nodes.clear()
+            patch = False
+        if lease is None:
+            return False
+        if not lease.closed:
+            self._jobs.clear()
+            self._nodes.clear()
+            return False
+        if lease.prints is not None:
+            check(lease)
+        return patch
+
+    def _forget(self, objects: dict[str, dict[str, Any]]) -> None:
+        """Drop what belongs to deleted objects (checked only when the counts say some are gone)."""
+        for kind, memo in (("task", self._tasks), ("job", self._jobs), ("node", self._nodes)):
+            specs = objects[kind]
+            if len(memo) > len(specs):
+                for k in [k for k in memo if k not in specs]:
+                    del memo[k]
+
+
+# -- verification ---------------------------------------------------------------------------------
+_JOB_SKIP = frozenset({"written", "phase", "conditions", "derived"})
+_NODE_SKIP = frozenset({"written", "listeners", "derived"})
+
+
+def _task_print(t: TaskInfo) -> tuple:
+    d = t.__dict__
+    return (id(t),) + tuple((k, _value(v)) for k, v in d.items())
+
+
+def _value(v: Any) -> Any:
+    if hasattr(v, "to_dict") and hasattr(v, "scalars"):
+        return ("Resource", repr(sorted(v.to_dict().items())))
+    if isinstance(v, dict):
+        return tuple((k, _value(x)) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return tuple(_value(x) for x in v)
+    if isinstance(v, TaskInfo):
+        return _task_print(v)
+    if hasattr(v, "__dict__") and not isinstance(v, type):
+        return (type(v).__name__, id(v), tuple((k, _value(x)) for k, x in v.__dict__.items()
+                                               if k not in ("job",)))
+    if hasattr(v, "__slots__"):
+        return (type(v).__name__, id(v), tuple((s, _value(getattr(v, s, None))) for s in v.__slots__))
+    return repr(v)
+
+
+def fingerprint_job(job: JobInfo) -> dict[str, Any]:
+    """Every field of a job (its tasks' fields and identities included) but those a session may set."""
+    return {k: _value(v) for k, v in job.__dict__.items() if k not in _JOB_SKIP}
+
+
+def fingerprint_node(node: NodeInfo) -> dict[str, Any]:
+    return {k: _value(v) for k, v in node.__dict__.items() if k not in _NODE_SKIP}
+
+
+def check(lease: Lease) -> None:
+    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``."""
+    for kind, obj, before in lease.prints or ():
+        if obj.written:
+            continue
+        after = fingerprint_job(obj) if kind == "job" else fingerprint_node(obj)
+        if after != before:
+            fields = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+            name = obj.uid if kind == "job" else obj.name
+            raise SharedStateMutated(f"{kind} {name}: a session changed {', '.join(fields)} "
+                                     f"without flagging it written")
