@@ -88,7 +88,9 @@ async def test_scheduler_killed_mid_stream_restarts_without_losing_or_rebinding(
     async def feed() -> None:
         for i in range(JOBS // BATCH):
             await apply_cluster(pub, batch(i))
-            await asyncio.sleep(0.02)
+            # a pause longer than the scheduler's settle time: each batch is scheduled as it comes (a stream
+            # that never pauses would be scheduled in one cycle at its end, busched.scheduler.trigger)
+            await asyncio.sleep(0.1)
     feeder = asyncio.create_task(feed())
 
     def running() -> int:

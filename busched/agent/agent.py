@@ -8,8 +8,8 @@ One `Agent` serves one or many nodes over one connection.  For each node it
 * reads its own durable consumer of the decision stream
   (``busched.decision.<node>.>``): for a bind it asks ``on_bind`` (and, unless
   disabled, checks the task fits what the node has left), answers
-  ``bind.accepted`` + ``task.phase Running`` or ``bind.rejected``, and only then
-  acks; for an evict it stops the task, calls ``on_evict`` and reports
+  ``task.phase Running`` (the task starts at once, so this also says the bind
+  was accepted) or ``bind.rejected``, and only then acks; for an evict it stops the task, calls ``on_evict`` and reports
   ``task.phase Failed`` (reason ``Evicted``),
 * optionally finishes a task after a duration (``--duration`` or the task's
   ``busched.io/duration`` annotation, in seconds) and reports ``Succeeded``.
@@ -333,9 +333,9 @@ class Agent:
             if n.tasks.get(key) is new:
                 n.tasks.pop(key, None)
 
+        # the task starts at once: Running says the bind was accepted too (bind.accepted is for an agent
+        # that takes a bind now and starts the task later)
         return _Outcome(d, [
-            (subject, m.BindAccepted(version=self._version(), namespace=ns, name=name, node=n.name,
-                                     attempt=b.attempt, boot=self.boot)),
             (subject, m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=n.name,
                                          attempt=b.attempt, phase="Running", boot=self.boot))],
             commit=accepted, rollback=undo)

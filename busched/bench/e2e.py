@@ -111,6 +111,8 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+            if len(results) < len(keys):
+                continue  # not every task has an answer yet, so not every task is Running: no need to look
             waiting = {k for k in waiting if not running(k)}
         elapsed = time.time() - t0_wall
         done = len(keys) - len(waiting)

@@ -13,6 +13,9 @@ State stream (``BUSCHED_STATE``, subjects ``busched.state.>``), one subject per 
     busched.state.podgroup.<ns>.<name>         podgroup.status                  (scheduler)
     busched.state.result.<node>.<ns>.<name>    bind.accepted/rejected, task.phase (the node's agent)
 
+Once caught up, a scheduler follows only what others write (`followed_subjects`): the object
+kinds and the agents' results, not its own binding and podgroup records.
+
 Decision stream (``BUSCHED_DECISIONS``, subjects ``busched.decision.>``)::
 
     busched.decision.<node>.bind.<ns>.<name>   bind    (scheduler -> that node's agent)
@@ -33,7 +36,8 @@ import re
 
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
            "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
-           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject"]
+           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
+           "followed_subjects"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"
@@ -41,6 +45,9 @@ STATE_PREFIX = "busched.state"
 DECISION_PREFIX = "busched.decision"
 HEARTBEAT_PREFIX = "busched.heartbeat"
 API_GET = "busched.api.get"
+
+# the state subjects others than the scheduler write: object kinds (apply, agents) and results (agents)
+FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result")
 
 _ESCAPE = re.compile(r"[.*>%\s]")
 _UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -73,6 +80,11 @@ def _key_tokens(key: str) -> str:
 def state_subject(kind: str, key: str) -> str:
     """``kind`` as in `busched.cache.KINDS`; ``key`` is ``ns/name`` or ``name``."""
     return f"{STATE_PREFIX}.{kind}.{_key_tokens(key)}"
+
+
+def followed_subjects() -> list[str]:
+    """The filter a caught-up scheduler follows the state stream with: everything but its own records."""
+    return [f"{STATE_PREFIX}.{kind}.>" for kind in FOLLOWED_KINDS]
 
 
 def binding_subject(task_key: str) -> str:

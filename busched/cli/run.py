@@ -16,7 +16,11 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scheduler")
     g.add_argument("--config", metavar="FILE", help="scheduler configuration (Volcano's volcano-scheduler.conf "
                                                     "shape); default: the built-in one")
-    g.add_argument("--period", type=float, default=1.0, help="seconds between cycles (default %(default)s)")
+    g.add_argument("--period", type=float, default=1.0,
+                   help="seconds from the end of a cycle to the next when no new work arrives (default %(default)s)")
+    g.add_argument("--no-trigger", action="store_true",
+                   help="cycle on the period only, not also as soon as new work (objects, finished or refused tasks) "
+                        "has settled")
     g.add_argument("--bind-lease", type=float, default=10.0,
                    help="seconds an alive agent has to take a bind before it is placed again (default %(default)s)")
     g.add_argument("--heartbeat-timeout", type=float, default=5.0,
@@ -34,7 +38,7 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace):  # noqa: ANN201
     from busched.scheduler import SchedulerSettings
 
-    return SchedulerSettings(period=args.period, bind_lease=args.bind_lease,
+    return SchedulerSettings(period=args.period, trigger=not args.no_trigger, bind_lease=args.bind_lease,
                              heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
                              require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes)
 
@@ -54,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from busched.bus.connect import add_nats_arguments
 
     p = sub.add_parser("run", help="run the scheduler", description="Run the scheduler: catch up with the state "
-                       "stream, then schedule every --period seconds and publish decisions.")
+                       "stream, then schedule as new work settles (and every --period seconds) and publish decisions.")
     add_nats_arguments(p)
     add_scheduler_arguments(p)
     add_log_argument(p)

@@ -119,7 +119,8 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             except OSError as e:
                 _say(f"cannot listen on {args.http}: {e.strerror}; metrics are off")
         await sched.start()
-        _say(f"scheduler ready in {sched.catchup_seconds:.2f}s, a cycle every {args.period:g}s"
+        _say(f"scheduler ready in {sched.catchup_seconds:.2f}s, a cycle as new work settles and every "
+             f"{args.period:g}s"
              + (f"; metrics at {http.url}/metrics, health {http.url}/healthz, readiness {http.url}/readyz"
                 if http else ""))
         sched_task = asyncio.create_task(sched.run_forever())

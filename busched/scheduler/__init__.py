@@ -5,14 +5,16 @@ State arrives on the state stream (`busched.bus.subjects`): object specs from
 and agents' results.  It is folded into a `Cache` of *effective* objects: a
 task's spec overlaid with where the scheduler bound it and what its agent last
 reported; a node's spec overlaid with whether its agent is alive; a job's spec
-overlaid with its podgroup status.  Every ``period`` seconds a cycle takes a
-snapshot, runs the configured actions (`run_cycle`) in a worker thread, and
-publishes its decisions.
+overlaid with its podgroup status.  Once new work has settled (and otherwise
+``period`` seconds after the last one) a cycle takes a snapshot, runs the
+configured actions (`run_cycle`) in a worker thread, and publishes its
+decisions.
 
 The life of a bind::
 
     Pending --cycle--> Binding --bind.accepted--> Bound --task.phase--> Running --> Succeeded/Failed
-                          |  (the node's resources are held from here)
+                          |  (the node's resources are held from here)       ^
+                          +-- task.phase Running (a task started at once) ---+
                           +-- bind.rejected / not received within the lease / agent lost --> Pending
                               (reason recorded, backoff before the next attempt)
 
@@ -33,12 +35,15 @@ The package, by what each part does (one `Scheduler` class, assembled in `loop` 
 
 - `records`: the settings and the bookkeeping records (`Binding`, `Result`, `NodeLive`, `CycleReport`),
   constants, and small helpers shared by the others;
-- `loop`: `Scheduler` itself: lifecycle (`start`, `stop`), `run_forever`, `run_once` (one cycle) and what a
-  cycle writes besides decisions (podgroup statuses, the outbox of records);
+- `loop`: `Scheduler` itself: lifecycle (`start`, `stop`), `run_forever`, `run_once` (one cycle) and the
+  outbox of records a cycle writes besides decisions;
 - `bindings`: binds and evicts out to agents, leases, release and backoff, and recovery after a restart;
 - `agents`: heartbeats in, agent liveness, and a node's agent being lost;
 - `events`: the state stream in: decoding, validating and applying each message;
 - `effective`: the effective objects in the cache (a spec overlaid with what the scheduler knows);
+- `statuses`: the podgroup statuses a cycle changed, written to the stream in the background;
+- `trigger`: when the next cycle starts (new work settled, or the period);
+- `memory`: when the process collects garbage (between cycles);
 - `queries`: the answers to `busched get` (request/reply) and the gauges.
 """
 

@@ -41,6 +41,7 @@ class Agents:
             if was == "lost":
                 log.info("node %s is back", hb.node)
             self._refresh_node(hb.node)
+            self._new_work()
         if not self.ready:
             return
         if rebooted:

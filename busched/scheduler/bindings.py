@@ -1,7 +1,8 @@
 """Binds and evicts out to the agents, and what keeps them honest: leases, release, backoff, recovery.
 
 A bind is written ahead: its binding record goes to the state stream first, then the decision (with
-``Nats-Msg-Id: bind:<ns>/<name>:<attempt>`` so a republish is dropped).  A decision that could not be
+``Nats-Msg-Id: bind:<ns>/<name>:<attempt>`` so a republish is dropped); a big cycle's binds go out
+in chunks, a chunk's decisions as soon as its records are acknowledged.  A decision that could not be
 published is retried every cycle (`_republish`).  On the clock (`_expire`): an agent silent past the
 heartbeat timeout is lost (`Agents._node_lost`); a bind an alive agent has not consumed within the
 lease has its undelivered decision deleted and is released; ended backoffs lift the backoff gate.
@@ -23,6 +24,8 @@ from busched.bus import subjects as S
 from busched.scheduler.records import Binding, CycleReport, NodeLive
 
 log = logging.getLogger("busched.scheduler")
+
+WRITE_AHEAD_CHUNK = 500  # binds whose records are written (and acknowledged) before their decisions go out
 
 
 class Bindings:
@@ -46,7 +49,24 @@ class Bindings:
             todo.append((key, b))
         if not todo:
             return
-        # write-ahead: the binding records first
+        # write-ahead, in chunks: a chunk's decisions go out as soon as its binding records are acknowledged,
+        # while the next chunk's records are being written, so the first agents start long before the last
+        # record of a big cycle is stored
+        sending: list[asyncio.Task[None]] = []
+        try:
+            for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
+                ready = await self._record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
+                if ready:
+                    sending.append(asyncio.create_task(self._send_decisions([(k, b, "bind") for k, b in ready])))
+                for key, b in ready:
+                    report.binds.append((key, b.node))
+                self.metrics.action_binds.inc(len(ready))
+        finally:
+            if sending:
+                await asyncio.gather(*sending)
+
+    async def _record_binds(self, todo: list[tuple[str, Binding]]) -> list[tuple[str, Binding]]:
+        """Write the binding records of ``todo``; the binds whose record is stored (the others stay Pending)."""
         acks = await self.bus.publish_all(
             (S.binding_subject(key), self._binding_record(key, b), None) for key, b in todo)
         ready: list[tuple[str, Binding]] = []
@@ -61,10 +81,7 @@ class Bindings:
                                                          version=self._next_version())
                 self._outbox[S.binding_subject(key)] = (self._binding_record(key, self.bindings[key]), None)
                 self._refresh_task(key)
-        await self._send_decisions([(key, b, "bind") for key, b in ready])
-        for key, b in ready:
-            report.binds.append((key, b.node))
-        self.metrics.action_binds.inc(len(ready))
+        return ready
 
     async def _send_decisions(self, items: list[tuple[str, Binding, str]]) -> None:
         out = []
@@ -194,6 +211,7 @@ class Bindings:
         self.reasons[key] = reason
         self._outbox[S.binding_subject(key)] = (self._binding_record(key, nb), None)
         self.metrics.releases.labels(kind).inc()
+        self._new_work()
         log.info("task %s back to Pending: %s%s", key, reason, f" (backoff {delay:g}s)" if delay else "")
         self._refresh_task(key)
 

@@ -3,12 +3,17 @@
 A task as the session must see it: where it was bound, the phase its agent reported, deleting while
 evicted, and the backoff scheduling gate.  A node is ready only while its agent is alive (when
 heartbeats are required); a job carries its podgroup status.  A new spec is refreshed at once (to
-validate it); other task changes are gathered and applied once per cycle (`sync_cache`).
+validate it); other task and job changes are gathered and applied once per cycle (`sync_cache`, or
+`sync_cache_yielding` at the start of a cycle, which lets the event loop handle what arrived every
+few milliseconds: thousands of results and podgroup changes cost a few hundred milliseconds of
+cache upserts, during which agents' answers would otherwise wait).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 import msgspec
@@ -45,12 +50,34 @@ class Effective:
         self._upsert("task", self.effective_task(key, spec), strict)
 
     def sync_cache(self) -> None:
-        """Apply the task changes gathered since the last cycle (several results of one task cost one upsert)."""
+        """Apply the task and job changes gathered since the last cycle (several results of one task cost one
+        upsert)."""
         dirty, self._dirty_tasks = self._dirty_tasks, set()
         for key in dirty:
             spec = self.specs["task"].get(key)
             if spec is not None:
                 self._upsert("task", self.effective_task(key, spec), False)
+        jobs, self._dirty_jobs = self._dirty_jobs, set()
+        for key in jobs:
+            self._refresh_job(key, now=True)
+
+    async def sync_cache_yielding(self, slice_seconds: float = 0.005) -> None:
+        """`sync_cache`, handing the event loop back every ``slice_seconds``; what changes meanwhile is
+        applied too, before this returns."""
+        tasks = self.specs["task"]
+        while self._dirty_tasks or self._dirty_jobs:
+            end = time.perf_counter() + slice_seconds
+            n = 0
+            while (self._dirty_tasks or self._dirty_jobs) and (n & 63 or time.perf_counter() < end):
+                n += 1
+                if self._dirty_tasks:
+                    key = self._dirty_tasks.pop()
+                    spec = tasks.get(key)
+                    if spec is not None:
+                        self._upsert("task", self.effective_task(key, spec), False)
+                else:
+                    self._refresh_job(self._dirty_jobs.pop(), now=True)
+            await asyncio.sleep(0)
 
     def snapshot(self) -> Any:
         self.sync_cache()
@@ -64,7 +91,12 @@ class Effective:
                                 or self.live.get(key, NodeLive()).state == "alive")
         self._upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict)
 
-    def _refresh_job(self, key: str, strict: bool = False) -> None:
+    def _refresh_job(self, key: str, strict: bool = False, *, now: bool = False) -> None:
+        """Bring the cache's copy of a job up to date: now for a new spec (to validate it), else lazily."""
+        if not (strict or now):
+            self._dirty_jobs.add(key)
+            return
+        self._dirty_jobs.discard(key)
         spec = self.specs["job"].get(key)
         if spec is None:
             return

@@ -126,6 +126,7 @@ class Events:
             if old is not None:
                 self.cache.delete(kind, key)
                 self._on_deleted(kind, key)
+                self._new_work()
             self._count(kind, "delete")
             return "applied"
         spec = getattr(msg, m.SPEC_FIELD[kind])
@@ -143,6 +144,7 @@ class Events:
         self._count(kind, "upsert")
         if kind == "node":
             self.live.setdefault(key, NodeLive(since=self.clock()))
+        self._new_work()
         return "applied"
 
     def _on_deleted(self, kind: str, key: str) -> None:
@@ -241,6 +243,8 @@ class Events:
                 self._outbox[S.binding_subject(key)] = (self._binding_record(key, b), None)
             if what in ("Running", "Succeeded"):
                 self.failures.pop(key, None)
+            if what in TERMINAL:
+                self._new_work()  # its resources are free
             self._refresh_task(key)
         return "applied"
 

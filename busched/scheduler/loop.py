@@ -1,10 +1,12 @@
 """`Scheduler` itself: lifecycle and the cycle loop.
 
 `start` subscribes to heartbeats and ``get`` requests, catches up with the state stream and recovers
-in-flight binds; `run_forever` runs `run_once` every ``period`` seconds until `stop`.  One cycle
-applies what the clock changed (`Bindings._expire`), takes a snapshot of the cache, runs the
-configured actions (`run_cycle`, in a worker thread), then publishes binds and evicts and queues
-podgroup statuses for the jobs whose phase or conditions changed.  A cycle that could not decide
+in-flight binds; `run_forever` runs `run_once` until `stop`: once new work has settled, and every
+``period`` seconds otherwise (`busched.scheduler.trigger`).  One cycle
+applies what the clock changed (`Bindings._expire`) and the changes gathered since the last cycle
+(`Effective.sync_cache_yielding`), takes a snapshot of the cache, runs the configured actions
+(`run_cycle`, in a worker thread), then publishes binds and evicts and queues podgroup statuses
+for the jobs whose phase or conditions changed (written in the background, `statuses`).  A cycle that could not decide
 anything is skipped (`QuietCycles`).  Records that must reach the state stream wait in an outbox
 (subject -> latest record) until published.
 
@@ -44,7 +46,10 @@ from busched.scheduler.agents import Agents
 from busched.scheduler.bindings import Bindings
 from busched.scheduler.effective import Effective
 from busched.scheduler.events import Events
+from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
+from busched.scheduler.statuses import PodGroups
+from busched.scheduler.trigger import Trigger
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
@@ -82,7 +87,7 @@ class _FeedbackPlugin:
 
 
 
-class Scheduler(Events, Agents, Bindings, Effective, Queries):
+class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries):
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -112,6 +117,9 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
         self.excluded: dict[str, dict[str, float]] = {}  # task -> node -> until
         self.reasons: dict[str, str] = {}  # task -> last reason it went back to Pending
         self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
+        self._statuses: dict[str, m.PodGroupStatus] = {}  # subject -> latest podgroup status to write
+        self._status_writer: asyncio.Task[None] | None = None
+        self._statuses_written_at = -float("inf")
         self._stale_evicts: set[tuple[str, str, int]] = set()
         self._unpublished: set[str] = set()  # tasks whose bind/evict decision still has to go out
         self.watch: StateWatch | None = None
@@ -122,12 +130,17 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._dirty_tasks: set[str] = set()
+        self._dirty_jobs: set[str] = set()
         self._orphans: dict[str, Result] = {}  # results replayed before their binding record
         self._caught_up = False
         self._gate = QuietCycles(self.config)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
         self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
+        self.collector = CollectorPolicy()
+        self._wake = asyncio.Event()  # new work arrived, or stop
+        self._work_since: float | None = None  # monotonic time of the first work no cycle has taken yet
+        self._work_last = 0.0
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -145,6 +158,8 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
             await self._recover()
+            # from here the binding and podgroup records on the stream are our own echoes: leave them out
+            await self.watch.narrow(S.followed_subjects())
             if self.watch.count >= FREEZE_AFTER_EVENTS:
                 # What a big catch-up built (specs, cache, conversion memo) lives as long as the scheduler:
                 # keep it out of every later collection, instead of re-enabling the collector on millions of
@@ -160,30 +175,35 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
 
     async def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self.ready = False
         self.metrics.ready.set(0)
         if self.watch is not None:
             await self.watch.stop()
         try:
             await self._flush_outbox()
+            await self._flush_statuses()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
 
     async def run_forever(self) -> None:
         if not self.ready:
             await self.start()
-        while not self._stop.is_set():
-            t = self.clock()
-            try:
-                await self.run_once()
-            except Exception:  # noqa: BLE001 - one bad cycle must not stop the scheduler
-                log.exception("cycle %d failed", self.cycle)
-                self.metrics.cycle_errors.inc()
-            delay = max(0.0, self.settings.period - (self.clock() - t))
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay)
-            except asyncio.TimeoutError:
-                pass
+        if self.settings.manage_gc:
+            self.collector.enter()
+        try:
+            while not self._stop.is_set():
+                binds = False
+                try:
+                    binds = bool((await self.run_once()).binds)
+                except Exception:  # noqa: BLE001 - one bad cycle must not stop the scheduler
+                    log.exception("cycle %d failed", self.cycle)
+                    self.metrics.cycle_errors.inc()
+                # the agents are about to answer a cycle's binds: its garbage waits for the next cycle
+                self.collector.after_cycle(defer=binds)
+                await self._wait_next_cycle(self.clock(), time.monotonic())
+        finally:
+            self.collector.exit()
 
     # == one cycle ====================================================================================================
     async def run_once(self, *, force: bool = False) -> CycleReport:
@@ -197,10 +217,12 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
             report = CycleReport(self.cycle)
             t0 = time.perf_counter()
             await self._flush_outbox()
+            self._write_statuses_soon()
             await self._expire(report)
             await self._republish()
             with paused_gc():
-                self.sync_cache()
+                await self.sync_cache_yielding()
+            self._cycle_taken()  # from here to the snapshot nothing else is handled
             config, plugins = self._cycle_config()
             excluded_key = self._excluded_key
             if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
@@ -227,12 +249,13 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
             evicts = [d for d in ssn.decisions if d.kind == "evict"]
             await self._publish_binds(binds, report)
             await self._publish_evicts(evicts, report)
-            self._collect_podgroups(ssn)
-            with paused_gc():
-                self.sync_cache()
+            # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
+            # and the stream in the background (busched.scheduler.statuses)
+            await self._collect_podgroups(ssn)
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
+            self._write_statuses_soon()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
             self.metrics.cycle_seconds.observe(report.seconds)
@@ -263,43 +286,6 @@ class Scheduler(Events, Agents, Bindings, Effective, Queries):
                                      tiers=self.config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
         return config, plugins
 
-    def _collect_podgroups(self, ssn: Any) -> None:
-        """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those)."""
-        specs = self.specs["job"]
-        pgs = self.pg_status
-        now = 0.0
-        for uid, job in ssn.jobs.items():
-            if not getattr(job, "has_podgroup", True):
-                continue
-            spec = specs.get(uid)
-            if spec is None:
-                continue
-            cur = pgs.get(uid)
-            if cur is not None:
-                cur_phase, cur_conds = cur.phase, cur.conditions
-            else:
-                cur_phase, cur_conds = spec.phase, []
-            raw = job.conditions
-            if job.phase == cur_phase and _same_conditions(raw, cur_conds):
-                continue
-            conds = [m.Condition(type=str(c.get("type", "")), status=str(c.get("status", "")),
-                                 reason=str(c.get("reason", "")), message=str(c.get("message", "")),
-                                 transition_id=str(c.get("transitionID", "")))
-                     for c in raw]
-            now = now or time.time()
-            old = {c.type: c for c in cur_conds}
-            for c in conds:
-                prev = old.get(c.type)
-                c.last_transition_time = (prev.last_transition_time if prev is not None and prev.status == c.status
-                                          else now)
-            st = m.PodGroupStatus(version=self._next_version(), namespace=spec.namespace, name=spec.name,
-                                  phase=job.phase, conditions=conds)
-            if cur_phase != job.phase:
-                log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
-            pgs[uid] = st
-            self._outbox[S.podgroup_subject(uid)] = (st, None)
-            self._refresh_job(uid)
-
     async def _flush_outbox(self) -> None:
         if not self._outbox:
             return
@@ -318,14 +304,3 @@ class _NoSession:
 
 
 _NO_SESSION: Any = _NoSession()
-
-
-def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> bool:
-    """Whether a session's conditions (dicts) say what ``conds`` say (the transition id aside)."""
-    if len(raw) != len(conds):
-        return False
-    for c, x in zip(raw, conds):
-        if (str(c.get("type", "")) != x.type or str(c.get("status", "")) != x.status
-                or str(c.get("reason", "")) != x.reason or str(c.get("message", "")) != x.message):
-            return False
-    return True

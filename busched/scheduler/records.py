@@ -29,7 +29,12 @@ _RESULT_RANK = {"accepted": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "rejec
 
 @dataclass
 class SchedulerSettings:
-    period: float = 1.0  # seconds between cycles
+    period: float = 1.0  # seconds from the end of a cycle to the start of the next when no new work arrives
+    trigger: bool = True  # also start a cycle once new work has settled (busched.scheduler.trigger)
+    settle: float = 0.05  # new work has settled: everything on the stream read and nothing new for this long
+    settle_max: float = 1.0  # ... or this long after its first arrival, for a burst that never pauses
+    min_interval: float = 0.05  # a triggered cycle starts at least this long after the previous one ended
+    status_interval: float = 1.0  # podgroup statuses are written at most this often, coalesced per job
     bind_lease: float = 10.0  # an alive agent must have consumed a bind within this long
     heartbeat_timeout: float = 5.0  # no heartbeat for this long: the node's agent is lost
     require_heartbeat: bool = True  # only nodes whose agent is alive are schedulable
@@ -38,6 +43,7 @@ class SchedulerSettings:
     exclusion_ttl: float = 60.0  # a node that refused a task is not offered it again for this long
     max_event_bytes: int = 256 * 1024  # larger state messages are rejected
     cycle_in_thread: bool = True
+    manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
     seed: int = 0
     streams: StreamSettings = field(default_factory=StreamSettings)
 
