@@ -186,7 +186,7 @@ class Cache:
         elif kind == "task":
             self._memo.remember_task(object_key(kind, spec), spec, build.task_info(spec, {}))
         elif kind == "job":
-            build.job_info(spec, {})
+            self._memo.remember_job(object_key(kind, spec), spec, build.job_info(spec, {}))
         elif kind == "queue":
             build.queue_info(spec)
         elif kind == "priorityClass":
