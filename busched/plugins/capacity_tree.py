@@ -88,6 +88,11 @@ def add_job_usage(attr: Any, job: JobInfo) -> None:
         elif status == TaskStatus.Pending:
             for t in tasks.values():
                 attr.request.add(t.resreq)
+    _add_reserved(attr, job)
+
+
+def _add_reserved(attr: Any, job: JobInfo) -> None:
+    """`add_job_usage`'s reserved and elastic parts."""
     if job.min_resources is not None:
         # An admitted job reserves what its minimum still lacks (allocated tasks already count).
         if job.phase == PodGroupPhase.Inqueue or (
@@ -113,6 +118,16 @@ class Usage:
 
 def job_usage(job: JobInfo) -> Usage:
     u = Usage()
+    idx = job.status_index
+    if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
+        # a job untouched since it was assembled, every task in one allocated status (a running job,
+        # most of a big cluster's): `add_job_usage` would sum, from zero, the very requests the job's
+        # ``allocated`` summed, in the same order; its reserved and elastic parts are its own
+        a = job.allocated
+        u.allocated.add(a)
+        u.request.add(a)
+        _add_reserved(u, job)
+        return u
     add_job_usage(u, job)
     return u
 
