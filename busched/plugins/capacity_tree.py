@@ -31,7 +31,7 @@ from typing import Any
 
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
-from busched.api.resource import CPU, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
+from busched.api.resource import CPU, GO_INFINITY, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
 from busched.api.task import TaskStatus, allocated_status
 from busched.framework import reuse
 
@@ -126,10 +126,26 @@ def job_usage(job: JobInfo) -> Usage:
         a = job.allocated
         u.allocated.add(a)
         u.request.add(a)
-        _add_reserved(u, job)
+        if job.min_resources is None:
+            u.elastic = _above_zero(a)  # nothing reserved; elastic: what of it is above no minimum
+        else:
+            _add_reserved(u, job)
         return u
     add_job_usage(u, job)
     return u
+
+
+def _above_zero(a: Resource) -> Resource:
+    """``Resource().add(exceeded_part(a, Resource()))``, without the two intermediates."""
+    r = Resource()
+    if a.cpu > 0:
+        r.cpu = a.cpu
+    if a.memory > 0:
+        r.memory = a.memory
+    for name, q in a.scalars.items():
+        if q == GO_INFINITY or q > 0:
+            r.scalars[name] = q
+    return r
 
 
 class _Queues:
