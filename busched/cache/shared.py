@@ -95,6 +95,15 @@ def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
     return t
 
 
+def _node_copy(t: TaskInfo) -> TaskInfo:
+    """A node's copy of a task template: ``t.clone()`` but for the requests, shared with the
+    template (a task's requests are replaced, never changed in place; a cold snapshot makes one
+    such copy per placed task)."""
+    c = object.__new__(TaskInfo)
+    c.__dict__.update(t.__dict__)
+    return c
+
+
 class _Template:
     """A task as converted from its spec, and the job it was handed to as it is (None: not handed)."""
 
@@ -345,7 +354,7 @@ class SharedMemo:
                 t = self._task(tkey, task_specs[tkey], classes)
                 # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
                 if not completed_status(t.status):
-                    node.add_task(t)
+                    node.add_task(t, _node_copy(t))
             node.written = False
             self._nodes[name] = (spec, version, index, node)
             self.assembled_nodes += 1
