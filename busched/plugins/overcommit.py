@@ -58,6 +58,8 @@ def _used(node: Any) -> Resource:
 
 
 def _inqueue(job: JobInfo) -> Resource | None:
+    if job.min_resources is None:
+        return None  # what _inqueue_at_open gives (most jobs: no need to keep it)
     return reuse.job_value(job, ("overcommit.inqueue", job.phase), _inqueue_at_open)
 
 
