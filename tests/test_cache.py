@@ -53,3 +53,20 @@ def test_bad_objects_are_refused_with_their_name():
     with pytest.raises(SpecError, match=r"node bad: allocatable.cpu"):
         c.upsert("node", NodeSpec(name="bad", allocatable={"cpu": "lots"}))
     assert not c.objects["node"]
+
+
+def test_parsed_resource_lists_are_copies_and_errors_stay() -> None:
+    """A resource list parsed before is handed out as a fresh copy (a caller may change it), equal
+    values of other types are parsed apart, and a bad value is still reported where it is."""
+    from busched.cache import build
+
+    a = build.resources({"cpu": "1", "memory": "4Gi"}, "x")
+    b = build.resources({"cpu": "1", "memory": "4Gi"}, "y")
+    assert a is not b and a.to_dict() == b.to_dict()
+    b.add_scalar("pods", 1.0)
+    assert "pods" not in build.resources({"cpu": "1", "memory": "4Gi"}, "z").scalars
+    assert build.resources({"cpu": 2}, "x").cpu == build.resources({"cpu": 2.0}, "x").cpu == 2000.0
+    with pytest.raises(build.SpecError, match="task t: requests.cpu"):
+        build.resources({"cpu": "lots"}, "task t: requests")
+    with pytest.raises(build.SpecError, match="task u: requests.cpu"):
+        build.resources({"cpu": "lots"}, "task u: requests")

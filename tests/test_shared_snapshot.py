@@ -203,3 +203,57 @@ def test_gone_jobs_leave_nothing_behind() -> None:
     _cycle(cache)
     assert key not in cache.job_version and key not in cache.job_tasks
     assert key not in cache._memo._jobs and key not in cache._memo._lent
+
+
+def _settled(snap):  # noqa: ANN001, ANN202
+    from busched.api.job import unsettled
+
+    return next(j for j in snap.jobs.values() if not unsettled(j) and j.tasks)
+
+
+def test_first_assembly_lends_the_validation_conversions() -> None:
+    """A settled job's first assembly is the very job and tasks the cache converted to validate
+    them (nothing converted or copied twice); a pending job gets copies of its tasks."""
+    from busched.bench import idle
+
+    cache = _idle_cache()
+    idle.churn_round(cache, 0, 2)  # new pending jobs
+    memo = cache._memo
+    templates = {k: m.task for k, m in memo._tasks.items()}
+    job_templates = {k: m[1] for k, m in memo._job_templates.items()}
+    snap = cache.snapshot(memo=True)
+    job = _settled(snap)
+    assert job is job_templates[job.uid]
+    assert all(t is templates[f"{t.namespace}/{t.name}"] for t in job.tasks.values())
+    pending = next(j for j in snap.jobs.values() if j.phase in ("Pending", "") and j.tasks)
+    assert all(t is not templates[f"{t.namespace}/{t.name}"] for t in pending.tasks.values())
+    snap.release()
+
+
+def test_template_changed_by_a_session_is_converted_again(verify) -> None:
+    """A session that evicts a task of a settled job changes the very task the cache converted: the
+    next snapshot converts it afresh, so its job and its node see the spec again, as the plain
+    conversion does."""
+    from busched.api.task import TaskStatus
+    from busched.framework.config import DEFAULT_CONFIG, load_config
+    from busched.framework.cycle import close_session, open_session
+
+    cache = _idle_cache()
+    snap = cache.snapshot(memo=True)
+    ssn = open_session(snap, load_config(DEFAULT_CONFIG))
+    job = _settled(snap)
+    task = next(iter(job.tasks.values()))
+    node = next(n for n in snap.nodes if n.name == task.node_name)
+    job.update_task_status(task, TaskStatus.Releasing)  # as the statement's evict does
+    node.update_task(task)
+    close_session(ssn)
+    again = cache.snapshot(memo=True)
+    job2 = again.jobs[job.uid]
+    task2 = job2.tasks[task.uid]
+    assert task2 is not task and task2.status == TaskStatus.Running
+    node2 = next(n for n in again.nodes if n.name == task.node_name)
+    assert node2.tasks[task.uid].status == TaskStatus.Running
+    plain = cache.snapshot(memo=False)
+    pnode = next(n for n in plain.nodes if n.name == task.node_name)
+    assert repr(node2) == repr(pnode)
+    assert job2.allocated.to_dict() == plain.jobs[job.uid].allocated.to_dict()

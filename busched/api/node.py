@@ -54,13 +54,14 @@ class NodeInfo:
     def future_idle(self) -> Resource:
         return self.idle.clone().add(self.releasing).sub(self.pipelined)
 
-    def add_task(self, task: TaskInfo) -> None:
-        """Account a task on this node; the node keeps its own copy (Volcano's AddTask)."""
+    def add_task(self, task: TaskInfo, copy: TaskInfo | None = None) -> None:
+        """Account a task on this node; the node keeps its own copy (Volcano's AddTask): a clone,
+        or ``copy`` when the caller made one (a copy of ``task`` no one else holds)."""
         if task.node_name and task.node_name != self.name:
             raise NodeAccountingError(f"task {task.key} already on different node {task.node_name}")
         if task.uid in self.tasks:
             raise NodeAccountingError(f"task {task.key} already on node {self.name}")
-        ti = task.clone()
+        ti = task.clone() if copy is None else copy
         if not self.written:
             self._first_write()
         s = ti.status

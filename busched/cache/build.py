@@ -26,11 +26,31 @@ JOB_PHASES = {"Pending", "Inqueue", "Running", "Unknown", "Completed", ""}
 QUEUE_STATES = {"Open", "Closed", "Closing", "Unknown"}
 
 
+# Parsed resource lists by their items: a big cluster has a few request shapes for many tasks, and a
+# catch-up or a cold snapshot converts every one of them (parsing quantities is most of a task's
+# conversion).  Each caller gets its own copy; bounded, it starts over when full.
+_PARSED: dict[tuple, Resource] = {}
+_PARSED_MAX = 4096
+
+
 def resources(rl: dict | None, where: str) -> Resource:
+    if rl:
+        try:
+            key = (tuple(rl.items()), tuple(map(type, rl.values())))  # 1 and 1.0 and True are equal keys
+            hit = _PARSED.get(key)
+        except TypeError:  # an unhashable value: parse it (and report it) as it is
+            key = hit = None
+        if hit is not None:
+            return hit.clone()
     try:
-        return Resource.from_list(rl, field=where)
+        r = Resource.from_list(rl, field=where)
     except QuantityError as e:
         raise SpecError(str(e)) from None
+    if rl and key is not None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = r.clone()
+    return r
 
 
 def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:

@@ -97,8 +97,8 @@ class Cache:
     def upsert(self, kind: str, spec: Any) -> None:
         if kind not in KINDS:
             raise build.SpecError(f"unknown object kind {kind!r}")
-        self._validate(kind, spec)
         key = object_key(kind, spec)
+        self._validate(kind, spec, key)
         self._changed(kind, key, self.objects[kind].get(key), spec)
         self.objects[kind][key] = spec
         self.generation += 1
@@ -146,30 +146,44 @@ class Cache:
         return changes
 
     def _index_task(self, key: str, old: Any, new: Any, version: int) -> None:
-        """Keep the task indexes and the versions of the jobs and nodes the task leaves and joins."""
+        """Keep the task indexes and the versions of the jobs and nodes the task leaves and joins
+        (the side it leaves first; written out per side: a catch-up runs this for every task)."""
+        job_version, node_version = self.job_version, self.node_version
+        changed_jobs, changed_nodes = self.changes.jobs, self.changes.nodes
         if old is None:
             self.task_seq[key] = self._next_seq
             self._next_seq += 1
-        for spec, joining in ((old, False), (new, True)):
-            if spec is None:
-                continue
-            if spec.job:
-                job = f"{spec.namespace}/{spec.job}"
-                self.job_version[job] = version
-                self.changes.jobs[job] = None
-                if joining:
-                    self.job_tasks.setdefault(job, set()).add(key)
-                else:
-                    self._unindex(self.job_tasks, job, key)
-            if spec.node:
-                self.node_version[spec.node] = version
-                self.changes.nodes[spec.node] = None
-                if joining:
-                    self.node_tasks.setdefault(spec.node, set()).add(key)
-                else:
-                    self._unindex(self.node_tasks, spec.node, key)
+        else:
+            if old.job:
+                job = f"{old.namespace}/{old.job}"
+                job_version[job] = version
+                changed_jobs[job] = None
+                self._unindex(self.job_tasks, job, key)
+            if old.node:
+                node_version[old.node] = version
+                changed_nodes[old.node] = None
+                self._unindex(self.node_tasks, old.node, key)
         if new is None:
             del self.task_seq[key]
+            return
+        if new.job:
+            job = f"{new.namespace}/{new.job}"
+            job_version[job] = version
+            changed_jobs[job] = None
+            keys = self.job_tasks.get(job)
+            if keys is None:
+                self.job_tasks[job] = {key}
+            else:
+                keys.add(key)
+        if new.node:
+            node = new.node
+            node_version[node] = version
+            changed_nodes[node] = None
+            keys = self.node_tasks.get(node)
+            if keys is None:
+                self.node_tasks[node] = {key}
+            else:
+                keys.add(key)
 
     @staticmethod
     def _unindex(index: dict[str, set[str]], name: str, key: str) -> None:
@@ -179,14 +193,14 @@ class Cache:
             if not keys:
                 del index[name]
 
-    def _validate(self, kind: str, spec: Any) -> None:
+    def _validate(self, kind: str, spec: Any, key: str) -> None:
         """Reject an object the snapshot could not convert, before it enters the cache."""
         if kind == "node":
             build.node_info(spec)
         elif kind == "task":
-            self._memo.remember_task(object_key(kind, spec), spec, build.task_info(spec, {}))
+            self._memo.remember_task(key, spec, build.task_info(spec, {}))
         elif kind == "job":
-            self._memo.remember_job(object_key(kind, spec), spec, build.job_info(spec, {}))
+            self._memo.remember_job(key, spec, build.job_info(spec, {}))
         elif kind == "queue":
             build.queue_info(spec)
         elif kind == "priorityClass":
@@ -199,7 +213,7 @@ class Cache:
             try:
                 parse_pdb(spec)
             except (PdbError, ValueError, TypeError) as e:
-                raise build.SpecError(f"podDisruptionBudget {object_key(kind, spec)}: {e}") from None
+                raise build.SpecError(f"podDisruptionBudget {key}: {e}") from None
 
     def load(self, cluster: o.ClusterSpec) -> None:
         """Apply a whole cluster block, in Volcano's event order: nodes, tasks, jobs, queues, classes."""

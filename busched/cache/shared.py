@@ -34,6 +34,13 @@ backfill may place (Pending, Pipelined, Allocated), sub-group policies and
 network topology (sub-job bookkeeping changes in place).  A settled job
 (everything running) is written only when one of its tasks is evicted.
 
+A cold lending (a restart) costs one assembly per job, not two conversions: a job's first
+assembly starts from the conversions the cache made to validate it (`remember_job`,
+`remember_task`).  A settled job gets the task templates themselves; as they may then change
+with the job in a session, a template handed to a job that comes back written is converted
+again from its spec before anything else uses it.  A job that is or will be volatile gets
+copies, so its templates stay as converted for its next assembly.
+
 A lent object may be lent again only once the session that borrowed it closed
 (``Lease.closed``, set by `Session.close`, or `ClusterSnapshot.release` for a
 reader that only looked).  A snapshot no session opened counts as only read:
@@ -95,6 +102,24 @@ def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
     return t
 
 
+def _node_copy(t: TaskInfo) -> TaskInfo:
+    """A node's copy of a task template: ``t.clone()`` but for the requests, shared with the
+    template (a task's requests are replaced, never changed in place; a cold snapshot makes one
+    such copy per placed task)."""
+    c = object.__new__(TaskInfo)
+    c.__dict__.update(t.__dict__)
+    return c
+
+
+class _Template:
+    """A task as converted from its spec, and the job it was handed to as it is (None: not handed)."""
+
+    __slots__ = ("spec", "task", "owner")
+
+    def __init__(self, spec: Any, task: TaskInfo, owner: JobInfo | None = None) -> None:
+        self.spec, self.task, self.owner = spec, task, owner
+
+
 class _Job:
     __slots__ = ("spec", "version", "prio", "job", "phase", "conditions", "volatile")
 
@@ -118,8 +143,9 @@ class SharedMemo:
     def __init__(self) -> None:
         self._classes: Any = None
         self._prio: int | None = None
-        self._tasks: dict[str, tuple[Any, TaskInfo]] = {}
-        self._job_templates: dict[str, tuple[Any, JobInfo]] = {}  # converted, never lent yet
+        self._tasks: dict[str, _Template] = {}
+        # jobs the cache converted to validate them, used as they are by their first assembly
+        self._job_templates: dict[str, tuple[Any, JobInfo]] = {}
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
         self._lease: Lease | None = None
@@ -146,13 +172,15 @@ class SharedMemo:
     def remember_task(self, key: str, spec: Any, task: TaskInfo) -> None:
         """A task the cache converted to validate it: the template, when no priority class changes it."""
         if not spec.priority_class_name:
-            self._tasks[key] = (spec, task)
+            self._tasks[key] = _Template(spec, task)
 
     def remember_job(self, key: str, spec: Any, job: JobInfo) -> None:
-        """A job the cache converted to validate it (no priority classes): its first assembly starts
-        from it, while no class is named by it and the default priority is 0."""
+        """A job the cache converted to validate it: its first assembly starts from it, when no
+        priority class changes it (its priority is then the default, set as it is lent)."""
         if not spec.priority_class_name:
             self._job_templates[key] = (spec, job)
+        else:
+            self._job_templates.pop(key, None)
 
     def forget(self, kind: str, key: str) -> None:
         """An object deleted from the cache: what was kept for it goes too."""
@@ -162,11 +190,25 @@ class SharedMemo:
         if kind == "job":
             self._job_templates.pop(key, None)
 
-    def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
+    def _template(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> _Template:
+        """The task's conversion as its spec gives it: converted again when the spec changed, or when
+        the job it was handed to was written (a session may have changed it since)."""
         m = self._tasks.get(key)
-        if m is None or m[0] is not spec:
-            m = self._tasks[key] = (spec, build.task_info(spec, classes))
-        return m[1]
+        if m is None or m.spec is not spec or (m.owner is not None and m.owner.written):
+            m = self._tasks[key] = _Template(spec, build.task_info(spec, classes))
+        return m
+
+    def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
+        return self._template(key, spec, classes).task
+
+    def _new_job(self, key: str, spec: Any, classes: dict[str, PriorityClass], default_priority: int) -> JobInfo:
+        """The job without its tasks: the validation's conversion the first time, else converted."""
+        m = self._job_templates.pop(key, None)
+        if m is not None and m[0] is spec and "" not in classes:
+            job = m[1]
+            job.priority = default_priority  # what build.job_info gives without a priority class
+            return job
+        return build.job_info(spec, classes, default_priority)
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
@@ -204,13 +246,22 @@ class SharedMemo:
         if (m is None or m.spec is not spec or m.version != version or m.prio != default_priority
                 or m.job.written):
             task_specs = cache.objects["task"]
-            t = self._job_templates.pop(key, None)
-            if t is not None and t[0] is spec and default_priority == 0 and not spec.priority_class_name:
-                job = t[1]  # what build.job_info(spec, classes, 0) gives: converted when it arrived
-            else:
-                job = build.job_info(spec, classes, default_priority)
-            for tkey in sorted(cache.job_tasks.get(key, ()), key=cache.task_seq.__getitem__):
-                job.add_task(_fresh_task(self._task(tkey, task_specs[tkey], classes)))
+            job = self._new_job(key, spec, classes, default_priority)
+            # a job that was volatile (or whose spec says it will be) gets copies: the templates stay
+            # as converted for the next assembly; a settled one gets the templates themselves
+            direct = not ((m is not None and m.volatile) or spec.phase in ("Pending", "")
+                          or spec.sub_group_policy or spec.network_topology is not None)
+            keys = cache.job_tasks.get(key, ())
+            if len(keys) > 1:
+                keys = sorted(keys, key=cache.task_seq.__getitem__)
+            for tkey in keys:
+                tmpl = self._template(tkey, task_specs[tkey], classes)
+                if direct:
+                    tmpl.owner = job
+                    job.add_task(tmpl.task)
+                else:
+                    tmpl.owner = None  # (an unwritten owner left it as converted)
+                    job.add_task(_fresh_task(tmpl.task))
             job.written = False
             m = self._jobs[key] = _Job(spec, version, default_priority, job)
             self.assembled_jobs += 1
@@ -304,11 +355,14 @@ class SharedMemo:
             node = build.node_info(spec, index)
             if m is not None and m[0] is spec:  # never changed in place: shared (the total keeps)
                 node.allocatable, node.capacity = m[3].allocatable, m[3].capacity
-            for tkey in sorted(cache.node_tasks.get(name, ()), key=cache.task_seq.__getitem__):
+            keys = cache.node_tasks.get(name, ())
+            if len(keys) > 1:
+                keys = sorted(keys, key=cache.task_seq.__getitem__)
+            for tkey in keys:
                 t = self._task(tkey, task_specs[tkey], classes)
                 # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
                 if not completed_status(t.status):
-                    node.add_task(t)
+                    node.add_task(t, _node_copy(t))
             node.written = False
             self._nodes[name] = (spec, version, index, node)
             self.assembled_nodes += 1
@@ -356,7 +410,7 @@ class SharedMemo:
         self._prio = default_priority
         if sig != self._classes:
             self._classes = sig
-            self._tasks = {k: m for k, m in self._tasks.items() if not m[0].priority_class_name}
+            self._tasks = {k: m for k, m in self._tasks.items() if not m.spec.priority_class_name}
             self._jobs.clear()
             self._nodes.clear()
             patch = False

@@ -93,8 +93,13 @@ _EXACT = float(2**52)
 def whole(r: Resource) -> bool:
     """Every value a whole number well inside a float's exact range: sums of such values are the
     same in any order (requests are whole milli-cpus, bytes and milli-units)."""
-    return (r.cpu.is_integer() and r.memory.is_integer() and abs(r.cpu) < _EXACT and abs(r.memory) < _EXACT
-            and all(v.is_integer() and abs(v) < _EXACT for v in r.scalars.values()))
+    c, m = r.cpu, r.memory
+    if not (c.is_integer() and m.is_integer() and -_EXACT < c < _EXACT and -_EXACT < m < _EXACT):
+        return False
+    for v in r.scalars.values():  # (a loop, not all(): a first full build calls this for every part)
+        if not (v.is_integer() and -_EXACT < v < _EXACT):
+            return False
+    return True
 
 
 class Sum:
@@ -149,10 +154,12 @@ class Sum:
         """Put a part in (after `check`)."""
         if part is None:
             return
-        if not self._fits(part):
-            self.exact = False
         if part.scalars:
+            if not self._fits(part):
+                self.exact = False
             self.named += 1
+        elif not whole(part):  # (no names to line up)
+            self.exact = False
         self.total.add(part)
 
     def take(self, part: Resource | None) -> bool:

@@ -257,10 +257,16 @@ class DrfPlugin:
 
     def _attr_of(self, job: JobInfo) -> _Attr:
         attr = _Attr()
-        for status, tasks in job.status_index.items():
-            if allocated_status(status):
-                for t in tasks.values():
-                    attr.allocated.add(t.resreq)
+        idx = job.status_index
+        if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
+            # untouched since assembled, all tasks in one allocated status: the loop below would sum
+            # the very requests the job's ``allocated`` summed, in the same order
+            attr.allocated.add(job.allocated)
+        else:
+            for status, tasks in idx.items():
+                if allocated_status(status):
+                    for t in tasks.values():
+                        attr.allocated.add(t.resreq)
         self._update_share(attr)
         return attr
 
