@@ -173,6 +173,21 @@ def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray
     return vec.copy() if rows is arrays.all_rows else vec[rows]
 
 
+_OWN = ("leastrequested.weight", "mostrequested.weight", "balancedresource.weight")
+
+
+def _others(plugin: Any, arrays: NodeArrays) -> list[tuple[str, int, Callable[..., Any]]]:
+    """The plugin's weighted scorers other than the node-local three, in its order (weights are
+    fixed for a plugin: listed once per session)."""
+    key = ("nodeorder-others", id(plugin))
+    got = arrays.cache.get(key)
+    if got is None or got[0] is not plugin:
+        w = plugin.weights
+        got = arrays.cache[key] = (plugin, [(name, w[name], scorer) for name, scorer in
+                                            plugin.per_node.batch_scorers.items() if w[name] and name not in _OWN])
+    return got[1]
+
+
 def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
                      nodes: list[Any]) -> np.ndarray | None:
     """The twin of NodeOrderPlugin.batch_node_order: the weighted sum of its scorers, per node.
@@ -220,22 +235,23 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
         key = ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb)
         vec = rowcache.cached(arrays.cache, key, (pv.log,), len(all_nodes), full, one)
         total = vec.copy() if rows is arrays.all_rows else vec[rows]
-    for name, scorer in scorers.batch_scorers.items():
-        wt = w[name]
-        if not wt or name in ("leastrequested.weight", "mostrequested.weight", "balancedresource.weight"):
-            continue
+    for name, wt, scorer in _others(plugin, arrays):
         part: np.ndarray | None
         if name == "tainttoleration.weight":
             raw = taint_raw(plugin, task, arrays)
             anywhere = arrays.cache.get(("taints-any", id(raw)))
             if anywhere is None:
                 anywhere = arrays.cache[("taints-any", id(raw))] = bool(raw.any())
-            # no counted taint anywhere: every candidate scores MAX, as _normalize_reverse gives
-            part = _normalize_reverse(raw[rows]) if anywhere else np.full(k, MAX, dtype=np.int64)
-        elif name == "nodeaffinity.weight" and k8s.preferred_node_affinity(task.affinity) is None:
+            if not anywhere:
+                # no counted taint anywhere: every candidate scores MAX, as _normalize_reverse gives
+                total = np.full(k, MAX * wt, dtype=np.int64) if total is None else total + MAX * wt
+                continue
+            part = _normalize_reverse(raw[rows])
+        elif name == "nodeaffinity.weight" and (
+                not task.affinity or k8s.preferred_node_affinity(task.affinity) is None):
             part = None
-        elif name == "podtopologyspread.weight" and not k8s.spread_constraints(
-                task.topology_spread_constraints, task.labels, "ScheduleAnyway"):
+        elif name == "podtopologyspread.weight" and (not task.topology_spread_constraints or not k8s.spread_constraints(
+                task.topology_spread_constraints, task.labels, "ScheduleAnyway")):
             part = None
         elif name == "podaffinity.weight" and not task.affinity and not plugin.view.affinity_nodes:
             part = None  # no preferred terms of its own and no pod with affinity anywhere: Skip
