@@ -87,6 +87,29 @@ def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any
     return v
 
 
+def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The objects that pass ``test`` and the others, each by uid in the objects' order, kept from
+    session to session (`incremental`): only the replaced and added ones are tested again.
+    ``test`` must answer the same for an object lent unchanged."""
+    def full(objs: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        yes: dict[str, Any] = {}
+        no: dict[str, Any] = {}
+        for o in objs:
+            (yes if test(o) else no)[o.uid] = o
+        return yes, no
+
+    def update(last: tuple[dict[str, Any], dict[str, Any]], pairs: Pairs) -> tuple[dict[str, Any], dict[str, Any]]:
+        yes, no = dict(last[0]), dict(last[1])
+        for _, old, o in pairs:
+            if old is not None:
+                yes.pop(old.uid, None)
+                no.pop(old.uid, None)
+            (yes if test(o) else no)[o.uid] = o
+        return yes, no
+
+    return incremental(ssn, key, objects, full, update)
+
+
 _EXACT = float(2**52)
 
 

@@ -502,7 +502,7 @@ class Session:
         A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
         session to session: busched.framework.reuse) keeps its phase unless this session wrote it
         or marked it unschedulable; only those are looked at again."""
-        steady, others = reuse.incremental(self, "close.steady", list(self.jobs.values()), _steady, _steady_update)
+        steady, others = reuse.split(self, "close.steady", list(self.jobs.values()), _is_steady)
         seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
         unschedulable = False
         for job in steady.values():
@@ -532,24 +532,6 @@ class Session:
 def _is_steady(job: JobInfo) -> bool:
     return (job.has_podgroup and not job.written
             and reuse.job_value(job, ("phase", job.phase, False), lambda j: pod_group_phase(j, False)) == job.phase)
-
-
-def _steady(jobs: list[JobInfo]) -> tuple[dict[str, JobInfo], dict[str, JobInfo]]:
-    steady: dict[str, JobInfo] = {}
-    others: dict[str, JobInfo] = {}
-    for job in jobs:
-        (steady if _is_steady(job) else others)[job.uid] = job
-    return steady, others
-
-
-def _steady_update(last: Any, pairs: reuse.Pairs) -> Any:
-    steady, others = dict(last[0]), dict(last[1])
-    for _, old, job in pairs:
-        if old is not None:
-            steady.pop(old.uid, None)
-            others.pop(old.uid, None)
-        (steady if _is_steady(job) else others)[job.uid] = job
-    return steady, others
 
 
 def _allocatable(n: NodeInfo) -> Resource:

@@ -274,6 +274,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
 
 
 def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:
+    """`add_job_usage` over every job in order: the sum `queue_usage` is tested against."""
     out: dict[str, Usage] = {}
     for job in jobs:
         q = out.get(job.queue)

@@ -87,7 +87,7 @@ class GangPlugin:
         only_scheduled = [scheduled]
         # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
         # jobs are the same (busched.framework.reuse), so such a job just gets the new list
-        quiet, others = reuse.incremental(ssn, "gang.quiet", list(ssn.jobs.values()), _quiet, _quiet_update)
+        quiet, others = reuse.split(ssn, "gang.quiet", list(ssn.jobs.values()), _is_quiet)
         for job in quiet.values():
             if job.written:
                 self._close_job(ssn, job, scheduled)
@@ -114,29 +114,10 @@ class GangPlugin:
             set_condition(job, scheduled)
 
 
-def _quiet(jobs: list[JobInfo]) -> tuple[dict[str, JobInfo], dict[str, JobInfo]]:
-    quiet: dict[str, JobInfo] = {}
-    others: dict[str, JobInfo] = {}
-    for job in jobs:
-        (quiet if _is_quiet(job) else others)[job.uid] = job
-    return quiet, others
-
-
 def _is_quiet(job: JobInfo) -> bool:
     conds = job.conditions
     return (not job.written and bool(job.tasks) and job.is_ready()
             and (not conds or (len(conds) == 1 and conds[0].get("type") == "Scheduled")))
-
-
-def _quiet_update(last: Any, pairs: Any) -> Any:
-    """The jobs that changed sorted again (a job keeps its sort while it is lent unchanged)."""
-    quiet, others = dict(last[0]), dict(last[1])
-    for _, old, job in pairs:
-        if old is not None:
-            quiet.pop(old.uid, None)
-            others.pop(old.uid, None)
-        (quiet if _is_quiet(job) else others)[job.uid] = job
-    return quiet, others
 
 
 def _skip_for_releasing(job: JobInfo) -> bool:
