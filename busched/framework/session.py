@@ -127,6 +127,9 @@ class Session:
         self._fns: dict[str, dict[str, Any]] = {p: {} for p in POINTS}
         self._resolved: dict[str, tw.Tiers] = {}
         self.cycle_state: dict[str, dict[str, Any]] = {}  # per-task scratch, keyed by task uid
+        # state several plugins share for this session only (the predicates' pod view); it lives and
+        # dies with the session (a global map keyed by session would keep every session alive)
+        self.shared: dict[str, Any] = {}
         self.dirty_jobs: set[str] = set()
         self._arrays: NodeArrays | None = None
         self.last_node_index = 0  # where the next sampled node search starts

@@ -31,7 +31,6 @@ node and ``volcano.sh/template-uid`` annotation.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +129,7 @@ class SessionPods:
     """
 
     def __init__(self, ssn: Session) -> None:
-        self._ssn = ssn
+        self._ssn = ssn  # the view lives in ssn.shared: it dies with the session
         self.nodes: dict[str, NodeInfo] = ssn.nodes
         self.node_list = list(ssn.node_list)
         nodes = list(ssn.node_list)
@@ -404,14 +403,11 @@ def _image_states(nodes: list[NodeInfo]) -> dict[str, dict[str, tuple[int, int]]
     return out
 
 
-_VIEWS: weakref.WeakKeyDictionary[Session, SessionPods] = weakref.WeakKeyDictionary()
-
-
 def session_pods(ssn: Session) -> SessionPods:
     """The session's pod view, created on first use (plugins ask for it when the session opens)."""
-    v = _VIEWS.get(ssn)
+    v = ssn.shared.get("pods")
     if v is None:
-        v = _VIEWS[ssn] = SessionPods(ssn)
+        v = ssn.shared["pods"] = SessionPods(ssn)
     return v
 
 
