@@ -36,51 +36,10 @@ class PodViewArrays:
         self.max_tasks = np.fromiter((nd.allocatable.max_task_num for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_mem = np.fromiter((int(nd.allocatable.memory) for nd in arrays.nodes), dtype=np.int64, count=n)
-        # a view that keeps its nodes' sums (busched.plugins.predicates) gives the columns whole: then
-        # a pod removed later is taken off by its own requests (every pod in the view is counted)
-        columns = getattr(view, "pod_columns", None)
-        self._seeded = columns is not None
-        if columns is not None:
-            self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = columns()
-        else:
-            self._add_all(view)
+        # the view keeps its nodes' sums (busched.plugins.predicates: SessionPods.pod_columns) and gives
+        # them whole: a pod removed later that was not added here is taken off by its own requests
+        self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = view.pod_columns()
         view.listeners.append(self)
-
-    def _add_all(self, view: Any) -> None:
-        """`_add` for every pod of the view: the per-pod values gathered in lists, then summed
-        per node by numpy (integer sums, exact)."""
-        row = self.arrays.row
-        rows: list[int] = []
-        cols: list[tuple[int, int, int, int]] = []
-        contrib = self._contrib
-        pod_requests, non_zero_requests = self.pod_requests, self.non_zero_requests
-        scalar_rows: dict[str, tuple[list[int], list[int]]] = {}
-        for name, pods in view.pods.items():
-            i = row.get(name)
-            if i is None:
-                continue
-            for task in pods.values():
-                c, m, sc = pod_requests(task)
-                nc, nm = non_zero_requests(task)
-                contrib[task.uid] = (c, m, nc, nm, sc)
-                rows.append(i)
-                cols.append((c, m, nc, nm))
-                for k, v in sc.items():
-                    got = scalar_rows.get(k)
-                    if got is None:
-                        got = scalar_rows[k] = ([], [])
-                    got[0].append(i)
-                    got[1].append(v)
-        if not rows:
-            return
-        at = np.array(rows, dtype=np.int64)
-        values = np.array(cols, dtype=np.int64)
-        np.add.at(self.count, at, 1)
-        for j, target in enumerate((self.cpu, self.mem, self.nz_cpu, self.nz_mem)):
-            np.add.at(target, at, values[:, j])
-        for k, (rs, vs) in scalar_rows.items():
-            col = self.scalars[k] = np.zeros(len(self.count), dtype=np.int64)
-            np.add.at(col, np.array(rs, dtype=np.int64), np.array(vs, dtype=np.int64))
 
     def _add(self, i: int, task: Any) -> None:
         c, m, sc = self.pod_requests(task)
@@ -107,7 +66,7 @@ class PodViewArrays:
     def pod_removed(self, node: str, task: Any) -> None:
         i = self.arrays.row.get(node)
         got = self._contrib.pop(task.uid, None)
-        if got is None and self._seeded and i is not None:
+        if got is None and i is not None:
             c, m, sc = self.pod_requests(task)
             got = (c, m, *self.non_zero_requests(task), sc)
         if i is None or got is None:
