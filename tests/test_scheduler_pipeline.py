@@ -4,6 +4,7 @@ podgroup statuses written in the background, garbage collected between cycles.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import weakref
 
@@ -260,3 +261,41 @@ def test_collector_policies_of_two_schedulers_give_the_collector_back_once_both_
         gc.unfreeze()
         if not was:
             gc.disable()
+
+
+async def test_binds_go_out_before_the_session_closes(harness):  # noqa: F811
+    """Decisions are final once the actions have run (Volcano binds as allocate commits): the binding
+    records are stored and the decisions sent before the session recomputes every job's status."""
+    from busched.framework.config import DEFAULT_CONFIG, PluginOption, Tier, load_config
+    from busched.plugins import PLUGINS
+
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    seen_at_close: list[dict[str, bool]] = []
+    sched: list[Scheduler] = []
+
+    class Witness:
+        def __init__(self, args: object) -> None:
+            pass
+
+        def on_session_open(self, ssn: object) -> None:
+            pass
+
+        def on_session_close(self, ssn: object) -> None:
+            seen_at_close.append({k: b.published for k, b in sched[0].bindings.items()})
+
+    base = load_config(DEFAULT_CONFIG)
+    config = dataclasses.replace(base, tiers=base.tiers + (Tier(plugins=(PluginOption("witness"),)),))
+    s = Scheduler(await harness.bus(), config, SchedulerSettings(**{**FAST, "require_heartbeat": False}),
+                  plugins=PLUGINS.with_entries({"witness": Witness}))
+    sched.append(s)
+    await s.start(timeout=10)
+    try:
+        await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+        await apply_cluster(bus, jobs(2))
+        await wait_until(lambda: len(s.specs["job"]) == 2 and len(s.specs["node"]) == 1, what="jobs and node known")
+        report = await s.run_once(force=True)
+        assert len(report.binds) == 2
+        assert seen_at_close[-1] == {"p/j0-0": True, "p/j1-0": True}
+    finally:
+        await s.stop()

@@ -93,6 +93,22 @@ def close_session(ssn: Session) -> None:
 def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry | None = None,
               actions: Registry | None = None, seed: int = 0, uid: str = "session",
               before_close: Any = None, now: float = 0.0) -> Session:
+    ssn = run_actions(snapshot, config, plugins=plugins, actions=actions, seed=seed, uid=uid, now=now)
+    if before_close is not None:
+        try:
+            before_close(ssn)
+        except BaseException:
+            ssn.abandon()
+            raise
+    finish_cycle(ssn)
+    return ssn
+
+
+def run_actions(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry | None = None,
+                actions: Registry | None = None, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
+    """The first part of `run_cycle`: open the session and run the actions.  Its decisions are final
+    here (Volcano binds as allocate commits, before the session closes), so a caller may send them
+    out before `finish_cycle` recomputes every job's status."""
     if actions is None:
         from busched.actions import ACTIONS as actions  # noqa: N811
     with paused_gc():
@@ -100,10 +116,17 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Re
         try:
             for name in config.actions:
                 actions[name]().execute(ssn)
-            if before_close is not None:
-                before_close(ssn)
-            close_session(ssn)
         except BaseException:
             ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
             raise
     return ssn
+
+
+def finish_cycle(ssn: Session) -> None:
+    """The second part of `run_cycle`: close the session."""
+    with paused_gc():
+        try:
+            close_session(ssn)
+        except BaseException:
+            ssn.abandon()
+            raise

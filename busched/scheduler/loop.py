@@ -6,9 +6,9 @@ in-flight binds and from then on follows only what others write on the stream; `
 cycle ended (`busched.scheduler.trigger`), collecting garbage between cycles
 (`busched.scheduler.memory`).  One cycle applies what the clock changed (`Bindings._expire`) and
 the changes gathered since the last cycle (`Effective.sync_cache_yielding`), takes a snapshot of
-the cache, runs the configured actions (`run_cycle`, in a worker thread), then publishes binds and
-evicts and queues podgroup statuses for the jobs whose phase or conditions changed (written in the
-background, `busched.scheduler.statuses`).  A cycle that could not decide anything is skipped
+the cache, runs the configured actions (`run_actions`, in a worker thread), publishes binds and
+evicts, closes the session (`finish_cycle`) and queues podgroup statuses for the jobs whose phase or
+conditions changed (written in the background, `busched.scheduler.statuses`).  A cycle that could not decide anything is skipped
 (`QuietCycles`).  Records that must reach the state stream wait in an outbox
 (subject -> latest record) until published.
 
@@ -42,7 +42,7 @@ from busched.framework.config import (
     Tier,
     load_config,
 )
-from busched.framework.cycle import QuietCycles, paused_gc, run_cycle
+from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_actions
 from busched.metrics import SchedulerMetrics
 from busched.scheduler.agents import Agents
 from busched.scheduler.bindings import Bindings
@@ -240,21 +240,20 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 before = self.cache.generation
                 snap = self.snapshot()
                 try:
-                    if self.settings.cycle_in_thread:
-                        ssn = await asyncio.to_thread(run_cycle, snap, config, **kw)
-                    else:
-                        ssn = run_cycle(snap, config, **kw)
+                    ssn = await self._in_cycle(run_actions, snap, config, **kw)
                 except Exception as e:  # noqa: BLE001
-                    self.metrics.cycle_errors.inc()
-                    log.exception("cycle %d: session failed", self.cycle)
-                    report.error = f"{type(e).__name__}: {e}"
-                    self._gate.done(_NO_SESSION, 0, 1)  # due again
-                    return report
-                # the decisions go out before the collector may pass over what the cycle left
+                    return self._failed(report, e)
+                # the decisions are final once the actions have run: they go out before the session
+                # closes (recomputing every job's status), and before the collector may pass over
+                # what the cycle left
                 binds = [d for d in ssn.decisions if d.kind == "bind"]
                 evicts = [d for d in ssn.decisions if d.kind == "evict"]
                 await self._publish_binds(binds, report)
                 await self._publish_evicts(evicts, report)
+                try:
+                    await self._in_cycle(finish_cycle, ssn)
+                except Exception as e:  # noqa: BLE001
+                    return self._failed(report, e)
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
             await self._collect_podgroups(ssn)
@@ -270,6 +269,19 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)
             return report
+
+    async def _in_cycle(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """A part of the session's work: in a worker thread (the event loop goes on meanwhile) or here."""
+        if self.settings.cycle_in_thread:
+            return await asyncio.to_thread(fn, *args, **kw)
+        return fn(*args, **kw)
+
+    def _failed(self, report: CycleReport, e: Exception) -> CycleReport:
+        self.metrics.cycle_errors.inc()
+        log.exception("cycle %d: session failed", self.cycle)
+        report.error = f"{type(e).__name__}: {e}"
+        self._gate.done(_NO_SESSION, 0, 1)  # due again
+        return report
 
     def _cycle_config(self) -> tuple[SchedulerConfig, Any]:
         now = self.clock()
