@@ -17,7 +17,7 @@ from busched.framework.registry import Registry
 from busched.framework.session import Session
 from busched.framework.snapshot import ClusterSnapshot
 
-__all__ = ["open_session", "close_session", "run_cycle", "paused_gc", "QuietCycles"]
+__all__ = ["open_session", "close_session", "run_cycle", "run_actions", "finish_cycle", "paused_gc", "QuietCycles"]
 
 
 class QuietCycles:
