@@ -92,10 +92,13 @@ class PredicateHelper:
             arr_ = self.ssn._arrays
             reasons = arr_.cache.setdefault("insufficient", {})
             versions, row_of = arr_.versions, arr_.row
-            req_key = (resource_fit.cpu, resource_fit.memory, tuple(sorted(resource_fit.scalars.items())))
+        req_key: tuple | None = None  # made on the first failing node (most searches have none to explain)
 
         def insufficient(node: NodeInfo, fi: Resource | None) -> str:
+            nonlocal req_key
             if reasons is not None:
+                if req_key is None:
+                    req_key = (resource_fit.cpu, resource_fit.memory, tuple(sorted(resource_fit.scalars.items())))
                 i = row_of.get(node.name)
                 if i is not None and arr_.nodes[i] is node:  # the session's own node, whose changes count
                     got = reasons.get(node.name)
