@@ -140,14 +140,13 @@ class PredicateHelper:
 
         scan = None
         if kernels.USE_KERNELS:
+            # the failing nodes matter when no node passes, or for the error cache, or to the caller
             scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
-                               skip=skip, in_shard=in_shard)
+                               skip=skip, in_shard=in_shard, failures=errors_if_found or use_cache)
         if scan is not None:
             # the masks decided which nodes pass; the failing ones get their exact errors
             # the kernel's resource fit (the same verdict as less_equal) spares recomputing it
-            failed = scan.failed
-            if not errors_if_found and not use_cache and len(scan.found):
-                failed = []  # nothing reads them: no error cache for this task, the caller has nodes
+            failed = scan.failed  # [] when some node passed and nothing reads them (see above)
             fit = scan.fit.tolist() if scan.fit is not None and failed else None
             for i in failed:
                 feasible(nodes[i], fit[i] if fit is not None else None)

@@ -228,7 +228,8 @@ def fits(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE) -> np.ndar
 
     Do not modify the result: it is shared until the next change.
     """
-    key = ("fit", which, req.cpu, req.memory, tuple(sorted(req.scalars.items())))
+    sc = req.scalars
+    key = ("fit", which, req.cpu, req.memory, tuple(sorted(sc.items())) if len(sc) > 1 else tuple(sc.items()))
     nodes = arrays.nodes
     if which == IDLE:
         def one(r: int) -> bool:

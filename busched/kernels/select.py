@@ -132,20 +132,28 @@ def feasible_scan(ok: np.ndarray, start: int, to_find: int) -> tuple[list[int], 
     return found.tolist(), processed, bad
 
 
-def feasible_scan_array(ok: np.ndarray, start: int, to_find: int) -> tuple[np.ndarray, int, list[int]]:
-    """`feasible_scan` with the passing positions as an integer array (no list round trip)."""
+def feasible_scan_array(ok: np.ndarray, start: int, to_find: int,
+                        failures: bool = True) -> tuple[np.ndarray, int, list[int]]:
+    """`feasible_scan` with the passing positions as an integer array (no list round trip).
+
+    ``failures`` False: a caller that reads the failing positions only when none passes; then,
+    when some pass, they are not looked for (given as ``[]``)."""
     total = len(ok)
     # the walk is ok[start:] then ok[:start]; slices are views, no reordered copy is made
     head = _where(ok[start:])
     if len(head) >= to_find:
         found = head[:to_find] + start
         processed = int(head[to_find - 1]) + 1
-        if processed == to_find:
-            return found, processed, []  # every node walked passed
+        if processed == to_find or (not failures and to_find):
+            return found, processed, []  # every node walked passed, or no one asks which did not
         bad = _where(~ok[start:start + processed]) + start
         return found, processed, bad.tolist()
     tail = _where(ok[:start]) if start else head[:0]
     need = to_find - len(head)
+    if not failures and (len(head) or len(tail)):
+        if len(tail) >= need:
+            return np.concatenate((head + start, tail[:need])), total - start + int(tail[need - 1]) + 1, []
+        return np.concatenate((head + start, tail)), total, []
     bad_head = (_where(~ok[start:]) + start).tolist()
     if len(tail) >= need:
         last = int(tail[need - 1]) + 1
@@ -167,8 +175,9 @@ def _shard_mask(arrays: NodeArrays, in_shard: Collection[str]) -> np.ndarray:
 
 def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
          resource_fit: Resource | None, *, start: int, to_find: int, skip: Mapping[str, Any] | None,
-         in_shard: Collection[str] | None) -> Scan | None:
-    """The feasibility walk of `PredicateHelper.predicate_nodes` as masks; None when it cannot vectorise."""
+         in_shard: Collection[str] | None, failures: bool = True) -> Scan | None:
+    """The feasibility walk of `PredicateHelper.predicate_nodes` as masks; None when it cannot vectorise.
+    ``failures`` False: the failing positions are wanted only when no node passes (`feasible_scan_array`)."""
     arrays: NodeArrays = ssn.arrays
     rows = arrays.rows_of(nodes)
     if rows is None:
@@ -194,7 +203,7 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
             i = where.get(name)
             if i is not None:
                 ok[i] = False
-    found, processed, failed = feasible_scan_array(ok, start, to_find)
+    found, processed, failed = feasible_scan_array(ok, start, to_find, failures)
     return Scan(found, processed, failed, rows, fit)
 
 
