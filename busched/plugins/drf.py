@@ -48,12 +48,14 @@ def calculate_share(allocated: Resource, total: Resource) -> tuple[str, float]:
     ``total.names()`` in its order (cpu, memory, scalars), read field by field: every task
     placed or removed asks this again, and the name list and ``get`` calls were most of it."""
     res, dominant = 0.0, ""
-    if total.cpu >= MIN_RESOURCE:
-        s = share_of(allocated.cpu, total.cpu)
+    t = total.cpu
+    if t >= MIN_RESOURCE:  # t > 0: share_of is the plain division
+        s = allocated.cpu / t
         if s > res:
             res, dominant = s, CPU
-    if total.memory >= MIN_RESOURCE:
-        s = share_of(allocated.memory, total.memory)
+    t = total.memory
+    if t >= MIN_RESOURCE:
+        s = allocated.memory / t
         if s > res:
             res, dominant = s, MEMORY
     if total.scalars:
