@@ -174,7 +174,7 @@ class SessionPods:
         if s is not None:
             # the node's sums grow by this pod's requests (integers: the same as summing afresh)
             c, m, sc = pod_requests(task)
-            nc, nm = non_zero_requests(task)
+            nc, nm = c or DEFAULT_MILLI_CPU, m or DEFAULT_MEMORY  # non_zero_requests(task)
             scalars = s[4]
             if sc:
                 scalars = dict(scalars)
