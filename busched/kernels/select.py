@@ -139,6 +139,15 @@ def feasible_scan_array(ok: np.ndarray, start: int, to_find: int,
     ``failures`` False: a caller that reads the failing positions only when none passes; then,
     when some pass, they are not looked for (given as ``[]``)."""
     total = len(ok)
+    if not start and not failures and to_find > 0:
+        # a walk from the first node (every unsampled search) that reports no failures: the
+        # passing positions as they are, no shifting or joining
+        found = _where(ok)
+        if len(found) > to_find:
+            found = found[:to_find]
+        elif len(found) < to_find:
+            return found, total, [] if len(found) else _where(~ok).tolist()
+        return found, int(found[-1]) + 1, []
     # the walk is ok[start:] then ok[:start]; slices are views, no reordered copy is made
     head = _where(ok[start:])
     if len(head) >= to_find:
