@@ -20,7 +20,7 @@ from busched.api.task import TaskInfo
 from busched.kernels import rowcache
 from busched.kernels.fit import NodeArrays
 
-__all__ = ["binpack_vector", "binpack_scores"]
+__all__ = ["binpack_vector", "binpack_scores", "requested"]
 
 
 def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any,
@@ -56,7 +56,7 @@ def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights
     return score
 
 
-def _shape(req: Resource) -> tuple:
+def requested(req: Resource) -> tuple:
     """``tuple((rn, req.get(rn)) for rn in req.names())``, written out (asked for every task)."""
     out = []
     if req.cpu >= MIN_RESOURCE:
@@ -74,7 +74,7 @@ def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights
                    per_node: Callable[[TaskInfo, NodeInfo], float]) -> np.ndarray:
     """`binpack_vector` for ``rows``, from the vector kept for the task's request shape."""
     req = task.resreq
-    key = ("binpack", id(weights), _shape(req))
+    key = ("binpack", id(weights), requested(req))
     nodes = arrays.nodes
     vec = rowcache.cached(arrays.cache, key, (arrays.log,), len(nodes),
                           lambda: binpack_vector(task, arrays, arrays.all_rows, weights, max_node_score),
