@@ -194,7 +194,10 @@ class JobInfo:
                 self.pending_best_effort -= 1
             if not idx:
                 del self.status_index[prev]
-        subjob.delete_task_from_sub_job(self, t)
+        # delete_task_from_sub_job, then add_task_to_sub_job, which without policies is the default sub-job
+        sj = self.sub_jobs.get(self.task_to_sub_job.pop(uid, ""))
+        if sj is not None:
+            sj.delete_task(t)
         t.status = status
         self.tasks[uid] = t
         self.status_index.setdefault(status, {})[uid] = t
@@ -203,7 +206,9 @@ class JobInfo:
             self.allocated.add(r)
         elif t.best_effort and status == TaskStatus.Pending:
             self.pending_best_effort += 1
-        subjob.add_task_to_sub_job(self, t)
+        sj = self.sub_jobs.get(self.uid) or subjob.default_sub_job(self)
+        sj.add_task(t)
+        self.task_to_sub_job[uid] = sj.uid
 
     def tasks_in(self, status: TaskStatus) -> list[TaskInfo]:
         return list(self.status_index.get(status, {}).values())
