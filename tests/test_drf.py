@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import msgspec
@@ -13,7 +14,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.framework.cycle import open_session
 from busched.framework.session import Session
-from busched.plugins.drf import calculate_share, share_of
+from busched.plugins.drf import calculate_share, calculate_share_reference, share_of
 
 
 def session(c: dict[str, Any], plugins: list[dict[str, Any]] | None = None) -> Session:
@@ -50,6 +51,19 @@ def test_share_helpers():
     total = Resource(10000, 100.0, {"pods": 10.0})
     assert calculate_share(Resource(2000, 50.0), total) == ("memory", 0.5)
     assert calculate_share(Resource(), total) == ("", 0.0)
+
+
+def test_calculate_share_matches_reference():
+    """The field-by-field walk gives what the walk over ``total.names()`` gives, ties and zeros included."""
+    rng = random.Random(7)
+    values = [0.0, 0.05, 0.1, 1.0, 3.0, 1000.0, 4096.0]
+    names = ["pods", "nvidia.com/gpu", "example.com/foo"]
+    for _ in range(3000):
+        def res() -> Resource:
+            scalars = {n: rng.choice(values) for n in names if rng.random() < 0.5}
+            return Resource(rng.choice(values), rng.choice(values), scalars)
+        allocated, total = res(), res()
+        assert calculate_share(allocated, total) == calculate_share_reference(allocated, total)
 
 
 def test_shares_at_open_and_job_order():

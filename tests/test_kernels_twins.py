@@ -221,6 +221,12 @@ def test_feasible_scan_array_equals_the_list_form(seed):
     found, processed, failed = select.feasible_scan_array(ok, start, to_find)
     assert isinstance(found, np.ndarray)
     assert (found.tolist(), processed, failed) == select.feasible_scan(ok, start, to_find)
+    # without failures asked for: the same walk; the failing positions only when none passed
+    for s in (start, 0):
+        found1, processed1, failed1 = select.feasible_scan_array(ok, s, to_find)
+        found2, processed2, failed2 = select.feasible_scan_array(ok, s, to_find, failures=False)
+        assert (found2.tolist(), processed2) == (found1.tolist(), processed1)
+        assert failed2 == ([] if len(found1) else failed1)
     nodes = [f"n{i}" for i in range(n)]
     rows = np.arange(n)[::-1].copy()
     by_array = select.NodeRows.take(nodes, found, rows)

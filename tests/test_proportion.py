@@ -212,3 +212,29 @@ def test_event_handlers_update_allocated_and_share():
     assert attr.share == pytest.approx(2.0)  # 12 / 6
     stmt.discard()
     assert attr.allocated.cpu == 0 and attr.share == 0.0
+
+
+def test_task_allocatable_is_queue_allocatable_of_one():
+    """The one-task check reads the sums off; it answers as queue_allocatable(q, [task]) does."""
+    import random
+    from types import SimpleNamespace
+
+    from busched.api.queue import QueueState
+    from busched.api.task import TaskInfo
+    from busched.plugins.proportion import ProportionPlugin
+
+    rng = random.Random(11)
+    values = [0.0, 0.5, 1.0, 2.0, 1000.0, 1000.5]
+    names = ["pods", "nvidia.com/gpu"]
+
+    def res() -> Resource:
+        return Resource(rng.choice(values), rng.choice(values),
+                        {n: rng.choice(values) for n in names if rng.random() < 0.5})
+
+    plugin = ProportionPlugin()
+    q = SimpleNamespace(uid="q", state=QueueState.Open)
+    for _ in range(3000):
+        plugin.queue_opts = {"q": SimpleNamespace(allocated=res(), deserved=res())}
+        r = res()
+        t = TaskInfo(uid="ns-t", name="t", namespace="ns", job="ns/j", resreq=r, init_resreq=r.clone())
+        assert plugin.task_allocatable(q, t) == plugin.queue_allocatable(q, [t])

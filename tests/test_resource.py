@@ -1,7 +1,7 @@
 import pytest
 
 from busched.api.quantity import QuantityError
-from busched.api.resource import INFINITY, ZERO, Resource, exceeded_part
+from busched.api.resource import INFINITY, MIN_RESOURCE, ZERO, Resource, exceeded_part
 
 
 def R(**kw):
@@ -71,3 +71,36 @@ def test_unschedulable_names_are_dropped():
     r = Resource.from_list({"cpu": "1", "rdma": "4", "example.com/foo": "2", "hugepages-2Mi": "1Mi",
                             "requests.example.com/x": "1", "count/pods": "3"})
     assert set(r.scalars) == {"example.com/foo", "hugepages-2Mi"}
+
+
+def _less_equal_reference(l: Resource, r: Resource, default: int) -> bool:
+    """Volcano's LessEqual, dimension by dimension (a missing scalar takes the default)."""
+    def le(a: float, b: float) -> bool:
+        return a < b or abs(a - b) < MIN_RESOURCE
+    if not le(l.cpu, r.cpu) or not le(l.memory, r.memory):
+        return False
+    if default == INFINITY and any(n not in l.scalars for n in r.scalars):
+        return False
+    for n, lv in l.scalars.items():
+        if n not in r.scalars:
+            if default == INFINITY:
+                continue
+            if not le(lv, 0.0):
+                return False
+        elif not le(lv, r.scalars[n]):
+            return False
+    return True
+
+
+def test_less_equal_matches_reference():
+    import random
+
+    rng = random.Random(5)
+    values = [0.0, 0.05, 0.1, 0.15, 1.0, 1.05, 2.0, -1.0]
+    for _ in range(5000):
+        def res() -> Resource:
+            return Resource(rng.choice(values), rng.choice(values),
+                            {n: rng.choice(values) for n in ("pods", "nvidia.com/gpu") if rng.random() < 0.4})
+        a, b = res(), res()
+        for default in (ZERO, INFINITY):
+            assert a.less_equal(b, default) == _less_equal_reference(a, b, default)

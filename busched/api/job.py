@@ -165,10 +165,50 @@ class JobInfo:
         subjob.delete_task_from_sub_job(self, old)
 
     def update_task_status(self, t: TaskInfo, status: TaskStatus) -> None:
+        if not self.subgroup_policy and self.tasks.get(t.uid) is t:
+            self._move(t, status)
+            return
         if t.uid in self.tasks:
             self.delete_task(t)
         t.status = status
         self.add_task(t)
+
+    def _move(self, t: TaskInfo, status: TaskStatus) -> None:
+        """`delete_task` then `add_task` with the new status, for a task indexed as itself: the same
+        changes in the same order (the task goes to the end of the maps, as there), in one call.
+        Every task allocate places moves twice (placed, then dispatched).  Only for a job without
+        sub-group policies, whose tasks all sit in its default sub-job."""
+        uid = t.uid
+        prev = t.status
+        r = t.resreq
+        self.written = True
+        if self.derived:
+            self.derived = {}
+        del self.tasks[uid]
+        self.total_request.sub(r)
+        if allocated_status(prev):
+            self.allocated.sub(r)
+        idx = self.status_index.get(prev)
+        if idx is not None:
+            if idx.pop(uid, None) is not None and t.best_effort and prev == TaskStatus.Pending:
+                self.pending_best_effort -= 1
+            if not idx:
+                del self.status_index[prev]
+        # delete_task_from_sub_job, then add_task_to_sub_job, which without policies is the default sub-job
+        sj = self.sub_jobs.get(self.task_to_sub_job.pop(uid, ""))
+        if sj is not None:
+            sj.delete_task(t)
+        t.status = status
+        self.tasks[uid] = t
+        self.status_index.setdefault(status, {})[uid] = t
+        self.total_request.add(r)
+        if allocated_status(status):
+            self.allocated.add(r)
+        elif t.best_effort and status == TaskStatus.Pending:
+            self.pending_best_effort += 1
+        sj = self.sub_jobs.get(self.uid) or subjob.default_sub_job(self)
+        sj.add_task(t)
+        self.task_to_sub_job[uid] = sj.uid
 
     def tasks_in(self, status: TaskStatus) -> list[TaskInfo]:
         return list(self.status_index.get(status, {}).values())

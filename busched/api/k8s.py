@@ -52,8 +52,8 @@ def pod_requests(task: Any) -> tuple[int, int, dict[str, int]]:
 
 def non_zero_requests(task: Any) -> tuple[int, int]:
     """Requests with kube-scheduler's defaults for a missing cpu or memory request (0 counts as missing)."""
-    cpu, mem, _ = pod_requests(task)
-    return cpu or DEFAULT_MILLI_CPU, mem or DEFAULT_MEMORY
+    r = task.resreq  # pod_requests' cpu and memory, without its scalar map
+    return int(r.cpu) or DEFAULT_MILLI_CPU, int(r.memory) or DEFAULT_MEMORY
 
 
 def go_div(a: int, b: int) -> int:

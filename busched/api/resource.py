@@ -207,8 +207,17 @@ class Resource:
 
     # -- comparison ------------------------------------------------------------
     def less_equal(self, rr: Resource, default: int = ZERO) -> bool:
-        if not _le(self.cpu, rr.cpu) or not _le(self.memory, rr.memory):
+        # _le written out: the scheduler asks this several times for every task it places
+        a, b = self.cpu, rr.cpu
+        if not (a < b or abs(a - b) < MIN_RESOURCE):
             return False
+        a, b = self.memory, rr.memory
+        if not (a < b or abs(a - b) < MIN_RESOURCE):
+            return False
+        if not self.scalars:
+            if default == INFINITY:
+                return not rr.scalars
+            return True
         if default == INFINITY:
             for n in rr.scalars:
                 if n not in self.scalars:

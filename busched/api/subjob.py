@@ -28,7 +28,7 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 
 __all__ = ["SubJobInfo", "HARD", "SOFT", "JOB_ALLOCATED_HYPERNODE", "hard_topology", "sub_job_gid", "sub_job_id",
-           "match_values", "init_job", "add_task_to_sub_job", "delete_task_from_sub_job", "contains_sub_job_policy",
+           "match_values", "init_job", "default_sub_job", "add_task_to_sub_job", "delete_task_from_sub_job", "contains_sub_job_policy",
            "contains_hard_topology", "contains_network_topology", "check_sub_job_valid",
            "check_sub_job_ready", "check_sub_job_pipelined", "clone_sub_job_status", "fit_failed_roles",
            "task_has_fit_errors", "need_continue_allocating", "reset_sub_job_fit_errors"]
@@ -214,7 +214,7 @@ def contains_sub_job_policy(job: Any) -> bool:
     return job.has_podgroup and bool(job.subgroup_policy)
 
 
-def _default_sub_job(job: Any) -> SubJobInfo:
+def default_sub_job(job: Any) -> SubJobInfo:
     sj = job.sub_jobs.get(job.uid)
     if sj is None:
         size = None if contains_sub_job_policy(job) else job.min_available
@@ -235,7 +235,7 @@ def _sub_job_for(job: Any, t: TaskInfo) -> SubJobInfo:
                                                           p.get("subGroupSize"), p.get("networkTopology"),
                                                           values)
                 return sj
-    return _default_sub_job(job)
+    return default_sub_job(job)
 
 
 def add_task_to_sub_job(job: Any, t: TaskInfo) -> None:

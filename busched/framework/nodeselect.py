@@ -92,10 +92,13 @@ class PredicateHelper:
             arr_ = self.ssn._arrays
             reasons = arr_.cache.setdefault("insufficient", {})
             versions, row_of = arr_.versions, arr_.row
-            req_key = (resource_fit.cpu, resource_fit.memory, tuple(sorted(resource_fit.scalars.items())))
+        req_key: tuple | None = None  # made on the first failing node (most searches have none to explain)
 
         def insufficient(node: NodeInfo, fi: Resource | None) -> str:
+            nonlocal req_key
             if reasons is not None:
+                if req_key is None:
+                    req_key = (resource_fit.cpu, resource_fit.memory, tuple(sorted(resource_fit.scalars.items())))
                 i = row_of.get(node.name)
                 if i is not None and arr_.nodes[i] is node:  # the session's own node, whose changes count
                     got = reasons.get(node.name)
@@ -137,14 +140,13 @@ class PredicateHelper:
 
         scan = None
         if kernels.USE_KERNELS:
+            # the failing nodes matter when no node passes, or for the error cache, or to the caller
             scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
-                               skip=skip, in_shard=in_shard)
+                               skip=skip, in_shard=in_shard, failures=errors_if_found or use_cache)
         if scan is not None:
             # the masks decided which nodes pass; the failing ones get their exact errors
             # the kernel's resource fit (the same verdict as less_equal) spares recomputing it
-            failed = scan.failed
-            if not errors_if_found and not use_cache and len(scan.found):
-                failed = []  # nothing reads them: no error cache for this task, the caller has nodes
+            failed = scan.failed  # [] when some node passed and nothing reads them (see above)
             fit = scan.fit.tolist() if scan.fit is not None and failed else None
             for i in failed:
                 feasible(nodes[i], fit[i] if fit is not None else None)

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from busched.api.node import NodeInfo
+from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
 from busched.kernels import rowcache
 from busched.kernels.fit import NodeArrays
 
-__all__ = ["binpack_vector", "binpack_scores"]
+__all__ = ["binpack_vector", "binpack_scores", "requested"]
 
 
 def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any,
@@ -55,11 +56,25 @@ def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights
     return score
 
 
+def requested(req: Resource) -> tuple:
+    """``tuple((rn, req.get(rn)) for rn in req.names())``, written out (asked for every task)."""
+    out = []
+    if req.cpu >= MIN_RESOURCE:
+        out.append((CPU, req.cpu))
+    if req.memory >= MIN_RESOURCE:
+        out.append((MEMORY, req.memory))
+    if req.scalars:
+        for rn, v in req.scalars.items():
+            if v >= MIN_RESOURCE:
+                out.append((rn, req.get(rn)))
+    return tuple(out)
+
+
 def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any, max_node_score: int,
                    per_node: Callable[[TaskInfo, NodeInfo], float]) -> np.ndarray:
     """`binpack_vector` for ``rows``, from the vector kept for the task's request shape."""
     req = task.resreq
-    key = ("binpack", id(weights), tuple((rn, req.get(rn)) for rn in req.names()))
+    key = ("binpack", id(weights), requested(req))
     nodes = arrays.nodes
     vec = rowcache.cached(arrays.cache, key, (arrays.log,), len(nodes),
                           lambda: binpack_vector(task, arrays, arrays.all_rows, weights, max_node_score),

@@ -1,8 +1,9 @@
 """Node resource state as arrays, and the resource-fit kernel over all nodes at once.
 
-`NodeArrays` keeps a node x resource matrix for allocatable, idle, used,
-releasing and pipelined resources, updated row by row as the session
-allocates, pipelines and evicts (it listens to `NodeInfo`).  The values are
+`NodeArrays` keeps a node x resource matrix for allocatable, idle, used and
+future idle resources, updated row by row as the session allocates, pipelines
+and evicts (it listens to `NodeInfo`).  (Releasing and pipelined have no
+matrix: no kernel reads them, future idle already sums them.)  The values are
 copied from the nodes' own `Resource` objects, never re-derived, so a kernel
 reading them does exactly the float arithmetic the per-node code does.
 
@@ -60,8 +61,6 @@ class NodeArrays:
         self.allocatable = np.zeros(shape, order="F")
         self.idle = np.zeros(shape, order="F")
         self.used = np.zeros(shape, order="F")
-        self.releasing = np.zeros(shape, order="F")
-        self.pipelined = np.zeros(shape, order="F")
         self.future = np.zeros(shape, order="F")  # future idle, from NodeInfo.future_idle() itself
         self.all_rows = np.arange(len(self.nodes), dtype=np.int64)
         self.cache: dict[object, Any] = {}  # per-session kernel state (masks from fixed node facts ...)
@@ -72,21 +71,21 @@ class NodeArrays:
         self._old_carry = like.carry if like is not None and changed is not None else None  # not like: no chain
         self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
         self.versions: list[int] = [0] * len(self.nodes)  # per row, how many times its accounting changed
-        matrices = (self.allocatable, self.idle, self.used, self.releasing, self.pipelined, self.future)
+        # the scalar columns with their names, for writing a row value by value (`_put`)
+        self._scalar_columns = [(s, j) for s, j in names.items() if j > 1]
+        matrices = (self.allocatable, self.idle, self.used, self.future)
         if changed is not None and like is not None:
             for matrix, first in zip(matrices, like.first):
                 matrix[:] = first
-            row = self._row
             for i in changed:
                 n = self.nodes[i]
-                self.allocatable[i] = row(n.allocatable)
+                self._put(self.allocatable, i, n.allocatable)
                 self._fill(i, n)
         else:
             futures = [n.future_idle() for n in self.nodes]
             for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
                                       (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
-                                      (self.releasing, [n.releasing for n in self.nodes]),
-                                      (self.pipelined, [n.pipelined for n in self.nodes]), (self.future, futures)):
+                                      (self.future, futures)):
                 self._fill_column_wise(matrix, resources)
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         for n in self.nodes:
@@ -110,7 +109,7 @@ class NodeArrays:
         return values
 
     def _fill_column_wise(self, matrix: np.ndarray, resources: list[Resource]) -> None:
-        """What `_vec` does row by row, a column at a time (one pass per resource name)."""
+        """What `_put` does row by row, a column at a time (one pass per resource name)."""
         k = len(resources)
         matrix[:, 0] = np.fromiter((r.cpu for r in resources), dtype=float, count=k)
         matrix[:, 1] = np.fromiter((r.memory for r in resources), dtype=float, count=k)
@@ -118,35 +117,22 @@ class NodeArrays:
             if j > 1:
                 matrix[:, j] = np.fromiter((r.scalars.get(s, 0.0) for r in resources), dtype=float, count=k)
 
-    def _vec(self, r: Resource, out: np.ndarray) -> None:
-        out[:] = 0.0
-        out[0] = r.cpu
-        out[1] = r.memory
-        for s, v in r.scalars.items():
-            j = self.columns.get(s)
-            if j is not None:
-                out[j] = v
-
-    def _row(self, r: Resource) -> list[float]:
-        """What `_vec` writes, as a list (one assignment per matrix row instead of one per value)."""
-        out = [0.0] * len(self.columns)
-        out[0] = r.cpu
-        out[1] = r.memory
-        if r.scalars:
-            columns = self.columns
-            for s, v in r.scalars.items():
-                j = columns.get(s)
-                if j is not None:
-                    out[j] = v
-        return out
+    def _put(self, matrix: np.ndarray, i: int, r: Resource) -> None:
+        """Row ``i`` of ``matrix`` from ``r`` (a scalar it lacks is 0.0; one without a column is left
+        out).  Element writes: for the few columns a cluster has they cost less than building a list
+        and assigning a row, and every task placed writes three rows."""
+        matrix[i, 0] = r.cpu
+        matrix[i, 1] = r.memory
+        if self._scalar_columns:
+            get = r.scalars.get
+            for s, j in self._scalar_columns:
+                matrix[i, j] = get(s, 0.0)
 
     def _fill(self, i: int, n: NodeInfo) -> None:
-        row = self._row
-        self.idle[i] = row(n.idle)
-        self.used[i] = row(n.used)
-        self.releasing[i] = row(n.releasing)
-        self.pipelined[i] = row(n.pipelined)
-        self.future[i] = row(n.future_idle())
+        put = self._put
+        put(self.idle, i, n.idle)
+        put(self.used, i, n.used)
+        put(self.future, i, n.future_idle())
 
     def column(self, matrix: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """One resource's values (zeros when no node has it), over all nodes or ``rows``."""
@@ -242,7 +228,8 @@ def fits(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE) -> np.ndar
 
     Do not modify the result: it is shared until the next change.
     """
-    key = ("fit", which, req.cpu, req.memory, tuple(sorted(req.scalars.items())))
+    sc = req.scalars
+    key = ("fit", which, req.cpu, req.memory, tuple(sorted(sc.items())) if len(sc) > 1 else tuple(sc.items()))
     nodes = arrays.nodes
     if which == IDLE:
         def one(r: int) -> bool:

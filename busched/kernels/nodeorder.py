@@ -122,7 +122,8 @@ def _key(*parts: Any) -> str:
 
 def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     """taint_toleration_scores' raw counts for every node: PreferNoSchedule taints the task does not tolerate."""
-    tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)]
+    tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)] \
+        if task.tolerations else ()
     key = ("taints", _key(tolerations) if tolerations else "")
     raw = arrays.cache.get(key)
     if raw is None:
@@ -213,7 +214,7 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
     gpu = scalars.get(GPU, 0)
     total: np.ndarray | None = None
     if wl or wm or wb:
-        nz = k8s.non_zero_requests(task)
+        nz = (cpu or k8s.DEFAULT_MILLI_CPU, mem or k8s.DEFAULT_MEMORY)  # k8s.non_zero_requests(task)
         view = plugin.view
         all_nodes = arrays.nodes
 
@@ -234,7 +235,8 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
 
         key = ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb)
         vec = rowcache.cached(arrays.cache, key, (pv.log,), len(all_nodes), full, one)
-        total = vec.copy() if rows is arrays.all_rows else vec[rows]
+        # no copy: every step below makes a new array, the kept vector is never written here
+        total = vec if rows is arrays.all_rows else vec[rows]
     for name, wt, scorer in _others(plugin, arrays):
         part: np.ndarray | None
         if name == "tainttoleration.weight":

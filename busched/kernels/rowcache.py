@@ -30,24 +30,40 @@ def cached(store: dict[Any, Any], key: Hashable, logs: Sequence[list[int]], size
     ``store`` is a session's kernel cache; the vectors live in their own part of it, oldest
     dropped first beyond `MAX_ENTRIES`.
     """
-    store = store.setdefault(_VECTORS, {})
-    entry = store.get(key)
+    vectors = store.get(_VECTORS)
+    if vectors is None:
+        vectors = store[_VECTORS] = {}
+    entry = vectors.get(key)
     if entry is None:
         vec = full()
-        if len(store) >= MAX_ENTRIES:
-            store.pop(next(iter(store)))
-        store[key] = (vec, [len(log) for log in logs])
+        if len(vectors) >= MAX_ENTRIES:
+            vectors.pop(next(iter(vectors)))
+        vectors[key] = (vec, [len(log) for log in logs])
         return vec
     vec, pos = entry
-    dirty: set[int] | None = None
-    for i, log in enumerate(logs):
-        n = len(log)
-        if n != pos[i]:
-            if dirty is None:
-                dirty = set(log[pos[i]:])
-            else:
-                dirty.update(log[pos[i]:])
-            pos[i] = n
+    if len(logs) == 1:
+        # one log (every caller so far), and most often one row logged since (a task placed):
+        # the same as the general walk below without building a set
+        log = logs[0]
+        n, p = len(log), pos[0]
+        if n == p:
+            return vec
+        pos[0] = n
+        if n - p == 1 and 8 <= size:
+            r = log[p]
+            vec[r] = one(r)
+            return vec
+        dirty: set[int] | None = set(log[p:])
+    else:
+        dirty = None
+        for i, log in enumerate(logs):
+            n = len(log)
+            if n != pos[i]:
+                if dirty is None:
+                    dirty = set(log[pos[i]:])
+                else:
+                    dirty.update(log[pos[i]:])
+                pos[i] = n
     if dirty:
         if len(dirty) * 8 > size:
             vec[:] = full()

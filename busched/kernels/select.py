@@ -83,6 +83,18 @@ class Scan(NamedTuple):
     fit: np.ndarray | None = None  # resource fit on future idle per scanned position (None: not asked)
 
 
+def _where(mask: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero`` for a 1-D mask: the same positions, without its Python wrapper layers
+    (ravel, then nonzero through dispatch), which cost more than the work on a few hundred nodes."""
+    return mask.nonzero()[0]
+
+
+def _top(values: np.ndarray) -> float:
+    """``values.max()`` of a non-empty float array (NaN when it holds one: argmax points at the first
+    NaN), through argmax, which skips the reduction machinery ``max`` goes through."""
+    return values[values.argmax()]
+
+
 def _is_method(fn: Any, obj: Any, name: str) -> bool:
     return getattr(fn, "__self__", None) is obj and getattr(fn, "__name__", "") == name
 
@@ -120,28 +132,45 @@ def feasible_scan(ok: np.ndarray, start: int, to_find: int) -> tuple[list[int], 
     return found.tolist(), processed, bad
 
 
-def feasible_scan_array(ok: np.ndarray, start: int, to_find: int) -> tuple[np.ndarray, int, list[int]]:
-    """`feasible_scan` with the passing positions as an integer array (no list round trip)."""
+def feasible_scan_array(ok: np.ndarray, start: int, to_find: int,
+                        failures: bool = True) -> tuple[np.ndarray, int, list[int]]:
+    """`feasible_scan` with the passing positions as an integer array (no list round trip).
+
+    ``failures`` False: a caller that reads the failing positions only when none passes; then,
+    when some pass, they are not looked for (given as ``[]``)."""
     total = len(ok)
+    if not start and not failures and to_find > 0:
+        # a walk from the first node (every unsampled search) that reports no failures: the
+        # passing positions as they are, no shifting or joining
+        found = _where(ok)
+        if len(found) > to_find:
+            found = found[:to_find]
+        elif len(found) < to_find:
+            return found, total, [] if len(found) else _where(~ok).tolist()
+        return found, int(found[-1]) + 1, []
     # the walk is ok[start:] then ok[:start]; slices are views, no reordered copy is made
-    head = np.flatnonzero(ok[start:])
+    head = _where(ok[start:])
     if len(head) >= to_find:
         found = head[:to_find] + start
         processed = int(head[to_find - 1]) + 1
-        if processed == to_find:
-            return found, processed, []  # every node walked passed
-        bad = np.flatnonzero(~ok[start:start + processed]) + start
+        if processed == to_find or (not failures and to_find):
+            return found, processed, []  # every node walked passed, or no one asks which did not
+        bad = _where(~ok[start:start + processed]) + start
         return found, processed, bad.tolist()
-    tail = np.flatnonzero(ok[:start]) if start else head[:0]
+    tail = _where(ok[:start]) if start else head[:0]
     need = to_find - len(head)
-    bad_head = (np.flatnonzero(~ok[start:]) + start).tolist()
+    if not failures and (len(head) or len(tail)):
+        if len(tail) >= need:
+            return np.concatenate((head + start, tail[:need])), total - start + int(tail[need - 1]) + 1, []
+        return np.concatenate((head + start, tail)), total, []
+    bad_head = (_where(~ok[start:]) + start).tolist()
     if len(tail) >= need:
         last = int(tail[need - 1]) + 1
         processed = total - start + last
         return (np.concatenate((head + start, tail[:need])), processed,
-                bad_head + np.flatnonzero(~ok[:last]).tolist())
+                bad_head + _where(~ok[:last]).tolist())
     return (np.concatenate((head + start, tail)), total,
-            bad_head + (np.flatnonzero(~ok[:start]).tolist() if start else []))
+            bad_head + (_where(~ok[:start]).tolist() if start else []))
 
 
 def _shard_mask(arrays: NodeArrays, in_shard: Collection[str]) -> np.ndarray:
@@ -155,8 +184,9 @@ def _shard_mask(arrays: NodeArrays, in_shard: Collection[str]) -> np.ndarray:
 
 def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
          resource_fit: Resource | None, *, start: int, to_find: int, skip: Mapping[str, Any] | None,
-         in_shard: Collection[str] | None) -> Scan | None:
-    """The feasibility walk of `PredicateHelper.predicate_nodes` as masks; None when it cannot vectorise."""
+         in_shard: Collection[str] | None, failures: bool = True) -> Scan | None:
+    """The feasibility walk of `PredicateHelper.predicate_nodes` as masks; None when it cannot vectorise.
+    ``failures`` False: the failing positions are wanted only when no node passes (`feasible_scan_array`)."""
     arrays: NodeArrays = ssn.arrays
     rows = arrays.rows_of(nodes)
     if rows is None:
@@ -182,7 +212,7 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
             i = where.get(name)
             if i is not None:
                 ok[i] = False
-    found, processed, failed = feasible_scan_array(ok, start, to_find)
+    found, processed, failed = feasible_scan_array(ok, start, to_find, failures)
     return Scan(found, processed, failed, rows, fit)
 
 
@@ -215,7 +245,8 @@ def _score_plan(ssn: Any, arrays: NodeArrays) -> tuple[list, list, list] | None:
 
 
 def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | None:
-    """Each node's total score, as `prioritize_nodes` sums it; None when a plugin has no batch twin."""
+    """Each node's total score, as `prioritize_nodes` sums it; None when a plugin has no batch twin.
+    Do not modify the result: with one scorer it may be that scorer's kept vector."""
     arrays: NodeArrays = ssn.arrays
     rows = arrays.rows_of(nodes)
     if rows is None:
@@ -224,14 +255,19 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
     plan = _score_plan(ssn, arrays)
     if plan is None:
         return None
-    order = np.zeros(k)
+    # The reference sums from 0.0 (order, reduced, batch, each added in turn); starting from the
+    # first vector instead gives the same floats (0.0 + x is x, up to the sign of a zero, which no
+    # comparison sees) with fewer passes over the nodes.  Sums make new arrays: twins may hand back
+    # vectors they keep.
+    order: np.ndarray | None = None
     maps: dict[str, np.ndarray] = {}
     for name, is_map, batch in plan[0]:
         if is_map:
             maps[name] = np.floor(batch(task, arrays, rows))
         else:
-            order = order + batch(task, arrays, rows)
-    reduced = np.zeros(k)
+            vec = batch(task, arrays, rows)
+            order = vec if order is None else order + vec
+    reduced: np.ndarray | None = None
     for row in plan[1]:
         for name, fn in row:
             m = maps.get(name)
@@ -240,17 +276,20 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
                 continue
             batch = batch_of(fn)
             if batch is not None:
-                reduced = reduced + batch(task, m)
-                continue
-            # no twin: the per-node reduce over the list form, read back by node name
-            lst = [[n.name, int(s)] for n, s in zip(nodes, m.tolist())]
-            fn(task, lst)
-            got: dict[str, float] = {}
-            for name_, s in lst:
-                got[name_] = got.get(name_, 0.0) + s
-            reduced = reduced + np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
-    total = reduced + order
-    batch_total: np.ndarray | None = None
+                vec = batch(task, m)
+            else:
+                # no twin: the per-node reduce over the list form, read back by node name
+                lst = [[n.name, int(s)] for n, s in zip(nodes, m.tolist())]
+                fn(task, lst)
+                got: dict[str, float] = {}
+                for name_, s in lst:
+                    got[name_] = got.get(name_, 0.0) + s
+                vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
+            reduced = vec if reduced is None else reduced + vec
+    if reduced is None:
+        total = order
+    else:
+        total = reduced if order is None else reduced + order
     for row in plan[2]:
         for _, fn in row:
             twin = batch_of(fn)
@@ -258,9 +297,11 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
             if vec is None:
                 got = fn(task, list(nodes))
                 vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
-            batch_total = vec if batch_total is None else batch_total + vec
-    if batch_total is not None:
-        total = total + batch_total
+            total = vec if total is None else total + vec
+    if total is None:
+        return np.zeros(k)
+    if total.dtype != np.float64:
+        total = total.astype(float)
     return total
 
 
@@ -268,10 +309,10 @@ def pick(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray) -> NodeIn
     """The highest-scoring node; ties broken by ``ssn.rng`` over the tied nodes in node order."""
     if not len(node_scores):
         return None
-    best = node_scores.max()
+    best = _top(node_scores)
     if math.isnan(best):
         return None
-    tied = np.flatnonzero(node_scores == best)
+    tied = _where(node_scores == best)
     if len(tied) == 1:
         return nodes[int(tied[0])]
     return nodes[int(tied[ssn.rng.randrange(len(tied))])]
@@ -285,10 +326,10 @@ def pick_unless_nan(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray
     """
     if not len(node_scores):
         return True, None
-    best = node_scores.max()
+    best = _top(node_scores)
     if math.isnan(best):
         return False, None
-    tied = np.flatnonzero(node_scores == best)
+    tied = _where(node_scores == best)
     if len(tied) == 1:
         return True, nodes[int(tied[0])]
     return True, nodes[int(tied[ssn.rng.randrange(len(tied))])]
@@ -302,7 +343,7 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
         return None
     req = task.init_resreq
     idle = fits(arrays, req, IDLE)[rows]
-    if idle.all() and not other_shard:
+    if not other_shard and np.count_nonzero(idle) == len(idle):
         # the usual case: every node fits on idle, the first gradient is the list itself
         whole = nodes if getattr(nodes, "rows", None) is rows else NodeRows.take(nodes, list(range(len(nodes))), rows)
         return [whole, NodeRows(), NodeRows(), NodeRows()]
@@ -313,4 +354,4 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     else:
         empty = np.zeros(len(rows), dtype=bool)
         masks = (idle, empty, future, empty)
-    return [NodeRows.take(nodes, np.flatnonzero(m), rows) for m in masks]
+    return [NodeRows.take(nodes, _where(m), rows) for m in masks]

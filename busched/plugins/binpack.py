@@ -88,9 +88,7 @@ def resource_binpack_score(requested: float, capacity: float, used: float, weigh
 def binpack_score(task: TaskInfo, node: NodeInfo, w: BinpackWeights) -> float:
     score = 0.0
     weight_sum = 0
-    req = task.resreq
-    for rn in req.names():
-        request = req.get(rn)
+    for rn, request in kernel.requested(task.resreq):  # (name, value) over req.names()
         if request == 0:
             continue
         rw = w.resources.get(rn)

@@ -69,6 +69,9 @@ def weights_from(arguments: Mapping[str, Any] | None) -> dict[str, int]:
 
 
 # -- resource scores -------------------------------------------------------------------------------
+_CPU_MEMORY = ("cpu", "memory")
+
+
 def _resource_pairs(view: SessionPods, task: TaskInfo, node: NodeInfo, use_requested: bool,
                     resources: tuple[str, ...]) -> list[tuple[int, int]]:
     """(requested incl. the pod, allocatable) per resource, leaving out resources the node has none of."""
@@ -78,6 +81,13 @@ def _resource_pairs(view: SessionPods, task: TaskInfo, node: NodeInfo, use_reque
     else:
         (pc, pm), pscalars = non_zero_requests(task), {}
         cpu, mem = nz_cpu, nz_mem
+    if not pscalars and resources[:2] == _CPU_MEMORY:
+        # the pod asks for no extended resource (most pods): cpu and memory, as the walk below gives them
+        a = node.allocatable
+        ac, am = int(a.cpu), int(a.memory)
+        if ac and am:
+            return [(cpu + pc, ac), (mem + pm, am)]
+        return ([(cpu + pc, ac)] if ac else []) + ([(mem + pm, am)] if am else [])
     out = []
     for name in resources:
         if name == "cpu":

@@ -174,7 +174,7 @@ class SessionPods:
         if s is not None:
             # the node's sums grow by this pod's requests (integers: the same as summing afresh)
             c, m, sc = pod_requests(task)
-            nc, nm = non_zero_requests(task)
+            nc, nm = c or DEFAULT_MILLI_CPU, m or DEFAULT_MEMORY  # non_zero_requests(task)
             scalars = s[4]
             if sc:
                 scalars = dict(scalars)
@@ -558,6 +558,10 @@ class PredicatesPlugin:
     # -- callbacks --------------------------------------------------------------------------------------
     def pre_predicate(self, task: TaskInfo) -> None:
         """NodeAffinity PreFilter: required terms that pin node names with no name in common fit nowhere."""
+        if not task.affinity and not task.topology_spread_constraints:
+            # no terms of its own (most pods): none of the three checks below can fail
+            self._states[task.uid] = self._compute_states(task) if self.view.anti_affinity_nodes else _NO_STATES
+            return
         if self.node_affinity and k8s.node_affinity_name_conflict(task.affinity):
             raise pre_predicate_error(task, "NodeAffinity", REASON_NAME_CONFLICT)
         if self.pod_affinity and not k8s.pod_affinity_valid(task.affinity):

@@ -30,11 +30,11 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
-from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
+from busched.api.resource import INFINITY, PODS, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
 from busched.framework.session import EventHandler, Session
 from busched.plugins.capacity_tree import queue_usage
-from busched.plugins.drf import share_of
+from busched.plugins.drf import calculate_share
 
 __all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
 
@@ -85,10 +85,8 @@ class QueueAttr:
         self.real_capability = real
 
     def update_share(self) -> None:
-        res = 0.0
-        for rn in self.deserved.names():
-            res = max(res, share_of(self.allocated.get(rn), self.deserved.get(rn)))
-        self.share = res
+        # the largest share over deserved's dimensions: drf's dominant share, with deserved as the total
+        self.share = calculate_share(self.allocated, self.deserved)[1]
 
     def __repr__(self) -> str:
         return (f"QueueAttr({self.name} deserved={self.deserved} allocated={self.allocated} "
@@ -156,7 +154,7 @@ class ProportionPlugin:
         ssn.add_fn("queue_order", self.name, self.queue_order)
         ssn.add_fn("reclaimable", self.name, lambda r, cands: self.reclaimable(ssn, r, cands))
         ssn.add_fn("overused", self.name, self.overused)
-        ssn.add_fn("allocatable", self.name, lambda q, t: self.queue_allocatable(q, [t]))
+        ssn.add_fn("allocatable", self.name, self.task_allocatable)
         ssn.add_fn("preemptive", self.name,
                    lambda q, ts: self.queue_allocatable(q, list(ts) if isinstance(ts, (list, tuple)) else [ts]))
         ssn.add_fn("job_enqueueable", self.name, lambda j: self.enqueueable(ssn, j))
@@ -214,6 +212,28 @@ class ProportionPlugin:
                 req.add(t.resreq)
         ok, _ = attr.allocated.clone().add(req).less_equal_with_dimension(attr.deserved, req)
         return ok
+
+    def task_allocatable(self, q: QueueInfo, task: TaskInfo) -> bool:
+        """``queue_allocatable(q, [task])``, asked for every task allocate places: the task's own
+        request stands for the sum of one (the same values), which is not built."""
+        if task is None or q.state != QueueState.Open:
+            return self.queue_allocatable(q, [task])
+        attr = self.queue_opts.get(q.uid)
+        if attr is None:
+            return False
+        # allocated.clone().add(req).less_equal_with_dimension(deserved, req), read off the sums
+        # (the same float additions) without building them
+        req, have, deserved = task.resreq, attr.allocated, attr.deserved
+        if req.cpu > 0 and have.cpu + req.cpu > deserved.cpu:
+            return False
+        if req.memory > 0 and have.memory + req.memory > deserved.memory:
+            return False
+        if req.scalars:
+            held, cap = have.scalars, deserved.scalars
+            for n, q in req.scalars.items():
+                if n != PODS and q > 0 and held.get(n, 0.0) + q > cap.get(n, 0.0):
+                    return False
+        return True
 
     def enqueueable(self, ssn: Session, job: JobInfo) -> int:
         queue = ssn.queues.get(job.queue)
