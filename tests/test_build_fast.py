@@ -134,3 +134,20 @@ def test_bad_requests_still_named():
     for _ in range(2):  # never remembered
         with pytest.raises(build.SpecError, match="task ns/bad: requests.cpu"):
             build.task_info(s, {})
+
+
+@pytest.mark.parametrize("size,nt,values", [(None, None, None), (3, {"mode": "soft"}, ["7", "x"]),
+                                            ("2", None, ["a"])])
+def test_new_sub_job_is_the_constructors(size, nt, values):
+    from busched.api import subjob
+
+    a = subjob._new_sub_job("j/p", "j/p-7", "j", size, nt, values)
+    b = subjob.SubJobInfo(gid="j/p", uid="j/p-7", job="j")
+    if size is not None:
+        b.min_available = int(size)
+    if nt is not None:
+        b.network_topology = dict(nt)
+    if values and values[0].isdigit():
+        b.match_index = int(values[0])
+    assert list(a.__dict__.items()) == list(b.__dict__.items())
+    assert nt is None or a.network_topology is not nt

@@ -101,7 +101,10 @@ def _add_reserved(attr: Any, job: JobInfo, phase: str) -> None:
         if phase == PodGroupPhase.Inqueue or (
                 phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
             attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
-    attr.elastic.add(job.get_elastic_resources())
+    if job.min_resources is None:  # what get_elastic_resources gives, without its intermediates
+        attr.elastic.add(_above_zero(job.allocated))
+    else:
+        attr.elastic.add(job.get_elastic_resources())
 
 
 class Usage:

@@ -115,6 +115,7 @@ class DrfPlugin:
         self.total_allocated = Resource()
         self.job_attrs: dict[str, _Attr] = {}
         self._private: set[str] = set()  # jobs whose attrs are this session's own (the rest are shared)
+        self._shares: dict[tuple, tuple[str, float]] = {}  # `_attr_of`'s: allocation -> (dominant, share)
         self.root = self._new_root()
         self.hierarchy = False
 
@@ -202,6 +203,7 @@ class DrfPlugin:
     # -- session --------------------------------------------------------------------------
     def on_session_open(self, ssn: Session) -> None:
         self.total = ssn.total_resource.clone()
+        self._shares = {}
         self.total_allocated = Resource()
         self.job_attrs = {}
         self.root = self._new_root()
@@ -256,18 +258,25 @@ class DrfPlugin:
         self.root = self._new_root()
 
     def _attr_of(self, job: JobInfo) -> _Attr:
-        attr = _Attr()
         idx = job.status_index
         if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
             # untouched since assembled, all tasks in one allocated status: the loop below would sum
-            # the very requests the job's ``allocated`` summed, in the same order
-            attr.allocated.add(job.allocated)
+            # the very requests the job's ``allocated`` summed, in the same order (from zero: a copy)
+            attr = _Attr(job.allocated.clone())
         else:
+            attr = _Attr()
             for status, tasks in idx.items():
                 if allocated_status(status):
                     for t in tasks.values():
                         attr.allocated.add(t.resreq)
-        self._update_share(attr)
+        # the share by the allocation's values, computed once per session for each (a big cluster's
+        # jobs hold a few different allocations; the total does not change within a session)
+        a = attr.allocated
+        key = (a.cpu, a.memory, *a.scalars.items())
+        got = self._shares.get(key)
+        if got is None:
+            got = self._shares[key] = calculate_share(a, self.total)
+        attr.dominant, attr.share = got
         return attr
 
     # -- callbacks ------------------------------------------------------------------------
