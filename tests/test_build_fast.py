@@ -151,3 +151,26 @@ def test_new_sub_job_is_the_constructors(size, nt, values):
         b.match_index = int(values[0])
     assert list(a.__dict__.items()) == list(b.__dict__.items())
     assert nt is None or a.network_topology is not nt
+
+
+def _split_parse(subject):
+    """parse_state_subject as it was (split, then join): the reference."""
+    from busched.bus.subjects import STATE_PREFIX, untoken
+
+    parts = subject.split(".")
+    if len(parts) < 4 or f"{parts[0]}.{parts[1]}" != STATE_PREFIX:
+        return "", ""
+    if "%" not in subject:
+        return parts[2], "/".join(parts[3:])
+    return parts[2], "/".join(untoken(p) for p in parts[3:])
+
+
+@pytest.mark.parametrize("subject", [
+    "busched.state.task.ns.name", "busched.state.node.n1", "busched.state.result.n1.ns.t", "busched.state.task.",
+    "busched.state.task", "busched.state.", "busched.state", "busched.stateX.task.a", "other.state.task.a.b",
+    "busched.state.task.n%2Es.a%20b", "busched.state.node.%00", "busched.state..a", "busched.decision.n.bind.a.b",
+    "", "busched.state.task.a..b", "busched.state.hyperNode.x%25y"])
+def test_parse_state_subject_as_before(subject):
+    from busched.bus import subjects as S
+
+    assert S.parse_state_subject(subject) == _split_parse(subject)

@@ -107,7 +107,7 @@ def _node_copy(t: TaskInfo) -> TaskInfo:
     template (a task's requests are replaced, never changed in place; a cold snapshot makes one
     such copy per placed task)."""
     c = object.__new__(TaskInfo)
-    c.__dict__.update(t.__dict__)
+    c.__dict__ = t.__dict__.copy()
     return c
 
 
