@@ -115,7 +115,6 @@ class DrfPlugin:
         self.total_allocated = Resource()
         self.job_attrs: dict[str, _Attr] = {}
         self._private: set[str] = set()  # jobs whose attrs are this session's own (the rest are shared)
-        self._shares: dict[tuple, tuple[str, float]] = {}  # `_attr_of`'s: allocation -> (dominant, share)
         self.root = self._new_root()
         self.hierarchy = False
 
@@ -203,7 +202,6 @@ class DrfPlugin:
     # -- session --------------------------------------------------------------------------
     def on_session_open(self, ssn: Session) -> None:
         self.total = ssn.total_resource.clone()
-        self._shares = {}
         self.total_allocated = Resource()
         self.job_attrs = {}
         self.root = self._new_root()
@@ -216,15 +214,30 @@ class DrfPlugin:
             t = self.total
             key = ("drf.share", t.cpu, t.memory, tuple(t.scalars.items()))
 
+            # Untouched jobs holding the same allocation share one attr (shared attrs are copied
+            # before they change): a big cluster's jobs hold a few different allocations.
+            same: dict[tuple, _Attr] = {}
+
+            def attr_of(job: JobInfo) -> _Attr:
+                idx = job.status_index
+                if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
+                    a = job.allocated
+                    k = (a.cpu, a.memory, *a.scalars.items())
+                    attr = same.get(k)
+                    if attr is None:
+                        attr = same[k] = self._attr_of(job)
+                    return attr
+                return self._attr_of(job)
+
             def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
-                return {j.uid: reuse.job_value(j, key, self._attr_of) for j in jobs}
+                return {j.uid: reuse.job_value(j, key, attr_of) for j in jobs}
 
             def update(table: dict[str, _Attr], pairs: reuse.Pairs) -> dict[str, _Attr] | None:
                 table = dict(table)
                 for _, old, job in pairs:
                     if old is not None and old.uid != job.uid:
                         return None
-                    table[job.uid] = reuse.job_value(job, key, self._attr_of)
+                    table[job.uid] = reuse.job_value(job, key, attr_of)
                 return table
 
             self.job_attrs = dict(reuse.incremental(ssn, key, list(ssn.jobs.values()), full, update))
@@ -269,14 +282,7 @@ class DrfPlugin:
                 if allocated_status(status):
                     for t in tasks.values():
                         attr.allocated.add(t.resreq)
-        # the share by the allocation's values, computed once per session for each (a big cluster's
-        # jobs hold a few different allocations; the total does not change within a session)
-        a = attr.allocated
-        key = (a.cpu, a.memory, *a.scalars.items())
-        got = self._shares.get(key)
-        if got is None:
-            got = self._shares[key] = calculate_share(a, self.total)
-        attr.dominant, attr.share = got
+        self._update_share(attr)
         return attr
 
     # -- callbacks ------------------------------------------------------------------------
