@@ -134,16 +134,18 @@ def decision_node(subject: str) -> str:
 
 
 _STATE_START = STATE_PREFIX + "."
+_KIND_AT = len(_STATE_START)
 
 
 def parse_state_subject(subject: str) -> tuple[str, str]:
     """``busched.state.task.ns.name`` -> (``task``, ``ns/name``); result subjects keep the node first."""
-    # (by prefix and partition rather than a split and a join: a catch-up parses every subject)
+    # (by prefix and find rather than a split and a join: a catch-up parses every subject)
     if not subject.startswith(_STATE_START):
         return "", ""
-    kind, dot, rest = subject[len(_STATE_START):].partition(".")
-    if not dot:
+    dot = subject.find(".", _KIND_AT)
+    if dot < 0:
         return "", ""
+    rest = subject[dot + 1:]
     if "%" not in rest:
-        return kind, rest.replace(".", "/")
-    return kind, "/".join(untoken(p) for p in rest.split("."))
+        return subject[_KIND_AT:dot], rest.replace(".", "/")
+    return subject[_KIND_AT:dot], "/".join(untoken(p) for p in rest.split("."))
