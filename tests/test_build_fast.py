@@ -174,3 +174,14 @@ def test_parse_state_subject_as_before(subject):
     from busched.bus import subjects as S
 
     assert S.parse_state_subject(subject) == _split_parse(subject)
+
+
+def test_request_memo_tells_numbers_from_strings():
+    """1, 1.0 and True are equal keys: numeric requests are not remembered by their items (True
+    is no quantity, however often 1 came before it)."""
+    for _ in range(2):
+        for s in (o.TaskSpec(name="a", requests={"cpu": 1}), o.TaskSpec(name="c", requests={"cpu": "1"}),
+                  o.TaskSpec(name="d", requests={"cpu": 1.5})):
+            same(build.task_info(s, {}), ref_task(s, {}), s)
+        with pytest.raises(build.SpecError, match="task default/b: requests.cpu"):
+            build.task_info(o.TaskSpec(name="b", requests={"cpu": True}), {})

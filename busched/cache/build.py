@@ -64,15 +64,16 @@ def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
 
 
 # Requests as a task converts them, by their items: (the request with its pod slot, best effort?).
-# Each task gets its own copies of the request (sessions replace a task's requests, never change
-# them in place, but a copy keeps every task's objects its own, as the constructor did).
+# Only requests whose values are all strings are remembered: the items alone are then the key (a
+# string never equals a number, while 1, 1.0 and True are equal keys).  Each task gets its own
+# copies of the request.
 _REQUESTS: dict[tuple, tuple[Resource, bool]] = {}
 
 
 def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     rl = s.requests
     try:
-        key = (tuple(rl.items()), tuple(map(type, rl.values()))) if rl else ()
+        key = tuple(rl.items()) if rl else ()
         hit = _REQUESTS.get(key)
     except TypeError:  # an unhashable value: parse it (and report it) as it is
         key = hit = None
@@ -81,7 +82,7 @@ def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     req = resources(rl, f"task {s.namespace}/{s.name}: requests")
     best_effort = req.is_empty()
     req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
-    if key is not None:
+    if key is not None and all(type(v) is str for v in (rl or {}).values()):
         if len(_REQUESTS) >= _PARSED_MAX:
             _REQUESTS.clear()
         _REQUESTS[key] = (req, best_effort)
