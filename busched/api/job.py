@@ -199,14 +199,26 @@ class JobInfo:
         return sum(len(ts) for s, ts in self.status_index.items()
                    if allocated_status(s) or s in (TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending))
 
+    # (loops rather than sums over generators: a session's close asks these of every job)
     def scheduled_task_num(self) -> int:
-        return sum(len(ts) for s, ts in self.status_index.items() if scheduled_status(s))
+        n = 0
+        for s, ts in self.status_index.items():
+            if scheduled_status(s):
+                n += len(ts)
+        return n
 
     def completed_task_num(self) -> int:
-        return sum(len(ts) for s, ts in self.status_index.items() if completed_status(s))
+        n = 0
+        for s, ts in self.status_index.items():
+            if completed_status(s):
+                n += len(ts)
+        return n
 
     def releasing_scheduled_task_num(self) -> int:
-        return sum(1 for t in self.status_index.get(TaskStatus.Releasing, {}).values() if t.node_name)
+        ts = self.status_index.get(TaskStatus.Releasing)
+        if not ts:
+            return 0
+        return sum(1 for t in ts.values() if t.node_name)
 
     def is_ready(self) -> bool:
         return self.ready_task_num() + self.pending_best_effort_task_num() >= self.min_available
