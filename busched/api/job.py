@@ -134,15 +134,21 @@ class JobInfo:
 
     # -- task index --------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
+        # (each field read once, no setdefault's throwaway dict: a cold snapshot adds every task)
         self.written = True
         if self.derived:
             self.derived = {}
-        self.tasks[t.uid] = t
-        self.status_index.setdefault(t.status, {})[t.uid] = t
-        self.total_request.add(t.resreq)
-        if allocated_status(t.status):
-            self.allocated.add(t.resreq)
-        elif t.best_effort and t.status == TaskStatus.Pending:
+        uid, status, req = t.uid, t.status, t.resreq
+        self.tasks[uid] = t
+        idx = self.status_index.get(status)
+        if idx is None:
+            self.status_index[status] = {uid: t}
+        else:
+            idx[uid] = t
+        self.total_request.add(req)
+        if allocated_status(status):
+            self.allocated.add(req)
+        elif t.best_effort and status == TaskStatus.Pending:
             self.pending_best_effort += 1
         subjob.add_task_to_sub_job(self, t)
 

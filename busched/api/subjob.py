@@ -81,8 +81,13 @@ class SubJobInfo:
 
     # -- task index -------------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
-        self.tasks[t.uid] = t
-        self.status_index.setdefault(t.status, {})[t.uid] = t
+        uid = t.uid
+        self.tasks[uid] = t
+        idx = self.status_index.get(t.status)
+        if idx is None:
+            self.status_index[t.status] = {uid: t}
+        else:
+            idx[uid] = t
         if t.priority > self.priority:
             self.priority = t.priority
 
