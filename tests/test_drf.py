@@ -181,3 +181,23 @@ def test_hierarchical_reclaim_refuses_when_reclaimer_queue_would_lead():
     ssn = session(c, HDRF)
     victims = ssn.reclaimable(ssn.jobs["ns/jb"].tasks["ns-b2"], [ssn.jobs["ns/ja"].tasks["ns-a1"]])
     assert victims == []
+
+
+def test_same_allocation_shares_one_attr_until_one_changes():
+    """Untouched jobs with equal allocations share one attr at open (the fast path): each share is
+    what the job's own attr gives, and an allocation to one job changes only that job's share."""
+    c = flat()
+    c["jobs"] += [{"name": n, "namespace": "ns", "queue": "q", "phase": "Running"} for n in ("d", "e")]
+    c["tasks"] += [running("d1", "d", "1", "3Gi"), running("e1", "e", "1", "3Gi")]
+    ssn = session(c)
+    drf = ssn.plugins["drf"]
+    attrs = drf.job_attrs
+    assert attrs["ns/b"] is attrs["ns/d"] is attrs["ns/e"]
+    for uid, job in ssn.jobs.items():
+        own = drf._attr_of(job)
+        assert (attrs[uid].share, attrs[uid].dominant) == (own.share, own.dominant)
+        assert attrs[uid].allocated.to_dict() == own.allocated.to_dict()
+    task = next(iter(ssn.jobs["ns/d"].tasks.values()))
+    drf._on_event(ssn, task, +1)
+    assert drf.share("ns/d") == pytest.approx(0.6)
+    assert drf.share("ns/b") == drf.share("ns/e") == pytest.approx(0.3)

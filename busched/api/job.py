@@ -134,15 +134,21 @@ class JobInfo:
 
     # -- task index --------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
+        # (each field read once, no setdefault's throwaway dict: a cold snapshot adds every task)
         self.written = True
         if self.derived:
             self.derived = {}
-        self.tasks[t.uid] = t
-        self.status_index.setdefault(t.status, {})[t.uid] = t
-        self.total_request.add(t.resreq)
-        if allocated_status(t.status):
-            self.allocated.add(t.resreq)
-        elif t.best_effort and t.status == TaskStatus.Pending:
+        uid, status, req = t.uid, t.status, t.resreq
+        self.tasks[uid] = t
+        idx = self.status_index.get(status)
+        if idx is None:
+            self.status_index[status] = {uid: t}
+        else:
+            idx[uid] = t
+        self.total_request.add(req)
+        if allocated_status(status):
+            self.allocated.add(req)
+        elif t.best_effort and status == TaskStatus.Pending:
             self.pending_best_effort += 1
         subjob.add_task_to_sub_job(self, t)
 
@@ -239,14 +245,26 @@ class JobInfo:
         return sum(len(ts) for s, ts in self.status_index.items()
                    if allocated_status(s) or s in (TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending))
 
+    # (loops rather than sums over generators: a session's close asks these of every job)
     def scheduled_task_num(self) -> int:
-        return sum(len(ts) for s, ts in self.status_index.items() if scheduled_status(s))
+        n = 0
+        for s, ts in self.status_index.items():
+            if scheduled_status(s):
+                n += len(ts)
+        return n
 
     def completed_task_num(self) -> int:
-        return sum(len(ts) for s, ts in self.status_index.items() if completed_status(s))
+        n = 0
+        for s, ts in self.status_index.items():
+            if completed_status(s):
+                n += len(ts)
+        return n
 
     def releasing_scheduled_task_num(self) -> int:
-        return sum(1 for t in self.status_index.get(TaskStatus.Releasing, {}).values() if t.node_name)
+        ts = self.status_index.get(TaskStatus.Releasing)
+        if not ts:
+            return 0
+        return sum(1 for t in ts.values() if t.node_name)
 
     def is_ready(self) -> bool:
         return self.ready_task_num() + self.pending_best_effort_task_num() >= self.min_available

@@ -57,28 +57,29 @@ class NodeInfo:
     def add_task(self, task: TaskInfo, copy: TaskInfo | None = None) -> None:
         """Account a task on this node; the node keeps its own copy (Volcano's AddTask): a clone,
         or ``copy`` when the caller made one (a copy of ``task`` no one else holds)."""
-        if task.node_name and task.node_name != self.name:
+        name = self.name
+        if task.node_name and task.node_name != name:
             raise NodeAccountingError(f"task {task.key} already on different node {task.node_name}")
         if task.uid in self.tasks:
-            raise NodeAccountingError(f"task {task.key} already on node {self.name}")
+            raise NodeAccountingError(f"task {task.key} already on node {name}")
         ti = task.clone() if copy is None else copy
         if not self.written:
             self._first_write()
-        s = ti.status
+        s, req = ti.status, ti.resreq
         if s == TaskStatus.Releasing:
-            self.idle.sub(ti.resreq)
-            self.releasing.add(ti.resreq)
-            self.used.add(ti.resreq)
+            self.idle.sub(req)
+            self.releasing.add(req)
+            self.used.add(req)
         elif s == TaskStatus.Pipelined:
-            self.pipelined.add(ti.resreq)
+            self.pipelined.add(req)
         else:
-            if s == TaskStatus.Binding and not ti.resreq.less_equal(self.idle):
+            if s == TaskStatus.Binding and not req.less_equal(self.idle):
                 raise NodeAccountingError(
-                    f"node {self.name} resources are not enough to put task {ti.key}: idle {self.idle}, req {ti.resreq}")
-            self.idle.sub(ti.resreq)
-            self.used.add(ti.resreq)
-        task.node_name = self.name
-        ti.node_name = self.name
+                    f"node {name} resources are not enough to put task {ti.key}: idle {self.idle}, req {req}")
+            self.idle.sub(req)
+            self.used.add(req)
+        task.node_name = name
+        ti.node_name = name
         self.tasks[ti.uid] = ti
         for ls in self.listeners:
             ls.node_changed(self)

@@ -81,8 +81,13 @@ class SubJobInfo:
 
     # -- task index -------------------------------------------------------------------
     def add_task(self, t: TaskInfo) -> None:
-        self.tasks[t.uid] = t
-        self.status_index.setdefault(t.status, {})[t.uid] = t
+        uid = t.uid
+        self.tasks[uid] = t
+        idx = self.status_index.get(t.status)
+        if idx is None:
+            self.status_index[t.status] = {uid: t}
+        else:
+            idx[uid] = t
         if t.priority > self.priority:
             self.priority = t.priority
 
@@ -186,13 +191,23 @@ def match_values(policy: Mapping[str, Any], task: TaskInfo) -> list[str] | None:
     return out
 
 
+_new = object.__new__
+
+
 def _new_sub_job(gid: str, uid: str, job: str, size: int | None, nt: Mapping[str, Any] | None,
                  values: list[str] | None) -> SubJobInfo:
-    sj = SubJobInfo(gid=gid, uid=uid, job=job)
-    if size is not None:
-        sj.min_available = int(size)
-    if nt is not None:
-        sj.network_topology = copy.deepcopy(dict(nt))
+    # SubJobInfo(gid=gid, uid=uid, job=job) field by field, in its field order (a cold snapshot
+    # makes one per job; the dataclass's constructor with its default factories was most of it)
+    sj = _new(SubJobInfo)
+    sj.gid, sj.uid, sj.job = gid, uid, job
+    sj.min_available = 1 if size is None else int(size)
+    sj.priority = 0
+    sj.match_index = 0
+    sj.network_topology = None if nt is None else copy.deepcopy(dict(nt))
+    sj.tasks = {}
+    sj.status_index = {}
+    sj.allocated_hypernode = ""
+    sj.nominated_hypernode = ""
     if values:
         try:
             sj.match_index = int(values[0])
@@ -239,7 +254,12 @@ def _sub_job_for(job: Any, t: TaskInfo) -> SubJobInfo:
 
 
 def add_task_to_sub_job(job: Any, t: TaskInfo) -> None:
-    sj = _sub_job_for(job, t)
+    if job.subgroup_policy and job.has_podgroup:
+        sj = _sub_job_for(job, t)
+    else:  # no policy to match (most jobs): the default sub-job, as `_sub_job_for` gives
+        sj = job.sub_jobs.get(job.uid)
+        if sj is None:
+            sj = _default_sub_job(job)
     sj.add_task(t)
     job.task_to_sub_job[t.uid] = sj.uid
 

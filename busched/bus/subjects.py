@@ -133,13 +133,19 @@ def decision_node(subject: str) -> str:
     return untoken(subject.split(".", 3)[2])
 
 
+_STATE_START = STATE_PREFIX + "."
+_KIND_AT = len(_STATE_START)
+
+
 def parse_state_subject(subject: str) -> tuple[str, str]:
     """``busched.state.task.ns.name`` -> (``task``, ``ns/name``); result subjects keep the node first."""
-    parts = subject.split(".")
-    if len(parts) < 4 or f"{parts[0]}.{parts[1]}" != STATE_PREFIX:
+    # (by prefix and find rather than a split and a join: a catch-up parses every subject)
+    if not subject.startswith(_STATE_START):
         return "", ""
-    kind = parts[2]
-    if "%" not in subject:
-        return kind, "/".join(parts[3:])
-    rest = [untoken(p) for p in parts[3:]]
-    return kind, "/".join(rest)
+    dot = subject.find(".", _KIND_AT)
+    if dot < 0:
+        return "", ""
+    rest = subject[dot + 1:]
+    if "%" not in rest:
+        return subject[_KIND_AT:dot], rest.replace(".", "/")
+    return subject[_KIND_AT:dot], "/".join(untoken(p) for p in rest.split("."))

@@ -6,6 +6,7 @@ Every conversion error is a `SpecError` naming the object and the field.
 from __future__ import annotations
 
 from busched.api import objects as o
+from busched.api import subjob
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.quantity import QuantityError
@@ -62,13 +63,41 @@ def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
                         ready=s.ready, index=index)
 
 
-def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default_priority: int = 1) -> TaskInfo:
-    where = f"task {s.namespace}/{s.name}"
-    if s.phase not in TASK_PHASES:
-        raise SpecError(f"{where}: phase: unknown phase {s.phase!r} (one of {', '.join(sorted(TASK_PHASES))})")
-    req = resources(s.requests, f"{where}: requests")
+# Requests as a task converts them, by their items: (the request with its pod slot, best effort?).
+# Only requests whose values are all strings are remembered: the items alone are then the key (a
+# string never equals a number, while 1, 1.0 and True are equal keys).  Each task gets its own
+# copies of the request.
+_REQUESTS: dict[tuple, tuple[Resource, bool]] = {}
+
+
+def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
+    rl = s.requests
+    try:
+        key = tuple(rl.items()) if rl else ()
+        hit = _REQUESTS.get(key)
+    except TypeError:  # an unhashable value: parse it (and report it) as it is
+        key = hit = None
+    if hit is not None:
+        return hit
+    req = resources(rl, f"task {s.namespace}/{s.name}: requests")
     best_effort = req.is_empty()
     req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
+    if key is not None and all(type(v) is str for v in (rl or {}).values()):
+        if len(_REQUESTS) >= _PARSED_MAX:
+            _REQUESTS.clear()
+        _REQUESTS[key] = (req, best_effort)
+    return req, best_effort
+
+
+_new = object.__new__
+_clone = Resource.clone
+
+
+def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default_priority: int = 1) -> TaskInfo:
+    if s.phase not in TASK_PHASES:
+        raise SpecError(f"task {s.namespace}/{s.name}: phase: unknown phase {s.phase!r} "
+                        f"(one of {', '.join(sorted(TASK_PHASES))})")
+    req, best_effort = _task_requests(s)
     pc = priority_classes.get(s.priority_class_name) if s.priority_class_name else None
     if s.priority is not None:
         prio = s.priority
@@ -76,44 +105,104 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
         prio = pc.value
     else:
         prio = default_priority
-    if TASK_PRIORITY_KEY in s.annotations:
-        try:
-            prio = int(s.annotations[TASK_PRIORITY_KEY])
-        except ValueError:
-            pass
-    policy = s.preemption_policy or (pc.preemption_policy if pc else "")
+    annotations, labels = s.annotations, s.labels
+    if annotations or labels:
+        if TASK_PRIORITY_KEY in annotations:
+            try:
+                prio = int(annotations[TASK_PRIORITY_KEY])
+            except ValueError:
+                pass
+        role = TaskInfo.read_role(annotations, labels)
+        preemptable = TaskInfo.read_preemptable(annotations, labels)
+    else:
+        role, preemptable = "", True  # (what the two readers give for no metadata)
     status = status_from_phase(s.phase, s.node, s.deleting)
-    return TaskInfo(
-        uid=f"{s.namespace}-{s.name}", name=s.name, namespace=s.namespace,
-        job=f"{s.namespace}/{s.job}" if s.job else "",
-        resreq=req, init_resreq=req.clone(), status=status, node_name=s.node if status != TaskStatus.Pending else "",
-        priority=prio, role=TaskInfo.read_role(s.annotations, s.labels),
-        preemptable=TaskInfo.read_preemptable(s.annotations, s.labels), best_effort=best_effort,
-        labels=dict(s.labels), annotations=dict(s.annotations), node_selector=dict(s.node_selector),
-        affinity=s.affinity, tolerations=list(s.tolerations),
-        topology_spread_constraints=list(s.topology_spread_constraints), host_ports=list(s.host_ports),
-        scheduling_gates=list(s.scheduling_gates), preemption_policy=policy,
-        priority_class_name=s.priority_class_name, nominated_node_name=s.nominated_node_name,
-        images=list(s.images))
+    # TaskInfo(...) field by field, in its field order: the dataclass's constructor, with its
+    # keyword parsing and default factories, was most of a task's conversion (one per task at
+    # catch-up); tests check both give the same object
+    t = _new(TaskInfo)
+    t.uid = f"{s.namespace}-{s.name}"
+    t.name = s.name
+    t.namespace = s.namespace
+    t.job = f"{s.namespace}/{s.job}" if s.job else ""
+    t.resreq = _clone(req)
+    t.init_resreq = _clone(req)
+    t.status = status
+    t.node_name = s.node if status != TaskStatus.Pending else ""
+    t.priority = prio
+    t.role = role
+    t.preemptable = preemptable
+    t.best_effort = best_effort
+    # (each its own copy; an empty one made without the copy call, as most are)
+    t.labels = dict(labels) if labels else {}
+    t.annotations = dict(annotations) if annotations else {}
+    t.node_selector = dict(s.node_selector) if s.node_selector else {}
+    t.affinity = s.affinity
+    t.tolerations = list(s.tolerations) if s.tolerations else []
+    t.topology_spread_constraints = list(s.topology_spread_constraints) if s.topology_spread_constraints else []
+    t.host_ports = list(s.host_ports) if s.host_ports else []
+    t.scheduling_gates = list(s.scheduling_gates) if s.scheduling_gates else []
+    t.preemption_policy = s.preemption_policy or (pc.preemption_policy if pc else "")
+    t.priority_class_name = s.priority_class_name
+    t.nominated_node_name = s.nominated_node_name
+    t.images = list(s.images) if s.images else []
+    t.created = 0.0
+    t.eviction_occurred = False
+    t.last_status = None
+    t.last_node = ""
+    t.extra = {}
+    return t
 
 
 def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_priority: int = 0) -> JobInfo:
-    where = f"job {s.namespace}/{s.name}"
     if s.phase not in JOB_PHASES:
-        raise SpecError(f"{where}: phase: unknown phase {s.phase!r}")
+        raise SpecError(f"job {s.namespace}/{s.name}: phase: unknown phase {s.phase!r}")
     if s.min_member < 0:
-        raise SpecError(f"{where}: minMember: must not be negative")
+        raise SpecError(f"job {s.namespace}/{s.name}: minMember: must not be negative")
     pc = priority_classes.get(s.priority_class_name)
-    return JobInfo(
-        uid=f"{s.namespace}/{s.name}", name=s.name, namespace=s.namespace, queue=s.queue,
-        min_available=s.min_member, task_min_available=dict(s.min_task_member),
-        min_resources=resources(s.min_resources, f"{where}: minResources") if s.min_resources is not None else None,
-        min_resources_list=dict(s.min_resources) if s.min_resources is not None else None,
-        phase=s.phase, priority_class_name=s.priority_class_name,
-        priority=pc.value if pc is not None else default_priority,
-        preemptable=JobInfo.read_preemptable(s.annotations, s.labels), annotations=dict(s.annotations),
-        labels=dict(s.labels), network_topology=s.network_topology, subgroup_policy=list(s.sub_group_policy),
-        conditions=[dict(c) for c in s.conditions])
+    annotations, labels = s.annotations, s.labels
+    min_resources = s.min_resources
+    # JobInfo(...) field by field, in its field order, as `task_info` does (tests check both give
+    # the same object)
+    j = _new(JobInfo)
+    j.uid = f"{s.namespace}/{s.name}"
+    j.name = s.name
+    j.namespace = s.namespace
+    j.queue = s.queue
+    j.min_available = s.min_member
+    j.task_min_available = dict(s.min_task_member)
+    if min_resources is not None:
+        j.min_resources = resources(min_resources, f"job {s.namespace}/{s.name}: minResources")
+        j.min_resources_list = dict(min_resources)
+    else:
+        j.min_resources = j.min_resources_list = None
+    j.phase = s.phase
+    j.priority_class_name = s.priority_class_name
+    j.priority = pc.value if pc is not None else default_priority
+    j.preemptable = JobInfo.read_preemptable(annotations, labels) if annotations or labels else False
+    j.annotations = dict(annotations)
+    j.labels = dict(labels)
+    j.network_topology = s.network_topology
+    j.subgroup_policy = list(s.sub_group_policy)
+    j.conditions = [dict(c) for c in s.conditions]
+    j.has_podgroup = True
+    j.created = 0.0
+    j.tasks = {}
+    j.status_index = {}
+    j.allocated = Resource()
+    j.total_request = Resource()
+    j.nodes_fit_errors = {}
+    j.job_fit_errors = ""
+    j.pending_best_effort = 0
+    j.sub_jobs = {}
+    j.task_to_sub_job = {}
+    j.min_sub_jobs = {}
+    j.allocated_hypernode = ""
+    j.written = False
+    j.derived = {}
+    if s.network_topology is not None or s.sub_group_policy:
+        subjob.init_job(j)  # (JobInfo.__post_init__: nothing to do without either)
+    return j
 
 
 def queue_info(s: o.QueueSpec) -> QueueInfo:

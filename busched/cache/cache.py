@@ -94,10 +94,12 @@ class Cache:
         self.capacity_epoch = 0
 
     # -- events ------------------------------------------------------------------------
-    def upsert(self, kind: str, spec: Any) -> None:
+    def upsert(self, kind: str, spec: Any, key: str | None = None) -> None:
+        """``key``: the object's key when the caller has it (`object_key` of the spec)."""
         if kind not in KINDS:
             raise build.SpecError(f"unknown object kind {kind!r}")
-        key = object_key(kind, spec)
+        if key is None:
+            key = object_key(kind, spec)
         self._validate(kind, spec, key)
         self._changed(kind, key, self.objects[kind].get(key), spec)
         self.objects[kind][key] = spec
@@ -117,9 +119,6 @@ class Cache:
             self.capacity_epoch += 1
         version = self.generation + 1
         if kind == "task":
-            spec = new if new is not None else old
-            if spec.job:
-                self.unfit.job_versions[f"{spec.namespace}/{spec.job}"] = version
             self._index_task(key, old, new, version)
         elif kind == "job":
             self.job_version[key] = version
@@ -147,7 +146,8 @@ class Cache:
 
     def _index_task(self, key: str, old: Any, new: Any, version: int) -> None:
         """Keep the task indexes and the versions of the jobs and nodes the task leaves and joins
-        (the side it leaves first; written out per side: a catch-up runs this for every task)."""
+        (the side it leaves first; written out per side: a catch-up runs this for every task), and
+        the unfit memo's version of the job it is in (or was, when deleted)."""
         job_version, node_version = self.job_version, self.node_version
         changed_jobs, changed_nodes = self.changes.jobs, self.changes.nodes
         if old is None:
@@ -165,9 +165,12 @@ class Cache:
                 self._unindex(self.node_tasks, old.node, key)
         if new is None:
             del self.task_seq[key]
+            if old.job:
+                self.unfit.job_versions[job] = version
             return
         if new.job:
             job = f"{new.namespace}/{new.job}"
+            self.unfit.job_versions[job] = version
             job_version[job] = version
             changed_jobs[job] = None
             keys = self.job_tasks.get(job)

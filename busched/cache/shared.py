@@ -107,7 +107,7 @@ def _node_copy(t: TaskInfo) -> TaskInfo:
     template (a task's requests are replaced, never changed in place; a cold snapshot makes one
     such copy per placed task)."""
     c = object.__new__(TaskInfo)
-    c.__dict__.update(t.__dict__)
+    c.__dict__ = t.__dict__.copy()
     return c
 
 
@@ -409,8 +409,10 @@ class SharedMemo:
         self._patchable = True
         self._prio = default_priority
         if sig != self._classes:
+            if self._classes is not None:  # (before the first lending every template is one the
+                # cache remembered, and it remembers none with a priority class)
+                self._tasks = {k: m for k, m in self._tasks.items() if not m.spec.priority_class_name}
             self._classes = sig
-            self._tasks = {k: m for k, m in self._tasks.items() if not m.spec.priority_class_name}
             self._jobs.clear()
             self._nodes.clear()
             patch = False

@@ -83,14 +83,15 @@ def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
     the podgroup phase to account it in (the job's own by default)."""
     if phase is None:
         phase = job.phase
+    allocated, request = attr.allocated.add, attr.request.add  # (a first open calls this for every job)
     for status, tasks in job.status_index.items():
         if allocated_status(status):
             for t in tasks.values():
-                attr.allocated.add(t.resreq)
-                attr.request.add(t.resreq)
+                allocated(t.resreq)
+                request(t.resreq)
         elif status == TaskStatus.Pending:
             for t in tasks.values():
-                attr.request.add(t.resreq)
+                request(t.resreq)
     _add_reserved(attr, job, phase)
 
 
@@ -101,7 +102,10 @@ def _add_reserved(attr: Any, job: JobInfo, phase: str) -> None:
         if phase == PodGroupPhase.Inqueue or (
                 phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
             attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
-    attr.elastic.add(job.get_elastic_resources())
+    if job.min_resources is None:  # what get_elastic_resources gives, without its intermediates
+        attr.elastic.add(_above_zero(job.allocated))
+    else:
+        attr.elastic.add(job.get_elastic_resources())
 
 
 class Usage:

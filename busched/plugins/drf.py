@@ -240,15 +240,30 @@ class DrfPlugin:
             t = self.total
             key = ("drf.share", t.cpu, t.memory, tuple(t.scalars.items()))
 
+            # Untouched jobs holding the same allocation share one attr (shared attrs are copied
+            # before they change): a big cluster's jobs hold a few different allocations.
+            same: dict[tuple, _Attr] = {}
+
+            def attr_of(job: JobInfo) -> _Attr:
+                idx = job.status_index
+                if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
+                    a = job.allocated
+                    k = (a.cpu, a.memory, *a.scalars.items())
+                    attr = same.get(k)
+                    if attr is None:
+                        attr = same[k] = self._attr_of(job)
+                    return attr
+                return self._attr_of(job)
+
             def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
-                return {j.uid: reuse.job_value(j, key, self._attr_of) for j in jobs}
+                return {j.uid: reuse.job_value(j, key, attr_of) for j in jobs}
 
             def update(table: dict[str, _Attr], pairs: reuse.Pairs) -> dict[str, _Attr] | None:
                 table = dict(table)
                 for _, old, job in pairs:
                     if old is not None and old.uid != job.uid:
                         return None
-                    table[job.uid] = reuse.job_value(job, key, self._attr_of)
+                    table[job.uid] = reuse.job_value(job, key, attr_of)
                 return table
 
             self.job_attrs = dict(reuse.incremental(ssn, key, list(ssn.jobs.values()), full, update))
@@ -282,13 +297,13 @@ class DrfPlugin:
         self.root = self._new_root()
 
     def _attr_of(self, job: JobInfo) -> _Attr:
-        attr = _Attr()
         idx = job.status_index
         if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
             # untouched since assembled, all tasks in one allocated status: the loop below would sum
-            # the very requests the job's ``allocated`` summed, in the same order
-            attr.allocated.add(job.allocated)
+            # the very requests the job's ``allocated`` summed, in the same order (from zero: a copy)
+            attr = _Attr(job.allocated.clone())
         else:
+            attr = _Attr()
             for status, tasks in idx.items():
                 if allocated_status(status):
                     for t in tasks.values():

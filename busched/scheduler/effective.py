@@ -36,7 +36,7 @@ class Effective:
         elif kind == "job":
             self._refresh_job(key, strict=True)
         else:
-            self.cache.upsert(kind, self.specs[kind][key])
+            self.cache.upsert(kind, self.specs[kind][key], key)
 
     def _refresh_task(self, key: str, strict: bool = False) -> None:
         """Bring the cache's copy of a task up to date: now for a new spec (to validate it), else lazily."""
@@ -47,7 +47,7 @@ class Effective:
         if spec is None:
             return
         self._dirty_tasks.discard(key)
-        self._upsert("task", self.effective_task(key, spec), strict)
+        self._upsert("task", self.effective_task(key, spec), strict, key)
 
     def sync_cache(self) -> None:
         """Apply the task and job changes gathered since the last cycle (several results of one task cost one
@@ -56,7 +56,7 @@ class Effective:
         for key in dirty:
             spec = self.specs["task"].get(key)
             if spec is not None:
-                self._upsert("task", self.effective_task(key, spec), False)
+                self._upsert("task", self.effective_task(key, spec), False, key)
         jobs, self._dirty_jobs = self._dirty_jobs, set()
         for key in jobs:
             self._refresh_job(key, now=True)
@@ -74,7 +74,7 @@ class Effective:
                     key = self._dirty_tasks.pop()
                     spec = tasks.get(key)
                     if spec is not None:
-                        self._upsert("task", self.effective_task(key, spec), False)
+                        self._upsert("task", self.effective_task(key, spec), False, key)
                 else:
                     self._refresh_job(self._dirty_jobs.pop(), now=True)
             await asyncio.sleep(0)
@@ -89,7 +89,7 @@ class Effective:
             return
         ready = spec.ready and (not self.settings.require_heartbeat
                                 or self.live.get(key, NodeLive()).state == "alive")
-        self._upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict)
+        self._upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict, key)
 
     def _refresh_job(self, key: str, strict: bool = False, *, now: bool = False) -> None:
         """Bring the cache's copy of a job up to date: now for a new spec (to validate it), else lazily."""
@@ -105,11 +105,11 @@ class Effective:
             spec = msgspec.structs.replace(spec, phase=st.phase, conditions=[
                 {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
                  "transitionID": c.transition_id} for c in st.conditions])
-        self._upsert("job", spec, strict)
+        self._upsert("job", spec, strict, key)
 
-    def _upsert(self, kind: str, spec: Any, strict: bool) -> None:
+    def _upsert(self, kind: str, spec: Any, strict: bool, key: str) -> None:
         try:
-            self.cache.upsert(kind, spec)
+            self.cache.upsert(kind, spec, key)
         except SpecError:
             if strict:
                 raise
