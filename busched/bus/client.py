@@ -25,7 +25,6 @@ import nats.js.errors
 from nats.js import api
 
 from busched.bus import subjects as S
-from busched.bus.bulk import BulkRead, BulkReadError, ReadRequest
 from busched.bus.connect import NatsOptions
 from busched.bus.messages import GetReply, Msg, encode
 
@@ -123,9 +122,6 @@ class StateWatch:
         self.subjects: list[str] = []  # what is followed
         self._sub: Any = None
         self._follow: Callable[[list[str]], Awaitable[None]] | None = None
-        self.bulk = 0  # messages of the catch-up read by a second process (busched.bus.bulk)
-        self._task: asyncio.Task[None] | None = None  # a bulk catch-up under way
-        self._bulk: Any = None
 
     async def narrow(self, subjects: list[str]) -> None:
         """From the message after the last one handled, follow only ``subjects`` (e.g. leave out a
@@ -140,13 +136,6 @@ class StateWatch:
 
     async def stop(self) -> None:
         self._follow = None
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping anyway
-                pass
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
@@ -474,8 +463,7 @@ class Bus:
     async def watch_state(self, handler: Callable[[str, bytes, int], None] | None = None, *,
                           subject: str = f"{S.STATE_PREFIX}.>",
                           batch_handler: Callable[[list[tuple[str, bytes, int]]], None] | None = None,
-                          max_batch: int = 8192, bulk_min: int = 0,
-                          bulk_command: list[str] | None = None) -> StateWatch:
+                          max_batch: int = 8192) -> StateWatch:
         """Deliver the latest message of every state subject, then every new one.
 
         Either ``handler(subject, data, seq)`` per message, or ``batch_handler(items)`` with lists of
@@ -484,12 +472,6 @@ class Bus:
         messages costs one call per batch, while a lone live message is handled at once.  Returns at
         once; ``watch.caught_up`` is set when everything that was in the stream at the start has been
         handled.
-
-        With ``bulk_min`` > 0, a catch-up of at least that many messages is read by a second process
-        (`busched.bus.bulk`), so nats-py's per-message cost runs on another core; the same messages
-        come in the same order, and the watch follows the stream itself from the next sequence.  If
-        that reader cannot start or fails, the watch goes on by itself from the last message handed
-        over.
         """
         if (handler is None) == (batch_handler is None):
             raise TypeError("watch_state needs exactly one of handler and batch_handler")
@@ -572,50 +554,8 @@ class Bus:
             flush()  # ... after what it already handed over is handled
             await subscribe(subjects, w.last_seq + 1)
 
-        async def bulk() -> None:
-            assert self.options is not None
-            req = ReadRequest(options=self.options, stream=S.STATE_STREAM, subject=subject, target=w.target)
-            def take(items: list[tuple[str, bytes, int]]) -> None:
-                buf.extend(items)
-                flush()
-                w.bulk += len(items)
-
-            reader = BulkRead(req, take, command=bulk_command)
-            w._bulk = reader
-            finished = False
-            try:
-                await reader.run()
-                finished = reader.count > 0  # it stops only at the target or the stream's end
-                log.info("bulk catch-up: %d messages to seq %d", reader.count, reader.last_seq)
-            except BulkReadError as e:
-                log.warning("%s; catching up in process from seq %d", e, reader.last_seq + 1)
-            except asyncio.CancelledError:
-                await reader.stop()
-                raise
-            finally:
-                w._bulk = None
-            if w._follow is None:
-                return  # stopped meanwhile
-            # from the next message on (or from the start, if nothing came), as `narrow` does
-            await subscribe([subject], reader.last_seq + 1 if reader.count else 0)
-            if finished:
-                caught[0] = True
-                flush()
-                w.caught_up.set()
-
-        async def bulk_logged() -> None:
-            try:
-                await bulk()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - the watch then never catches up, and its reader's timeout says so
-                log.exception("the state watch failed to start")
-
+        await subscribe([subject], 0)
         w._follow = follow
-        if bulk_min > 0 and self.options is not None and w.target >= bulk_min:
-            w._task = asyncio.get_running_loop().create_task(bulk_logged())
-        else:
-            await subscribe([subject], 0)
         return w
 
     async def read_state(self, subject: str = f"{S.STATE_PREFIX}.>", timeout: float = 10.0) -> list[tuple[str, bytes]]:

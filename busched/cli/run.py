@@ -31,9 +31,6 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedule onto nodes that have no live agent (dry runs)")
     g.add_argument("--max-event-bytes", type=int, default=256 * 1024,
                    help="reject state messages larger than this (default %(default)s)")
-    g.add_argument("--bulk-catchup", type=int, default=50_000, metavar="N",
-                   help="read a state stream of at least N messages at start with a second process, so its "
-                        "parsing runs on another core (0: never; default %(default)s)")
     g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where /metrics, /healthz and /readyz listen (default %(default)s; '' to disable)")
 
@@ -43,8 +40,7 @@ def settings_from_args(args: argparse.Namespace):  # noqa: ANN201
 
     return SchedulerSettings(period=args.period, trigger=not args.no_trigger, bind_lease=args.bind_lease,
                              heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
-                             require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes,
-                             bulk_catchup=args.bulk_catchup)
+                             require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes)
 
 
 def load_scheduler_config(path: str | None):  # noqa: ANN201

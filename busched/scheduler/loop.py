@@ -153,8 +153,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
         await self.bus.serve(S.API_GET, self._serve_get)
         with paused_gc():  # the whole catch-up, between batches too
-            self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch,
-                                                    bulk_min=self.settings.bulk_catchup)
+            self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
             try:
                 await asyncio.wait_for(self.watch.caught_up.wait(), timeout)
             except asyncio.TimeoutError:

@@ -42,7 +42,6 @@ class SchedulerSettings:
     backoff_max: float = 60.0
     exclusion_ttl: float = 60.0  # a node that refused a task is not offered it again for this long
     max_event_bytes: int = 256 * 1024  # larger state messages are rejected
-    bulk_catchup: int = 50_000  # a state stream at least this long is read by a second process at start; 0: never
     cycle_in_thread: bool = True
     manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
     seed: int = 0
