@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -115,10 +116,12 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
         published = time.perf_counter() - t_pub
         await pub.close()
 
-        # the first bind decision as an agent would see it, on the decision subjects
+        # the first bind decision as an agent would see it, on the decision subjects: from a thread with its
+        # own connection and event loop, as an agent has its own process (a watcher on the scheduler's event
+        # loop would only hear of it once the scheduler next yields, after closing its session)
         seen: list[float] = []
-        watcher = await Bus.connect(srv.url)
-        await watcher.subscribe(f"{S.DECISION_PREFIX}.>", lambda subject, data: seen.append(time.perf_counter()))
+        watcher = _Watcher(srv.url, f"{S.DECISION_PREFIX}.>", seen)
+        watcher.start()
         settings = SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0, seed=seed)
         t0 = time.perf_counter()
         bus = await Bus.connect(srv.url)
@@ -130,18 +133,62 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
         while not seen and cycles < 5:
             report = await sched.run_once()
             cycles += 1
-            if report.binds and cycle_done is None:
+            if report.binds:
                 cycle_done = time.perf_counter() - t0
-        await watcher.flush()
+                for _ in range(500):  # the watcher hears of it from its own thread: 5 s at most
+                    if seen:
+                        break
+                    await asyncio.sleep(0.01)
+                break
         await sched.stop()
         await bus.close()
-        await watcher.close()
+        watcher.close()
         first = seen[0] - t0 if seen else None
         return {"first_bind_s": round(first, 3) if first is not None else None, "catchup_s": round(caught_up, 3),
                 "first_cycle_done_s": round(cycle_done, 3) if cycle_done is not None else None,
                 "cycles": cycles, "published_events": len(events), "publish_s": round(published, 3)}
     finally:
         srv.stop()
+
+
+class _Watcher:
+    """Times the first message on ``subject`` from a thread of its own (its own connection and loop)."""
+
+    def __init__(self, url: str, subject: str, seen: list[float]) -> None:
+        self.url, self.subject, self.seen = url, subject, seen
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(30) or self._error is not None:
+            raise RuntimeError(f"the decision watcher did not start: {self._error}")
+
+    def _run(self) -> None:
+        async def main() -> None:
+            from busched.bus.client import Bus
+
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+            bus = await Bus.connect(self.url)
+            await bus.subscribe(self.subject, lambda subject, data: self.seen.append(time.perf_counter()))
+            await bus.flush()
+            self._ready.set()
+            await self._stop.wait()
+            await bus.close()
+
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # noqa: BLE001 - reported by start()
+            self._error = e
+            self._ready.set()
+
+    def close(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
 
 
 def run(nodes: int, tasks: int, jobs: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
