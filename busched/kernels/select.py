@@ -290,6 +290,9 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
         total = order
     else:
         total = reduced if order is None else reduced + order
+    # the batch scores are summed apart and then added, as the reference does: (r + o) + (b1 + b2)
+    # is not always ((r + o) + b1) + b2 in floating point
+    batch_total: np.ndarray | None = None
     for row in plan[2]:
         for _, fn in row:
             twin = batch_of(fn)
@@ -297,7 +300,9 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
             if vec is None:
                 got = fn(task, list(nodes))
                 vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
-            total = vec if total is None else total + vec
+            batch_total = vec if batch_total is None else batch_total + vec
+    if batch_total is not None:
+        total = batch_total if total is None else total + batch_total
     if total is None:
         return np.zeros(k)
     if total.dtype != np.float64:
