@@ -212,7 +212,7 @@ class JobInfo:
             self.allocated.add(r)
         elif t.best_effort and status == TaskStatus.Pending:
             self.pending_best_effort += 1
-        sj = self.sub_jobs.get(self.uid) or subjob.default_sub_job(self)
+        sj = subjob.default_sub_job(self)
         sj.add_task(t)
         self.task_to_sub_job[uid] = sj.uid
 

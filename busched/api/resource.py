@@ -327,6 +327,20 @@ class Resource:
                     bad.append(n)
         return (not bad), bad
 
+    def plus_less_equal_with_dimension(self, add: Resource, rr: Resource) -> bool:
+        """``self.clone().add(add).less_equal_with_dimension(rr, add)[0]``, compared off the sums
+        (the same float additions) without building them: asked for every task allocate places."""
+        if add.cpu > 0 and self.cpu + add.cpu > rr.cpu:
+            return False
+        if add.memory > 0 and self.memory + add.memory > rr.memory:
+            return False
+        if add.scalars:
+            have, cap = self.scalars, rr.scalars
+            for n, q in add.scalars.items():
+                if n not in _IGNORED_SCALARS and q > 0 and have.get(n, 0.0) + q > cap.get(n, 0.0):
+                    return False
+        return True
+
     def greater_partly_with_dimension(self, rr: Resource | None, req: Resource | None) -> tuple[bool, list[str]]:
         if req is None:
             return False, []

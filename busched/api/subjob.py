@@ -257,9 +257,7 @@ def add_task_to_sub_job(job: Any, t: TaskInfo) -> None:
     if job.subgroup_policy and job.has_podgroup:
         sj = _sub_job_for(job, t)
     else:  # no policy to match (most jobs): the default sub-job, as `_sub_job_for` gives
-        sj = job.sub_jobs.get(job.uid)
-        if sj is None:
-            sj = default_sub_job(job)
+        sj = default_sub_job(job)
     sj.add_task(t)
     job.task_to_sub_job[t.uid] = sj.uid
 

@@ -279,7 +279,7 @@ def delete(kind: str, spec: Any, version: int) -> Msg:
 
 _KIND_OF: dict[type, str] = {**{c: k for k, c in UPSERTS.items()}, **{c: k for k, c in DELETES.items()}}
 _UPSERT_TYPES = frozenset(UPSERTS.values())
-DELETE_TYPES = tuple(DELETES.values())
+DELETE_TYPES = frozenset(DELETES.values())  # by exact type: `type(msg) in DELETE_TYPES`
 
 
 def object_kind(msg: Msg) -> str | None:

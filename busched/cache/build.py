@@ -5,6 +5,8 @@ Every conversion error is a `SpecError` naming the object and the field.
 
 from __future__ import annotations
 
+from typing import Any
+
 from busched.api import objects as o
 from busched.api import subjob
 from busched.api.job import JobInfo
@@ -34,10 +36,28 @@ _PARSED: dict[tuple, Resource] = {}
 _PARSED_MAX = 4096
 
 
+def _memo_key(rl: dict) -> tuple:
+    """A resource list's key in the memos here.  The items alone when every value is a string (as
+    specs give them; a string never equals a number), else with the values' types (1, 1.0 and
+    True are equal keys).  Hashing it raises TypeError for an unhashable value."""
+    items = tuple(rl.items())
+    for _, v in items:
+        if type(v) is not str:
+            return items, tuple(type(v) for _, v in items)
+    return items
+
+
+def _remember(memo: dict[tuple, Any], key: tuple, value: Any) -> None:
+    if len(memo) >= _PARSED_MAX:
+        memo.clear()
+    memo[key] = value
+
+
 def resources(rl: dict | None, where: str) -> Resource:
+    key = None
     if rl:
         try:
-            key = (tuple(rl.items()), tuple(map(type, rl.values())))  # 1 and 1.0 and True are equal keys
+            key = _memo_key(rl)
             hit = _PARSED.get(key)
         except TypeError:  # an unhashable value: parse it (and report it) as it is
             key = hit = None
@@ -47,10 +67,8 @@ def resources(rl: dict | None, where: str) -> Resource:
         r = Resource.from_list(rl, field=where)
     except QuantityError as e:
         raise SpecError(str(e)) from None
-    if rl and key is not None:
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[key] = r.clone()
+    if key is not None:
+        _remember(_PARSED, key, r.clone())
     return r
 
 
@@ -63,17 +81,15 @@ def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
                         ready=s.ready, index=index)
 
 
-# Requests as a task converts them, by their items: (the request with its pod slot, best effort?).
-# Only requests whose values are all strings are remembered: the items alone are then the key (a
-# string never equals a number, while 1, 1.0 and True are equal keys).  Each task gets its own
-# copies of the request.
+# Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
+# Each task gets its own copies of the request.
 _REQUESTS: dict[tuple, tuple[Resource, bool]] = {}
 
 
 def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     rl = s.requests
     try:
-        key = tuple(rl.items()) if rl else ()
+        key = _memo_key(rl) if rl else ()
         hit = _REQUESTS.get(key)
     except TypeError:  # an unhashable value: parse it (and report it) as it is
         key = hit = None
@@ -82,10 +98,8 @@ def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     req = resources(rl, f"task {s.namespace}/{s.name}: requests")
     best_effort = req.is_empty()
     req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
-    if key is not None and all(type(v) is str for v in (rl or {}).values()):
-        if len(_REQUESTS) >= _PARSED_MAX:
-            _REQUESTS.clear()
-        _REQUESTS[key] = (req, best_effort)
+    if key is not None:
+        _remember(_REQUESTS, key, (req, best_effort))
     return req, best_effort
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
-from busched.api.resource import INFINITY, PODS, ZERO, Resource, diff, exceeded_part, res_max
+from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
 from busched.framework.session import EventHandler, Session
 from busched.plugins.capacity_tree import queue_usage
@@ -221,19 +221,7 @@ class ProportionPlugin:
         attr = self.queue_opts.get(q.uid)
         if attr is None:
             return False
-        # allocated.clone().add(req).less_equal_with_dimension(deserved, req), read off the sums
-        # (the same float additions) without building them
-        req, have, deserved = task.resreq, attr.allocated, attr.deserved
-        if req.cpu > 0 and have.cpu + req.cpu > deserved.cpu:
-            return False
-        if req.memory > 0 and have.memory + req.memory > deserved.memory:
-            return False
-        if req.scalars:
-            held, cap = have.scalars, deserved.scalars
-            for n, q in req.scalars.items():
-                if n != PODS and q > 0 and held.get(n, 0.0) + q > cap.get(n, 0.0):
-                    return False
-        return True
+        return attr.allocated.plus_less_equal_with_dimension(task.resreq, attr.deserved)
 
     def enqueueable(self, ssn: Session, job: JobInfo) -> int:
         queue = ssn.queues.get(job.queue)

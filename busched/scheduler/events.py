@@ -30,10 +30,6 @@ from busched.scheduler.records import (
 
 log = logging.getLogger("busched.scheduler")
 
-# The delete messages, by exact type: `_apply_object` gets only the exact types `m.object_kind`
-# knows, and isinstance over msgspec types (a tuple of seven) cost more than a set lookup tenfold.
-_DELETES = frozenset(m.DELETES.values())
-
 
 class Events:
     # == inbound: the state stream ====================================================================================
@@ -124,7 +120,9 @@ class Events:
         if last is not None and msg.version <= last:
             self._count(kind, "stale")
             return "stale"
-        if type(msg) in _DELETES:
+        # by exact type (`_apply_object` gets only the types `m.object_kind` knows): a set lookup,
+        # a tenth of isinstance over seven msgspec types
+        if type(msg) in m.DELETE_TYPES:
             self.versions[vkey] = msg.version
             old = self.specs[kind].pop(key, None)
             if old is not None:
