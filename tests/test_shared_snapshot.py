@@ -22,10 +22,10 @@ from busched.cache.cache import Cache
 from busched.framework.cycle import run_cycle
 from busched.scenario.runner import _registries, load_scenario
 
-from tests.test_conformance import CASE_PARAMS
+from tests.test_conformance import LOAD_PARAMS
 
 EXTRA = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
-PARAMS = [pytest.param(p.values[0], id=p.id) for p in CASE_PARAMS] + [pytest.param(p, id=f"extra/{p.name}") for p in EXTRA]
+PARAMS = LOAD_PARAMS + [pytest.param(p, id=f"extra/{p.name}") for p in EXTRA]
 
 
 def _cache(sc) -> Cache:

@@ -1,10 +1,11 @@
 """Load a scenario file, run one cycle, report decisions, compare with ``expect``.
 
-The file format is ../shared/conformance/FORMAT.md.  The cluster block enters an
-empty `Cache` as events (nodes, tasks, jobs, queues, priority classes), one
-snapshot is taken, one session runs ``config.actions`` and closes.  The report
-is a plain dict with every key of FORMAT's output, in a stable order, so the
-same file gives byte-identical JSON on every run.
+The file format is tests/conformance/FORMAT.md (the repository's copy of
+../shared/conformance/FORMAT.md).  The cluster block enters an empty `Cache` as
+events (nodes, tasks, jobs, queues, priority classes), one snapshot is taken,
+one session runs ``config.actions`` and closes.  The report is a plain dict with
+every key of FORMAT's output, in a stable order, so the same file gives
+byte-identical JSON on every run.
 """
 
 from __future__ import annotations
