@@ -52,9 +52,10 @@ def test_lent_equals_private(path: Path, verify) -> None:
     plugins, actions = _registries()
     lent, private = _cache(sc), _cache(sc)
     for cycle in range(3):
-        a = run_cycle(lent.snapshot(memo=True), sc.config, plugins=plugins, actions=actions, uid=f"c{cycle}")
+        a = run_cycle(lent.snapshot(memo=True), sc.config, plugins=plugins, actions=actions, uid=f"c{cycle}",
+                      now=sc.now)
         b = run_cycle(private.snapshot(memo=False), sc.config, plugins=plugins, actions=actions,
-                      uid=f"c{cycle}")
+                      uid=f"c{cycle}", now=sc.now)
         assert _outcome(a) == _outcome(b), f"cycle {cycle}"
         apply_decisions(lent, a)
         apply_decisions(private, b)

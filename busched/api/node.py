@@ -13,11 +13,20 @@ from typing import Any
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 
-__all__ = ["NodeInfo", "NodeAccountingError"]
+__all__ = ["NodeInfo", "NodeUsage", "NodeAccountingError"]
 
 
 class NodeAccountingError(RuntimeError):
     """A task could not be added to (or moved on) a node."""
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """Measured load (Volcano's NodeUsage): when (epoch seconds), and cpu and memory percent per period."""
+
+    time: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -31,6 +40,7 @@ class NodeInfo:
     unschedulable: bool = False
     images: dict[str, int] = field(default_factory=dict)  # image name -> size in bytes
     ready: bool = True
+    usage: NodeUsage | None = None  # measured load, when the node reports it
     idle: Resource = field(default_factory=Resource)
     used: Resource = field(default_factory=Resource)
     releasing: Resource = field(default_factory=Resource)
@@ -119,7 +129,7 @@ class NodeInfo:
         n = NodeInfo.new(self.name, self.allocatable.clone(), self.capacity.clone(), labels=dict(self.labels),
                          annotations=dict(self.annotations), taints=list(self.taints),
                          unschedulable=self.unschedulable, images=dict(self.images), ready=self.ready,
-                         index=self.index)
+                         usage=self.usage, index=self.index)
         for t in self.tasks.values():
             n.add_task(t)
         return n

@@ -11,8 +11,10 @@ from typing import Any
 
 import msgspec
 
+from busched.api.timestamp import Timestamp
+
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
-           "ResourceQuotaSpec", "ClusterSpec", "Quantity", "ResourceList"]
+           "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "Quantity", "ResourceList"]
 
 Quantity = str | int | float
 ResourceList = dict[str, Quantity]
@@ -20,6 +22,14 @@ ResourceList = dict[str, Quantity]
 
 class _Spec(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
     pass
+
+
+class NodeUsageSpec(_Spec):
+    """Volcano's NodeUsage: when it was measured, and cpu and memory load per period ("5m") in percent."""
+
+    time: Timestamp | None = None
+    cpu: dict[str, float] = {}
+    memory: dict[str, float] = {}
 
 
 class NodeSpec(_Spec):
@@ -32,6 +42,7 @@ class NodeSpec(_Spec):
     unschedulable: bool = False
     images: dict[str, int] = {}
     ready: bool = True
+    usage: NodeUsageSpec | None = None  # measured load (Volcano's NodeUsage)
 
 
 class TaskSpec(_Spec):
@@ -55,6 +66,9 @@ class TaskSpec(_Spec):
     scheduling_gates: list[str] = []
     nominated_node_name: str = ""
     images: list[str] = []
+    created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
+    start_time: Timestamp | None = None  # when the task started running
+    status: str = ""  # a Volcano task status name; wins over phase, node and deleting
 
 
 class JobSpec(_Spec):
@@ -71,6 +85,7 @@ class JobSpec(_Spec):
     network_topology: dict[str, Any] | None = None
     sub_group_policy: list[dict[str, Any]] = []
     conditions: list[dict[str, Any]] = []
+    created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
 
 
 class QueueSpec(_Spec):
@@ -85,6 +100,7 @@ class QueueSpec(_Spec):
     parent: str = ""
     annotations: dict[str, str] = {}
     affinity: dict[str, Any] | None = None
+    created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
 
 
 class PriorityClassSpec(_Spec):

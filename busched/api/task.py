@@ -9,7 +9,7 @@ from typing import Any
 from busched.api.resource import Resource
 
 __all__ = ["TaskStatus", "TaskInfo", "allocated_status", "completed_status", "scheduled_status",
-           "preemptable_status", "TASK_SPEC_KEY", "PREEMPTABLE_KEY"]
+           "preemptable_status", "status_named", "TASK_SPEC_KEY", "PREEMPTABLE_KEY"]
 
 TASK_SPEC_KEY = "volcano.sh/task-spec"
 PREEMPTABLE_KEY = "volcano.sh/preemptable"
@@ -49,6 +49,11 @@ def scheduled_status(s: TaskStatus) -> bool:
 
 def preemptable_status(s: TaskStatus) -> bool:
     return s in _PREEMPTABLE
+
+
+def status_named(name: str) -> TaskStatus | None:
+    """The status a Volcano task status name (``Allocated``, ``Pipelined``...) names; None if none."""
+    return TaskStatus.__members__.get(name)
 
 
 def status_from_phase(phase: str, node: str, deleting: bool) -> TaskStatus:
@@ -113,6 +118,7 @@ class TaskInfo:
     nominated_node_name: str = ""
     images: list[str] = field(default_factory=list)
     created: float = 0.0  # creation time (seconds); ties fall back on uid
+    start_time: float = 0.0  # when it started running (epoch seconds; 0: not known)
     eviction_occurred: bool = False
     last_status: TaskStatus | None = None  # status before the last discarded transaction
     last_node: str = ""

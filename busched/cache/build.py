@@ -10,11 +10,12 @@ from typing import Any
 from busched.api import objects as o
 from busched.api import subjob
 from busched.api.job import JobInfo
-from busched.api.node import NodeInfo
+from busched.api.node import NodeInfo, NodeUsage
 from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
-from busched.api.task import TaskInfo, TaskStatus, TASK_PRIORITY_KEY, status_from_phase
+from busched.api.task import TaskInfo, TaskStatus, TASK_PRIORITY_KEY, status_from_phase, status_named
+from busched.api.timestamp import TimeError, parse_time
 
 __all__ = ["SpecError", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
            "resources"]
@@ -72,13 +73,29 @@ def resources(rl: dict | None, where: str) -> Resource:
     return r
 
 
+def time_of(v: o.Timestamp | None, where: str) -> float:
+    """A spec's time (RFC 3339 or epoch seconds; absent: the epoch) in epoch seconds."""
+    if v is None:  # (most objects: nothing to parse)
+        return 0.0
+    try:
+        return parse_time(v, where)
+    except TimeError as e:
+        raise SpecError(str(e)) from None
+
+
+def node_usage(u: o.NodeUsageSpec | None, where: str) -> NodeUsage | None:
+    if u is None:
+        return None
+    return NodeUsage(time_of(u.time, f"{where}: usage.time"), dict(u.cpu), dict(u.memory))
+
+
 def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
     where = f"node {s.name}"
     alloc = resources(s.allocatable, f"{where}: allocatable")
     cap = resources(s.capacity, f"{where}: capacity") if s.capacity is not None else alloc.clone()
     return NodeInfo.new(s.name, alloc, cap, labels=dict(s.labels), annotations=dict(s.annotations),
                         taints=[dict(t) for t in s.taints], unschedulable=s.unschedulable, images=dict(s.images),
-                        ready=s.ready, index=index)
+                        ready=s.ready, usage=node_usage(s.usage, where), index=index)
 
 
 # Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
@@ -130,7 +147,13 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
         preemptable = TaskInfo.read_preemptable(annotations, labels)
     else:
         role, preemptable = "", True  # (what the two readers give for no metadata)
-    status = status_from_phase(s.phase, s.node, s.deleting)
+    if s.status:  # a status the spec gives wins over what phase, node and deleting imply
+        status = status_named(s.status)
+        if status is None:
+            raise SpecError(f"task {s.namespace}/{s.name}: status: unknown task status {s.status!r} "
+                            f"(one of {', '.join(TaskStatus.__members__)})")
+    else:
+        status = status_from_phase(s.phase, s.node, s.deleting)
     # TaskInfo(...) field by field, in its field order: the dataclass's constructor, with its
     # keyword parsing and default factories, was most of a task's conversion (one per task at
     # catch-up); tests check both give the same object
@@ -160,7 +183,8 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.priority_class_name = s.priority_class_name
     t.nominated_node_name = s.nominated_node_name
     t.images = list(s.images) if s.images else []
-    t.created = 0.0
+    t.created = time_of(s.created, f"task {s.namespace}/{s.name}: created")
+    t.start_time = time_of(s.start_time, f"task {s.namespace}/{s.name}: startTime")
     t.eviction_occurred = False
     t.last_status = None
     t.last_node = ""
@@ -200,7 +224,7 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.subgroup_policy = list(s.sub_group_policy)
     j.conditions = [dict(c) for c in s.conditions]
     j.has_podgroup = True
-    j.created = 0.0
+    j.created = time_of(s.created, f"job {s.namespace}/{s.name}: created")
     j.tasks = {}
     j.status_index = {}
     j.allocated = Resource()
@@ -234,7 +258,8 @@ def queue_info(s: o.QueueSpec) -> QueueInfo:
                      reclaimable=s.reclaimable, state=s.state, priority=s.priority, parent=s.parent,
                      annotations=dict(s.annotations), affinity=s.affinity,
                      capability_list=dict(s.capability or {}), deserved_list=dict(s.deserved or {}),
-                     guarantee_list=dict(s.guarantee or {}))
+                     guarantee_list=dict(s.guarantee or {}),
+                     created=time_of(s.created, f"{where}: created"))
 
 
 def priority_class(s: o.PriorityClassSpec) -> PriorityClass:

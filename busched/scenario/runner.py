@@ -20,6 +20,7 @@ import msgspec
 from busched.api.fit import FitError
 from busched.api.objects import ClusterSpec
 from busched.api.task import TaskStatus
+from busched.api.timestamp import TimeError, parse_time
 from busched.cache.build import SpecError
 from busched.cache.cache import Cache
 from busched.framework.config import ConfigError, SchedulerConfig, parse_config
@@ -44,6 +45,7 @@ class Scenario:
     cluster: ClusterSpec
     shard: Shard
     expect: dict[str, Any] = field(default_factory=dict)
+    now: float = 0.0  # the session's clock (epoch seconds): the file's `now`, else the epoch
 
 
 def _registries() -> tuple[Registry, Registry]:
@@ -83,7 +85,11 @@ def load_scenario(path: str | Path) -> Scenario:
     expect = doc.get("expect") or {}
     if not isinstance(expect, dict):
         raise ScenarioError(f"{p}: expect: a mapping")
-    return Scenario(p, str(doc.get("name", p)), config, cluster, shard, expect)
+    try:
+        now = parse_time(doc.get("now"), "now")
+    except TimeError as e:
+        raise ScenarioError(f"{p}: {e}") from None
+    return Scenario(p, str(doc.get("name", p)), config, cluster, shard, expect, now)
 
 
 def _report(ssn: Session, extra: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +175,7 @@ def run_scenario(sc: Scenario, *, seed: int = 0) -> dict[str, Any]:
         raise ScenarioError(f"{sc.path}: cluster: {e}") from None
     cache.shard = sc.shard
     extra: dict[str, Any] = {}
-    ssn = run_cycle(cache.snapshot(), sc.config, plugins=plugins, actions=actions, seed=seed,
+    ssn = run_cycle(cache.snapshot(), sc.config, plugins=plugins, actions=actions, seed=seed, now=sc.now,
                     before_close=lambda s: _probe(s, extra))
     return _report(ssn, extra)
 

@@ -6,6 +6,9 @@
   for the task named ``task`` only, its predicate fails with a plain Unschedulable
   status while a task named ``blockingTask`` sits on the node in any status but
   Releasing (a device that frees up only once the blocking task is evicted).
+- ``test-rejecter`` (arguments ``{job: NAME}``): its job-enqueueable vote rejects
+  the podgroup named NAME and permits every other (Volcano's
+  ``uthelper.RejecterPlugin``).
 
 `TEST_PLUGINS` maps each name to a builder taking the plugin's arguments; the
 scenario runner merges it into the plugin registry.
@@ -17,11 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from busched.api.fit import Code
+from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework.session import Session, fit_error
 
-__all__ = ["TEST_PLUGINS", "VictimByPriorityPlugin", "DeviceFitAfterEvictionPlugin"]
+__all__ = ["TEST_PLUGINS", "VictimByPriorityPlugin", "DeviceFitAfterEvictionPlugin", "RejecterPlugin"]
 
 
 class PluginArgumentError(ValueError):
@@ -40,10 +44,10 @@ def _int_argument(arguments: Mapping[str, Any], key: str, plugin: str) -> int:
         raise PluginArgumentError(f"{plugin}: arguments.{key}: expected an integer, got {v!r}") from None
 
 
-def _str_argument(arguments: Mapping[str, Any], key: str, plugin: str) -> str:
+def _str_argument(arguments: Mapping[str, Any], key: str, plugin: str, what: str = "a task name") -> str:
     v = arguments.get(key)
     if not isinstance(v, str) or not v:
-        raise PluginArgumentError(f"{plugin}: arguments.{key}: expected a task name")
+        raise PluginArgumentError(f"{plugin}: arguments.{key}: expected {what}")
     return v
 
 
@@ -80,7 +84,21 @@ class DeviceFitAfterEvictionPlugin:
         ssn.add_fn("predicate", self.name, predicate)
 
 
+class RejecterPlugin:
+    name = "test-rejecter"
+
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        self.job = _str_argument(arguments or {}, "job", self.name, "a podgroup name")
+
+    def on_session_open(self, ssn: Session) -> None:
+        def enqueueable(job: JobInfo) -> int:
+            return -1 if job.name == self.job else 1
+
+        ssn.add_fn("job_enqueueable", self.name, enqueueable)
+
+
 TEST_PLUGINS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     VictimByPriorityPlugin.name: VictimByPriorityPlugin,
     DeviceFitAfterEvictionPlugin.name: DeviceFitAfterEvictionPlugin,
+    RejecterPlugin.name: RejecterPlugin,
 }
