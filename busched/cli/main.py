@@ -21,6 +21,7 @@ COMMANDS = (
     "busched.cli.get",
     "busched.cli.up",
     "busched.cli.schema",
+    "busched.cli.auth",
 )
 
 

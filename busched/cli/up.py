@@ -30,7 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--nats-port", type=int, default=4222, help="port of the started nats-server (0: any free port)")
     g.add_argument("--nats-monitor-port", type=int, default=8222,
                    help="monitoring port of the started nats-server (0: any free port, -1: off)")
-    g.add_argument("--data-dir", default=".busched", help="JetStream data directory (default %(default)s)")
+    g.add_argument("--data-dir", default=".busched",
+                   help="JetStream data, log and generated credentials (auth/) directory (default %(default)s)")
+    g.add_argument("--insecure", action="store_true",
+                   help="run nats-server without authentication (any local process may then write bindings and "
+                        "decisions); by default every user has its own generated credentials (docs/bus.md)")
     add_scheduler_arguments(p)
     add_fleet_arguments(p, nodes=4)
     p.set_defaults(duration=15.0)
@@ -74,6 +78,7 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.agent import Agent
     from busched.bus import Bus, BusError
     from busched.bus.apply import apply_cluster
+    from busched.bus.auth import AuthDir, AuthError
     from busched.bus.connect import NatsOptions, options_from_args
     from busched.bus.server import NatsServer, NatsServerError, free_port
     from busched.cli.agent import nodes_from_args
@@ -86,25 +91,52 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
     t_start = time.monotonic()
     ever_ran = False
     try:
+        fleet = nodes_from_args(args)
+        secured = False
         if args.nats:
             opts = options_from_args(args, "busched-up")
-            _say(f"using NATS at {args.nats}")
+            sopts = aopts = copts = opts
+            _say(f"using NATS at {opts.url}")
         else:
             data = Path(args.data_dir).resolve()
             mon = None if args.nats_monitor_port < 0 else (args.nats_monitor_port or free_port())
+            kw: dict[str, Any] = dict(port=args.nats_port, monitor_port=mon, log_file=str(data / "nats-server.log"))
+            auth = AuthDir.of_data_dir(data)
+            creds: dict[str, Any] = {}
             try:
-                server = NatsServer(data / "jetstream", port=args.nats_port, monitor_port=mon,
-                                    log_file=str(data / "nats-server.log")).start()
-            except NatsServerError as e:
+                if args.insecure:
+                    server = NatsServer(data / "jetstream", **kw)
+                else:
+                    # generate (or reuse) one user per role; secrets only in 0600 files, never on a command line
+                    server = NatsServer(data / "jetstream", config_file=auth.server_config, pid_file=auth.pid_file,
+                                        **kw)
+                    auth.ensure(url=server.url, agents={args.prefix: [n.name for n in fleet]})
+                    creds = {role: auth.get(role) for role in ("scheduler", "cli")}
+                    creds["agent"] = auth.get("agent", args.prefix)
+                    secured = True
+                server.start()
+            except (NatsServerError, AuthError, OSError, ValueError) as e:
+                server = None
                 _say(f"cannot start nats-server: {e}")
                 return 1
-            opts = NatsOptions(url=server.url, name="busched-up")
             _say(f"nats-server {server.url} (JetStream data in {data}, log {data / 'nats-server.log'}"
                  + (f", monitoring http://127.0.0.1:{mon}" if mon else "") + ")")
+            if secured:
+                def as_(role: str) -> NatsOptions:
+                    c = creds[role]
+                    return NatsOptions(url=server.url, user=c.user, password=c.password, inbox_prefix=c.inbox_prefix,
+                                       name="busched-up")
+                sopts, aopts, copts = as_("scheduler"), as_("agent"), as_("cli")
+                _say(f"authentication on: users scheduler, cli and agent-{args.prefix}, their credentials in "
+                     f"{auth.path} (0600); busched commands run from this directory use them")
+            else:
+                sopts = aopts = copts = NatsOptions(url=server.url, name="busched-up")
+                _say("WARNING: --insecure: nats-server has no authentication; any local process can write "
+                     "bindings and decisions")
         try:
-            sbus = await Bus.connect(opts, name="busched-scheduler")
+            sbus = await Bus.connect(sopts, name="busched-scheduler")
             cleanup.append(sbus)
-            abus = await Bus.connect(opts, name="busched-agent")
+            abus = await Bus.connect(aopts, name="busched-agent")
             cleanup.append(abus)
         except BusError as e:
             _say(str(e))
@@ -124,15 +156,23 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
              + (f"; metrics at {http.url}/metrics, health {http.url}/healthz, readiness {http.url}/readyz"
                 if http else ""))
         sched_task = asyncio.create_task(sched.run_forever())
-        agent = Agent(abus, nodes_from_args(args), heartbeat_interval=args.heartbeat, duration=args.duration,
+        agent = Agent(abus, fleet, heartbeat_interval=args.heartbeat, duration=args.duration,
                       check_capacity=not args.no_capacity_check)
         await agent.start()
         _say(f"{len(agent.nodes)} simulated nodes ({args.cpu} cpu, {args.memory} memory each): "
              + ", ".join(agent.nodes))
         if not args.no_demo:
             demo = demo_cluster(args.duration)
-            n, errors = await apply_cluster(abus, demo)
-            where = f" --nats {opts.url}" if opts.url != "nats://127.0.0.1:4222" else ""
+            try:
+                cbus = await Bus.connect(copts, name="busched-apply")
+            except BusError as e:
+                _say(str(e))
+                return 1
+            try:
+                n, errors = await apply_cluster(cbus, demo)
+            finally:
+                await cbus.close()
+            where = f" --nats {copts.url}" if copts.url != "nats://127.0.0.1:4222" and not secured else ""
             _say(f"applied the demo workload: {n} objects (jobs demo/train, demo/etl, demo/sweep); "
                  f"watch it with `busched get tasks{where}`")
             for e in errors:
