@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from nats.js import api
 
 from busched.agent import Agent, fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
@@ -17,7 +18,7 @@ from busched.bus import Bus, BusError
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
-from busched.bus.auth import AuthDir, Credential, agent_permissions, render_authorization
+from busched.bus.auth import AuthDir, Credential, agent_permissions, prepare_agent_consumer, render_authorization
 from busched.bus.connect import NatsOptions, options_from_args
 from busched.bus.server import NatsServer
 from busched.cli.get import fetch
@@ -59,7 +60,9 @@ def test_generated_files_are_private_and_lists_come_from_subjects(secured):
     assert S.heartbeat_subject(NODE) in perms["publish"]["allow"]
     assert perms["subscribe"]["allow"] == [f"_INBOX_{NODE}.>"]
     fleet = agent_permissions(["a", "b"])
-    assert f"$JS.API.CONSUMER.CREATE.{S.DECISION_STREAM}.{S.fleet_consumer(['a', 'b'])}" in fleet["publish"]["allow"]
+    create = f"$JS.API.CONSUMER.CREATE.{S.DECISION_STREAM}.{S.fleet_consumer(['a', 'b'])}"
+    assert create not in fleet["publish"]["allow"]  # made beforehand by the scheduler (prepare_agent_consumer)
+    assert create in agent_permissions(["a", "b"], create_consumer=True)["publish"]["allow"]
     text = render_authorization(auth.credentials())
     assert text == auth.server_config.read_text()
     assert "busched.state.binding" not in json.dumps([c.permissions() for c in auth.credentials()
@@ -137,6 +140,32 @@ async def test_the_cli_credential_applies_and_asks_but_writes_no_records(secured
         await sched.stop()
         await cbus.close()
         await sbus.close()
+
+
+async def test_a_fleet_runs_on_a_prepared_consumer_and_cannot_make_one_for_other_nodes(tmp_path):
+    fleet = ["f-00", "f-01"]
+    auth = AuthDir(tmp_path / "auth")
+    srv = NatsServer(tmp_path / "nats", config_file=auth.server_config)
+    auth.ensure(url=srv.url, agents={"f": fleet})
+    srv.start()
+    sbus = await Bus.connect(_opts(auth, "scheduler"))
+    abus = await Bus.connect(_opts(auth, "agent", "f"))
+    try:
+        await sbus.ensure_streams()
+        durable = S.fleet_consumer(fleet)
+        cfg = api.ConsumerConfig(name=durable, durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT,
+                                 filter_subjects=[S.node_decisions(OTHER), S.node_decisions("f-01")])
+        with pytest.raises(Exception):  # noqa: B017 - a permissions violation surfaces as a timeout
+            await abus.nc.jetstream(timeout=1).add_consumer(S.DECISION_STREAM, config=cfg)
+        assert await prepare_agent_consumer(sbus, fleet)
+        feed = await abus.decision_feed(fleet)  # finds it: info only
+        await feed.stop()
+        info = await sbus.js.consumer_info(S.DECISION_STREAM, durable)
+        assert sorted(info.config.filter_subjects) == sorted(S.node_decisions(n) for n in fleet)
+    finally:
+        await abus.close()
+        await sbus.close()
+        srv.stop()
 
 
 async def test_add_agent_reloads_the_running_server(tmp_path):

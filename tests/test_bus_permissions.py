@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from busched.agent import Agent, fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import Bus
+from busched.bus import auth
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
@@ -19,19 +24,18 @@ AGENT_NODE = "node-00"
 
 
 def agent_permissions(node: str) -> str:
-    """The nats-server permissions of an agent that serves exactly one node (as in docs/bus.md)."""
-    t = S.token(node)
-    c = S.agent_consumer(node)
-    return f"""{{
-      publish: {{ allow: [
-        "busched.state.node.{t}", "busched.state.result.{t}.>", "busched.heartbeat.{t}",
-        "$JS.API.STREAM.INFO.BUSCHED_STATE", "$JS.API.STREAM.INFO.BUSCHED_DECISIONS",
-        "$JS.API.CONSUMER.INFO.BUSCHED_DECISIONS.{c}",
-        "$JS.API.CONSUMER.CREATE.BUSCHED_DECISIONS.{c}.busched.decision.{t}.>",
-        "$JS.API.CONSUMER.MSG.NEXT.BUSCHED_DECISIONS.{c}",
-        "$JS.ACK.BUSCHED_DECISIONS.{c}.>" ] }}
-      subscribe: {{ allow: ["_INBOX_{t}.>"] }}
-    }}"""
+    """The nats-server permissions of an agent that serves exactly one node, as busched/bus/auth.py generates them."""
+    return json.dumps(auth.agent_permissions([node]))
+
+
+def test_the_documented_permissions_are_the_generated_ones():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "bus.md").read_text()
+    block = doc[doc.index("### Permissions"):]
+    block = block[block.index("```"):]
+    block = block[3:block.index("```", 3)]
+    listed = re.findall(r'"([^"]+)"', block)
+    perms = auth.agent_permissions([AGENT_NODE])
+    assert listed == perms["publish"]["allow"] + perms["subscribe"]["allow"]
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from busched.bus.apply import APPLY_ORDER
 
 __all__ = ["ROLES", "OBJECT_KINDS", "JS_API", "scheduler_permissions", "cli_permissions", "agent_permissions",
            "agent_inbox_prefix", "Credential", "new_credential", "render_authorization", "AuthDir", "AuthError",
-           "find_credential", "auth_search_dirs", "write_private", "DEFAULT_AUTH_DIR", "CLI_INBOX_PREFIX",
+           "find_credential", "auth_search_dirs", "prepare_agent_consumer", "write_private", "DEFAULT_AUTH_DIR", "CLI_INBOX_PREFIX",
            "SCHEDULER_INBOX_PREFIX"]
 
 ROLES = ("scheduler", "cli", "agent")
@@ -82,12 +82,19 @@ def agent_inbox_prefix(name: str) -> str:
     return f"_INBOX_{S.token(name)}"
 
 
-def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None) -> dict[str, Any]:
+def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None,
+                      create_consumer: bool | None = None) -> dict[str, Any]:
     """The permissions of an agent serving exactly ``nodes`` (docs/bus.md, "Permissions").
 
     Its nodes' state, result and heartbeat subjects; the two streams' info; info, create, next and
     ack of its durable consumer (``agent-<node>`` for one node, `subjects.fleet_consumer` for several);
     subscribe only to its own inbox (default ``_INBOX_<node>``, or ``_INBOX_<fleet consumer>``).
+
+    ``create_consumer`` (default: for one node only): a one-node consumer is created on a subject that
+    names its filter, which the server holds it to; a fleet's consumer is created on a subject without
+    its filters, so a fleet allowed to create it could give it another node's filter and read that
+    node's decisions.  A fleet's consumer is therefore made beforehand with the scheduler's
+    credential (`prepare_agent_consumer`, which `busched up` and `busched auth add-agent` do).
     """
     names = list(dict.fromkeys(nodes))
     if not names:
@@ -105,11 +112,26 @@ def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None) 
         # a consumer with several filter subjects is created without a filter in the subject
         c = S.fleet_consumer(names)
         create = f"{JS_API}.CONSUMER.CREATE.{dc}.{c}"
-    publish += [f"{JS_API}.CONSUMER.INFO.{dc}.{c}", create, f"{JS_API}.CONSUMER.MSG.NEXT.{dc}.{c}",
-                f"$JS.ACK.{dc}.{c}.>"]
+    if create_consumer is None:
+        create_consumer = len(names) == 1
+    publish += [f"{JS_API}.CONSUMER.INFO.{dc}.{c}"] + ([create] if create_consumer else [])
+    publish += [f"{JS_API}.CONSUMER.MSG.NEXT.{dc}.{c}", f"$JS.ACK.{dc}.{c}.>"]
     if inbox_prefix is None:
         inbox_prefix = agent_inbox_prefix(names[0] if len(names) == 1 else c)
     return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix}.>"]}}
+
+
+async def prepare_agent_consumer(bus: Any, nodes: Iterable[str]) -> bool:
+    """Create the durable decision consumer of an agent serving ``nodes`` unless it exists, with ``bus``
+    connected as the scheduler (a fleet's agent may not create its own, see `agent_permissions`).
+    Exactly the consumer `Bus.decision_feed` would create.  False for one node (it creates its own)."""
+    names = list(dict.fromkeys(nodes))
+    if len(names) < 2:
+        return False
+    await bus.ensure_streams()
+    feed = await bus.decision_feed(names)
+    await feed.stop()
+    return True
 
 
 # -- credentials -----------------------------------------------------------------------------------------------------

@@ -107,4 +107,34 @@ def cmd_add_agent(args: argparse.Namespace) -> int:
     else:
         print(f"no running nats-server of `busched up` found; {auth.server_config} is regenerated "
               "(reload your server, or the next `busched up` uses it)")
+    if len(cred.nodes) > 1:
+        # a fleet's agent may not create its own consumer: make it now as the scheduler (or the next `busched up`)
+        import asyncio
+
+        why = asyncio.run(_prepare(auth, cred.nodes))
+        print("its decision consumer is ready" if not why else
+              f"its decision consumer is not made yet ({why}): the next `busched up` makes it, or run this again "
+              "while the server runs")
     return 0
+
+
+async def _prepare(auth, nodes: list[str]) -> str:  # noqa: ANN001
+    from busched.bus import Bus, BusError
+    from busched.bus.auth import prepare_agent_consumer
+    from busched.bus.connect import NatsOptions
+
+    c = auth.get("scheduler")
+    if c is None or not c.url:
+        return "no scheduler credential with a url"
+    try:
+        bus = await Bus.connect(NatsOptions(url=c.url, user=c.user, password=c.password, inbox_prefix=c.inbox_prefix,
+                                            name="busched-auth"), wait=3)
+    except BusError as e:
+        return str(e)
+    try:
+        await prepare_agent_consumer(bus, nodes)
+        return ""
+    except Exception as e:  # noqa: BLE001 - reported as one line
+        return f"{type(e).__name__}: {e}"
+    finally:
+        await bus.close()

@@ -78,7 +78,7 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.agent import Agent
     from busched.bus import Bus, BusError
     from busched.bus.apply import apply_cluster
-    from busched.bus.auth import AuthDir, AuthError
+    from busched.bus.auth import AuthDir, AuthError, prepare_agent_consumer
     from busched.bus.connect import NatsOptions, options_from_args
     from busched.bus.server import NatsServer, NatsServerError, free_port
     from busched.cli.agent import nodes_from_args
@@ -156,6 +156,14 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
              + (f"; metrics at {http.url}/metrics, health {http.url}/healthz, readiness {http.url}/readyz"
                 if http else ""))
         sched_task = asyncio.create_task(sched.run_forever())
+        if secured:
+            # a fleet's agent may not create its own consumer (docs/bus.md, Authentication): make each one here
+            for c in auth.credentials():
+                if c.role == "agent":
+                    try:
+                        await prepare_agent_consumer(sbus, c.nodes)
+                    except Exception as e:  # noqa: BLE001 - that fleet's agent reports its own failure
+                        _say(f"cannot create the decision consumer of agent-{c.name}: {e}")
         agent = Agent(abus, fleet, heartbeat_interval=args.heartbeat, duration=args.duration,
                       check_capacity=not args.no_capacity_check)
         await agent.start()
