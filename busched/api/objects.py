@@ -7,17 +7,18 @@ Every field has a default so the schema can grow.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
-           "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "Quantity", "ResourceList"]
+           "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList"]
 
 Quantity = str | int | float
 ResourceList = dict[str, Quantity]
+Percent = Annotated[str, msgspec.Meta(pattern=r"^[0-9]+%$")]  # "50%"
 
 
 class _Spec(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
@@ -124,6 +125,18 @@ class ResourceQuotaSpec(_Spec):
     used: ResourceList = {}
 
 
+class PodDisruptionBudgetSpec(_Spec):
+    """A PodDisruptionBudget (policy/v1): its spec, and the status fields a test may set directly."""
+
+    name: str
+    namespace: str = "default"
+    selector: dict[str, Any] | None = None  # a metav1.LabelSelector (validated by busched.api.k8s)
+    min_available: int | Percent | None = None  # at most one of the two; neither: minAvailable 1
+    max_unavailable: int | Percent | None = None
+    disruptions_allowed: int | None = None  # status: given, it wins over what the plugin computes
+    disrupted_pods: list[str] | dict[str, Timestamp] = []  # status: pod name (-> when)
+
+
 class ClusterSpec(_Spec):
     nodes: list[NodeSpec] = []
     tasks: list[TaskSpec] = []
@@ -132,4 +145,4 @@ class ClusterSpec(_Spec):
     priority_classes: list[PriorityClassSpec] = []
     hyper_nodes: list[HyperNodeSpec] = []
     resource_quotas: list[ResourceQuotaSpec] = []
-    pod_disruption_budgets: list[dict[str, Any]] = []
+    pod_disruption_budgets: list[PodDisruptionBudgetSpec] = []

@@ -234,8 +234,8 @@ class Cache:
             self.upsert("hyperNode", h)
         for rq in cluster.resource_quotas:
             self.upsert("resourceQuota", rq)
-        for pdb in cluster.pod_disruption_budgets:
-            self.upsert("podDisruptionBudget", pdb)
+        for pdb in cluster.pod_disruption_budgets:  # kept as the dict its wire form is (busched.api.disruption)
+            self.upsert("podDisruptionBudget", msgspec.to_builtins(pdb))
 
     # -- snapshot ------------------------------------------------------------------------
     def _nodes_and_tasks(self, pcs: dict[str, PriorityClass]) -> tuple[list[NodeInfo], list[TaskInfo]]:
