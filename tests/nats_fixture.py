@@ -46,7 +46,8 @@ async def wait_until(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 
 
 
 # -- an in-process cluster: scheduler(s) and agents, each on its own connection ----------------------------------------
-FAST = dict(period=0.05, heartbeat_timeout=1.0, bind_lease=0.6, backoff_initial=0.1, backoff_max=1.0)
+FAST = dict(period=0.05, heartbeat_timeout=1.0, node_lost_grace=0.3, bind_lease=0.6, backoff_initial=0.1,
+            backoff_max=1.0)
 
 
 class Harness:

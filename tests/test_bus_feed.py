@@ -74,7 +74,8 @@ async def test_narrowed_watch_follows_only_its_subjects_from_the_next_message(ha
 
     writing = asyncio.create_task(keep_writing())
     await asyncio.sleep(0)
-    await w.narrow(S.followed_subjects())
+    follow = [f"{S.STATE_PREFIX}.task.>", f"{S.STATE_PREFIX}.result.>"]
+    await w.narrow(follow)
     narrowed_at = len(got)
     await writing
     await wait_until(lambda: any(s == S.state_subject("task", "w/t199") for s, _ in got), what="the last task event")
@@ -85,16 +86,17 @@ async def test_narrowed_watch_follows_only_its_subjects_from_the_next_message(ha
     tasks = [s for s, _ in got if ".task." in s]
     assert tasks == [task] + [S.state_subject("task", f"w/t{i}") for i in range(200)]  # nothing missed
     assert all(".binding." not in s for s, _ in got[narrowed_at:])
-    assert w.subjects == S.followed_subjects()
+    assert w.subjects == follow
     await w.stop()
 
 
-def test_followed_subjects_are_every_kind_but_the_schedulers_own_records():
-    assert set(S.FOLLOWED_KINDS) == set(m.UPSERTS) | {"result"}
+def test_followed_subjects_are_every_kind_results_and_bindings_but_not_podgroup_records():
+    # binding records are followed: another scheduler's must not be missed (ours are skipped by sequence)
+    assert set(S.FOLLOWED_KINDS) == set(m.UPSERTS) | {"result", "binding"}
     followed = S.followed_subjects()
     assert S.state_subject("task", "a/b").startswith(followed[S.FOLLOWED_KINDS.index("task")][:-1])
-    assert not any(S.binding_subject("a/b").startswith(f[:-1]) or S.podgroup_subject("a/b").startswith(f[:-1])
-                   for f in followed)
+    assert any(S.binding_subject("a/b").startswith(f[:-1]) for f in followed)
+    assert not any(S.podgroup_subject("a/b").startswith(f[:-1]) for f in followed)
 
 
 async def test_an_agent_answers_a_bind_it_starts_at_once_with_running_alone(harness):  # noqa: F811

@@ -78,6 +78,7 @@ class AgentNode:
     through_seq: int = 0
     hb_seq: int = 0
     done: OrderedDict[tuple[str, int], str] = field(default_factory=OrderedDict)  # answered attempts
+    fences: OrderedDict[str, int] = field(default_factory=OrderedDict)  # task -> highest decision fence seen
 
     @property
     def name(self) -> str:
@@ -108,6 +109,8 @@ class Agent:
         self.register = register
         self.metrics = metrics or AgentMetrics()
         self.boot = uuid.uuid4().hex[:12]
+        names = list(self.nodes)
+        self.consumer_name = S.agent_consumer(names[0]) if len(names) == 1 else S.fleet_consumer(names)
         self.history: list[tuple[str, str, str, int]] = []  # (event, node, task, attempt), for tests and tools
         self.heartbeats_paused = False
         self._tasks: list[asyncio.Task[Any]] = []
@@ -127,6 +130,7 @@ class Agent:
                 raise RuntimeError(f"cannot register nodes: {bad[0]}")
         self._running = True
         if self.consume:
+            await self._load_answers()
             # one consumer for all the nodes (the server's cost grows with the number of consumers)
             self._feed = await self.bus.decision_feed(list(self.nodes))
             self._tasks.append(asyncio.create_task(self._consume(), name="agent-decisions"))
@@ -204,6 +208,53 @@ class Agent:
         while len(n.done) > 10000:
             n.done.popitem(last=False)
 
+    def _fenced(self, n: AgentNode, task: str, fence: int) -> bool:
+        """Whether a decision is older than one already seen for this task (a deposed writer's): then it is
+        ignored.  Fences are the stream sequences of the binding records that decided them."""
+        seen = n.fences.get(task, 0)
+        if fence and fence < seen:
+            return True
+        if fence > seen:
+            n.fences[task] = fence
+            n.fences.move_to_end(task)
+            while len(n.fences) > 10000:
+                n.fences.popitem(last=False)
+        return False
+
+    async def _load_answers(self) -> None:
+        """What this node's agent answered before (any incarnation) is on the state stream: remember it, so a
+        decision redelivered after a restart is never run twice.  What an earlier incarnation ran is not running
+        now: it is remembered as lost (its bind is not run again; an evict of it is answered)."""
+        try:
+            if len(self.nodes) <= 16:
+                found = [x for name in self.nodes for x in await self.bus.last_per_subject(S.node_results(name))]
+            else:
+                found = await self.bus.last_per_subject(f"{S.STATE_PREFIX}.result.>")
+        except Exception as e:  # noqa: BLE001 - e.g. not permitted: carry on with an empty memory
+            log.warning("cannot read this agent's earlier answers: %s", e)
+            return
+        n_loaded = 0
+        for _subject, _seq, data in found:
+            try:
+                r = m.decode(data)
+            except m.DecodeError:
+                continue
+            if not isinstance(r, (m.BindAccepted, m.BindRejected, m.TaskPhaseChanged)):
+                continue
+            n = self.nodes.get(r.node)
+            if n is None:
+                continue
+            if isinstance(r, m.BindRejected):
+                outcome = "rejected"
+            elif isinstance(r, m.TaskPhaseChanged) and r.phase in ("Succeeded", "Failed"):
+                outcome = "evicted" if r.reason.startswith("Evicted") else r.phase
+            else:
+                outcome = "lost"
+            self._remember(n, f"{r.namespace}/{r.name}", r.attempt, outcome)
+            n_loaded += 1
+        if n_loaded:
+            log.info("agent %s: remembered %d earlier answers", self.boot, n_loaded)
+
     async def _heartbeats(self) -> None:
         while self._running:
             await asyncio.sleep(self.heartbeat_interval)
@@ -221,7 +272,7 @@ class Agent:
             await self.bus.publish_core(S.heartbeat_subject(n.name), m.NodeHeartbeat(
                 version=self._version(), node=n.name, boot=self.boot, seq=n.hb_seq,
                 interval=self.heartbeat_interval, holding={k: t.attempt for k, t in n.tasks.items()},
-                through_seq=n.through_seq, used=used))
+                through_seq=n.through_seq, used=used, consumer=self.consumer_name))
 
     async def _consume(self) -> None:
         assert self._feed is not None
@@ -294,7 +345,10 @@ class Agent:
         key = f"{b.task.namespace}/{b.task.name}"
         held = n.tasks.get(key)
         if (key, b.attempt) in n.done or (held is not None and held.attempt >= b.attempt):
-            return _Outcome(d, [])  # a redelivery, or older than what we run
+            return _Outcome(d, [])  # a redelivery, stopped before it came, or older than what we run
+        if self._fenced(n, key, b.fence):
+            log.warning("node %s: ignoring a bind of %s from an older writer (fence %d)", n.name, key, b.fence)
+            return _Outcome(d, [])
         if held is not None:
             # a newer attempt of a task we still run: the newer one wins
             if held.timer is not None:
@@ -366,6 +420,10 @@ class Agent:
         held = n.tasks.get(key)
         if held is not None and e.attempt not in (0, held.attempt):
             return _Outcome(d, [])  # an eviction of an attempt we no longer run
+        if self._fenced(n, key, e.fence):
+            return _Outcome(d, [])
+        if held is None and n.done.get((key, e.attempt)) in ("Succeeded", "Failed", "evicted", "rejected"):
+            return _Outcome(d, [])  # answered for good already: a late evict never rewrites a finished attempt
         if held is not None and held.timer is not None:
             held.timer.cancel()
         if self.on_evict is not None:

@@ -33,6 +33,8 @@ __all__ = ["Bus", "Ack", "Delivery", "DecisionFeed", "StateWatch", "StreamSettin
 log = logging.getLogger("busched.bus")
 
 MSG_ID = "Nats-Msg-Id"
+EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last-subject-sequence
 JS_API = "$JS.API"  # the JetStream API prefix (no domains)
 
 
@@ -58,6 +60,7 @@ class Ack:
     seq: int = 0
     duplicate: bool = False
     error: str = ""
+    conflict: bool = False  # a conditional write lost: the subject had moved past the expected sequence
 
     @property
     def ok(self) -> bool:
@@ -271,6 +274,16 @@ class Bus:
         self._ack_prefix = ""
         self._ack_futs: dict[str, asyncio.Future[Any]] = {}
         self._ack_counter = 0
+        # told of every disconnection (False) and reconnection (True): a reader of heartbeats must not take
+        # its own disconnection for its peers' silence
+        self.connection_listeners: list[Callable[[bool], None]] = []
+
+    def _connection_changed(self, connected: bool) -> None:
+        for cb in list(self.connection_listeners):
+            try:
+                cb(connected)
+            except Exception:  # noqa: BLE001
+                log.exception("connection listener failed")
 
     # -- connection ------------------------------------------------------------------------------------------------
     @classmethod
@@ -291,9 +304,13 @@ class Bus:
         async def on_disconnect() -> None:
             if not (holder and holder[0]._closing):
                 log.warning("nats: disconnected from %s", options.url)
+            if holder:
+                holder[0]._connection_changed(False)
 
         async def on_reconnect() -> None:
             log.info("nats: reconnected")
+            if holder:
+                holder[0]._connection_changed(True)
 
         try:
             nc = await asyncio.wait_for(nats.connect(error_cb=on_error, disconnected_cb=on_disconnect,
@@ -370,18 +387,26 @@ class Bus:
 
     # -- publishing ------------------------------------------------------------------------------------------------
     async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
-                      timeout: float = 5.0) -> Ack:
+                      expected: int | None = None, timeout: float = 5.0) -> Ack:
+        """Publish one message to a stream; ``expected`` makes it conditional (see `publish_all`)."""
         data = msg if isinstance(msg, bytes) else encode(msg)
-        headers = {MSG_ID: msg_id} if msg_id else None
+        headers = {MSG_ID: msg_id} if msg_id else {}
+        if expected is not None:
+            headers[EXPECT_SUBJECT_SEQ] = str(expected)
         try:
-            pa = await self.js.publish(subject, data, timeout=timeout, headers=headers)
+            pa = await self.js.publish(subject, data, timeout=timeout, headers=headers or None)
+        except nats.js.errors.APIError as e:
+            return Ack(error=f"{type(e).__name__}: {e}", conflict=getattr(e, "err_code", 0) == WRONG_LAST_SEQUENCE)
         except Exception as e:  # noqa: BLE001
             return Ack(error=f"{type(e).__name__}: {e}")
         return Ack(seq=pa.seq, duplicate=bool(pa.duplicate))
 
-    async def publish_all(self, items: Iterable[tuple[str, Msg | bytes, str | None]],
-                          timeout: float = 10.0) -> list[Ack]:
+    async def publish_all(self, items: Iterable[tuple[Any, ...]], timeout: float = 10.0) -> list[Ack]:
         """Publish many messages with their acknowledgements in flight together; one `Ack` per message, in order.
+
+        Each item is ``(subject, msg, msg_id)`` or ``(subject, msg, msg_id, expected)``: with ``expected``
+        (an int) the write is conditional on the subject's last stream sequence being exactly that (0: the
+        subject is empty); a lost condition comes back as an `Ack` with ``conflict`` set.
 
         Pipelined: every message is written to the connection first (flushed together), and the
         stream's acknowledgements come back on one reply subscription of this bus, decoded with
@@ -393,7 +418,9 @@ class Bus:
         tokens: list[str] = []
         pending = self._ack_futs
         publish = self.nc.publish
-        for subject, msg, msg_id in items:
+        for item in items:
+            subject, msg, msg_id = item[0], item[1], item[2]
+            expected = item[3] if len(item) > 3 else None
             data = msg if isinstance(msg, bytes) else _ENCODE(msg)
             self._ack_counter += 1
             token = str(self._ack_counter)
@@ -402,7 +429,13 @@ class Bus:
             tokens.append(token)
             pending[token] = f
             try:
-                await publish(subject, data, reply=prefix + token, headers={MSG_ID: msg_id} if msg_id else None)
+                if expected is None:
+                    headers = {MSG_ID: msg_id} if msg_id else None
+                else:
+                    headers = {EXPECT_SUBJECT_SEQ: str(expected)}
+                    if msg_id:
+                        headers[MSG_ID] = msg_id
+                await publish(subject, data, reply=prefix + token, headers=headers)
             except Exception as e:  # noqa: BLE001
                 pending.pop(token, None)
                 if not f.done():
@@ -446,7 +479,8 @@ class Bus:
                         f.set_result(Ack(error=f"bad acknowledgement: {e}"))
                         return
                     if pa.error is not None:
-                        f.set_result(Ack(error=f"APIError: {pa.error.get('description') or pa.error}"))
+                        f.set_result(Ack(error=f"APIError: {pa.error.get('description') or pa.error}",
+                                         conflict=pa.error.get("err_code") == WRONG_LAST_SEQUENCE))
                     else:
                         f.set_result(Ack(seq=pa.seq, duplicate=pa.duplicate))
 
@@ -568,6 +602,80 @@ class Bus:
             await w.stop()
         return out
 
+    async def last_per_subject(self, subject: str, timeout: float = 10.0) -> list[tuple[str, int, bytes]]:
+        """The last message of every state subject matching ``subject`` (a filter), as
+        ``(subject, stream sequence, data)``; an empty list at once when none matches."""
+        info = await self.js.stream_info(S.STATE_STREAM, subjects_filter=subject)
+        want = len(info.state.subjects or {})
+        if not want:
+            return []
+        out: list[tuple[str, int, bytes]] = []
+        done = asyncio.Event()
+
+        async def cb(m: Any) -> None:
+            seq, pending = _stream_position(m)
+            out.append((m.subject, seq, bytes(m.data or b"")))
+            if pending == 0:
+                done.set()
+
+        sub = await self.js.subscribe(subject, stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
+                                      config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT))
+        try:
+            await asyncio.wait_for(done.wait(), timeout)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
+    async def last_state(self, subject: str) -> tuple[int, bytes] | None:
+        """The last message of one state subject, ``(stream sequence, data)``, or None if it has none."""
+        try:
+            m = await self.js.get_last_msg(S.STATE_STREAM, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise BusError(f"cannot read {subject}: {e}") from None
+        return int(m.seq), bytes(m.data or b"")
+
+    async def subject_history(self, subject: str, timeout: float = 10.0) -> list[tuple[int, bytes]]:
+        """Every message the state stream still holds on one subject, oldest first."""
+        out: list[tuple[int, bytes]] = []
+        info = await self.js.stream_info(S.STATE_STREAM, subjects_filter=subject)
+        if not (info.state.subjects or {}).get(subject):
+            return out
+        last = await self.last_state(subject)
+        if last is None:
+            return out
+        done = asyncio.Event()
+
+        async def cb(m: Any) -> None:
+            seq, _ = _stream_position(m)
+            out.append((seq, bytes(m.data or b"")))
+            if seq >= last[0]:
+                done.set()
+
+        sub = await self.js.subscribe(subject, stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
+                                      config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL))
+        try:
+            await asyncio.wait_for(done.wait(), timeout)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
+    async def purge_state(self, subject: str, before_seq: int | None = None) -> bool:
+        """Remove a state subject's messages (those below ``before_seq`` only, when given): stream hygiene
+        once the object they describe is gone."""
+        try:
+            return bool(await self.js.purge_stream(S.STATE_STREAM, subject=subject, seq=before_seq))
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot purge %s: %s", subject, e)
+            return False
+
     # -- decisions -------------------------------------------------------------------------------------------------
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:
         try:
@@ -577,6 +685,18 @@ class Bus:
         except Exception as e:  # noqa: BLE001
             raise BusError(f"cannot read {subject}: {e}") from None
         return int(m.seq), bytes(m.data or b"")
+
+    async def consumer_delivered(self, consumer: str) -> int | None:
+        """The highest decision-stream sequence a durable consumer has delivered: 0 when the consumer does not
+        exist, None when it cannot be told (so nothing may be concluded)."""
+        try:
+            info = await self.js.consumer_info(S.DECISION_STREAM, consumer)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot read consumer %s: %s", consumer, e)
+            return None
+        return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0
 
     async def delete_decision(self, seq: int) -> bool:
         try:

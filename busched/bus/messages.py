@@ -10,9 +10,9 @@ Families (see docs/bus.md for subjects and streams):
 
 * state events: ``<kind>.upsert`` carries the object's spec (the shape of a
   scenario's ``cluster:`` block, `busched.api.objects`); ``<kind>.delete``
-  carries its identity.  Each has the object's own ``version``; a reader keeps
-  the highest version seen per object and drops anything not newer (stale or
-  duplicate).
+  carries its identity.  The stream orders them: the later message on an
+  object's subject wins.  ``version`` is the publisher's own counter,
+  informational only (bounded, it can never hold an object back).
 * scheduler records, kept on the state stream so a restarted scheduler rebuilds
   from them: ``binding`` (a bind it decided, and whether it is still live) and
   ``podgroup.status`` (phase and conditions).
@@ -25,7 +25,7 @@ Families (see docs/bus.md for subjects and streams):
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
@@ -44,10 +44,15 @@ __all__ = [
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 
 
-class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
-    """Base of every message.  ``version`` orders the events of one object (higher is newer)."""
+Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
-    version: int = 0
+
+class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
+    """Base of every message.  ``version`` is the publisher's counter: informational, never an order (the
+    stream's sequence is)."""
+
+    version: Version = 0
 
 
 # -- state events ---------------------------------------------------------------------------------------------------
@@ -127,12 +132,16 @@ class BindingRecord(Msg, tag="binding"):
 
     namespace: str
     name: str
-    attempt: int
+    attempt: Count
     node: str = ""
-    state: str = "binding"
+    state: str = "binding"  # binding | evicting | released | failed
     reason: str = ""
     backoff: float = 0.0
     decided_at: float = 0.0  # unix seconds, informational only
+    boot: str = ""  # the agent incarnation that took this attempt, once known
+    stop: str = ""  # why an evicting attempt is stopped: evict | lease | restart | deleted | node
+    writer: str = ""  # the scheduler instance that wrote the record
+    epoch: Count = 0  # the writer's epoch (leader elections); a record of an older epoch is ignored
 
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -156,16 +165,20 @@ class BindDecision(Msg, tag="bind"):
     """Run ``task`` on ``node``.  ``attempt`` identifies this bind; results must echo it."""
 
     node: str
-    attempt: int
+    attempt: Count
     task: TaskSpec
+    fence: Count = 0  # stream sequence of the binding record that decided it: an agent ignores a lower one
+    epoch: Count = 0
 
 
 class EvictDecision(Msg, tag="evict"):
     namespace: str
     name: str
     node: str
-    attempt: int
+    attempt: Count
     reason: str = ""
+    fence: Count = 0
+    epoch: Count = 0
 
 
 # -- agent results --------------------------------------------------------------------------------------------------
@@ -173,7 +186,7 @@ class BindAccepted(Msg, tag="bind.accepted"):
     namespace: str
     name: str
     node: str
-    attempt: int
+    attempt: Count
     boot: str = ""  # the agent's incarnation
 
 
@@ -181,7 +194,7 @@ class BindRejected(Msg, tag="bind.rejected"):
     namespace: str
     name: str
     node: str
-    attempt: int
+    attempt: Count
     reason: str = ""
     boot: str = ""
 
@@ -192,10 +205,10 @@ class TaskPhaseChanged(Msg, tag="task.phase"):
     namespace: str
     name: str
     node: str
-    attempt: int
+    attempt: Count
     phase: str
     reason: str = ""
-    exit_code: int | None = None
+    exit_code: Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)] | None = None
     boot: str = ""
 
 
@@ -210,11 +223,12 @@ class NodeHeartbeat(Msg, tag="node.heartbeat"):
 
     node: str
     boot: str = ""
-    seq: int = 0
-    interval: float = 1.0
-    holding: dict[str, int] = {}
-    through_seq: int = 0
+    seq: Count = 0
+    interval: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    holding: dict[str, Count] = {}
+    through_seq: Count = 0
     used: ResourceList = {}
+    consumer: str = ""  # the durable consumer this agent reads the node's decisions from
 
 
 # -- request/reply --------------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ import re
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
            "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
            "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
-           "followed_subjects", "fleet_consumer", "decision_node"]
+           "followed_subjects", "fleet_consumer", "decision_node", "task_results", "node_results"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"
@@ -51,8 +51,9 @@ DECISION_PREFIX = "busched.decision"
 HEARTBEAT_PREFIX = "busched.heartbeat"
 API_GET = "busched.api.get"
 
-# the state subjects others than the scheduler write: object kinds (apply, agents) and results (agents)
-FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result")
+# the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
+# records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)
+FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result", "binding")
 
 _ESCAPE = re.compile(r"[.*>%\s]")
 _UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -102,6 +103,16 @@ def podgroup_subject(job_key: str) -> str:
 
 def result_subject(node: str, task_key: str) -> str:
     return f"{STATE_PREFIX}.result.{token(node)}.{_key_tokens(task_key)}"
+
+
+def task_results(task_key: str) -> str:
+    """Every node's result subject of one task (a wildcard, to purge them once the task is gone)."""
+    return f"{STATE_PREFIX}.result.*.{_key_tokens(task_key)}"
+
+
+def node_results(node: str) -> str:
+    """Every result subject of one node (what its agent has answered)."""
+    return f"{STATE_PREFIX}.result.{token(node)}.>"
 
 
 def decision_subject(node: str, kind: str, task_key: str) -> str:

@@ -1,10 +1,17 @@
-"""Agent liveness: heartbeats in, nodes lost.
+"""Agent liveness: heartbeats in; nodes unreachable, then lost.
 
 A heartbeat marks its node's agent alive and says which binds it holds and how far it has consumed
-the decision stream (the lease check in `busched.scheduler.bindings` reads both).  An agent that comes
-back with a new boot id lost the tasks its old incarnation had accepted; a task it holds that is no
-longer bound to it gets a stale evict.  A node whose agent is lost (`_node_lost`) is unschedulable
-and its live binds, unless finished, go back to Pending.
+the decision stream (the lease check in `busched.scheduler.bindings` reads both).  An agent that
+comes back with a new boot id does not run what its old incarnation had: those attempts are stopped
+(an evict each, answered by the new incarnation) before their tasks are placed again.  A task it
+holds that is no longer bound to it gets a stale evict.
+
+Silence is read carefully, as Kubernetes' node lifecycle does: no heartbeat for
+``heartbeat_timeout`` makes a node *unreachable* (no new binds; its tasks keep their resources), and
+only ``node_lost_grace`` later is it *lost* and are its tasks released.  Nothing is declared while
+the scheduler itself is cut off from the bus or has just reconnected (`Bindings._bus_calm`), nor
+while more than ``lost_hold_fraction`` of the fleet is silent at once: that is a partition or a bus
+problem, and re-running most of the fleet's work would not help.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ class Agents:
     def handle_heartbeat(self, subject: str, data: bytes) -> None:
         try:
             hb = m.decode(data)
-        except m.DecodeError as e:
+        except (m.DecodeError, RecursionError) as e:
             self._reject("malformed", "heartbeat", f"heartbeat on {subject}: {_field_error(e)}")
             return
         if not isinstance(hb, m.NodeHeartbeat) or S.heartbeat_subject(hb.node) != subject:
@@ -34,23 +41,31 @@ class Agents:
         lv = self.live.setdefault(hb.node, NodeLive(since=now))
         rebooted = bool(lv.boot) and hb.boot != lv.boot
         was = lv.state
+        old_through = lv.through_seq
         lv.state, lv.last_seen, lv.holding, lv.interval = "alive", now, dict(hb.holding), hb.interval
         lv.through_seq = hb.through_seq
+        lv.consumer = hb.consumer
         old_boot, lv.boot = lv.boot, hb.boot
         if was != "alive":
-            if was == "lost":
+            if was in ("lost", "unreachable"):
                 log.info("node %s is back", hb.node)
             self._refresh_node(hb.node)
             self._new_work()
         if not self.ready:
             return
         if rebooted:
-            # tasks the old incarnation had accepted died with it
+            log.warning("the agent of %s restarted (boot %s -> %s)", hb.node, old_boot, hb.boot)
+            # what the old incarnation took died with it; a bind it took but never answered could still be
+            # redelivered to the new one: stop both kinds (the new incarnation answers, then they are placed again)
             for key, b in list(self.bindings.items()):
+                if b.node != hb.node or not b.live or b.state == "evicting" or hb.holding.get(key) == b.attempt:
+                    continue
                 r = self.results.get(key)
-                if (b.node == hb.node and b.live and r is not None and r.attempt == b.attempt and r.boot == old_boot
-                        and r.what not in TERMINAL and hb.holding.get(key) != b.attempt):
-                    self._release(key, f"agent of {hb.node} restarted", "node_lost")
+                answered = r is not None and r.attempt == b.attempt
+                if answered and r.what in TERMINAL:
+                    continue
+                if answered or (b.seq and b.seq <= old_through):
+                    self._stop_attempt(key, f"agent of {hb.node} restarted", "restart")
         for key, attempt in hb.holding.items():
             b = self.bindings.get(key)
             if b is not None and b.live and b.attempt == attempt and b.node == hb.node:
@@ -66,6 +81,53 @@ class Agents:
                         attempt)
             self._outbox[S.decision_subject(hb.node, "evict", key)] = (ev, f"evict:{key}:{attempt}:stale")
 
+    def _on_connection(self, connected: bool) -> None:
+        """Our own link to the bus: while it is down nobody's silence counts; once it is back, every agent gets a
+        fresh heartbeat window."""
+        now = self.clock()
+        if connected:
+            self._reconnected_at = now
+            for lv in self.live.values():
+                lv.last_seen = max(lv.last_seen, now)
+                lv.since = max(lv.since, now)
+        else:
+            log.warning("scheduler disconnected from NATS: no node is declared unreachable or lost until it is back")
+
+    def _check_liveness(self, now: float, report: CycleReport) -> None:
+        st = self.settings
+        silent: list[tuple[str, float]] = []
+        for node, lv in self.live.items():
+            if lv.state == "lost":
+                continue
+            quiet = now - (lv.last_seen if lv.last_seen else lv.since)
+            if quiet <= st.heartbeat_timeout:
+                continue
+            if lv.state == "unknown" and not any(b.live and b.node == node for b in self.bindings.values()):
+                continue  # never heard and nothing there: nothing to do
+            silent.append((node, quiet))
+        if not silent:
+            self._held_partition = False
+            return
+        for node, quiet in silent:
+            lv = self.live[node]
+            if lv.state != "unreachable":
+                log.warning("node %s unreachable: no heartbeat for %.1fs; no new binds there", node, quiet)
+                lv.state = "unreachable"
+                lv.unreachable_since = now
+                self._refresh_node(node)
+        known = sum(1 for lv in self.live.values() if lv.state != "unknown" or lv.last_seen)
+        out = sum(1 for lv in self.live.values() if lv.state in ("unreachable", "lost"))
+        if known >= st.lost_hold_min_nodes and out > st.lost_hold_fraction * known:
+            if not self._held_partition:
+                log.warning("%d of %d nodes are silent at once: holding their tasks (a partition or a bus problem "
+                            "is likelier than so many node failures)", out, known)
+                self._held_partition = True
+            return
+        self._held_partition = False
+        for node, quiet in silent:
+            lv = self.live[node]
+            if lv.state == "unreachable" and now - lv.unreachable_since >= st.node_lost_grace:
+                self._node_lost(node, f"node {node} lost: no heartbeat for {quiet:.1f}s", report)
 
     def _node_lost(self, node: str, reason: str, report: CycleReport | None = None) -> None:
         lv = self.live.setdefault(node, NodeLive())

@@ -1,14 +1,22 @@
-"""Binds and evicts out to the agents, and what keeps them honest: leases, release, backoff, recovery.
+"""Binds and evicts out to the agents, and what keeps them honest: fences, leases, stops, backoff, recovery.
 
 A bind is written ahead: its binding record goes to the state stream first, then the decision (with
 ``Nats-Msg-Id: bind:<ns>/<name>:<attempt>`` so a republish is dropped); a big cycle's binds go out
-in chunks, a chunk's decisions as soon as its records are acknowledged.  A decision that could not be
-published is retried every cycle (`_republish`).  On the clock (`_expire`): an agent silent past the
-heartbeat timeout is lost (`Agents._node_lost`); a bind an alive agent has not consumed within the
-lease has its undelivered decision deleted and is released; ended backoffs lift the backoff gate.
-`_release` sends a task back to Pending, doubling its backoff and keeping it off the node for a while
-when the node failed it.  After a restart `_recover` finds whether each unanswered bind or evict
-reached the decision stream and sends it if not.
+in chunks, a chunk's decisions as soon as its records are acknowledged.  Every binding record is a
+conditional write (`_write_binding`, `_record_binds`): it is stored only if the task's binding
+subject is still at the sequence this scheduler last saw, so of two schedulers only one advances a
+task; the one whose write fails has lost the task, drops its reservation and adopts the record that
+won (`_lost_race`).  Decisions carry that record's sequence as their fence.
+
+An attempt whose outcome is unknown is never released by a timer: a bind an alive agent has not
+taken within the lease, the tasks an agent's previous incarnation had, the tasks of a deleted node or
+a deleted task are *stopped* (`_stop_attempt`: an evict for that attempt, which the agent answers
+even when it never ran it, and after which it ignores that attempt's bind) and go back to Pending
+only when the agent says so (`Events._stopped`) or their node is declared lost after its grace
+period (`busched.scheduler.agents`).  `_release` sends a task back to Pending, doubling its backoff
+and keeping it off the node for a while when the node failed it; after ``max_attempts`` such
+failures in a row the task is Failed, with the reason.  After a restart `_recover` finds whether
+each unanswered bind or evict reached the decision stream and sends it if not.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.scheduler.records import Binding, CycleReport, NodeLive
+from busched.scheduler.records import TERMINAL, Binding, CycleReport, NodeLive
 
 log = logging.getLogger("busched.scheduler")
 
@@ -37,14 +45,18 @@ class Bindings:
             spec = self.specs["task"].get(key)
             cur = self.bindings.get(key)
             lv = self.live.get(d.node)
-            if spec is None or (cur is not None and cur.live) or d.node not in self.specs["node"]:
-                continue  # deleted or already bound while the cycle ran
+            if spec is None or key in self._deleting or d.node not in self.specs["node"]:
+                continue  # deleted while the cycle ran
+            if cur is not None and (cur.live or cur.state == "failed"):
+                continue  # bound (by us or another scheduler) while the cycle ran, or given up
             if self.settings.require_heartbeat and (lv is None or lv.state != "alive"):
                 continue  # the node's agent was lost while the cycle ran
             attempt = (cur.attempt if cur is not None else 0) + 1
-            b = Binding(attempt=attempt, node=d.node, version=self._next_version(), decided=now, published=False)
+            b = Binding(attempt=attempt, node=d.node, version=self._next_version(), decided=now, published=False,
+                        rec_seq=cur.rec_seq if cur is not None else 0)
             self.bindings[key] = b
             self.results.pop(key, None)
+            self._outbox.pop(S.binding_subject(key), None)  # superseded by this record
             self._refresh_task(key)
             todo.append((key, b))
         if not todo:
@@ -66,22 +78,66 @@ class Bindings:
                 await asyncio.gather(*sending)
 
     async def _record_binds(self, todo: list[tuple[str, Binding]]) -> list[tuple[str, Binding]]:
-        """Write the binding records of ``todo``; the binds whose record is stored (the others stay Pending)."""
+        """Write the binding records of ``todo``, each on condition; the binds whose record is stored (the
+        others stay Pending, or belong to the scheduler whose record won)."""
         acks = await self.bus.publish_all(
-            (S.binding_subject(key), self._binding_record(key, b), None) for key, b in todo)
+            (S.binding_subject(key), self._binding_record(key, b), None, b.rec_seq) for key, b in todo)
         ready: list[tuple[str, Binding]] = []
+        lost: list[str] = []
         for (key, b), ack in zip(todo, acks):
             if ack.ok:
+                b.rec_seq = max(b.rec_seq, ack.seq)
                 ready.append((key, b))
+            elif ack.conflict:
+                lost.append(key)
             else:
                 # nothing was sent to the agent: the task simply stays Pending
                 self.metrics.publish_errors.labels("binding").inc()
                 log.warning("bind %s -> %s not recorded (%s); it stays Pending", key, b.node, ack.error)
-                self.bindings[key] = dataclasses.replace(b, state="released", reason="publish failed",
-                                                         version=self._next_version())
-                self._outbox[S.binding_subject(key)] = (self._binding_record(key, self.bindings[key]), None)
-                self._refresh_task(key)
+                if self.bindings.get(key) is b:
+                    self.bindings[key] = dataclasses.replace(b, state="released", reason="publish failed",
+                                                             version=self._next_version())
+                    self._write_binding(key, self.bindings[key])
+                    self._refresh_task(key)
+        if lost:
+            await self._lost_race(lost)
         return ready
+
+    async def _lost_race(self, keys: list[str]) -> None:
+        """Our conditional write lost: another writer advanced these tasks.  Adopt the records that won (our
+        reservations go with ours)."""
+        self.metrics.publish_errors.labels("conflict").inc(len(keys))
+        for key in keys:
+            try:
+                found = await self.bus.last_state(S.binding_subject(key))
+            except Exception as e:  # noqa: BLE001 - read again at the next conflict
+                log.warning("cannot read the binding of %s after a lost write: %s", key, e)
+                found = None
+            log.info("task %s: another writer advanced its binding; adopting its record", key)
+            cur = self.bindings.get(key)
+            if found is None:
+                # purged meanwhile (the task was deleted): nothing holds
+                if cur is not None:
+                    self.bindings[key] = dataclasses.replace(cur, state="released", reason="binding lost",
+                                                             rec_seq=0, version=self._next_version())
+                    self._refresh_task(key)
+                continue
+            seq, data = found
+            try:
+                rec = m.decode(data)
+            except m.DecodeError:
+                rec = None
+            if not isinstance(rec, m.BindingRecord):
+                continue
+            if cur is not None:
+                cur.rec_seq = 0  # so the winner's record is taken whatever we thought
+            self._apply_binding(key, rec, seq)
+            self._unpublished.discard(key)
+
+    def _write_binding(self, key: str, b: Binding) -> None:
+        """Queue ``b`` as the task's binding record (the latest per task is written, conditionally, at the next
+        flush)."""
+        self._outbox[S.binding_subject(key)] = (self._binding_record(key, b), None)
 
     async def _send_decisions(self, items: list[tuple[str, Binding, str]]) -> None:
         out = []
@@ -90,11 +146,12 @@ class Bindings:
                 spec = self.specs["task"].get(key)
                 if spec is None:
                     continue
-                msg: m.Msg = m.BindDecision(version=b.version, node=b.node, attempt=b.attempt, task=spec)
+                msg: m.Msg = m.BindDecision(version=b.version, node=b.node, attempt=b.attempt, task=spec,
+                                            fence=b.rec_seq)
             else:
                 ns, name = key.split("/", 1)
                 msg = m.EvictDecision(version=b.version, namespace=ns, name=name, node=b.node, attempt=b.attempt,
-                                      reason=b.evict_reason)
+                                      reason=b.evict_reason, fence=b.rec_seq)
             out.append((key, b, kind, S.decision_subject(b.node, kind, key), msg, f"{kind}:{key}:{b.attempt}"))
         if not out:
             return
@@ -119,6 +176,8 @@ class Bindings:
             if b is None or not b.live or b.published:
                 self._unpublished.discard(key)
                 continue
+            if S.binding_subject(key) in self._outbox:
+                continue  # its record first
             items.append((key, b, "evict" if b.state == "evicting" else "bind"))
         await self._send_decisions(items)
 
@@ -136,102 +195,177 @@ class Bindings:
             elif not b.live or b.state == "evicting":
                 continue
             b.state = "evicting"
+            b.stop = "evict"
             b.evict_reason = d.reason or "evicted by the scheduler"
             b.version = self._next_version()
             b.published = False
-            items.append((key, b, "evict"))
+            self._outbox.pop(S.binding_subject(key), None)
+            items.append((key, b))
             self._refresh_task(key)
         if not items:
             return
-        acks = await self.bus.publish_all((S.binding_subject(k), self._binding_record(k, b), None) for k, b, _ in items)
-        for (key, b, _), ack in zip(items, acks):
-            if not ack.ok:
-                self._outbox[S.binding_subject(key)] = (self._binding_record(key, b), None)
-        await self._send_decisions(items)
-        for key, b, _ in items:
+        acks = await self.bus.publish_all((S.binding_subject(k), self._binding_record(k, b), None, b.rec_seq)
+                                          for k, b in items)
+        sent: list[tuple[str, Binding, str]] = []
+        lost: list[str] = []
+        for (key, b), ack in zip(items, acks):
+            if ack.ok:
+                b.rec_seq = max(b.rec_seq, ack.seq)
+                sent.append((key, b, "evict"))
+            elif ack.conflict:
+                lost.append(key)
+            else:
+                self._write_binding(key, b)  # the record first; its decision follows (_republish)
+                self._unpublished.add(key)
+        if lost:
+            await self._lost_race(lost)
+        await self._send_decisions(sent)
+        for key, b, _ in sent:
             report.evicts.append((key, b.node))
-        self.metrics.action_evicts.inc(len(items))
+        self.metrics.action_evicts.inc(len(sent))
+
+    def _stop_attempt(self, key: str, reason: str, why: str) -> None:
+        """Stop a live attempt whose outcome is unknown: an evict for it, and its resources stay held until the
+        agent answers (or its node is declared lost)."""
+        b = self.bindings.get(key)
+        if b is None or not b.live:
+            return
+        if b.seq and b.state == "binding":
+            self._spawn_bg(self.bus.delete_decision(b.seq))  # an undelivered bind need not be delivered
+        b.state = "evicting"
+        b.stop = why
+        b.evict_reason = reason
+        b.version = self._next_version()
+        b.published = False
+        self._write_binding(key, b)
+        self._unpublished.add(key)  # the decision goes out once its record is stored
+        log.info("task %s: stopping attempt %d on %s (%s)", key, b.attempt, b.node, reason)
+        self._refresh_task(key)
+
+    def _spawn_bg(self, coro: Any) -> None:
+        t = asyncio.ensure_future(coro)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
 
     # == time: heartbeats, leases, backoff ==========================================================================
     async def _expire(self, report: CycleReport) -> None:
         now = self.clock()
         st = self.settings
-        # agents that went quiet
-        for node, lv in list(self.live.items()):
-            quiet = now - (lv.last_seen if lv.state == "alive" else lv.since)
-            if lv.state in ("alive", "unknown") and quiet > st.heartbeat_timeout:
-                if lv.state == "unknown" and not any(b.live and b.node == node for b in self.bindings.values()):
-                    continue
-                self._node_lost(node, f"node {node} lost: no heartbeat for {quiet:.1f}s", report)
-        # binds an alive agent never took
-        expired: list[tuple[str, Binding]] = []
-        for key, b in self.bindings.items():
-            if b.state != "binding" or not b.published or key in self.results and self.results[key].attempt == b.attempt:
+        calm = self._bus_calm(now)
+        if calm:
+            self._check_liveness(now, report)
+        # binds an alive agent has not taken within the lease: released if provably never delivered, else stopped
+        expired: list[tuple[str, Binding, NodeLive]] = []
+        for key, b in list(self.bindings.items()):
+            if not calm or b.state != "binding" or not b.published:
+                continue
+            r = self.results.get(key)
+            if r is not None and r.attempt == b.attempt:
                 continue
             lv = self.live.get(b.node)
             if lv is None or lv.state != "alive" or now - b.decided <= st.bind_lease:
                 continue
             if lv.holding.get(key) == b.attempt or (b.seq and lv.through_seq >= b.seq):
                 continue  # the agent has it: wait for its answer for as long as it lives
-            expired.append((key, b))
+            expired.append((key, b, lv))
         if expired:
-            # delete the undelivered decisions first, so a late delivery cannot start a released task
-            await asyncio.gather(*(self.bus.delete_decision(b.seq) for _, b in expired if b.seq))
-            for key, b in expired:
-                if self.bindings.get(key) is b and b.state == "binding":
-                    self._release(key, f"bind to {b.node} not received within {st.bind_lease:g}s lease", "lease",
-                                  exclude=True)
-                    report.released.append((key, "lease"))
+            await asyncio.gather(*(self._lease_expired(key, b, lv, report) for key, b, lv in expired))
         # backoffs that ended
         for key in [k for k, t in self.backoff_until.items() if t <= now]:
             del self.backoff_until[key]
             self._refresh_task(key)
 
+    async def _lease_expired(self, key: str, b: Binding, lv: NodeLive, report: CycleReport) -> None:
+        """The decision is deleted first; if the agent's consumer had not delivered it by then it never will, and
+        the task is free at once.  Otherwise (or when that cannot be told) the attempt is stopped."""
+        reason = f"bind to {b.node} not received within the {self.settings.bind_lease:g}s lease"
+        delivered: int | None = None
+        if b.seq:
+            await self.bus.delete_decision(b.seq)
+            if lv.consumer:
+                delivered = await self.bus.consumer_delivered(lv.consumer)
+        if self.bindings.get(key) is not b or b.state != "binding":
+            return
+        if delivered is not None and delivered < b.seq:
+            self._release(key, reason, "lease", exclude=True)
+        else:
+            self._stop_attempt(key, reason, "lease")
+        report.released.append((key, "lease"))
+
+    def _bus_calm(self, now: float) -> bool:
+        """Whether silence means anything: not while we are cut off from the bus ourselves, nor before every
+        agent has had a heartbeat timeout to be heard again after we reconnected."""
+        if not self.bus.connected:
+            return False
+        return now - self._reconnected_at > self.settings.heartbeat_timeout or self._reconnected_at == 0.0
 
     def _release(self, key: str, reason: str, kind: str, *, exclude: bool = False, backoff: bool | None = None) -> None:
-        """Send a task back to Pending: record why, and hold it back for a while when its node failed it."""
+        """Send a task back to Pending (its attempt is known stopped): record why, and hold it back for a while
+        when its node failed it; Failed once it has failed ``max_attempts`` times in a row."""
         b = self.bindings.get(key)
         if b is None:
+            return
+        if key in self._deleting:
+            self._finish_delete(key)
             return
         now = self.clock()
         st = self.settings
         if backoff is None:
             backoff = kind in ("rejected", "lease")
         delay = 0.0
+        state = "released"
         if backoff:
             n = self.failures.get(key, 0) + 1
             self.failures[key] = n
-            delay = min(st.backoff_max, st.backoff_initial * 2 ** (n - 1))
-            self.backoff_until[key] = now + delay
-        if exclude and b.node:
+            if st.max_attempts and n >= st.max_attempts:
+                state = "failed"
+                reason = f"gave up after {n} failed attempts; the last: {reason}"
+            else:
+                delay = min(st.backoff_max, st.backoff_initial * 2 ** (n - 1))
+                self.backoff_until[key] = now + delay
+        if exclude and b.node and state == "released":
             self.excluded.setdefault(key, {})[b.node] = now + st.exclusion_ttl
-        nb = dataclasses.replace(b, state="released", reason=reason, backoff=delay, version=self._next_version())
+        nb = dataclasses.replace(b, state=state, reason=reason, backoff=delay, version=self._next_version(), stop="")
         self.bindings[key] = nb
         self._unpublished.discard(key)
         self.reasons[key] = reason
-        self._outbox[S.binding_subject(key)] = (self._binding_record(key, nb), None)
+        self._write_binding(key, nb)
         self.metrics.releases.labels(kind).inc()
         self._new_work()
-        log.info("task %s back to Pending: %s%s", key, reason, f" (backoff {delay:g}s)" if delay else "")
+        if state == "failed":
+            log.warning("task %s Failed: %s", key, reason)
+        else:
+            log.info("task %s back to Pending: %s%s", key, reason, f" (backoff {delay:g}s)" if delay else "")
         self._refresh_task(key)
-
 
     # == restart ======================================================================================================
     async def _recover(self) -> None:
-        """After catch-up: settle results that came before their binding record, then find out whether each
-        unanswered bind reached the decision stream, and send it if not."""
+        """After catch-up: rebuild the objects whose last message was refused, settle results that came before
+        their binding record, then find out whether each unanswered bind reached the decision stream, and send
+        it if not."""
+        await self.replay_rejected()
         self._caught_up = True  # results are applied as during normal operation from here
         orphans, self._orphans = self._orphans, {}
         for key, r in orphans.items():
             self._replay_result(key, r)
         now = self.clock()
         todo = []
-        for key, b in self.bindings.items():
+        for key, b in list(self.bindings.items()):
             if not b.live:
                 continue
             b.decided = now
             self.live.setdefault(b.node, NodeLive(since=now))
             r = self.results.get(key)
+            if key not in self.specs["task"]:
+                # deleted while bound (by an older scheduler that forgot it): stop it, then let it go
+                if r is not None and r.attempt == b.attempt and r.what in TERMINAL:
+                    self.bindings.pop(key, None)
+                    self._purge_object("task", key)
+                    continue
+                self._deleting.add(key)
+                if b.state == "binding":
+                    self._stop_attempt(key, "task deleted", "deleted")
+                    continue
             if b.state == "binding" and r is not None and r.attempt == b.attempt:
                 continue
             kind = "evict" if b.state == "evicting" else "bind"
@@ -242,7 +376,8 @@ class Bindings:
                 except m.DecodeError:
                     dm = None
                 if dm is not None and getattr(dm, "attempt", None) == b.attempt:
-                    b.seq = found[0]
+                    if kind == "bind":
+                        b.seq = found[0]
                     continue
             b.published = False
             todo.append((key, b, kind))
@@ -250,9 +385,18 @@ class Bindings:
             log.info("republishing %d decisions that never reached the decision stream", len(todo))
             await self._send_decisions(todo)
 
+    async def _flush_purges(self) -> None:
+        """Stream hygiene: purge what deleted objects left behind (after their last record is written)."""
+        if not self._purges:
+            return
+        purges, self._purges = self._purges, []
+        for subject, before in purges:
+            self._outbox.pop(subject, None)
+        await asyncio.gather(*(self.bus.purge_state(subject, before) for subject, before in purges))
 
     def _binding_record(self, key: str, b: Binding) -> m.BindingRecord:
         ns, name = key.split("/", 1)
         return m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
-                               state=b.state, reason=b.reason if b.state == "released" else b.evict_reason,
-                               backoff=b.backoff, decided_at=time.time())
+                               state=b.state, reason=b.reason if b.state in ("released", "failed") else b.evict_reason,
+                               backoff=b.backoff, decided_at=time.time(), boot=b.boot,
+                               stop=b.stop if b.state == "evicting" else "", writer=self.boot)

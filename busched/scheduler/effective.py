@@ -127,7 +127,8 @@ class Effective:
                 return msgspec.structs.replace(spec, node="", scheduling_gates=gates)
             return spec if gates is spec.scheduling_gates else msgspec.structs.replace(spec, scheduling_gates=gates)
         if not b.live:
-            return msgspec.structs.replace(spec, node="", phase="Pending", deleting=False, scheduling_gates=gates)
+            phase = "Failed" if b.state == "failed" else "Pending"  # failed: its attempts are exhausted, for good
+            return msgspec.structs.replace(spec, node="", phase=phase, deleting=False, scheduling_gates=gates)
         r = self.results.get(key)
         phase = "Pending"
         if r is not None and r.attempt == b.attempt and r.what in ("Running", "Succeeded", "Failed"):
@@ -142,6 +143,8 @@ class Effective:
         if spec is None:
             return ""
         b = self.bindings.get(key)
+        if b is not None and b.state == "failed":
+            return TaskStatus.Failed.name
         if b is None or not b.live:
             s = spec if b is None else msgspec.structs.replace(spec, node="", phase="Pending")
             return status_from_phase(s.phase, s.node, s.deleting).name

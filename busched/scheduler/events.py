@@ -1,11 +1,19 @@
 """The state stream in: decode, validate and apply each message.
 
-Object specs (upserts and deletes, ordered by version), the scheduler's own binding and podgroup
-records, and agents' results are folded into the scheduler's state, and the touched objects are
-refreshed in the cache (`busched.scheduler.effective`).  Bad messages (oversized, malformed,
-mismatched with their subject, invalid specs) are rejected, counted and logged; stale ones are
-counted.  During catch-up a result may come before the binding record it answers: it is kept as an
-orphan and settled by `Bindings._recover`.
+Object specs (upserts and deletes), binding and podgroup records, and agents' results are folded
+into the scheduler's state, and the touched objects are refreshed in the cache
+(`busched.scheduler.effective`).  The stream decides order: on one subject the later message wins,
+whatever ``version`` its publisher wrote, so catching up from the last message of every subject
+rebuilds what the live scheduler had.  Bad messages (oversized, malformed, mismatched with their
+subject, invalid specs) are rejected, counted and logged and leave the object as it was; when a
+catch-up finds one as a subject's last message, the subject's retained history is replayed
+(`replay_rejected`) so the object is what the live scheduler kept.
+
+Results are believed only from the node that holds the task's current binding, for that attempt,
+and from the agent boot that took it; a result for an attempt that was never bound, from another
+node, or from another incarnation claiming to run it is refused (``identity``) and counted.  Terminal
+results are final.  During catch-up a result may come before the binding record it answers: it is
+kept as an orphan and settled by `Bindings._recover`.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from busched.cache.build import SpecError
 from busched.framework.cycle import paused_gc
 from busched.scheduler.records import (
     _DECODE,
+    _RESULT_RANK,
     TERMINAL,
     Binding,
     NodeLive,
@@ -27,6 +36,8 @@ from busched.scheduler.records import (
     _field_error,
     _task_key,
 )
+
+REJECTIONS = frozenset({"oversized", "malformed", "invalid", "mismatch", "identity"})
 
 log = logging.getLogger("busched.scheduler")
 
@@ -60,18 +71,50 @@ class Events:
 
     def _handle_one(self, subject: str, data: bytes, seq: int) -> str:
         kind, key = S.parse_state_subject(subject)
+        if kind == "binding":
+            b = self.bindings.get(key)
+            if b is not None and 0 < seq <= b.rec_seq:
+                return "own"  # our own record, already acknowledged (or an older one)
+        what = self._handle_decoded(subject, kind, key, data, seq)
+        if what in REJECTIONS and not self._caught_up:
+            self._rejected_at_catchup[subject] = seq
+        return what
+
+    def _handle_decoded(self, subject: str, kind: str, key: str, data: bytes, seq: int) -> str:
         if len(data) > self.settings.max_event_bytes:
             return self._reject("oversized", kind, f"{_describe(kind, key)}: payload of {len(data)} bytes exceeds "
                                                    f"the limit of {self.settings.max_event_bytes} (subject {subject})")
         try:
             msg = _DECODE(data)
-        except m.DecodeError as e:
+        except (m.DecodeError, RecursionError) as e:
             return self._reject("malformed", kind,
                                 f"{_describe(kind, key)}: {_field_error(e)} (subject {subject}, seq {seq})")
         try:
-            return self._apply(kind, key, msg, "")
+            return self._apply(kind, key, msg, "", seq)
         except SpecError as e:
             return self._reject("invalid", kind, f"{e} (subject {subject}, seq {seq})")
+
+    async def replay_rejected(self) -> None:
+        """After a catch-up: for every subject whose last message was refused, apply its retained history
+        up to that message, so the object is what the live scheduler kept when it refused it."""
+        todo, self._rejected_at_catchup = self._rejected_at_catchup, {}
+        for subject, bad_seq in todo.items():
+            try:
+                history = await self.bus.subject_history(subject)
+            except Exception as e:  # noqa: BLE001 - the object stays as the catch-up left it
+                log.warning("cannot read the history of %s: %s", subject, e)
+                continue
+            self._quiet = True
+            try:
+                kind, key = S.parse_state_subject(subject)
+                for seq, data in history:
+                    if seq >= bad_seq:
+                        break
+                    self._handle_decoded(subject, kind, key, data, seq)
+            finally:
+                self._quiet = False
+            log.info("%s: its last message was refused; rebuilt from %d earlier messages", subject,
+                     sum(1 for q, _ in history if q < bad_seq))
 
     def _count(self, kind: str, what: str) -> None:
         k = (kind, what)
@@ -88,20 +131,24 @@ class Events:
                 self.metrics.events.labels(kind, what).inc(n)
 
     def _reject(self, reason: str, kind: str, text: str) -> str:
+        if self._quiet:
+            return reason
         self.metrics.events_rejected.labels(reason, kind or "unknown").inc()
         log.warning("rejected %s message: %s", reason, text)
         return reason
 
-    def _apply(self, kind: str, key: str, msg: m.Msg, what: str) -> str:
+    def _apply(self, kind: str, key: str, msg: m.Msg, what: str, seq: int = 0) -> str:
         okind = m.object_kind(msg)
         if okind is not None:
             if okind != kind or m.object_key(msg) != key:
                 what = what or _describe(kind, key)
                 return self._reject("mismatch", kind, f"{what}: payload is a {type(msg).__name__} for "
                                                       f"{okind} {m.object_key(msg)}")
-            return self._apply_object(okind, key, msg)
+            return self._apply_object(okind, key, msg, seq)
         if kind == "binding" and isinstance(msg, m.BindingRecord):
-            return self._apply_binding(key, msg)
+            if _task_key(msg.namespace, msg.name) != key:
+                return self._reject("mismatch", kind, f"{_describe(kind, key)}: record for {msg.namespace}/{msg.name}")
+            return self._apply_binding(key, msg, seq)
         if kind == "podgroup" and isinstance(msg, m.PodGroupStatus):
             return self._apply_pg_status(key, msg)
         if kind == "result" and isinstance(msg, (m.BindAccepted, m.BindRejected, m.TaskPhaseChanged)):
@@ -110,25 +157,28 @@ class Events:
                 what = what or _describe(kind, key)
                 return self._reject("mismatch", kind, f"{what}: result for {msg.namespace}/{msg.name} on "
                                                       f"{msg.node}")
-            return self._apply_result(tkey, msg)
+            return self._apply_result(tkey, msg, seq)
         what = what or _describe(kind, key)
         return self._reject("mismatch", kind, f"{what}: unexpected {type(msg).__name__} on this subject")
 
-    def _apply_object(self, kind: str, key: str, msg: m.Msg) -> str:
+    def _apply_object(self, kind: str, key: str, msg: m.Msg, seq: int = 0) -> str:
         vkey = (kind, key)
-        last = self.versions.get(vkey)
-        if last is not None and msg.version <= last:
+        last = self.seqs.get(vkey)
+        if last is not None and seq and seq <= last:
             self._count(kind, "stale")
-            return "stale"
+            return "stale"  # delivered twice
         # by exact type (`_apply_object` gets only the types `m.object_kind` knows): a set lookup,
         # a tenth of isinstance over seven msgspec types
         if type(msg) in m.DELETE_TYPES:
-            self.versions[vkey] = msg.version
-            old = self.specs[kind].pop(key, None)
-            if old is not None:
+            self.seqs[vkey] = seq
+            old = self.specs[kind].get(key)
+            if old is not None and not self._stopping_delete(kind, key):
+                self.specs[kind].pop(key, None)
                 self.cache.delete(kind, key)
                 self._on_deleted(kind, key)
                 self._new_work()
+            if old is None and self.settings.purge:
+                self._purge_object(kind, key)
             self._count(kind, "delete")
             return "applied"
         spec = getattr(msg, m.SPEC_FIELD[kind])
@@ -142,47 +192,83 @@ class Events:
             else:
                 self.specs[kind][key] = old
             raise
-        self.versions[vkey] = msg.version
+        self.seqs[vkey] = seq
+        if kind == "task":
+            self._deleting.discard(key)  # created again while its old attempt stops: it is placed once stopped
         self._count(kind, "upsert")
         if kind == "node":
             self.live.setdefault(key, NodeLive(since=self.clock()))
         self._new_work()
         return "applied"
 
+    def _stopping_delete(self, kind: str, key: str) -> bool:
+        """A task deleted while its agent may still run it stays (Releasing, its resources held) until the agent
+        says it stopped or its node is lost; True when that is the case (the evict is on its way)."""
+        if kind != "task":
+            return False
+        b = self.bindings.get(key)
+        r = self.results.get(key)
+        if b is None or not b.live or (r is not None and r.attempt == b.attempt and r.what in TERMINAL):
+            return False
+        self._deleting.add(key)
+        if b.state != "evicting":
+            self._stop_attempt(key, "task deleted", "deleted")
+        else:
+            b.stop = "deleted"
+        return True
+
     def _on_deleted(self, kind: str, key: str) -> None:
         if kind == "task":
-            b = self.bindings.get(key)
-            r = self.results.get(key)
-            if b is not None and b.live and not (r and r.attempt == b.attempt and r.what in TERMINAL):
-                # stop it on its node
-                eb = dataclasses.replace(b, state="evicting", evict_reason="task deleted",
-                                         version=self._next_version())
-                ns, name = key.split("/", 1)
-                ev = m.EvictDecision(version=eb.version, namespace=ns, name=name, node=b.node, attempt=b.attempt,
-                                     reason="task deleted")
-                self._outbox[S.decision_subject(b.node, "evict", key)] = (ev, f"evict:{key}:{b.attempt}")
+            self._deleting.discard(key)
             for d in (self.bindings, self.results, self.backoff_until, self.failures, self.excluded, self.reasons):
                 d.pop(key, None)
+            self._outbox.pop(S.binding_subject(key), None)
+            self._unpublished.discard(key)
         elif kind == "job":
             self.pg_status.pop(key, None)
         elif kind == "node":
             for tkey, b in list(self.bindings.items()):
-                if b.node == key and b.live:
-                    self._release(tkey, f"node {key} deleted", "node_lost")
-            self.live.pop(key, None)
+                if b.node == key and b.live and b.state != "evicting":
+                    self._stop_attempt(tkey, f"node {key} deleted", "node")
+        if self.settings.purge:
+            self._purge_object(kind, key)
 
-    def _apply_binding(self, key: str, rec: m.BindingRecord) -> str:
+    def _purge_object(self, kind: str, key: str) -> None:
+        """Stream hygiene: a deleted object's subjects go (up to its delete), with its records."""
+        seq = self.seqs.get((kind, key), 0)
+        self._purges.append((S.state_subject(kind, key), seq + 1 if seq else None))
+        if kind == "task":
+            self._purges.append((S.binding_subject(key), None))
+            self._purges.append((S.task_results(key), None))
+        elif kind == "job":
+            self._purges.append((S.podgroup_subject(key), None))
+
+    def _apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str:
         cur = self.bindings.get(key)
-        if cur is not None and (rec.attempt, rec.version) <= (cur.attempt, cur.version):
-            return "stale"  # our own echo, or older
+        if cur is not None and seq and seq <= cur.rec_seq:
+            return "stale"
+        if self._caught_up and rec.writer and rec.writer == self.boot:
+            # our own record, heard before its acknowledgement
+            if cur is not None:
+                cur.rec_seq = max(cur.rec_seq, seq)
+            return "own"
+        if cur is not None and rec.epoch < getattr(cur, "epoch", 0):
+            return "stale"
+        # a record written by another scheduler (or replayed by the catch-up): it is what holds
         b = Binding(attempt=rec.attempt, node=rec.node, state=rec.state, reason=rec.reason, version=rec.version,
-                    backoff=rec.backoff, decided=self.clock(), published=True, seq=0)
+                    backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot)
         if rec.state == "evicting":
             b.evict_reason = rec.reason
+            b.stop = rec.stop or "evict"
+        if cur is not None and cur.live and self._caught_up and (cur.attempt, cur.node) != (b.attempt, b.node):
+            log.warning("task %s: another scheduler wrote attempt %d on %s over ours (attempt %d on %s)", key,
+                        b.attempt, b.node, cur.attempt, cur.node)
         self.bindings[key] = b
-        if rec.state == "released":
+        self._outbox.pop(S.binding_subject(key), None)  # ours, if any, lost to it
+        self._unpublished.discard(key)
+        if rec.state in ("released", "failed"):
             self.reasons[key] = rec.reason
-            if rec.backoff > 0:
+            if rec.backoff > 0 and rec.state == "released":
                 self.backoff_until[key] = self.clock() + rec.backoff
         if b.node and b.live:
             self.live.setdefault(b.node, NodeLive(since=self.clock()))
@@ -190,14 +276,11 @@ class Events:
         return "applied"
 
     def _apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
-        cur = self.pg_status.get(key)
-        if cur is not None and st.version <= cur.version:
-            return "stale"
         self.pg_status[key] = st
         self._refresh_job(key)
         return "applied"
 
-    def _apply_result(self, key: str, msg: m.BindAccepted | m.BindRejected | m.TaskPhaseChanged) -> str:
+    def _apply_result(self, key: str, msg: m.BindAccepted | m.BindRejected | m.TaskPhaseChanged, seq: int = 0) -> str:
         if isinstance(msg, m.BindAccepted):
             what, reason = "accepted", ""
         elif isinstance(msg, m.BindRejected):
@@ -207,28 +290,39 @@ class Events:
             if what not in ("Running", "Succeeded", "Failed"):
                 return self._reject("invalid", "result", f"task {key}: phase: unknown phase {what!r} "
                                                          "(one of Running, Succeeded, Failed)")
-        r = Result(attempt=msg.attempt, node=msg.node, what=what, reason=reason, boot=msg.boot, version=msg.version)
-        cur = self.results.get(key)
-        if cur is not None and (r.attempt, r.version) <= (cur.attempt, cur.version):
-            return "stale"
+        r = Result(attempt=msg.attempt, node=msg.node, what=what, reason=reason, boot=msg.boot, version=seq,
+                   exit_code=getattr(msg, "exit_code", None))
         b = self.bindings.get(key)
         if b is None or r.attempt > b.attempt:
             if not self._caught_up:
                 # catching up: the last binding record of this task may come later in the replay
                 keep = self._orphans.get(key)
-                if keep is None or (r.attempt, r.version) > (keep.attempt, keep.version):
+                if keep is None or seq > keep.version:
                     self._orphans[key] = r
                 return "deferred"
-            if what == "rejected" or r.attempt <= 0 or key not in self.specs["task"]:
+            if key not in self.specs["task"]:
                 return "stale"
-            # a bind we have no record of (the record was lost): the agent's word is what holds
-            b = self.bindings[key] = Binding(attempt=r.attempt, node=r.node, version=self._next_version(),
-                                             decided=self.clock())
-            self._outbox[S.binding_subject(key)] = (self._binding_record(key, b), None)
-        if key not in self.specs["task"]:
-            return "stale"
-        if r.attempt < b.attempt or r.node != b.node or not b.live:
+            bound = "it was never bound" if b is None else f"attempt {b.attempt} is bound to {b.node}"
+            return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
+                                                      f"{r.node}, but {bound}")
+        if r.attempt < b.attempt or not b.live:
             return "stale"  # an older attempt; a heartbeat still holding it gets an evict
+        if r.node != b.node:
+            return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
+                                                      f"{r.node}, but it is bound to {b.node}")
+        if key not in self.specs["task"] and key not in self._deleting:
+            return "stale"
+        cur = self.results.get(key)
+        if cur is not None and cur.attempt == r.attempt:
+            if cur.what in TERMINAL or cur.what == "rejected" or _RESULT_RANK[what] < _RESULT_RANK[cur.what]:
+                self._count("result", "stale")
+                return "stale"  # terminal states are final; a phase never goes back
+        if b.boot and r.boot != b.boot and what not in ("Failed", "rejected"):
+            # another incarnation of the node's agent: it can only say it does not run the attempt
+            return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from agent "
+                                                      f"boot {r.boot or '?'} of {r.node}, but boot {b.boot} took it")
+        if not b.boot and what != "rejected":
+            b.boot = r.boot
         self.results[key] = r
         self.metrics.bind_results.labels(what).inc()
         if what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt)):
@@ -237,29 +331,54 @@ class Events:
         if what == "rejected":
             self._release(key, f"rejected by {r.node}: {reason or 'no reason given'}", "rejected", exclude=True)
         elif b.state == "evicting" and what == "Failed":
-            self._release(key, f"evicted from {r.node}: {b.evict_reason}", "evicted", backoff=False)
+            self._stopped(key, b, r)
         else:
             if what == "Succeeded" and b.state == "evicting":
                 b.state = "binding"  # it finished before the eviction reached it
+                b.stop = ""
                 b.version = self._next_version()
-                self._outbox[S.binding_subject(key)] = (self._binding_record(key, b), None)
+                self._write_binding(key, b)
             if what in ("Running", "Succeeded"):
                 self.failures.pop(key, None)
             if what in TERMINAL:
                 self._new_work()  # its resources are free
+                if key in self._deleting:
+                    self._finish_delete(key)
+                    return "applied"
             self._refresh_task(key)
         return "applied"
 
+    def _stopped(self, key: str, b: Binding, r: Result) -> None:
+        """The agent says an attempt being stopped is stopped: only now may the task be placed again."""
+        if key in self._deleting:
+            self._finish_delete(key)
+            return
+        if b.stop == "lease":
+            self._release(key, b.evict_reason, "lease", exclude=True)
+        elif b.stop == "restart":
+            self._release(key, b.evict_reason, "node_lost")
+        elif b.stop == "node":
+            self._release(key, b.evict_reason, "node_lost")
+        else:
+            self._release(key, f"evicted from {r.node}: {b.evict_reason}", "evicted", backoff=False)
+
+    def _finish_delete(self, key: str) -> None:
+        """A deleted task whose attempt is known stopped: it goes, with its subjects."""
+        self._deleting.discard(key)
+        if key in self.specs["task"]:
+            self.specs["task"].pop(key, None)
+            self.cache.delete("task", key)
+        self._on_deleted("task", key)
+        self._new_work()
 
     def _replay_result(self, key: str, r: Result) -> None:
         ns, name = key.split("/", 1)
         if r.what == "accepted":
-            msg: m.Msg = m.BindAccepted(version=r.version, namespace=ns, name=name, node=r.node, attempt=r.attempt,
-                                        boot=r.boot)
+            msg: m.Msg = m.BindAccepted(namespace=ns, name=name, node=r.node, attempt=r.attempt, boot=r.boot)
         elif r.what == "rejected":
-            msg = m.BindRejected(version=r.version, namespace=ns, name=name, node=r.node, attempt=r.attempt,
-                                 reason=r.reason, boot=r.boot)
+            msg = m.BindRejected(namespace=ns, name=name, node=r.node, attempt=r.attempt, reason=r.reason,
+                                 boot=r.boot)
         else:
-            msg = m.TaskPhaseChanged(version=r.version, namespace=ns, name=name, node=r.node, attempt=r.attempt,
-                                     phase=r.what, reason=r.reason, boot=r.boot)
-        self._apply_result(key, msg)
+            msg = m.TaskPhaseChanged(namespace=ns, name=name, node=r.node, attempt=r.attempt, phase=r.what,
+                                     reason=r.reason, boot=r.boot, exit_code=r.exit_code)
+        self._apply_result(key, msg, r.version)

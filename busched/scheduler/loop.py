@@ -109,7 +109,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._next_version = _version_clock()
         # what we know, beside the cache
         self.specs: dict[str, dict[str, Any]] = {k: {} for k in m.UPSERTS}
-        self.versions: dict[tuple[str, str], int] = {}  # (kind, key) -> highest version seen, deletes included
+        self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
         self.bindings: dict[str, Binding] = {}
         self.results: dict[str, Result] = {}
         self.pg_status: dict[str, m.PodGroupStatus] = {}
@@ -135,6 +135,13 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._dirty_jobs: set[str] = set()
         self._orphans: dict[str, Result] = {}  # results replayed before their binding record
         self._caught_up = False
+        self._rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
+        self._quiet = False  # replaying history: refusals were counted already
+        self._deleting: set[str] = set()  # deleted tasks whose attempt is being stopped
+        self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
+        self._background: set[Any] = set()
+        self._reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost
+        self._held_partition = False
         self._gate = QuietCycles(self.config)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
@@ -150,6 +157,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         t0 = time.perf_counter()
         self.started_at = self.clock()
         await self.bus.ensure_streams(self.settings.streams)
+        self.bus.connection_listeners.append(self._on_connection)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
         await self.bus.serve(S.API_GET, self._serve_get)
         with paused_gc():  # the whole catch-up, between batches too
@@ -160,7 +168,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
             await self._recover()
-            # from here the binding and podgroup records on the stream are our own echoes: leave them out
+            # from here the podgroup records on the stream are our own echoes: leave them out (binding records
+            # are followed: another scheduler's must not be missed; ours are skipped by sequence)
             await self.watch.narrow(S.followed_subjects())
             if self.watch.count >= FREEZE_AFTER_EVENTS:
                 # What a big catch-up built (specs, cache, conversion memo) lives as long as the scheduler:
@@ -187,6 +196,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             await self._flush_statuses()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
+        if self._on_connection in self.bus.connection_listeners:
+            self.bus.connection_listeners.remove(self._on_connection)
 
     async def run_forever(self) -> None:
         if not self.ready:
@@ -221,7 +232,9 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             await self._flush_outbox()
             self._write_statuses_soon()
             await self._expire(report)
+            await self._flush_outbox()  # records of what the clock stopped, before their decisions
             await self._republish()
+            await self._flush_purges()
             with paused_gc():
                 await self.sync_cache_yielding()
             self._cycle_taken()  # from here to the snapshot nothing else is handled
@@ -259,6 +272,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
+            await self._republish()
             self._write_statuses_soon()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
@@ -304,15 +318,37 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         return config, plugins
 
     async def _flush_outbox(self) -> None:
+        """Write the queued records; binding records on condition that their subject is where we last saw it."""
         if not self._outbox:
             return
         items = list(self._outbox.items())
         self._outbox.clear()
-        acks = await self.bus.publish_all((subj, msg, mid) for subj, (msg, mid) in items)
-        for (subj, rec), ack in zip(items, acks):
-            if not ack.ok:
+        out: list[tuple[Any, ...]] = []
+        keys: list[str] = []
+        for subj, (msg, mid) in items:
+            if type(msg) is m.BindingRecord:
+                key = f"{msg.namespace}/{msg.name}"
+                b = self.bindings.get(key)
+                out.append((subj, msg, mid, b.rec_seq if b is not None else 0))
+                keys.append(key)
+            else:
+                out.append((subj, msg, mid))
+                keys.append("")
+        acks = await self.bus.publish_all(out)
+        lost: list[str] = []
+        for (subj, rec), key, ack in zip(items, keys, acks):
+            if ack.ok:
+                if key:
+                    b = self.bindings.get(key)
+                    if b is not None:
+                        b.rec_seq = max(b.rec_seq, ack.seq)
+            elif ack.conflict and key:
+                lost.append(key)
+            else:
                 self.metrics.publish_errors.labels("record").inc()
                 self._outbox.setdefault(subj, rec)
+        if lost:
+            await self._lost_race(lost)
 
 
 

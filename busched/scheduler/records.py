@@ -36,11 +36,18 @@ class SchedulerSettings:
     min_interval: float = 0.05  # a triggered cycle starts at least this long after the previous one ended
     status_interval: float = 1.0  # a podgroup status waits this long to be written, coalesced with later ones
     bind_lease: float = 10.0  # an alive agent must have consumed a bind within this long
-    heartbeat_timeout: float = 5.0  # no heartbeat for this long: the node's agent is lost
+    heartbeat_timeout: float = 5.0  # no heartbeat for this long: the node is unreachable (no new binds)
+    node_lost_grace: float = 20.0  # ... and this much longer: it is lost, and its tasks go back to Pending
+    # more than this fraction of the fleet unreachable at once (with at least lost_hold_min_nodes nodes) looks
+    # like a partition or a bus problem, not node failures: nothing is declared lost while it lasts
+    lost_hold_fraction: float = 0.5
+    lost_hold_min_nodes: int = 4
     require_heartbeat: bool = True  # only nodes whose agent is alive are schedulable
     backoff_initial: float = 1.0  # seconds before a rejected/unreceived task may be placed again, doubling
     backoff_max: float = 60.0
     exclusion_ttl: float = 60.0  # a node that refused a task is not offered it again for this long
+    max_attempts: int = 10  # consecutive failed binds (refused, never taken) after which the task is Failed
+    purge: bool = True  # purge a deleted object's binding, result and podgroup subjects once it is settled
     max_event_bytes: int = 256 * 1024  # larger state messages are rejected
     cycle_in_thread: bool = True
     manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
@@ -50,9 +57,20 @@ class SchedulerSettings:
 
 @dataclass
 class Binding:
+    """A task's latest bind attempt, as its binding record on the state stream says.
+
+    ``rec_seq`` is the stream sequence of that record: every new record of the task is written on
+    condition that the subject's last sequence is still ``rec_seq`` (JetStream's
+    expected-last-subject-sequence), so of two writers only one advances a task's binding; it is
+    also the fence carried by the decisions.  ``boot`` is the agent incarnation that took the
+    attempt: results from any other are not believed.  ``stop`` says why an ``evicting`` attempt is
+    being stopped (``evict``: a cycle's preemption or reclaim; ``lease``, ``restart``, ``deleted``,
+    ``node``: its outcome is unknown and it must be known stopped before the task is placed again).
+    """
+
     attempt: int
     node: str
-    state: str = "binding"  # binding | evicting | released
+    state: str = "binding"  # binding | evicting | released | failed (attempts exhausted: terminal)
     reason: str = ""
     version: int = 0
     backoff: float = 0.0
@@ -60,6 +78,9 @@ class Binding:
     seq: int = 0  # decision-stream sequence of the bind, 0 while unknown
     published: bool = True  # False while the decision still has to be (re)published
     evict_reason: str = ""
+    rec_seq: int = 0  # state-stream sequence of this task's last binding record (0: none yet)
+    boot: str = ""  # the agent boot that took this attempt ("" until one answered)
+    stop: str = ""  # why an evicting attempt is being stopped (see above)
 
     @property
     def live(self) -> bool:
@@ -74,17 +95,20 @@ class Result:
     reason: str = ""
     boot: str = ""
     version: int = 0
+    exit_code: int | None = None
 
 
 @dataclass
 class NodeLive:
-    state: str = "unknown"  # unknown (not heard since we started) | alive | lost
+    state: str = "unknown"  # unknown (not heard since we started) | alive | unreachable | lost
     last_seen: float = 0.0
+    unreachable_since: float = 0.0
     since: float = 0.0
     boot: str = ""
     holding: dict[str, int] = field(default_factory=dict)
     through_seq: int = 0
     interval: float = 1.0
+    consumer: str = ""  # the agent's durable consumer of this node's decisions
 
 
 @dataclass
