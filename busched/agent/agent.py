@@ -225,11 +225,13 @@ class Agent:
         """What this node's agent answered before (any incarnation) is on the state stream: remember it, so a
         decision redelivered after a restart is never run twice.  What an earlier incarnation ran is not running
         now: it is remembered as lost (its bind is not run again; an evict of it is answered)."""
+        sem = asyncio.Semaphore(16)
+
+        async def read(name: str) -> list[tuple[str, int, bytes]]:
+            async with sem:
+                return await self.bus.last_per_subject(S.node_results(name))
         try:
-            if len(self.nodes) <= 16:
-                found = [x for name in self.nodes for x in await self.bus.last_per_subject(S.node_results(name))]
-            else:
-                found = await self.bus.last_per_subject(f"{S.STATE_PREFIX}.result.>")
+            found = [x for part in await asyncio.gather(*(read(name) for name in self.nodes)) for x in part]
         except Exception as e:  # noqa: BLE001 - e.g. not permitted: carry on with an empty memory
             log.warning("cannot read this agent's earlier answers: %s", e)
             return

@@ -105,6 +105,11 @@ def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None,
         t = S.token(n)
         publish += [S.state_subject("node", n), f"{S.STATE_PREFIX}.result.{t}.>", S.heartbeat_subject(n)]
     publish += [f"{JS_API}.STREAM.INFO.{S.STATE_STREAM}", f"{JS_API}.STREAM.INFO.{dc}"]
+    # reading back what its nodes answered before (`Agent._load_answers`): a named consumer created on the
+    # subject that names its filter, one node's results only, and deleted after
+    for n in names:
+        publish.append(f"{JS_API}.CONSUMER.CREATE.{S.STATE_STREAM}.*.{S.node_results(n)}")
+    publish.append(f"{JS_API}.CONSUMER.DELETE.{S.STATE_STREAM}.*")
     if len(names) == 1:
         c = S.agent_consumer(names[0])
         create = f"{JS_API}.CONSUMER.CREATE.{dc}.{c}.{S.DECISION_PREFIX}.{S.token(names[0])}.>"

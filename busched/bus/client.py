@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -603,29 +604,44 @@ class Bus:
         return out
 
     async def last_per_subject(self, subject: str, timeout: float = 10.0) -> list[tuple[str, int, bytes]]:
-        """The last message of every state subject matching ``subject`` (a filter), as
-        ``(subject, stream sequence, data)``; an empty list at once when none matches."""
+        """The last message of every state subject matching ``subject`` (one filter), as
+        ``(subject, stream sequence, data)``; an empty list at once when none matches.
+
+        Read through a named ephemeral consumer created on the subject that names its filter
+        (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``), so a server can confine a reader, e.g.
+        an agent to its own nodes' results (`busched.bus.auth`), and delivered to this connection's
+        inbox."""
         info = await self.js.stream_info(S.STATE_STREAM, subjects_filter=subject)
-        want = len(info.state.subjects or {})
-        if not want:
+        if not (info.state.subjects or {}):
             return []
         out: list[tuple[str, int, bytes]] = []
         done = asyncio.Event()
+        inbox = self.nc.new_inbox()
 
         async def cb(m: Any) -> None:
+            if not m.reply:
+                return  # an idle heartbeat or a status
             seq, pending = _stream_position(m)
             out.append((m.subject, seq, bytes(m.data or b"")))
             if pending == 0:
                 done.set()
 
-        sub = await self.js.subscribe(subject, stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
-                                      config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT))
+        sub = await self.nc.subscribe(inbox, cb=cb, pending_msgs_limit=1_000_000)
+        name = f"read-{uuid.uuid4().hex[:16]}"
         try:
+            await self.js.add_consumer(S.STATE_STREAM, config=api.ConsumerConfig(
+                name=name, filter_subject=subject, deliver_subject=inbox,
+                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
+                inactive_threshold=30.0, mem_storage=True))
             await asyncio.wait_for(done.wait(), timeout)
         finally:
             try:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001
+                pass
+            try:
+                await self.js.delete_consumer(S.STATE_STREAM, name)
+            except Exception:  # noqa: BLE001 - it goes by itself after inactive_threshold
                 pass
         return out
 
