@@ -95,7 +95,7 @@ class Agent:
     def __init__(self, bus: Bus, nodes: list[NodeSpec], *, on_bind: BindCallback | None = None,
                  on_evict: EvictCallback | None = None, heartbeat_interval: float = 1.0,
                  duration: float | None = None, check_capacity: bool = True, consume: bool = True,
-                 register: bool = True, metrics: AgentMetrics | None = None) -> None:
+                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0) -> None:
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))
@@ -107,6 +107,7 @@ class Agent:
         self.check_capacity = check_capacity
         self.consume = consume
         self.register = register
+        self.ack_wait = ack_wait  # an unacknowledged decision comes again after this long (consumer creation only)
         self.metrics = metrics or AgentMetrics()
         self.boot = uuid.uuid4().hex[:12]
         names = list(self.nodes)
@@ -132,7 +133,7 @@ class Agent:
         if self.consume:
             await self._load_answers()
             # one consumer for all the nodes (the server's cost grows with the number of consumers)
-            self._feed = await self.bus.decision_feed(list(self.nodes))
+            self._feed = await self.bus.decision_feed(list(self.nodes), ack_wait=self.ack_wait)
             self._tasks.append(asyncio.create_task(self._consume(), name="agent-decisions"))
         await self._heartbeat_once()
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="agent-heartbeats"))

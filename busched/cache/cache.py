@@ -113,6 +113,12 @@ class Cache:
             self.generation += 1
         return old is not None
 
+    def room_made(self) -> None:
+        """Something outside the objects made room (e.g. a node a task was kept off is offered again): jobs
+        remembered as unfit are tried again, and the next cycle is due."""
+        self.capacity_epoch += 1
+        self.generation += 1
+
     def _changed(self, kind: str, key: str, old: Any, new: Any) -> None:
         """Keep what the unfit-job memo needs: the capacity epoch and each job's last change."""
         if unfit.frees_capacity(kind, old, new):

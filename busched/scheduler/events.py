@@ -293,9 +293,10 @@ class Events:
         r = Result(attempt=msg.attempt, node=msg.node, what=what, reason=reason, boot=msg.boot, version=seq,
                    exit_code=getattr(msg, "exit_code", None))
         b = self.bindings.get(key)
-        if b is None or r.attempt > b.attempt:
+        if b is None or r.attempt > b.attempt or (not self._caught_up and key not in self.specs["task"]):
             if not self._caught_up:
-                # catching up: the last binding record of this task may come later in the replay
+                # catching up: the last binding record of this task (or its spec, rebuilt from its history when
+                # its last message was refused) may come later
                 keep = self._orphans.get(key)
                 if keep is None or seq > keep.version:
                     self._orphans[key] = r

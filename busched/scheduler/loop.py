@@ -306,7 +306,12 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 excluded[key] = frozenset(keep)
             else:
                 del self.excluded[key]
-        self._excluded_key = frozenset(excluded.items())
+        key = frozenset(excluded.items())
+        if any(item not in key for item in self._excluded_key):
+            # an exclusion ended or shrank: the task may fit where it could not (the memo of unfit jobs and the
+            # quiet gate read the cache, which this changes)
+            self.cache.room_made()
+        self._excluded_key = key
         if not excluded:
             return self.config, self.plugins
         from busched.plugins import PLUGINS
