@@ -38,6 +38,24 @@ def rejected(sched: Any, reason: str, kind: str) -> float:
     return sched.metrics.events_rejected.labels(reason, kind)._value.get()
 
 
+def known_state(s: Any) -> tuple[Any, ...]:
+    """What a scheduler knows, object by object (the specs, every task's binding and last result, the view)."""
+    return ({kind: dict(objs) for kind, objs in s.specs.items()},
+            {k: (b.attempt, b.node, b.state) for k, b in s.bindings.items()},
+            {k: (r.attempt, r.node, r.what) for k, r in s.results.items()},
+            sorted((t["namespace"], t["name"], t["status"], t["node"], t["attempt"]) for t in s.view("tasks")))
+
+
+async def assert_restart_rebuilds(harness: Any, sched: Any) -> None:  # noqa: F811
+    """A scheduler started now over the same stream rebuilds exactly what the live one has."""
+    live = known_state(sched)
+    again = await harness.scheduler(run=False)
+    try:
+        assert known_state(again) == live
+    finally:
+        await again.stop()
+
+
 class Overlap:
     """Samples the agents' own view every few milliseconds: a task held by two nodes (or two attempts) at once
     is recorded."""
@@ -165,6 +183,7 @@ async def test_item5_a_result_for_another_nodes_task_or_an_unbound_task_is_refus
     assert view(sched, "t/big")["status"] == "Pending"
     assert sched.metrics.releases.labels("evicted")._value.get() == 0
     await watch.stop()
+    await assert_restart_rebuilds(harness, sched)
 
 
 # -- item 6: two schedulers on one bus ------------------------------------------------------------------------------
@@ -212,6 +231,7 @@ tiers:
         assert s.metrics.releases.labels("evicted")._value.get() == 0
     assert_no_overcommit(*agents)
     await watch.stop()
+    await assert_restart_rebuilds(harness, one)
 
 
 # -- item 7: stuck and doubled binds --------------------------------------------------------------------------------
@@ -246,6 +266,7 @@ async def test_item7_a_crash_between_result_and_ack_never_runs_the_attempt_again
     assert [e for e in second.history if e[0] == "bind"] == [("bind", "node-00", "t/j-0", 2)]
     assert view(sched, "t/j-0")["reason"].startswith("agent of node-00 restarted")
     await watch.stop()
+    await assert_restart_rebuilds(harness, sched)
 
 
 async def test_item7_a_finished_tasks_bind_replayed_to_a_restarted_agent_does_not_run_again(harness):  # noqa: F811
@@ -278,6 +299,7 @@ async def test_item7_deleting_a_node_with_a_live_agent_stops_its_tasks_before_th
     assert held_by_node(a)["a-00"] == {}
     assert {e[0] for e in a.history} == {"bind", "evict"}
     await watch.stop()
+    await assert_restart_rebuilds(harness, sched)
 
 
 class LateConsumer(Agent):
@@ -323,6 +345,7 @@ async def test_item8_a_late_evict_or_failure_does_not_rewrite_a_succeeded_task(h
     await asyncio.sleep(1.0)
     assert view(sched, "t/j-0")["status"] == "Succeeded"
     assert ("evict", "node-00", "t/j-0", 1) not in agent.history
+    await assert_restart_rebuilds(harness, sched)
 
 
 # -- item 9: a bus outage is not a node failure ---------------------------------------------------------------------
@@ -417,3 +440,4 @@ async def test_a_deleted_task_is_stopped_then_leaves_nothing_on_the_stream(harne
         return all([await bus.last_state(s) is None for s in subjects])
     await wait_until(gone, what="its subjects purged")
     assert "t/j-0" not in sched.specs["task"] and "t/j-0" not in sched.bindings
+    await assert_restart_rebuilds(harness, sched)

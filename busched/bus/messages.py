@@ -134,7 +134,9 @@ class BindingRecord(Msg, tag="binding"):
     name: str
     attempt: Count
     node: str = ""
-    state: str = "binding"  # binding | evicting | released | failed
+    state: str = "binding"  # binding | evicting | released | failed | done
+    outcome: str = ""  # done: how the attempt ended (Succeeded | Failed), final whatever its node says later
+    exit_code: int | None = None
     reason: str = ""
     backoff: float = 0.0
     decided_at: float = 0.0  # unix seconds, informational only

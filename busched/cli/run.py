@@ -22,11 +22,21 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="cycle on the period only, not also as soon as new work (objects, finished or refused tasks) "
                         "has settled")
     g.add_argument("--bind-lease", type=float, default=10.0,
-                   help="seconds an alive agent has to take a bind before it is placed again (default %(default)s)")
+                   help="seconds an alive agent has to take a bind before it is stopped and placed again "
+                        "(default %(default)s)")
     g.add_argument("--heartbeat-timeout", type=float, default=5.0,
-                   help="seconds without a heartbeat before a node's tasks are rescheduled (default %(default)s)")
+                   help="seconds without a heartbeat before a node is unreachable: no new binds there "
+                        "(default %(default)s)")
+    g.add_argument("--node-lost-grace", type=float, default=20.0,
+                   help="seconds a node stays unreachable before it is lost and its tasks are placed again "
+                        "(default %(default)s)")
     g.add_argument("--backoff", type=float, default=1.0,
                    help="first backoff in seconds after a rejected bind, doubling (default %(default)s)")
+    g.add_argument("--exclusion", type=float, default=60.0,
+                   help="seconds a node that refused a task is not offered it again (default %(default)s)")
+    g.add_argument("--max-attempts", type=int, default=10,
+                   help="failed binds in a row (refused, never taken) after which a task is Failed; 0: never "
+                        "(default %(default)s)")
     g.add_argument("--no-require-heartbeat", action="store_true",
                    help="schedule onto nodes that have no live agent (dry runs)")
     g.add_argument("--max-event-bytes", type=int, default=256 * 1024,
@@ -40,6 +50,8 @@ def settings_from_args(args: argparse.Namespace):  # noqa: ANN201
 
     return SchedulerSettings(period=args.period, trigger=not args.no_trigger, bind_lease=args.bind_lease,
                              heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
+                             node_lost_grace=args.node_lost_grace, exclusion_ttl=args.exclusion,
+                             max_attempts=args.max_attempts,
                              require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes)
 
 

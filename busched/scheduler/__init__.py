@@ -12,21 +12,22 @@ decisions.
 
 The life of a bind::
 
-    Pending --cycle--> Binding --bind.accepted--> Bound --task.phase--> Running --> Succeeded/Failed
+    Pending --cycle--> Binding --bind.accepted--> Bound --task.phase--> Running --> Succeeded/Failed (final)
                           |  (the node's resources are held from here)       ^
                           +-- task.phase Running (a task started at once) ---+
-                          +-- bind.rejected / not received within the lease / agent lost --> Pending
-                              (reason recorded, backoff before the next attempt)
+                          +-- bind.rejected --> Pending (reason, backoff, node excluded; Failed after max_attempts)
+                          +-- outcome unknown --> Releasing (an evict) --agent: stopped / node lost--> Pending
 
 A binding record (attempt number, node) is written to the state stream
-*before* the bind decision is published, so a restarted scheduler knows every
-bind it made; the decision carries ``Nats-Msg-Id: bind:<ns>/<name>:<attempt>``
-so a republish is dropped by the server.  A bind is released on a timer only
-when its agent is provably not holding it: the agent is silent past the
-heartbeat timeout, or the agent is alive but its heartbeats show it has not
-consumed up to the bind's stream sequence after the lease (the undelivered
-decision is then deleted from the stream first).  An agent that has the bind
-but has not answered keeps it for as long as it heartbeats.
+*before* the bind decision is published, on condition that the task's binding
+subject is where this scheduler last saw it, so of two writers only one
+advances a task; the decision carries ``Nats-Msg-Id: bind:<ns>/<name>:<attempt>``
+so a republish is dropped by the server, and the record's sequence as its
+fence.  A task is placed again only once its previous attempt is known
+stopped (refused, answered an evict) or its node was declared lost after a
+grace period: no timer releases a reservation whose outcome is unknown
+(a lease ending releases a bind at once only when the agent's consumer
+provably never delivered it, see `busched.scheduler.bindings`).
 
 Time: a monotonic clock drives leases, heartbeats and backoff, outside any
 session; a session never reads a clock.

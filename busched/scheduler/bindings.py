@@ -47,7 +47,7 @@ class Bindings:
             lv = self.live.get(d.node)
             if spec is None or key in self._deleting or d.node not in self.specs["node"]:
                 continue  # deleted while the cycle ran
-            if cur is not None and (cur.live or cur.state == "failed"):
+            if cur is not None and (cur.live or cur.final):
                 continue  # bound (by us or another scheduler) while the cycle ran, or given up
             if self.settings.require_heartbeat and (lv is None or lv.state != "alive"):
                 continue  # the node's agent was lost while the cycle ran
@@ -397,6 +397,7 @@ class Bindings:
     def _binding_record(self, key: str, b: Binding) -> m.BindingRecord:
         ns, name = key.split("/", 1)
         return m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
-                               state=b.state, reason=b.reason if b.state in ("released", "failed") else b.evict_reason,
-                               backoff=b.backoff, decided_at=time.time(), boot=b.boot,
+                               state=b.state, reason=b.reason if b.state in ("released", "failed", "done")
+                               else b.evict_reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
+                               outcome=b.outcome, exit_code=b.exit_code,
                                stop=b.stop if b.state == "evicting" else "", writer=self.boot)

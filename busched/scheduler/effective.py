@@ -127,7 +127,8 @@ class Effective:
                 return msgspec.structs.replace(spec, node="", scheduling_gates=gates)
             return spec if gates is spec.scheduling_gates else msgspec.structs.replace(spec, scheduling_gates=gates)
         if not b.live:
-            phase = "Failed" if b.state == "failed" else "Pending"  # failed: its attempts are exhausted, for good
+            # done: it ended; failed: its attempts are exhausted; both for good
+            phase = b.outcome if b.state == "done" else "Failed" if b.state == "failed" else "Pending"
             return msgspec.structs.replace(spec, node="", phase=phase, deleting=False, scheduling_gates=gates)
         r = self.results.get(key)
         phase = "Pending"
@@ -145,6 +146,8 @@ class Effective:
         b = self.bindings.get(key)
         if b is not None and b.state == "failed":
             return TaskStatus.Failed.name
+        if b is not None and b.state == "done":
+            return b.outcome
         if b is None or not b.live:
             s = spec if b is None else msgspec.structs.replace(spec, node="", phase="Pending")
             return status_from_phase(s.phase, s.node, s.deleting).name

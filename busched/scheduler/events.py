@@ -266,6 +266,10 @@ class Events:
         self.bindings[key] = b
         self._outbox.pop(S.binding_subject(key), None)  # ours, if any, lost to it
         self._unpublished.discard(key)
+        if rec.state == "done":
+            b.outcome, b.exit_code = rec.outcome, rec.exit_code
+            self.results[key] = Result(attempt=rec.attempt, node=rec.node, what=rec.outcome, reason=rec.reason,
+                                       boot=rec.boot, version=seq, exit_code=rec.exit_code)
         if rec.state in ("released", "failed"):
             self.reasons[key] = rec.reason
             if rec.backoff > 0 and rec.state == "released":
@@ -307,7 +311,8 @@ class Events:
             return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
                                                       f"{r.node}, but {bound}")
         if r.attempt < b.attempt or not b.live:
-            return "stale"  # an older attempt; a heartbeat still holding it gets an evict
+            self._count("result", "stale")
+            return "stale"  # an older attempt, or one that ended (final); a heartbeat still holding it gets an evict
         if r.node != b.node:
             return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
                                                       f"{r.node}, but it is bound to {b.node}")
@@ -334,18 +339,20 @@ class Events:
         elif b.state == "evicting" and what == "Failed":
             self._stopped(key, b, r)
         else:
-            if what == "Succeeded" and b.state == "evicting":
-                b.state = "binding"  # it finished before the eviction reached it
-                b.stop = ""
-                b.version = self._next_version()
-                self._write_binding(key, b)
             if what in ("Running", "Succeeded"):
                 self.failures.pop(key, None)
             if what in TERMINAL:
+                # it ended (possibly before an eviction reached it): recorded as final, so neither a late result
+                # nor a restart can rewrite it
                 self._new_work()  # its resources are free
                 if key in self._deleting:
                     self._finish_delete(key)
                     return "applied"
+                b.state, b.stop, b.outcome, b.exit_code = "done", "", what, r.exit_code
+                b.reason = reason
+                b.version = self._next_version()
+                self._unpublished.discard(key)
+                self._write_binding(key, b)
             self._refresh_task(key)
         return "applied"
 

@@ -46,7 +46,7 @@ class Queries:
             for key, spec in self.specs["task"].items():
                 b = self.bindings.get(key)
                 eff = self.effective_task(key, spec)
-                node = b.node if b is not None and b.live else eff.node
+                node = b.node if b is not None and (b.live or b.state == "done") else eff.node
                 r = self.results.get(key)
                 if b is not None and b.live and r is not None and r.what in TERMINAL:
                     node = r.node

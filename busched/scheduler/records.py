@@ -70,7 +70,7 @@ class Binding:
 
     attempt: int
     node: str
-    state: str = "binding"  # binding | evicting | released | failed (attempts exhausted: terminal)
+    state: str = "binding"  # binding | evicting | released | failed (attempts exhausted) | done (it ended)
     reason: str = ""
     version: int = 0
     backoff: float = 0.0
@@ -81,6 +81,13 @@ class Binding:
     rec_seq: int = 0  # state-stream sequence of this task's last binding record (0: none yet)
     boot: str = ""  # the agent boot that took this attempt ("" until one answered)
     stop: str = ""  # why an evicting attempt is being stopped (see above)
+    outcome: str = ""  # done: Succeeded | Failed, as its agent reported it (final)
+    exit_code: int | None = None
+
+    @property
+    def final(self) -> bool:
+        """The task will not be placed again: it ended (done) or its attempts are exhausted (failed)."""
+        return self.state in ("done", "failed")
 
     @property
     def live(self) -> bool:

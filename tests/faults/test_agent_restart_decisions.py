@@ -44,7 +44,7 @@ async def test_agent_acks_bind_dies_restarts_with_a_newer_decision(cluster):  # 
     assert not late, f"unexpected attempts on the agent: {late}"
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 8: a late evict for a Succeeded task turns it Failed")
+# issue 10 item 8: a late evict for a Succeeded task turns it Failed (fixed: this test holds it)
 async def test_late_evict_for_a_succeeded_task_keeps_it_succeeded(cluster):  # noqa: ANN001
     obs = cluster.observer
     sched = cluster.scheduler()

@@ -10,7 +10,7 @@ import pytest
 from tests.faults.cluster import check_invariants, dump, wait_for, workload
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 9: a bus outage is taken for node failure")
+# issue 10 item 9: a bus outage is taken for node failure (fixed: this test holds it)
 async def test_nats_outage_longer_than_heartbeat_timeout_restarts_nothing(cluster):  # noqa: ANN001
     obs = cluster.observer
     sched = cluster.scheduler(heartbeat_timeout=2.0, bind_lease=3.0)

@@ -28,8 +28,7 @@ tiers:
 """
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 6: two schedulers on one bus bind a task twice, leave "
-                                        "tasks Failed as stale and nodes with phantom reservations")
+# issue 10 item 6: two schedulers on one bus bind a task twice, leave tasks Failed as stale and nodes with phantom reservations (fixed: this test holds it)
 async def test_two_schedulers_on_one_bus_bind_each_task_once(cluster):  # noqa: ANN001
     obs = cluster.observer
     s1 = cluster.scheduler("sched-1", period=0.2)
