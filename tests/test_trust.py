@@ -441,3 +441,26 @@ async def test_a_deleted_task_is_stopped_then_leaves_nothing_on_the_stream(harne
     await wait_until(gone, what="its subjects purged")
     assert "t/j-0" not in sched.specs["task"] and "t/j-0" not in sched.bindings
     await assert_restart_rebuilds(harness, sched)
+
+
+async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winner(harness):  # noqa: F811
+    from busched.scheduler.records import Binding
+
+    sched = await harness.scheduler(run=False)
+    bus = await harness.bus()
+    await apply_cluster(bus, ClusterSpec(nodes=fleet_nodes(2, cpu="4", memory="8Gi"), queues=[QueueSpec(name="default")],
+                                         jobs=[JobSpec(name="j", namespace="t", min_member=1)],
+                                         tasks=[TaskSpec(name="x", namespace="t", job="j", requests={"cpu": "1"})]))
+    # another scheduler bound it first
+    won = await bus.publish(S.binding_subject("t/x"), m.BindingRecord(namespace="t", name="x", attempt=1,
+                                                                      node="node-01", writer="other"), expected=0)
+    assert won.ok
+    # ours, decided from a state that had not seen that record yet
+    ours = Binding(attempt=1, node="node-00", rec_seq=0, published=False)
+    sched.bindings["t/x"] = ours
+    ready = await sched._record_binds([("t/x", ours)])
+    assert ready == []  # nothing goes to node-00's agent
+    assert sched.metrics.publish_errors.labels("conflict")._value.get() == 1
+    b = sched.bindings["t/x"]
+    assert (b.attempt, b.node, b.rec_seq) == (1, "node-01", won.seq)
+    assert await bus.last_decision(S.decision_subject("node-00", "bind", "t/x")) is None
