@@ -647,8 +647,11 @@ class Bus:
 
     async def last_state(self, subject: str) -> tuple[int, bytes] | None:
         """The last message of one state subject, ``(stream sequence, data)``, or None if it has none."""
+        return await self._last_msg(S.STATE_STREAM, subject)
+
+    async def _last_msg(self, stream: str, subject: str) -> tuple[int, bytes] | None:
         try:
-            m = await self.js.get_last_msg(S.STATE_STREAM, subject)
+            m = await self.js.get_last_msg(stream, subject)
         except nats.js.errors.NotFoundError:
             return None
         except Exception as e:  # noqa: BLE001
@@ -694,13 +697,7 @@ class Bus:
 
     # -- decisions -------------------------------------------------------------------------------------------------
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:
-        try:
-            m = await self.js.get_last_msg(S.DECISION_STREAM, subject)
-        except nats.js.errors.NotFoundError:
-            return None
-        except Exception as e:  # noqa: BLE001
-            raise BusError(f"cannot read {subject}: {e}") from None
-        return int(m.seq), bytes(m.data or b"")
+        return await self._last_msg(S.DECISION_STREAM, subject)
 
     async def consumer_delivered(self, consumer: str) -> int | None:
         """The highest decision-stream sequence a durable consumer has delivered: 0 when the consumer does not
