@@ -39,8 +39,14 @@ def rejected(sched: Any, reason: str, kind: str) -> float:
 
 
 def known_state(s: Any) -> tuple[Any, ...]:
-    """What a scheduler knows, object by object (the specs, every task's binding and last result, the view)."""
-    return ({kind: dict(objs) for kind, objs in s.specs.items()},
+    """What a scheduler knows, object by object: the specs, every task's binding and last result, the tasks as
+    the cache holds them (where bound, which phase; the backoff gate, which depends on when, left out) and
+    the view."""
+    import msgspec
+
+    s.sync_cache()
+    cached = {k: msgspec.structs.replace(t, scheduling_gates=[]) for k, t in s.cache.objects["task"].items()}
+    return (cached, {kind: dict(objs) for kind, objs in s.specs.items()},
             {k: (b.attempt, b.node, b.state) for k, b in s.bindings.items()},
             {k: (r.attempt, r.node, r.what) for k, r in s.results.items()},
             sorted((t["namespace"], t["name"], t["status"], t["node"], t["attempt"]) for t in s.view("tasks")))
