@@ -151,6 +151,9 @@ async def test_item4_garbage_on_a_running_tasks_subject_does_not_lose_it_after_a
                      what="both refused live")
     before = {k: view(sched, k)["status"] for k in ("t/j-0", "t/j-1")}
     assert before == {"t/j-0": "Running", "t/j-1": "Running"}
+    # each says why its last change was refused
+    assert view(sched, "t/j-0")["refused"].startswith("malformed: task t/j-0: payload: JSON is malformed")
+    assert view(sched, "t/j-1")["refused"].startswith("invalid: task t/j-1: requests.cpu")
     await sched.stop()
     again = await harness.scheduler()
     # rebuilt from the subjects' history: the tasks are there, Running where they run, nothing bound twice

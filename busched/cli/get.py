@@ -78,7 +78,8 @@ COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "jobs": [("NAMESPACE", "namespace"), ("NAME", "name"), ("QUEUE", "queue"), ("MIN", "minMember"),
              ("PHASE", "phase"), ("TASKS", lambda x: ",".join(f"{k}={v}" for k, v in sorted(x["tasks"].items())))],
     "tasks": [("NAMESPACE", "namespace"), ("NAME", "name"), ("JOB", "job"), ("STATUS", "status"),
-              ("NODE", "node"), ("ATTEMPT", "attempt"), ("REASON", "reason")],
+              ("NODE", "node"), ("ATTEMPT", "attempt"),
+              ("REASON", lambda x: "; ".join(r for r in (x.get("reason", ""), x.get("refused", "")) if r))],
 }
 
 

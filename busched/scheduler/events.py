@@ -76,8 +76,12 @@ class Events:
             if b is not None and 0 < seq <= b.rec_seq:
                 return "own"  # our own record, already acknowledged (or an older one)
         what = self._handle_decoded(subject, kind, key, data, seq)
-        if what in REJECTIONS and not self._caught_up:
-            self._rejected_at_catchup[subject] = seq
+        if what in REJECTIONS:
+            if not self._caught_up:
+                self._rejected_at_catchup[subject] = seq
+            if key in self.specs.get(kind, ()):
+                # the object stays as it was; it says why its last change was refused (`busched get`)
+                self.refused[(kind, key)] = self._last_refusal
         return what
 
     def _handle_decoded(self, subject: str, kind: str, key: str, data: bytes, seq: int) -> str:
@@ -131,6 +135,7 @@ class Events:
                 self.metrics.events.labels(kind, what).inc(n)
 
     def _reject(self, reason: str, kind: str, text: str) -> str:
+        self._last_refusal = f"{reason}: {text}"
         if self._quiet:
             return reason
         self.metrics.events_rejected.labels(reason, kind or "unknown").inc()
@@ -169,6 +174,7 @@ class Events:
             return "stale"  # delivered twice
         # by exact type (`_apply_object` gets only the types `m.object_kind` knows): a set lookup,
         # a tenth of isinstance over seven msgspec types
+        self.refused.pop(vkey, None)
         if type(msg) in m.DELETE_TYPES:
             self.seqs[vkey] = seq
             old = self.specs[kind].get(key)

@@ -138,6 +138,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
         self._quiet = False  # replaying history: refusals were counted already
         self._deleting: set[str] = set()  # deleted tasks whose attempt is being stopped
+        self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
+        self._last_refusal = ""
         self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
         self._background: set[Any] = set()
         self._reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost

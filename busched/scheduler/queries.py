@@ -53,7 +53,7 @@ class Queries:
                 out.append({"namespace": spec.namespace, "name": spec.name, "job": spec.job, "node": node,
                             "status": self.task_status(key), "attempt": b.attempt if b is not None else 0,
                             "reason": self.reasons.get(key, ""), "requests": dict(spec.requests),
-                            "backoff": key in self.backoff_until})
+                            "backoff": key in self.backoff_until, "refused": self.refused.get(("task", key), "")})
             return out
         if kind == "nodes":
             snap = self.snapshot()
@@ -66,7 +66,7 @@ class Queries:
                 ntasks = sum(1 for b in self.bindings.values() if b.live and b.node == key)
                 out.append({"name": key, "allocatable": dict(spec.allocatable), "used": used,
                             "state": lv.state, "ready": info is not None, "tasks": ntasks,
-                            "labels": dict(spec.labels)})
+                            "labels": dict(spec.labels), "refused": self.refused.get(("node", key), "")})
             return out
         if kind == "jobs":
             by_job: dict[str, dict[str, int]] = {}
@@ -81,14 +81,16 @@ class Queries:
                 out.append({"namespace": spec.namespace, "name": spec.name, "queue": spec.queue,
                             "minMember": spec.min_member, "phase": st.phase if st is not None else spec.phase,
                             "tasks": counts,
-                            "conditions": [msgspec.to_builtins(c) for c in st.conditions] if st is not None else []})
+                            "conditions": [msgspec.to_builtins(c) for c in st.conditions] if st is not None else [],
+                            "refused": self.refused.get(("job", key), "")})
             return out
         if kind == "queues":
             out = []
             for key, spec in self.specs["queue"].items():
                 jobs = [j for j in self.specs["job"].values() if j.queue == key]
                 out.append({"name": key, "weight": spec.weight, "state": spec.state, "jobs": len(jobs),
-                            "capability": dict(spec.capability or {})})
+                            "capability": dict(spec.capability or {}),
+                            "refused": self.refused.get(("queue", key), "")})
             return out
         raise ValueError(f"unknown kind {kind!r} (nodes, queues, jobs, tasks)")
 
