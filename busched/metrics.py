@@ -6,7 +6,10 @@ several schedulers (tests, `busched up`) can live in one process.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 
 __all__ = ["SchedulerMetrics", "AgentMetrics", "render", "CONTENT_TYPE"]
 
@@ -43,6 +46,21 @@ class SchedulerMetrics:
         self.catchup_seconds = Gauge("busched_catchup_seconds", "Time to catch up with the state stream at start",
                                      registry=r)
         self.heartbeats = Counter("busched_heartbeats_total", "Agent heartbeats received", registry=r)
+        r.register(_PluginErrors())
+
+
+class _PluginErrors:
+    """busched_plugin_errors_total{plugin}: read from the framework's count at each scrape (the
+    session that sees a plugin fail has no metrics of its own)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from busched.framework import plugin_errors
+
+        c = CounterMetricFamily("busched_plugin_errors", "Plugin callbacks that raised on a task (the task "
+                                "failed, not the cycle), counted once per task and session", labels=["plugin"])
+        for name, n in sorted(plugin_errors.COUNTS.items()):
+            c.add_metric([name], n)
+        yield c
 
 
 class AgentMetrics:

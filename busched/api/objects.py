@@ -13,11 +13,15 @@ import msgspec
 
 from busched.api.timestamp import Timestamp
 
+from busched.api import k8s_specs as k
+from busched.api.limits import (MAX_ITEMS, MAX_MEMBERS, Annotations, Int32, Labels, NonNegInt32, Port,
+                                QuantityText, ShortStr, Size, Strings)
+
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
            "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList"]
 
-Quantity = str | int | float
-ResourceList = dict[str, Quantity]
+Quantity = QuantityText | int | float
+ResourceList = Annotated[dict[ShortStr, Quantity], msgspec.Meta(max_length=MAX_ITEMS)]
 Percent = Annotated[str, msgspec.Meta(pattern=r"^[0-9]+%$")]  # "50%"
 
 
@@ -37,11 +41,11 @@ class NodeSpec(_Spec):
     name: str
     allocatable: ResourceList = {}
     capacity: ResourceList | None = None
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    taints: list[dict[str, Any]] = []
+    labels: Labels = {}
+    annotations: Annotations = {}
+    taints: Annotated[list[k.Taint], msgspec.Meta(max_length=MAX_ITEMS)] = []
     unschedulable: bool = False
-    images: dict[str, int] = {}
+    images: Annotated[dict[ShortStr, Size], msgspec.Meta(max_length=MAX_ITEMS)] = {}
     ready: bool = True
     usage: NodeUsageSpec | None = None  # measured load (Volcano's NodeUsage)
 
@@ -54,19 +58,19 @@ class TaskSpec(_Spec):
     phase: str = "Pending"
     deleting: bool = False
     requests: ResourceList = {}
-    priority: int | None = None
+    priority: Int32 | None = None
     priority_class_name: str = ""
     preemption_policy: str = ""
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    node_selector: dict[str, str] = {}
-    affinity: dict[str, Any] | None = None
-    tolerations: list[dict[str, Any]] = []
-    topology_spread_constraints: list[dict[str, Any]] = []
-    host_ports: list[int] = []
-    scheduling_gates: list[str] = []
+    labels: Labels = {}
+    annotations: Annotations = {}
+    node_selector: Labels = {}
+    affinity: k.Affinity | None = None
+    tolerations: Annotated[list[k.Toleration], msgspec.Meta(max_length=MAX_ITEMS)] = []
+    topology_spread_constraints: Annotated[list[k.TopologySpreadConstraint], msgspec.Meta(max_length=MAX_ITEMS)] = []
+    host_ports: Annotated[list[Port], msgspec.Meta(max_length=MAX_ITEMS)] = []
+    scheduling_gates: Strings = []
     nominated_node_name: str = ""
-    images: list[str] = []
+    images: Strings = []
     created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
     start_time: Timestamp | None = None  # when the task started running
     status: str = ""  # a Volcano task status name; wins over phase, node and deleting
@@ -76,46 +80,46 @@ class JobSpec(_Spec):
     name: str
     namespace: str = "default"
     queue: str = "default"
-    min_member: int = 0
-    min_task_member: dict[str, int] = {}
+    min_member: NonNegInt32 = 0
+    min_task_member: Annotated[dict[ShortStr, NonNegInt32], msgspec.Meta(max_length=MAX_ITEMS)] = {}
     min_resources: ResourceList | None = None
     phase: str = "Pending"
     priority_class_name: str = ""
-    annotations: dict[str, str] = {}
-    labels: dict[str, str] = {}
-    network_topology: dict[str, Any] | None = None
-    sub_group_policy: list[dict[str, Any]] = []
-    conditions: list[dict[str, Any]] = []
+    annotations: Annotations = {}
+    labels: Labels = {}
+    network_topology: k.NetworkTopology | None = None
+    sub_group_policy: Annotated[list[k.SubGroupPolicy], msgspec.Meta(max_length=MAX_ITEMS)] = []
+    conditions: Annotated[list[k.JobCondition], msgspec.Meta(max_length=MAX_ITEMS)] = []
     created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
 
 
 class QueueSpec(_Spec):
     name: str
-    weight: int = 1
+    weight: NonNegInt32 = 1
     capability: ResourceList | None = None
     deserved: ResourceList | None = None
     guarantee: ResourceList | None = None
     reclaimable: bool = True
     state: str = "Open"
-    priority: int = 0
+    priority: Int32 = 0
     parent: str = ""
-    annotations: dict[str, str] = {}
-    affinity: dict[str, Any] | None = None
+    annotations: Annotations = {}
+    affinity: k.QueueAffinity | None = None
     created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
 
 
 class PriorityClassSpec(_Spec):
     name: str
-    value: int = 0
+    value: Int32 = 0
     preemption_policy: str = "PreemptLowerPriority"
     global_default: bool = False
 
 
 class HyperNodeSpec(_Spec):
     name: str
-    tier: int = 1
+    tier: NonNegInt32 = 1
     tier_name: str = ""
-    members: list[str] = []
+    members: Annotated[list[ShortStr], msgspec.Meta(max_length=MAX_MEMBERS)] = []
 
 
 class ResourceQuotaSpec(_Spec):

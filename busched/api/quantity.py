@@ -51,12 +51,16 @@ def parse_quantity(raw: str | int | float) -> Fraction:
     if not isinstance(raw, str):
         raise QuantityError(f"quantity must be a string or number, not {type(raw).__name__}")
     text = raw.strip()
+    if len(text) > 64:  # (a longer number is no quantity; parsing one costs time)
+        raise QuantityError(f"quantity of {len(text)} characters (at most 64)")
     m = _RE.match(text)
     if not m:
         raise QuantityError(f"invalid quantity {raw!r}")
     sign, number, suffix, exponent = m.groups()
     v = Fraction(number)
     if exponent is not None:
+        if len(exponent) > 4 or abs(int(exponent)) > 64:  # (10^1e9 would take the process)
+            raise QuantityError(f"quantity {raw!r}: exponent out of range (at most 64)")
         v *= Fraction(10) ** int(exponent)
     elif suffix in _BINARY:
         v *= _BINARY[suffix]

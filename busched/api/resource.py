@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from busched.api import quantity
+from busched.api import limits, quantity
 
 __all__ = ["Resource", "MIN_RESOURCE", "ZERO", "INFINITY", "CPU", "MEMORY", "PODS", "GPU"]
 
@@ -41,6 +41,14 @@ def is_scalar_resource_name(name: str) -> bool:
 
 
 _new_resource = object.__new__
+_MAX_MILLI_SCALAR = limits.MAX_SCALAR * 1000
+
+
+def _out_of_bounds(raw: object, v: int, limit: str) -> None:
+    shown = f'"{raw}"' if isinstance(raw, str) else repr(raw)
+    if v < 0:
+        raise quantity.QuantityError(f"must not be negative (got {shown})")
+    raise quantity.QuantityError(f"must not exceed {limit} (got {shown})")
 
 
 def _le(a: float, b: float) -> bool:
@@ -64,7 +72,8 @@ class Resource:
     def from_list(cls, rl: Mapping[str, object] | None, *, field: str = "resources") -> Resource:
         """Build from a Kubernetes resource list (``{"cpu": "500m", ...}``).
 
-        Raises `quantity.QuantityError` naming ``field.<resource>`` on a bad value.
+        Raises `quantity.QuantityError` naming ``field.<resource>`` on a bad value, a negative one, or
+        one beyond `busched.api.limits` (10^7 cores of cpu, 2^62 of anything else).
         """
         r = cls()
         if not rl:
@@ -72,19 +81,29 @@ class Resource:
         for name, raw in rl.items():
             try:
                 if name == CPU:
-                    r.cpu += quantity.milli_value(raw)  # type: ignore[arg-type]
+                    v = quantity.milli_value(raw)  # type: ignore[arg-type]
+                    if not 0 <= v <= limits.MAX_MILLI_CPU:
+                        _out_of_bounds(raw, v, "10^7 cores")
+                    r.cpu += v
                 elif name == MEMORY:
-                    r.memory += quantity.value(raw)  # type: ignore[arg-type]
+                    v = quantity.value(raw)  # type: ignore[arg-type]
+                    if not 0 <= v <= limits.MAX_SCALAR:
+                        _out_of_bounds(raw, v, "2^62")
+                    r.memory += v
                 elif name == PODS:
                     v = quantity.value(raw)  # type: ignore[arg-type]
+                    if not 0 <= v <= limits.MAX_SCALAR:
+                        _out_of_bounds(raw, v, "2^62")
                     r.max_task_num += v
                     r.add_scalar(PODS, float(v))
-                elif name == "ephemeral-storage":
-                    r.add_scalar(name, float(quantity.milli_value(raw)))  # type: ignore[arg-type]
-                elif name.startswith(_COUNT_PREFIX) or not is_scalar_resource_name(name):
+                elif name.startswith(_COUNT_PREFIX) or (name != "ephemeral-storage"
+                                                        and not is_scalar_resource_name(name)):
                     continue  # quota counters and names Kubernetes would not schedule on
-                else:
-                    r.add_scalar(name, float(quantity.milli_value(raw)))  # type: ignore[arg-type]
+                else:  # ephemeral-storage and the scalars, in thousandths
+                    v = quantity.milli_value(raw)  # type: ignore[arg-type]
+                    if not 0 <= v <= _MAX_MILLI_SCALAR:
+                        _out_of_bounds(raw, v, "2^62")
+                    r.add_scalar(name, float(v))
             except quantity.QuantityError as e:
                 raise quantity.QuantityError(f"{field}.{name}: {e}") from None
         return r

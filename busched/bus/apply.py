@@ -12,8 +12,9 @@ from busched.api.objects import ClusterSpec
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
+from busched.cache import build
 
-__all__ = ["load_cluster", "load_cluster_file", "cluster_events", "apply_cluster", "ClusterFileError",
+__all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster", "ClusterFileError",
            "APPLY_ORDER"]
 
 # The order objects are published in: what others refer to first, a gang's podgroup after its tasks.
@@ -50,7 +51,20 @@ def load_cluster_file(path: str | Path, text: bytes | None = None) -> ClusterSpe
         doc = msgspec.yaml.decode(data)
     except msgspec.DecodeError as e:
         raise ClusterFileError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ClusterFileError(f"{path}: nested too deeply") from None
     return load_cluster(doc, str(path))
+
+
+def check_cluster(cluster: ClusterSpec, where: str = "cluster") -> None:
+    """Every object as the scheduler will check it (`busched.cache.build.validate`); raises
+    `ClusterFileError` with the first refusal, so that a file with one bad object publishes none."""
+    for kind, attr in APPLY_ORDER:
+        for spec in getattr(cluster, attr):
+            try:
+                build.validate(kind, spec)
+            except build.SpecError as e:
+                raise ClusterFileError(f"{where}: {e}") from None
 
 
 def _key(spec: Any) -> str:
@@ -72,7 +86,10 @@ def cluster_events(cluster: ClusterSpec, *, delete: bool = False,
 
 
 async def apply_cluster(bus: Bus, cluster: ClusterSpec, *, delete: bool = False) -> tuple[int, list[str]]:
-    """Publish every object; returns (count published, errors)."""
+    """Publish every object; returns (count published, errors).  Upserts are checked first
+    (`check_cluster`: raises `ClusterFileError`, nothing published)."""
+    if not delete:
+        check_cluster(cluster)
     events = cluster_events(cluster, delete=delete)
     if not events:
         return 0, []

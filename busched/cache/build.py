@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from busched.api import k8s_specs
+from busched.api import limits
 from busched.api import objects as o
 from busched.api import subjob
 from busched.api.job import JobInfo
@@ -17,7 +21,7 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus, TASK_PRIORITY_KEY, status_from_phase, status_named
 from busched.api.timestamp import TimeError, parse_time
 
-__all__ = ["SpecError", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
+__all__ = ["SpecError", "validate", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
            "resources"]
 
 
@@ -52,6 +56,38 @@ def _remember(memo: dict[tuple, Any], key: tuple, value: Any) -> None:
     if len(memo) >= _PARSED_MAX:
         memo.clear()
     memo[key] = value
+
+
+def validate(kind: str, spec: Any) -> None:
+    """Everything the scheduler checks of an object before it takes it in, beyond the shape and
+    the bounds its types check while it decodes (`busched.api.limits`): quantities, phases, the
+    annotations' size, ...  Raises `SpecError` naming the object and the field.  The scheduler's
+    cache runs the same conversions on every object it is given (`Cache.upsert`); `busched apply`
+    runs this on every object of a file before it publishes any."""
+    if kind == "node":
+        node_info(spec)
+    elif kind == "task":
+        task_info(spec, {})
+    elif kind == "job":
+        job_info(spec, {})
+    elif kind == "queue":
+        queue_info(spec)
+    elif kind == "priorityClass":
+        priority_class(spec)
+    elif kind == "hyperNode":
+        hyper_node(spec)
+    elif kind == "resourceQuota":
+        resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
+    else:
+        raise SpecError(f"unknown object kind {kind!r}")
+
+
+def _check_annotations(annotations: dict[str, str], where: str) -> None:
+    """Kubernetes' bound on an object's annotations: 256 KiB of keys and values in all."""
+    size = sum(map(len, annotations)) + sum(map(len, annotations.values()))
+    if size > limits.MAX_ANNOTATIONS_BYTES:
+        raise SpecError(f"{where}: annotations: {size} characters in all, more than the limit of "
+                        f"{limits.MAX_ANNOTATIONS_BYTES}")
 
 
 def resources(rl: dict | None, where: str) -> Resource:
@@ -91,10 +127,12 @@ def node_usage(u: o.NodeUsageSpec | None, where: str) -> NodeUsage | None:
 
 def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
     where = f"node {s.name}"
+    if s.annotations:
+        _check_annotations(s.annotations, where)
     alloc = resources(s.allocatable, f"{where}: allocatable")
     cap = resources(s.capacity, f"{where}: capacity") if s.capacity is not None else alloc.clone()
     return NodeInfo.new(s.name, alloc, cap, labels=dict(s.labels), annotations=dict(s.annotations),
-                        taints=[dict(t) for t in s.taints], unschedulable=s.unschedulable, images=dict(s.images),
+                        taints=_plain_list(s.taints), unschedulable=s.unschedulable, images=dict(s.images),
                         ready=s.ready, usage=node_usage(s.usage, where), index=index)
 
 
@@ -122,6 +160,7 @@ def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
 
 _new = object.__new__
 _clone = Resource.clone
+_plain, _plain_list, _to_builtins = k8s_specs.plain, k8s_specs.plain_list, msgspec.to_builtins
 
 
 def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default_priority: int = 1) -> TaskInfo:
@@ -138,11 +177,17 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
         prio = default_priority
     annotations, labels = s.annotations, s.labels
     if annotations or labels:
+        if annotations:
+            _check_annotations(annotations, f"task {s.namespace}/{s.name}")
         if TASK_PRIORITY_KEY in annotations:
             try:
                 prio = int(annotations[TASK_PRIORITY_KEY])
             except ValueError:
                 pass
+            else:
+                if not limits.INT32_MIN <= prio <= limits.INT32_MAX:
+                    raise SpecError(f"task {s.namespace}/{s.name}: annotations.{TASK_PRIORITY_KEY}: "
+                                    f"must be a 32-bit integer (got {annotations[TASK_PRIORITY_KEY]!r})")
         role = TaskInfo.read_role(annotations, labels)
         preemptable = TaskInfo.read_preemptable(annotations, labels)
     else:
@@ -174,9 +219,10 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.labels = dict(labels) if labels else {}
     t.annotations = dict(annotations) if annotations else {}
     t.node_selector = dict(s.node_selector) if s.node_selector else {}
-    t.affinity = s.affinity
-    t.tolerations = list(s.tolerations) if s.tolerations else []
-    t.topology_spread_constraints = list(s.topology_spread_constraints) if s.topology_spread_constraints else []
+    aff = s.affinity  # (the typed shapes as the dicts the domain reads; nothing to do for most tasks)
+    t.affinity = aff if aff is None or type(aff) is dict else _to_builtins(aff)
+    t.tolerations = _plain_list(s.tolerations) if s.tolerations else []
+    t.topology_spread_constraints = _plain_list(s.topology_spread_constraints) if s.topology_spread_constraints else []
     t.host_ports = list(s.host_ports) if s.host_ports else []
     t.scheduling_gates = list(s.scheduling_gates) if s.scheduling_gates else []
     t.preemption_policy = s.preemption_policy or (pc.preemption_policy if pc else "")
@@ -199,6 +245,8 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
         raise SpecError(f"job {s.namespace}/{s.name}: minMember: must not be negative")
     pc = priority_classes.get(s.priority_class_name)
     annotations, labels = s.annotations, s.labels
+    if annotations:
+        _check_annotations(annotations, f"job {s.namespace}/{s.name}")
     min_resources = s.min_resources
     # JobInfo(...) field by field, in its field order, as `task_info` does (tests check both give
     # the same object)
@@ -220,9 +268,9 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.preemptable = JobInfo.read_preemptable(annotations, labels) if annotations or labels else False
     j.annotations = dict(annotations)
     j.labels = dict(labels)
-    j.network_topology = s.network_topology
-    j.subgroup_policy = list(s.sub_group_policy)
-    j.conditions = [dict(c) for c in s.conditions]
+    j.network_topology = _plain(s.network_topology)
+    j.subgroup_policy = _plain_list(s.sub_group_policy)
+    j.conditions = [dict(c) for c in _plain_list(s.conditions)]
     j.has_podgroup = True
     j.created = time_of(s.created, f"job {s.namespace}/{s.name}: created")
     j.tasks = {}
@@ -245,6 +293,8 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
 
 def queue_info(s: o.QueueSpec) -> QueueInfo:
     where = f"queue {s.name}"
+    if s.annotations:
+        _check_annotations(s.annotations, where)
     if s.state not in QUEUE_STATES:
         raise SpecError(f"{where}: state: unknown state {s.state!r}")
     if s.weight < 0:
@@ -256,7 +306,7 @@ def queue_info(s: o.QueueSpec) -> QueueInfo:
     return QueueInfo(uid=s.name, name=s.name, weight=s.weight, capability=res(s.capability, "capability"),
                      deserved=res(s.deserved, "deserved"), guarantee=res(s.guarantee, "guarantee"),
                      reclaimable=s.reclaimable, state=s.state, priority=s.priority, parent=s.parent,
-                     annotations=dict(s.annotations), affinity=s.affinity,
+                     annotations=dict(s.annotations), affinity=_plain(s.affinity),
                      capability_list=dict(s.capability or {}), deserved_list=dict(s.deserved or {}),
                      guarantee_list=dict(s.guarantee or {}),
                      created=time_of(s.created, f"{where}: created"))

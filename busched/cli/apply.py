@@ -22,12 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from busched.bus.apply import ClusterFileError, load_cluster_file
+    from busched.bus.apply import ClusterFileError, check_cluster, load_cluster_file
 
     clusters = []
-    for f in args.filename:
+    for f in args.filename:  # every file loaded and (to apply) checked before anything is published
         try:
             clusters.append((f, load_cluster_file(f, sys.stdin.buffer.read() if f == "-" else None)))
+            if not args.delete:
+                check_cluster(clusters[-1][1], f)
         except ClusterFileError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -19,6 +19,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched import kernels
+from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
 from busched.kernels import select
@@ -141,8 +142,14 @@ class PredicateHelper:
         scan = None
         if kernels.USE_KERNELS:
             # the failing nodes matter when no node passes, or for the error cache, or to the caller
-            scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
-                               skip=skip, in_shard=in_shard, failures=errors_if_found or use_cache)
+            try:
+                scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
+                                   skip=skip, in_shard=in_shard, failures=errors_if_found or use_cache)
+            except FitError:
+                raise
+            except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
+                plugin_errors.kernel_failed("predicate", task, e)
+                scan = None
         if scan is not None:
             # the masks decided which nodes pass; the failing ones get their exact errors
             # the kernel's resource fit (the same verdict as less_equal) spares recomputing it
@@ -174,9 +181,35 @@ class PredicateHelper:
 
 
 def prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
-    """Score each node: reduce(map scores) + plain node-order scores + batch scores."""
+    """Score each node: reduce(map scores) + plain node-order scores + batch scores.  A node-order
+    plugin that fails on the task: no node (the failure is the task's fit error)."""
+    try:
+        return _prioritize_nodes(ssn, task, nodes)
+    except plugin_errors.PluginFailed as e:
+        _task_failed(ssn, task, e)
+        return {}
+
+
+def _task_failed(ssn: Session, task: TaskInfo, e: FitError) -> None:
+    """A plugin failed on ``task`` as a whole: that is its fit error."""
+    job = ssn.jobs.get(task.job)
+    if job is not None:
+        fe = FitErrors()
+        fe.set_error(e.statuses[0].reason if e.statuses else str(e))
+        job.nodes_fit_errors[task.uid] = fe
+
+
+def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: ANN202
+    try:
+        return select.scores(ssn, task, nodes)
+    except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
+        plugin_errors.kernel_failed("node order", task, e)
+        return None
+
+
+def _prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
     if kernels.USE_KERNELS:
-        fast = select.scores(ssn, task, nodes)
+        fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             by_score: dict[float, list[NodeInfo]] = {}
             for node, s in zip(nodes, fast.tolist()):
@@ -208,15 +241,20 @@ def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str
 
 
 def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
-    """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score."""
+    """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score.
+    None when a node-order plugin fails on the task (then that is the task's fit error)."""
     if kernels.USE_KERNELS and not ssn.has("best_node"):
-        fast = select.scores(ssn, task, nodes)
+        fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             done, best = select.pick_unless_nan(ssn, nodes, fast)
             if done:  # no NaN score (a NaN takes the per-node path below, as before)
                 return best
-    scores = prioritize_nodes(ssn, task, nodes)
-    best = ssn.best_node_fn(task, scores)
+    try:
+        scores = _prioritize_nodes(ssn, task, nodes)
+        best = ssn.best_node_fn(task, scores)
+    except plugin_errors.PluginFailed as e:
+        _task_failed(ssn, task, e)
+        return None
     if best is None:
         best, _ = select_best_node(ssn, scores)
     return best

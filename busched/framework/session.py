@@ -23,6 +23,7 @@ from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import hypernodes as topology
+from busched.framework import plugin_errors
 from busched.framework import reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
@@ -362,17 +363,29 @@ class Session:
         return tw.union_victims(self._tiers("victim_tasks"), tasks)
 
     # -- node selection ---------------------------------------------------------------------
+    # (a callback that raises anything but a FitError fails the task, naming the plugin:
+    # busched.framework.plugin_errors; the try costs nothing until something raises)
     def pre_predicate_fn(self, task: TaskInfo) -> None:
         """Raise `FitError` when a task can fit no node at all."""
         for row in self._tiers("pre_predicate"):
-            for _, fn in row:
-                fn(task)
+            for name, fn in row:
+                try:
+                    fn(task)
+                except FitError:
+                    raise
+                except Exception as e:
+                    raise plugin_errors.failed(name, task, "", e, self) from e
 
     def predicate_fn(self, task: TaskInfo, node: NodeInfo) -> None:
         """Raise the first failing plugin's `FitError`."""
         for row in self._tiers("predicate"):
-            for _, fn in row:
-                fn(task, node)
+            for name, fn in row:
+                try:
+                    fn(task, node)
+                except FitError:
+                    raise
+                except Exception as e:
+                    raise plugin_errors.failed(name, task, node.name, e, self) from e
 
     def predicate_for_allocate(self, task: TaskInfo, node: NodeInfo) -> None:
         try:
@@ -393,13 +406,24 @@ class Session:
             raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
 
     def node_order_fn(self, task: TaskInfo, node: NodeInfo) -> float:
-        return tw.sum_scores(self._tiers("node_order"), task, node)
+        total: float = 0  # (as sum() gave it)
+        for row in self._tiers("node_order"):
+            for name, fn in row:
+                try:
+                    total += fn(task, node)
+                except Exception as e:
+                    raise plugin_errors.failed(name, task, node.name, e, self) from e
+        return total
 
     def batch_node_order_fn(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         out: dict[str, float] = {}
         for row in self._tiers("batch_node_order"):
-            for _, fn in row:
-                for name, s in fn(task, nodes).items():
+            for plugin, fn in row:
+                try:
+                    scores = fn(task, nodes)
+                except Exception as e:
+                    raise plugin_errors.failed(plugin, task, "", e, self) from e
+                for name, s in scores.items():
                     out[name] = out.get(name, 0.0) + s
         return out
 
@@ -413,10 +437,13 @@ class Session:
             for p in tier.plugins:
                 if not p.enabled("node_order"):
                     continue
-                if p.name in order_fns:
-                    order += order_fns[p.name](task, node)
-                if p.name in map_fns:
-                    maps[p.name] = map_fns[p.name](task, node)
+                try:
+                    if p.name in order_fns:
+                        order += order_fns[p.name](task, node)
+                    if p.name in map_fns:
+                        maps[p.name] = map_fns[p.name](task, node)
+                except Exception as e:
+                    raise plugin_errors.failed(p.name, task, node.name, e, self) from e
         return maps, order
 
     def node_order_reduce_fn(self, task: TaskInfo, plugin_scores: dict[str, list[list[Any]]]) -> dict[str, float]:
@@ -425,13 +452,24 @@ class Session:
         for row in self._tiers("node_reduce"):
             for name, fn in row:
                 scores = plugin_scores.get(name, [])
-                fn(task, scores)
+                try:
+                    fn(task, scores)
+                except Exception as e:
+                    raise plugin_errors.failed(name, task, "", e, self) from e
                 for node, s in scores:
                     out[node] = out.get(node, 0.0) + s
         return out
 
     def best_node_fn(self, task: TaskInfo, node_scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
-        return tw.first_answer(self._tiers("best_node"), task, node_scores)
+        for row in self._tiers("best_node"):
+            for name, fn in row:
+                try:
+                    r = fn(task, node_scores)
+                except Exception as e:
+                    raise plugin_errors.failed(name, task, "", e, self) from e
+                if r is not None:
+                    return r
+        return None
 
     # -- state changes ---------------------------------------------------------------------
     def _on_allocate(self, task: TaskInfo) -> None:
