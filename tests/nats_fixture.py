@@ -65,10 +65,13 @@ class Harness:
         self._buses.append(b)
         return b
 
-    async def scheduler(self, config: Any = None, *, run: bool = True, **settings: Any) -> Any:
+    async def scheduler(self, config: Any = None, *, run: bool = True, wall_clock: Any = None,
+                        **settings: Any) -> Any:
+        """``wall_clock``: the cycles' ``now`` (epoch seconds), e.g. a test's injected clock."""
         from busched.scheduler import Scheduler, SchedulerSettings
 
-        s = Scheduler(await self.bus(), config, SchedulerSettings(**{**FAST, **settings}))
+        kw = {"wall_clock": wall_clock} if wall_clock is not None else {}
+        s = Scheduler(await self.bus(), config, SchedulerSettings(**{**FAST, **settings}), **kw)
         await s.start(timeout=10)
         self._schedulers.append(s)
         if run:

@@ -1,25 +1,39 @@
-"""Publish a cluster file's objects as state events (`busched apply` / `busched delete`)."""
+"""Publish a cluster file's objects as state events (`busched apply` / `busched delete`).
+
+Creation times (docs/bus.md, "Creation times"): a queue, job or task applied without ``created``
+gets the one it already has on the stream, or else the time of this apply (RFC 3339 UTC), so that
+it is the submission time, in the spec on the stream, and the same after updates and restarts.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from busched.api.objects import ClusterSpec
+from busched.api.timestamp import Timestamp
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
 from busched.cache import build
 
 __all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster", "ClusterFileError",
-           "APPLY_ORDER"]
+           "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created"]
 
 # The order objects are published in: what others refer to first, a gang's podgroup after its tasks.
 APPLY_ORDER = (("priorityClass", "priority_classes"), ("queue", "queues"), ("hyperNode", "hyper_nodes"),
                ("resourceQuota", "resource_quotas"), ("node", "nodes"), ("task", "tasks"), ("job", "jobs"))
+
+
+# The kinds whose creation time orders something (Volcano: jobs and queues by priority, then creation
+# time, then uid; a job's tasks likewise), as (kind, ClusterSpec attribute).
+CREATED_KINDS = (("queue", "queues"), ("job", "jobs"), ("task", "tasks"))
 
 
 class ClusterFileError(ValueError):
@@ -85,15 +99,65 @@ def cluster_events(cluster: ClusterSpec, *, delete: bool = False,
     return out
 
 
-async def apply_cluster(bus: Bus, cluster: ClusterSpec, *, delete: bool = False) -> tuple[int, list[str]]:
+def rfc3339(t: float) -> str:
+    """Epoch seconds as RFC 3339 UTC, to the microsecond: ``2026-03-01T10:30:00.123456Z``."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def with_created(cluster: ClusterSpec, now: float, kept: Mapping[str, Timestamp] | None = None) -> ClusterSpec:
+    """The cluster with a creation time on every queue, job and task that has none: the one it already
+    has (``kept``: state subject -> ``created``, see `existing_created`), else ``now``."""
+    kept = kept or {}
+    stamp = rfc3339(now)
+    changes: dict[str, list[Any]] = {}
+    for kind, attr in CREATED_KINDS:
+        specs = getattr(cluster, attr)
+        if any(s.created is None for s in specs):
+            changes[attr] = [s if s.created is not None else
+                             msgspec.structs.replace(s, created=kept.get(S.state_subject(kind, _key(s)), stamp))
+                             for s in specs]
+    return msgspec.structs.replace(cluster, **changes) if changes else cluster
+
+
+async def existing_created(bus: Bus, cluster: ClusterSpec, *, concurrency: int = 64) -> dict[str, Timestamp]:
+    """State subject -> ``created`` of each queue, job and task of ``cluster`` that has none and whose
+    last message on the stream is an upsert that has one (one direct get per such object)."""
+    wanted = [(kind, S.state_subject(kind, _key(s))) for kind, attr in CREATED_KINDS
+              for s in getattr(cluster, attr) if s.created is None]
+    out: dict[str, Timestamp] = {}
+    gate = asyncio.Semaphore(concurrency)
+
+    async def read(kind: str, subj: str) -> None:
+        async with gate:
+            last = await bus.last_state(subj)
+        if last is None:
+            return
+        try:
+            msg = m.decode(last[1])
+        except msgspec.DecodeError:
+            return  # not a spec we can read: the object gets a new creation time
+        spec = getattr(msg, m.SPEC_FIELD[kind], None) if type(msg) is m.UPSERTS[kind] else None
+        if spec is not None and spec.created is not None:
+            out[subj] = spec.created
+
+    await asyncio.gather(*(read(kind, subj) for kind, subj in wanted))
+    return out
+
+
+async def apply_cluster(bus: Bus, cluster: ClusterSpec, *, delete: bool = False,
+                        now: float | None = None) -> tuple[int, list[str]]:
     """Publish every object; returns (count published, errors).  Upserts are checked first
-    (`check_cluster`: raises `ClusterFileError`, nothing published)."""
+    (`check_cluster`: raises `ClusterFileError`, nothing published), and a queue, job or task without
+    ``created`` gets the one it has on the stream, or else ``now`` (default: the wall clock)."""
     if not delete:
         check_cluster(cluster)
     events = cluster_events(cluster, delete=delete)
     if not events:
         return 0, []
     await bus.ensure_streams()
+    if not delete:
+        cluster = with_created(cluster, time.time() if now is None else now, await existing_created(bus, cluster))
+        events = cluster_events(cluster)
     acks = await bus.publish_all((subj, msg, None) for subj, msg in events)
     errors = [f"{subj}: {a.error}" for (subj, _), a in zip(events, acks) if not a.ok]
     return len(events) - len(errors), errors

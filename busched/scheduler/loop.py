@@ -4,7 +4,9 @@
 in-flight binds and from then on follows only what others write on the stream; `run_forever` runs
 `run_once` until `stop`: once new work has settled, and otherwise ``period`` seconds after the last
 cycle ended (`busched.scheduler.trigger`), collecting garbage between cycles
-(`busched.scheduler.memory`).  One cycle applies what the clock changed (`Bindings._expire`) and
+(`busched.scheduler.memory`).  One cycle reads the wall clock once, at its start (``wall_clock``,
+the session's ``now`` and ``CycleReport.now``; nothing inside a session reads a clock), applies what
+the monotonic clock changed (`Bindings._expire`) and
 the changes gathered since the last cycle (`Effective.sync_cache_yielding`), takes a snapshot of
 the cache, runs the configured actions (`run_actions`, in a worker thread), publishes binds and
 evicts, closes the session (`finish_cycle`) and queues podgroup statuses for the jobs whose phase or
@@ -94,7 +96,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
                  settings: SchedulerSettings | None = None, *, metrics: SchedulerMetrics | None = None,
-                 plugins: Any = None, actions: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 plugins: Any = None, actions: Any = None, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
         if config is None:
             config = DEFAULT_CONFIG
@@ -103,7 +106,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self.metrics = metrics or SchedulerMetrics()
         self.plugins = plugins
         self.actions = actions
-        self.clock = clock
+        self.clock = clock  # monotonic: leases, heartbeats, backoffs, when cycles run
+        self.wall_clock = wall_clock  # epoch seconds: a cycle's `now` (sla, tdm, rescheduling), read once per cycle
         self.boot = uuid.uuid4().hex[:8]
         self.cache = Cache()
         self._next_version = _version_clock()
@@ -229,7 +233,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         runs it anyway."""
         async with self._lock:
             self.cycle += 1
-            report = CycleReport(self.cycle)
+            # the session's clock, read once here and never inside it: what sla, tdm and rescheduling see
+            report = CycleReport(self.cycle, now=self.wall_clock())
             t0 = time.perf_counter()
             await self._flush_outbox()
             self._write_statuses_soon()
@@ -247,7 +252,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 await self._flush_outbox()
                 return report
             kw = dict(plugins=plugins, actions=self.actions, seed=self.settings.seed,
-                      uid=f"{self.boot}-{self.cycle}")
+                      uid=f"{self.boot}-{self.cycle}", now=report.now)
             # as run_cycle: no collector passes over the whole cluster mid-build, nor between the
             # snapshot and the session over it (after a restart such a pass took half a second)
             with paused_gc():

@@ -127,6 +127,7 @@ class CycleReport:
     seconds: float = 0.0
     error: str = ""
     skipped: bool = False  # nothing could have changed since the last cycle, which decided nothing
+    now: float = 0.0  # the session's clock: wall-clock epoch seconds read once at the cycle's start
 
 
 
