@@ -23,7 +23,7 @@ log = logging.getLogger("busched.framework")
 # failures by plugin, since the process started (a counter: it only grows)
 COUNTS: Counter[str] = Counter()
 _LOGGED: set[tuple[str, str]] = set()
-_COUNTED: dict[tuple[str, str], object] = {}
+_COUNTED: dict[tuple[str, str], int] = {}
 _MAX_REMEMBERED = 10_000
 
 
@@ -39,10 +39,11 @@ def failed(plugin: str, task: Any, node: str, exc: BaseException, session: objec
     """The fit error for ``task`` (on ``node``, "" for the task as a whole); logs and counts it."""
     reason = f"plugin {plugin} failed: {type(exc).__name__}: {exc}"
     key = (plugin, task.key)
-    if _COUNTED.get(key, _COUNTED) is not session:
+    sid = id(session)  # (not the session itself: it must be freed when it closes)
+    if _COUNTED.get(key) != sid:
         if len(_COUNTED) >= _MAX_REMEMBERED:
             _COUNTED.clear()
-        _COUNTED[key] = session
+        _COUNTED[key] = sid
         COUNTS[plugin] += 1
     if key not in _LOGGED:
         if len(_LOGGED) >= _MAX_REMEMBERED:
