@@ -51,9 +51,14 @@ def placed(*agents) -> set[str]:  # noqa: ANN002
 
 
 async def cycles(sched, n: int = 3) -> None:  # noqa: ANN001
-    """Wait until ``n`` more cycles have run (none is skipped with a clock-reading plugin)."""
+    """Wait until ``n`` more cycles have run."""
     start = sched.cycle
     await wait_until(lambda: sched.cycle >= start + n, what=f"{n} cycles")
+
+
+def never_skipped(sched) -> bool:  # noqa: ANN001
+    """The quiet-cycle gate is off with a plugin that reads the clock: every cycle ran a session."""
+    return not sched._gate.enabled and sched._gate.skipped == 0
 
 
 # -- creation order ---------------------------------------------------------------------------------------------------
@@ -171,6 +176,7 @@ async def test_sla_admits_a_job_once_it_has_waited_its_waiting_time(harness):  #
     assert not placed(agent)
     clock.t = T0 + 3540  # one hour
     await wait_until(lambda: placed(agent) == {"t/slow-0"}, what="admitted by sla and placed")
+    assert never_skipped(sched)
 
 
 TDM = """
@@ -209,6 +215,7 @@ async def test_tdm_lends_a_revocable_node_during_its_window_and_takes_it_back(ha
     await wait_until(lambda: not placed(agent), what="stopped")
     await cycles(sched)
     assert not placed(agent) and status(sched, "t/spot-0") == "Pending"
+    assert never_skipped(sched)
 
 
 RESCHEDULING = """
@@ -254,3 +261,4 @@ async def test_rescheduling_runs_once_its_interval_has_passed(harness):  # noqa:
     await cycles(sched, 5)
     assert [e for e in hot.history if e[0] == "evict"] == evicts
     await wait_until(lambda: len(placed(hot, cold)) == 4, what="the evicted tasks placed again")
+    assert never_skipped(sched)
