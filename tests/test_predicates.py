@@ -328,7 +328,9 @@ def test_pre_predicate_rejects_conflicting_node_names_and_bad_selectors():
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]},
                          {"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}}}
     bad = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
-        "labelSelector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}, "topologyKey": HOST}}]}}
+        # an In without values: well-formed on the wire (an unknown operator is refused at admission), but not a
+        # selector that parses
+        "labelSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}, "topologyKey": HOST}}]}}
     ssn = session([node("n1")], [task("a", affinity=conflict), task("b", affinity=bad), task("c")])
     for name in ("a", "b"):
         with pytest.raises(FitError) as e:

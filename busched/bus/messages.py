@@ -277,8 +277,14 @@ def encode(msg: Msg) -> bytes:
 
 
 def decode(data: bytes | str) -> Msg:
-    """Decode any busched message; raises `DecodeError` (or its subclass ValidationError) naming the field."""
-    return _DECODER.decode(data)
+    """Decode any busched message; raises `DecodeError` (or its subclass ValidationError) naming the field.
+
+    JSON nested deeper than the interpreter's recursion allows is a `DecodeError` too (an agent or a
+    tool must not crash on it)."""
+    try:
+        return _DECODER.decode(data)
+    except RecursionError:
+        raise DecodeError("JSON is nested too deeply") from None
 
 
 def upsert(kind: str, spec: Any, version: int) -> Msg:
