@@ -96,14 +96,18 @@ class Agents:
     def _check_liveness(self, now: float, report: CycleReport) -> None:
         st = self.settings
         silent: list[tuple[str, float]] = []
+        holding: set[str] | None = None  # nodes with live binds, made once if needed (not per silent node)
         for node, lv in self.live.items():
             if lv.state == "lost":
                 continue
             quiet = now - (lv.last_seen if lv.last_seen else lv.since)
             if quiet <= st.heartbeat_timeout:
                 continue
-            if lv.state == "unknown" and not any(b.live and b.node == node for b in self.bindings.values()):
-                continue  # never heard and nothing there: nothing to do
+            if lv.state == "unknown":
+                if holding is None:
+                    holding = {b.node for b in self.bindings.values() if b.live}
+                if node not in holding:
+                    continue  # never heard and nothing there: nothing to do
             silent.append((node, quiet))
         if not silent:
             self._held_partition = False
