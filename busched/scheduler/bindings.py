@@ -256,7 +256,7 @@ class Bindings:
             self._check_liveness(now, report)
         # binds an alive agent has not taken within the lease: released if provably never delivered, else stopped
         expired: list[tuple[str, Binding, NodeLive]] = []
-        for key, b in list(self.bindings.items()):
+        for key, b in self.bindings.items():  # nothing changes them in this loop
             if not calm or b.state != "binding" or not b.published:
                 continue
             r = self.results.get(key)
