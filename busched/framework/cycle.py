@@ -31,7 +31,7 @@ class QuietCycles:
     write back its results, then gate.done(ssn, generation_at_snapshot, cache.generation)``.
     """
 
-    CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling"})
+    CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling", "usage", "cdp"})
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.enabled = not any(p.name in self.CLOCK_PLUGINS for t in config.tiers for p in t.plugins)

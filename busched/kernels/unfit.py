@@ -31,7 +31,7 @@ __all__ = ["UnfitMemo", "Unfit", "frees_capacity", "MEMO_KEY", "CLOCK_PLUGINS"]
 
 MEMO_KEY = "unfit"
 TERMINAL = ("Succeeded", "Failed")
-CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling"})
+CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling", "usage", "cdp"})
 
 
 @dataclass

@@ -36,6 +36,8 @@ _ENTRIES: dict[str, str] = {
     "pdb": "pdb:PdbPlugin",
     "rescheduling": "rescheduling:ReschedulingPlugin",
     "network-topology-aware": "network_topology_aware:NetworkTopologyAwarePlugin",
+    "usage": "usage:UsagePlugin",
+    "cdp": "cdp:CdpPlugin",
 }
 
 
