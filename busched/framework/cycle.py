@@ -26,8 +26,8 @@ class QuietCycles:
     A session is a function of its snapshot, the configuration, the seed and the clock.  After a
     cycle that decided nothing, whose podgroup changes (none) left the cache as it was, and while
     the cache has not changed since, another cycle would decide nothing again.  Plugins that read
-    the clock or keep state from cycle to cycle (sla, tdm, rescheduling) break that, so with any
-    of them configured every cycle is due.  Use: ``if gate.due(cache.generation): run the cycle,
+    the clock or keep state from cycle to cycle (sla, tdm, rescheduling, usage, cdp:
+    `CLOCK_PLUGINS`) break that, so with any of them configured every cycle is due.  Use: ``if gate.due(cache.generation): run the cycle,
     write back its results, then gate.done(ssn, generation_at_snapshot, cache.generation)``.
     """
 
