@@ -74,6 +74,7 @@ class StreamSettings:
     decision_max_age: float = 3600.0  # seconds a decision waits for its agent
     duplicate_window: float = 120.0  # seconds in which a republished Nats-Msg-Id is dropped
     storage: str = "file"  # file | memory
+    history_max_age: float = 7 * 86400.0  # seconds the history stream keeps cycle records; 0: no stream, no records
 
 
 @dataclass
@@ -366,6 +367,12 @@ class Bus:
                              max_age=st.decision_max_age, storage=storage, duplicate_window=st.duplicate_window,
                              allow_direct=True, description="busched bind/evict decisions, per node and task"),
         ]
+        if settings is not None and st.history_max_age > 0:  # the scheduler's: only it writes cycle records
+            from busched.bus import history as H
+
+            configs.append(api.StreamConfig(name=H.HISTORY_STREAM, subjects=[f"{H.HISTORY_PREFIX}.>"],
+                                            retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
+                                            storage=storage, description="busched cycle records (busched replay)"))
         for cfg in configs:
             try:
                 await self.js.stream_info(cfg.name)

@@ -38,7 +38,7 @@ __all__ = [
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode", "DecodeError",
-    "BINDING_LIVE_STATES",
+    "BINDING_LIVE_STATES", "CycleRecord",
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
@@ -247,6 +247,38 @@ class GetReply(Msg, tag="get.reply"):
     error: str = ""
 
 
+# -- history --------------------------------------------------------------------------------------------------------
+class CycleRecord(Msg, tag="cycle"):
+    """What one scheduling cycle saw and decided, on the history stream (docs/bus.md, "History").
+
+    Compact on purpose (a record a second for a year): short names, empty fields omitted.  ``seq``
+    is the last state-stream sequence the cycle had applied before its snapshot and ``own`` the
+    highest sequence of the scheduler's own binding records it knew of by then (their effect
+    counts at once, before the stream hands them back); ``cfg`` the digest of the configuration,
+    whose canonical JSON is in ``config`` on the first record of a boot.  The inputs that are not
+    on the state stream: ``unready`` (nodes whose agent is not alive), ``excl`` (task -> nodes it
+    is kept off after a refusal), ``backoff`` (tasks under the backoff gate).  Decisions, as the
+    session made them: ``binds`` [task, node], ``evicts`` [task, node, reason], ``pipelined``
+    [task, node], ``phases`` [job, phase] of the podgroups whose status changed.
+    """
+
+    boot: str = ""
+    n: Count = 0  # the cycle's number within the boot
+    now: float = 0.0  # the session's clock (epoch seconds)
+    seq: Count = 0
+    own: Count = 0
+    cfg: str = ""
+    config: str = ""
+    seed: int = 0
+    binds: list[tuple[str, str]] = []
+    evicts: list[tuple[str, str, str]] = []
+    pipelined: list[tuple[str, str]] = []
+    phases: list[tuple[str, str]] = []
+    unready: list[str] = []
+    excl: dict[str, list[str]] = {}
+    backoff: list[str] = []
+
+
 UPSERTS: dict[str, type[Msg]] = {
     "node": NodeUpsert, "task": TaskUpsert, "job": JobUpsert, "queue": QueueUpsert,
     "priorityClass": PriorityClassUpsert, "hyperNode": HyperNodeUpsert, "resourceQuota": ResourceQuotaUpsert,
@@ -264,7 +296,7 @@ STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
     BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
-    NodeHeartbeat, GetRequest, GetReply)
+    NodeHeartbeat, GetRequest, GetReply, CycleRecord)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

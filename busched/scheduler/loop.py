@@ -46,6 +46,7 @@ from busched.framework.config import (
 )
 from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_actions
 from busched.metrics import SchedulerMetrics
+from busched.scheduler import history
 from busched.scheduler.agents import Agents
 from busched.scheduler.bindings import Bindings
 from busched.scheduler.effective import Effective
@@ -253,6 +254,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 return report
             kw = dict(plugins=plugins, actions=self.actions, seed=self.settings.seed,
                       uid=f"{self.boot}-{self.cycle}", now=report.now)
+            inputs = history.inputs(self)  # where the snapshot stands on the stream, what it reads beside it
             # as run_cycle: no collector passes over the whole cluster mid-build, nor between the
             # snapshot and the session over it (after a restart such a pass took half a second)
             with paused_gc():
@@ -276,6 +278,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
             await self._collect_podgroups(ssn)
+            await history.record(self, inputs, ssn, report.now)  # after the decisions went out
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
