@@ -22,6 +22,8 @@ COMMANDS = (
     "busched.cli.up",
     "busched.cli.schema",
     "busched.cli.auth",
+    "busched.cli.replay",
+    "busched.cli.record",
 )
 
 
