@@ -41,18 +41,35 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedule onto nodes that have no live agent (dry runs)")
     g.add_argument("--max-event-bytes", type=int, default=256 * 1024,
                    help="reject state messages larger than this (default %(default)s)")
+    g.add_argument("--history", default="7d", metavar="DURATION",
+                   help="how long the history stream keeps cycle records (`busched replay`): 90s, 12h, 7d; 0 writes "
+                        "none (default %(default)s)")
     g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where /metrics, /healthz and /readyz listen (default %(default)s; '' to disable)")
 
 
 def settings_from_args(args: argparse.Namespace):  # noqa: ANN201
+    from busched.bus.client import StreamSettings
     from busched.scheduler import SchedulerSettings
 
-    return SchedulerSettings(period=args.period, trigger=not args.no_trigger, bind_lease=args.bind_lease,
+    return SchedulerSettings(streams=StreamSettings(history_max_age=parse_duration(getattr(args, "history", "7d"))),
+                             period=args.period, trigger=not args.no_trigger, bind_lease=args.bind_lease,
                              heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
                              node_lost_grace=args.node_lost_grace, exclusion_ttl=args.exclusion,
                              max_attempts=args.max_attempts,
                              require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``7d``."""
+    text = str(text).strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--history: not a duration: {text!r} (e.g. 7d, 12h, 0)") from None
 
 
 def load_scheduler_config(path: str | None):  # noqa: ANN201
