@@ -36,7 +36,7 @@ from typing import Any
 from busched.bus import messages as m
 from busched.bus import subjects as S
 
-__all__ = ["replay", "ReplayResult", "decode_records"]
+__all__ = ["replay", "Replayer", "ReplayResult", "decode_records"]
 
 INF = float("inf")
 _BINDING = f"{S.STATE_PREFIX}.binding."
@@ -120,53 +120,55 @@ def _diff(rec: m.CycleRecord, binds: list[tuple[str, str]], evicts: list[tuple[s
     return {"boot": rec.boot, "cycle": rec.n, **out}
 
 
-async def replay(state: list[tuple[str, int, bytes]], records: list[m.CycleRecord], *, config: Any = None,
-                 cycles: str | None = None, max_diffs: int = 100) -> ReplayResult:
-    """Replay ``records`` over ``state`` (``(subject, seq, data)`` in sequence order).  ``config``: a
-    `SchedulerConfig` to run every cycle with instead of the recorded one (a what-if); ``cycles``:
-    ``A..B``, the cycle numbers compared (every recorded cycle before B is still run, for the podgroup
-    statuses it changes)."""
-    from busched.bus.client import StreamSettings
-    from busched.framework.config import DEFAULT_CONFIG, load_config
-    from busched.framework.cycle import finish_cycle, run_actions
-    from busched.scheduler import Scheduler, SchedulerSettings
-    from busched.scheduler import history as Hs
+class Replayer:
+    """The replaying scheduler, one recorded cycle at a time: `advance` brings its cache where the live
+    cycle's snapshot stood (steps 1-3 above) and returns the configuration and plugins the cycle runs
+    with; `run` runs it and returns its decisions.  `replay` compares them; `busched.replay.export`
+    writes the state `advance` left as a scenario."""
 
-    t0 = time.perf_counter()
-    res = ReplayResult()
-    lo, hi = _parse_range(cycles)
-    configs: dict[str, Any] = {}
-    for r in records:
-        if r.config and r.cfg not in configs:
-            configs[r.cfg] = Hs.config_from_json(r.config)
-    sched = Scheduler(_Silent(), load_config(DEFAULT_CONFIG),  # type: ignore[arg-type]
-                      SchedulerSettings(cycle_in_thread=False, manage_gc=False, purge=False,
-                                        streams=StreamSettings(history_max_age=0)),
-                      clock=lambda: 0.0)
-    sched.boot = "replay"  # no record on the stream is taken for its own
-    sched._caught_up = True
-    seqs = [s for _, s, _ in state]
-    cursor = 0
-    boot = None
-    pg_from_stream = True
-    for r in records:
-        if r.n > hi:
-            break
-        if r.boot != boot:
-            boot, pg_from_stream = r.boot, True
-            res.boots.append(r.boot)
+    def __init__(self, state: list[tuple[str, int, bytes]], records: list[m.CycleRecord]) -> None:
+        from busched.bus.client import StreamSettings
+        from busched.framework.config import DEFAULT_CONFIG, load_config
+        from busched.scheduler import Scheduler, SchedulerSettings
+        from busched.scheduler import history as Hs
+
+        self.state = state
+        self.configs: dict[str, Any] = {}
+        for r in records:
+            if r.config and r.cfg not in self.configs:
+                self.configs[r.cfg] = Hs.config_from_json(r.config)
+        self.sched = sched = Scheduler(_Silent(), load_config(DEFAULT_CONFIG),  # type: ignore[arg-type]
+                                       SchedulerSettings(cycle_in_thread=False, manage_gc=False, purge=False,
+                                                         streams=StreamSettings(history_max_age=0)),
+                                       clock=lambda: 0.0)
+        sched.boot = "replay"  # no record on the stream is taken for its own
+        sched._caught_up = True
+        self.seqs = [s for _, s, _ in state]
+        self.cursor = 0
+        self.boot: str | None = None
+        self.pg_from_stream = True
+        self.events = 0
+        self.missing_configs: list[str] = []
+
+    def advance(self, r: m.CycleRecord, config: Any = None) -> tuple[Any, Any]:
+        """Bring the cache where record ``r``'s snapshot stood; ``(configuration, plugins)`` of its cycle
+        (``config``: run with this instead of the recorded configuration)."""
+        sched, state, seqs = self.sched, self.state, self.seqs
+        if r.boot != self.boot:
+            self.boot, self.pg_from_stream = r.boot, True
         # 1. the stream up to where the live snapshot stood
         end = bisect.bisect_right(seqs, r.seq)
-        if end > cursor:
-            sched.handle_state_batch([(subj, data, seq) for subj, seq, data in state[cursor:end]
-                                      if pg_from_stream or not subj.startswith(_PODGROUP)])
-            res.events += end - cursor
-            cursor = end
+        if end > self.cursor:
+            pg = self.pg_from_stream
+            sched.handle_state_batch([(subj, data, seq) for subj, seq, data in state[self.cursor:end]
+                                      if pg or not subj.startswith(_PODGROUP)])
+            self.events += end - self.cursor
+            self.cursor = end
         # 2. our own binding records that counted at once
         if r.own > r.seq:
             own_end = bisect.bisect_right(seqs, r.own)
             mine = []
-            for subj, seq, data in state[cursor:own_end]:
+            for subj, seq, data in state[self.cursor:own_end]:
                 if subj.startswith(_BINDING):
                     try:
                         rec = m.decode(data)
@@ -193,13 +195,23 @@ async def replay(state: list[tuple[str, int, bytes]], records: list[m.CycleRecor
         for k in old ^ new:
             sched._refresh_task(k)
         sched.excluded = {t: {n: INF for n in nodes} for t, nodes in r.excl.items()}
-        cfg = config if config is not None else configs.get(r.cfg)
+        cfg = config if config is not None else self.configs.get(r.cfg)
         if cfg is None:
-            if r.cfg not in res.missing_configs:
-                res.missing_configs.append(r.cfg)
+            if r.cfg not in self.missing_configs:
+                self.missing_configs.append(r.cfg)
             cfg = sched.config
         sched.config = cfg
-        run_config, plugins = sched._cycle_config()
+        return sched._cycle_config()
+
+    async def run(self, r: m.CycleRecord, run_config: Any, plugins: Any) -> tuple[list[tuple[str, str]],
+                                                                                   list[tuple[str, str, str]],
+                                                                                   list[tuple[str, str]],
+                                                                                   list[tuple[str, str]]]:
+        """Run record ``r``'s cycle over the state `advance` left: ``(binds, evicts, pipelined, phases)``."""
+        from busched.framework.cycle import finish_cycle, run_actions
+        from busched.scheduler import history as Hs
+
+        sched = self.sched
         snap = sched.snapshot()
         ssn = run_actions(snap, run_config, plugins=plugins, seed=r.seed, uid=f"{r.boot}-{r.n}", now=r.now)
         binds = [(d.task, d.node) for d in ssn.decisions if d.kind == "bind"]
@@ -208,7 +220,31 @@ async def replay(state: list[tuple[str, int, bytes]], records: list[m.CycleRecor
         await sched._collect_podgroups(ssn)
         phases = sorted(Hs.changed_statuses(sched))
         pipelined = Hs.pipelined(ssn)
-        pg_from_stream = False
+        self.pg_from_stream = False
+        return binds, evicts, pipelined, phases
+
+    def gap(self, r: m.CycleRecord) -> int:
+        """Sequences below record ``r``'s cycle the stream no longer holds."""
+        return r.seq - bisect.bisect_right(self.seqs, r.seq)
+
+
+async def replay(state: list[tuple[str, int, bytes]], records: list[m.CycleRecord], *, config: Any = None,
+                 cycles: str | None = None, max_diffs: int = 100) -> ReplayResult:
+    """Replay ``records`` over ``state`` (``(subject, seq, data)`` in sequence order).  ``config``: a
+    `SchedulerConfig` to run every cycle with instead of the recorded one (a what-if); ``cycles``:
+    ``A..B``, the cycle numbers compared (every recorded cycle before B is still run, for the podgroup
+    statuses it changes)."""
+    t0 = time.perf_counter()
+    res = ReplayResult()
+    lo, hi = _parse_range(cycles)
+    rp = Replayer(state, records)
+    for r in records:
+        if r.n > hi:
+            break
+        if r.boot != rp.boot:
+            res.boots.append(r.boot)
+        run_config, plugins = rp.advance(r, config)
+        binds, evicts, pipelined, phases = await rp.run(r, run_config, plugins)
         if r.n < lo:
             continue
         res.cycles += 1
@@ -216,7 +252,7 @@ async def replay(state: list[tuple[str, int, bytes]], records: list[m.CycleRecor
         res.placed["replayed"] += len(binds)
         res.evicted["recorded"] += len(r.evicts)
         res.evicted["replayed"] += len(evicts)
-        gap = r.seq - bisect.bisect_right(seqs, r.seq)  # sequences below the cycle the stream no longer holds
+        gap = rp.gap(r)
         if gap > 0:
             res.incomplete += 1
         d = _diff(r, binds, evicts, pipelined, phases)
@@ -228,5 +264,7 @@ async def replay(state: list[tuple[str, int, bytes]], records: list[m.CycleRecor
                 d["incomplete"] = gap
             if len(res.diffs) < max_diffs:
                 res.diffs.append(d)
+    res.events = rp.events
+    res.missing_configs = rp.missing_configs
     res.seconds = time.perf_counter() - t0
     return res
