@@ -7,6 +7,11 @@ is a what-if over the same inputs.  ``--json`` prints one object: ``cycles``, ``
 ``different``, ``incomplete``, ``diffs`` (per differing cycle: binds added/missing/moved, evicts,
 pipelined and podgroup phases added/missing), ``placed``/``evicted`` (recorded vs replayed),
 ``events`` and ``events_per_second``.  Exit status 0 when every compared cycle is identical, 1 otherwise.
+
+``--cycle N --export FILE.yaml`` (``N``, or ``BOOT:N`` when several boots recorded a cycle N) writes the
+state before that cycle as a scenario with ``expect`` filled from its recorded decisions
+(`busched.replay.export`): ``busched scenario check FILE.yaml`` runs it.  Exit status 0, 2 when the
+cycle cannot be exported.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cycles", metavar="A..B", help="the cycle numbers to compare (A..B, A.., ..B or N)")
     p.add_argument("--config", metavar="FILE", help="run every cycle with this configuration instead (a what-if)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--cycle", metavar="N", help="with --export: the cycle to export (N, or BOOT:N)")
+    p.add_argument("--export", metavar="FILE.yaml", help="write the state before --cycle as a scenario file")
     add_nats_arguments(p)
     add_log_argument(p)
     p.set_defaults(func=cmd_replay, nats_role="scheduler")
@@ -57,6 +64,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     setup_logging("warning" if args.log_level == "info" else args.log_level)
     from busched.replay import decode_records, replay
 
+    if bool(args.cycle) != bool(args.export):
+        print("error: --cycle and --export go together", file=sys.stderr)
+        return 2
     config: Any = None
     if args.config:
         from busched.cli.run import load_scheduler_config
@@ -68,13 +78,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
 
-    async def main() -> Any:
+    async def read() -> tuple[list[tuple[str, int, bytes]], list[bytes]]:
         if args.source:
             from busched.replay.file import read_file
 
-            state, hist = read_file(args.source)
-        else:
-            state, hist = await read_bus(args)
+            return read_file(args.source)
+        return await read_bus(args)
+
+    if args.export:
+        return export(args, read)
+
+    async def main() -> Any:
+        state, hist = await read()
         return await replay(state, decode_records(hist), config=config, cycles=args.cycles)
 
     res = asyncio.run(main())
@@ -90,3 +105,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for d in res.diffs[:20]:
             print(json.dumps(d))
     return 0 if res.different == 0 else 1
+
+
+def export(args: argparse.Namespace, read: Any) -> int:
+    from busched.replay import decode_records
+    from busched.replay import export as E
+
+    async def main() -> tuple[dict[str, Any], list[str]]:
+        state, hist = await read()
+        return await E.export_cycle(state, decode_records(hist), args.cycle,
+                                    source=args.source or f"--nats {args.nats or ''}".strip())
+
+    try:
+        doc, notes = asyncio.run(main())
+    except E.ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    E.write_scenario(doc, notes, args.export)
+    c = doc["cluster"]
+    print(f"{args.export}: cycle {doc['name'].rsplit(' ', 1)[-1]}: {len(c.get('nodes', []))} nodes, "
+          f"{len(c.get('tasks', []))} tasks, {len(c.get('jobs', []))} jobs; expect {len(doc['expect']['binds'])} "
+          f"binds, {len(doc['expect']['evicted'])} evicted")
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    return 0
