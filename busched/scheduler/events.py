@@ -258,8 +258,8 @@ class Events:
             if cur is not None:
                 cur.rec_seq = max(cur.rec_seq, seq)
             return "own"
-        if cur is not None and rec.epoch < getattr(cur, "epoch", 0):
-            return "stale"
+        # (records carry the writer's epoch; until leader election gives schedulers epochs it is 0 for all, and
+        # the conditional writes alone decide which record stands)
         # a record written by another scheduler (or replayed by the catch-up): it is what holds
         b = Binding(attempt=rec.attempt, node=rec.node, state=rec.state, reason=rec.reason, version=rec.version,
                     backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot)
