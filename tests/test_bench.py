@@ -20,6 +20,7 @@ TINY = {
     "restart": ["--nodes", "10", "--tasks", "60", "--jobs", "40"],
     "e2e": ["--nodes", "4", "--jobs", "20", "--agents", "2"],
     "trace": ["--nodes", "40", "--tasks", "60"],
+    "replay": ["--nodes", "4", "--jobs", "3", "--tasks", "30"],
 }
 KEYS = {
     "throughput": {"tasks_per_second", "phases_ms", "placed", "cycle_ms"},
@@ -30,6 +31,8 @@ KEYS = {
     "restart": {"first_bind_s", "first_bind_s_in_process"},
     "e2e": {"binds_per_second"},
     "trace": {"placed", "cycle_ms_p99"},
+    "replay": {"cycles", "identical", "different", "record_bytes_per_cycle", "record_bytes_per_event",
+               "replay_events_per_second"},
 }
 
 

@@ -14,7 +14,7 @@ from types import ModuleType
 
 __all__ = ["WORKLOADS", "workload", "NotAvailable"]
 
-WORKLOADS: tuple[str, ...] = ("throughput", "gang", "mixed", "preempt", "idle", "restart", "e2e", "trace")
+WORKLOADS: tuple[str, ...] = ("throughput", "gang", "mixed", "preempt", "idle", "restart", "e2e", "trace", "replay")
 
 
 class NotAvailable(RuntimeError):
