@@ -37,7 +37,7 @@ __all__ = [
     "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
-    "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode", "DecodeError",
+    "LookupRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode", "DecodeError",
     "BINDING_LIVE_STATES", "CycleRecord",
 ]
 
@@ -247,6 +247,16 @@ class GetReply(Msg, tag="get.reply"):
     error: str = ""
 
 
+class LookupRequest(Msg, tag="lookup"):
+    """One object by name, answered with a `GetReply` of one item: ``op`` get (its `busched get` row),
+    describe (row, spec, recent binds/evicts/releases) or explain (why it is or is not placed: reason
+    code, message, aggregated node reasons, best nodes' scores; ``kind`` tasks or jobs, "" for either)."""
+
+    op: str  # get | describe | explain
+    name: str  # ns/name for jobs and tasks, else the name
+    kind: str = ""  # nodes | queues | jobs | tasks
+
+
 # -- history --------------------------------------------------------------------------------------------------------
 class CycleRecord(Msg, tag="cycle"):
     """What one scheduling cycle saw and decided, on the history stream (docs/bus.md, "History").
@@ -296,7 +306,7 @@ STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
     BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
-    NodeHeartbeat, GetRequest, GetReply, CycleRecord)
+    NodeHeartbeat, GetRequest, GetReply, LookupRequest, CycleRecord)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

@@ -1,4 +1,5 @@
-"""`busched get nodes|queues|jobs|tasks [-o json]`: ask the running scheduler."""
+"""`busched get nodes|queues|jobs|tasks [NAME] [-o json]`: ask the running scheduler (NAME: ns/name for jobs
+and tasks; one object's row)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("get", help="show nodes, queues, jobs or tasks as the scheduler sees them")
     p.add_argument("kind", choices=KINDS + tuple(ALIASES))
+    p.add_argument("name", nargs="?", default="", help="one object (ns/name for jobs and tasks)")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--timeout", type=float, default=5.0)
     add_nats_arguments(p)
@@ -41,6 +43,31 @@ async def fetch(bus: Any, kind: str, timeout: float = 5.0) -> list[dict[str, Any
     return items
 
 
+async def lookup(bus: Any, op: str, kind: str, name: str, timeout: float = 5.0) -> dict[str, Any]:
+    """One object by name: ``op`` get, describe or explain (`busched.bus.messages.LookupRequest`)."""
+    from busched.bus import messages as m
+    from busched.bus import subjects as S
+
+    reply = m.decode(await bus.request(S.API_GET, m.LookupRequest(op=op, kind=kind, name=name), timeout=timeout))
+    if not isinstance(reply, m.GetReply):
+        raise RuntimeError(f"unexpected reply {type(reply).__name__}")
+    if reply.error:
+        raise RuntimeError(reply.error)
+    return reply.items[0]
+
+
+async def connected(args: argparse.Namespace, client: str, fn: Any) -> Any:
+    """``await fn(bus)`` on a connection made from the command line's NATS arguments."""
+    from busched.bus import Bus
+    from busched.bus.connect import options_from_args
+
+    bus = await Bus.connect(options_from_args(args, client), wait=args.timeout)
+    try:
+        return await fn(bus)
+    finally:
+        await bus.close()
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     kind = ALIASES.get(args.kind, args.kind)
     try:
@@ -57,14 +84,9 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 async def _get(args: argparse.Namespace, kind: str) -> list[dict[str, Any]]:
-    from busched.bus import Bus
-    from busched.bus.connect import options_from_args
-
-    bus = await Bus.connect(options_from_args(args, "busched-get"), wait=args.timeout)
-    try:
-        return await fetch(bus, kind, args.timeout)
-    finally:
-        await bus.close()
+    if args.name:
+        return [await connected(args, "busched-get", lambda bus: lookup(bus, "get", kind, args.name, args.timeout))]
+    return await connected(args, "busched-get", lambda bus: fetch(bus, kind, args.timeout))
 
 
 def _res(d: dict[str, Any]) -> str:

@@ -19,6 +19,8 @@ COMMANDS = (
     "busched.cli.agent",
     "busched.cli.apply",
     "busched.cli.get",
+    "busched.cli.describe",
+    "busched.cli.explain",
     "busched.cli.up",
     "busched.cli.schema",
     "busched.cli.auth",

@@ -29,6 +29,7 @@ from typing import Any
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.scheduler import events_log
 from busched.scheduler.records import TERMINAL, Binding, CycleReport, NodeLive
 
 log = logging.getLogger("busched.scheduler")
@@ -72,6 +73,7 @@ class Bindings:
                     sending.append(asyncio.create_task(self._send_decisions([(k, b, "bind") for k, b in ready])))
                 for key, b in ready:
                     report.binds.append((key, b.node))
+                events_log.binds(self, ready)
                 self.metrics.action_binds.inc(len(ready))
         finally:
             if sending:
@@ -222,6 +224,7 @@ class Bindings:
         await self._send_decisions(sent)
         for key, b, _ in sent:
             report.evicts.append((key, b.node))
+        events_log.evicts(self, sent)
         self.metrics.action_evicts.inc(len(sent))
 
     def _stop_attempt(self, key: str, reason: str, why: str) -> None:
@@ -239,6 +242,7 @@ class Bindings:
         b.published = False
         self._write_binding(key, b)
         self._unpublished.add(key)  # the decision goes out once its record is stored
+        events_log.note(self, "stop", key, b, reason)
         log.info("task %s: stopping attempt %d on %s (%s)", key, b.attempt, b.node, reason)
         self._refresh_task(key)
 
@@ -329,6 +333,7 @@ class Bindings:
         self.bindings[key] = nb
         self._unpublished.discard(key)
         self.reasons[key] = reason
+        events_log.note(self, "failed" if state == "failed" else "release", key, nb, reason)
         self._write_binding(key, nb)
         self.metrics.releases.labels(kind).inc()
         self._new_work()

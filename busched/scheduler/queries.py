@@ -1,19 +1,27 @@
-"""What the scheduler answers: `busched get` over request/reply, and the state gauges.
+"""What the scheduler answers: `busched get`, `describe` and `explain` over request/reply, and the state gauges.
 
 `view` lists nodes, queues, jobs or tasks as `busched get` shows them; `_serve_get` answers a
-``GetRequest`` a page at a time, halving the page until the reply fits the bus's payload limit.
+``GetRequest`` a page at a time, halving the page until the reply fits the bus's payload limit, and a
+``LookupRequest`` (one object by name) with one item: its row (get), its row, spec and recent events
+(describe, `busched.scheduler.events_log`) or why it is or is not placed (explain,
+`busched.scheduler.explain`, computed on a private copy of the cache while no cycle runs).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import asyncio
+
 import msgspec
 
 from busched.api.task import TaskStatus
 from busched.bus import messages as m
 from busched.bus.resources import resource_list
+from busched.scheduler import events_log, explain
 from busched.scheduler.records import TERMINAL, NodeLive, _field_error
+
+KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
 class Queries:
@@ -53,7 +61,8 @@ class Queries:
                 out.append({"namespace": spec.namespace, "name": spec.name, "job": spec.job, "node": node,
                             "status": self.task_status(key), "attempt": b.attempt if b is not None else 0,
                             "reason": self.reasons.get(key, ""), "requests": dict(spec.requests),
-                            "backoff": key in self.backoff_until, "refused": self.refused.get(("task", key), "")})
+                            "backoff": key in self.backoff_until, "refused": self.refused.get(("task", key), ""),
+                            "exitCode": r.exit_code if r is not None else None})
             return out
         if kind == "nodes":
             snap = self.snapshot()
@@ -99,6 +108,8 @@ class Queries:
             req = m.decode(data)
         except m.DecodeError as e:
             return m.encode(m.GetReply(error=f"bad request: {_field_error(e)}"))
+        if isinstance(req, m.LookupRequest):
+            return await self._serve_lookup(req)
         if not isinstance(req, m.GetRequest):
             return m.encode(m.GetReply(error=f"expected a get request, got {type(req).__name__}"))
         try:
@@ -113,3 +124,59 @@ class Queries:
             page = page[: len(page) // 2]
             reply = m.encode(m.GetReply(kind=req.kind, items=page, next=req.offset + len(page)))
         return reply
+
+    # == one object by name: get, describe, explain ====================================================================
+    async def _serve_lookup(self, req: m.LookupRequest) -> bytes:
+        try:
+            if req.op == "explain":
+                async with self._lock:  # no cycle meanwhile: the copy is of a cache at rest
+                    inp = explain.gather(self, req.name)
+                if not inp.tasks and req.name not in self.specs["job"]:
+                    raise KeyError(f"no task or job {req.name!r}")
+                run = asyncio.to_thread if self.settings.cycle_in_thread else _call
+                item = await run(explain.explain, inp, req.name)
+            elif req.op in ("get", "describe"):
+                item = self.lookup(req.kind, req.name, describe=req.op == "describe")
+            else:
+                raise ValueError(f"unknown op {req.op!r} (get, describe, explain)")
+        except KeyError as e:
+            return m.encode(m.GetReply(kind=req.kind, error=str(e.args[0]) if e.args else "not found"))
+        except ValueError as e:
+            return m.encode(m.GetReply(kind=req.kind, error=str(e)))
+        return m.encode(m.GetReply(kind=req.kind, items=[item]))
+
+    def lookup(self, kind: str, name: str, *, describe: bool = False) -> dict[str, Any]:
+        """One object's `view` row; with ``describe`` also its spec and its recent events."""
+        if kind not in KIND_OF_SPEC:
+            raise ValueError(f"unknown kind {kind!r} (nodes, queues, jobs, tasks)")
+        specs = self.specs[KIND_OF_SPEC[kind]]
+        if name not in specs:
+            raise KeyError(f"no {KIND_OF_SPEC[kind]} {name!r}")
+        key = (lambda r: f"{r['namespace']}/{r['name']}") if kind in ("tasks", "jobs") else (lambda r: r["name"])
+        row = next(r for r in self.view(kind) if key(r) == name)
+        if not describe:
+            return row
+        out = dict(row)
+        out["spec"] = msgspec.to_builtins(specs[name])
+        if kind == "tasks":
+            events = events_log.of_task(self, name)
+        elif kind == "jobs":
+            ns, job = name.split("/", 1)
+            events = events_log.recent(self, lambda e: e["task"].split("/", 1)[0] == ns and getattr(
+                self.specs["task"].get(e["task"]), "job", None) == job)
+        elif kind == "nodes":
+            events = events_log.recent(self, lambda e: e["node"] == name)
+        else:
+            jobs = {k for k, j in self.specs["job"].items() if j.queue == name}
+            events = events_log.recent(self, lambda e: _job_of(self, e["task"]) in jobs)
+        out["events"] = events
+        return out
+
+
+def _job_of(sched: Any, task: str) -> str:
+    spec = sched.specs["task"].get(task)
+    return f"{spec.namespace}/{spec.job}" if spec is not None else ""
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    return fn(*args)
