@@ -4,7 +4,8 @@ Over a real nats-server with two agents in process: 2,000 short tasks in 20 wave
 deciding cycles), binds refused by an agent in two waves, an agent whose heartbeats stop halfway (its
 nodes declared lost), then the live nodes filled with long tasks and a high-priority gang that
 preempts.  `busched replay` (in process and on the command line) reports every recorded cycle
-identical; with binpack added (a what-if) some differ.
+identical; with binpack added (a what-if) some differ.  A cycle that ran with the lost nodes
+unready exports as a scenario that passes its check.
 """
 
 from __future__ import annotations
@@ -49,3 +50,15 @@ async def test_a_live_run_of_two_thousand_tasks_replays_identically(nats_server,
     assert await asyncio.to_thread(main, ["replay", "--nats", nats_server.url, "--config", str(cfg), "--json"]) == 1
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["different"] > 0 and out["diffs"]
+
+    # a cycle that ran with the lost nodes unready exports as a scenario that passes
+    from busched.replay import export as E
+    from busched.scenario.runner import check_report, load_scenario, run_scenario
+
+    r = next(r for r in records if set(run["lost"]) <= set(r.unready) and r.binds)
+    doc, notes = await E.export_cycle(run["state"], records, str(r.n))
+    assert {n["name"] for n in doc["cluster"]["nodes"] if n.get("ready") is False} >= set(run["lost"])
+    f = tmp_path / "unready.yaml"
+    E.write_scenario(doc, notes, str(f))
+    sc = load_scenario(f)
+    assert check_report(run_scenario(sc), sc.expect) == []
