@@ -74,7 +74,7 @@ class StreamSettings:
     decision_max_age: float = 3600.0  # seconds a decision waits for its agent
     duplicate_window: float = 120.0  # seconds in which a republished Nats-Msg-Id is dropped
     storage: str = "file"  # file | memory
-    history_max_age: float = 7 * 86400.0  # seconds the history stream keeps cycle records; 0: no stream, no records
+    history_max_age: float = 7 * 86400.0  # seconds the history streams keep cycle records and state copies; 0: none
 
 
 @dataclass
@@ -373,6 +373,12 @@ class Bus:
             configs.append(api.StreamConfig(name=H.HISTORY_STREAM, subjects=[f"{H.HISTORY_PREFIX}.>"],
                                             retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
                                             storage=storage, description="busched cycle records (busched replay)"))
+            # a copy of every state message for as long (the state stream's per-subject limit and purges do not
+            # reach it): replay over the bus reads it (docs/bus.md, "History")
+            configs.append(api.StreamConfig(name=H.STATE_HISTORY_STREAM, sources=[api.StreamSource(name=S.STATE_STREAM)],
+                                            retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
+                                            storage=storage, duplicate_window=st.duplicate_window,
+                                            description="busched state messages kept for the history duration"))
         for cfg in configs:
             try:
                 await self.js.stream_info(cfg.name)
@@ -388,6 +394,10 @@ class Bus:
                 # another process created it between our two calls
                 if "already in use" not in str(e):
                     raise BusError(f"cannot create stream {cfg.name}: {e}") from None
+            if cfg.sources:  # the history copy: what the state stream drops before its source is active is lost
+                from busched.bus import history as H
+
+                await H.wait_sourcing(self.js, cfg.name)
 
     async def stream_last_seq(self, stream: str) -> int:
         info = await self.js.stream_info(stream)

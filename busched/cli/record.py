@@ -1,6 +1,8 @@
 """`busched record --nats URL --out FILE [--until-idle S]`: the state stream and the cycle records into a file.
 
-Writes every message the state stream and the history stream hold, then follows both (polling every
+Writes every state message still held (from ``BUSCHED_STATE_HISTORY``, the copy a scheduler with history on
+keeps, when it exists, each at its ``BUSCHED_STATE`` sequence; else from the state stream) and every cycle
+record of the history stream, then follows both (polling every
 ``--poll`` seconds) until SIGINT/SIGTERM, or until nothing new arrived for ``--until-idle`` seconds.
 The file (`busched.replay.file`, JSON lines with a versioned header) is what ``busched replay FILE`` reads.
 """
@@ -40,13 +42,12 @@ def cmd_record(args: argparse.Namespace) -> int:
 async def record(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.bus import Bus
     from busched.bus import history as H
-    from busched.bus import subjects as S
     from busched.bus.connect import options_from_args
     from busched.replay import file as F
 
     bus = await Bus.connect(options_from_args(args, "busched-record", role="scheduler"))
-    nxt = {S.STATE_STREAM: 1, H.HISTORY_STREAM: 1}
-    kinds = {S.STATE_STREAM: "state", H.HISTORY_STREAM: "cycle"}
+    state = H.StateReader(bus)  # the history copy when it exists, else the state stream (state-stream sequences)
+    next_cycle = 1
     counts = {"state": 0, "cycle": 0}
     last_new = time.monotonic()
     try:
@@ -54,13 +55,17 @@ async def record(args: argparse.Namespace, stop: asyncio.Event) -> int:
             F.write_header(f)
             while True:
                 new = 0
-                for stream, start in nxt.items():
-                    items = await H.read_stream(bus, stream, start=start)
-                    if items:
-                        F.write_entries(f, kinds[stream], items)
-                        nxt[stream] = items[-1][1] + 1
-                        counts[kinds[stream]] += len(items)
-                        new += len(items)
+                items = await state.read()
+                if items:
+                    F.write_entries(f, "state", items)
+                    counts["state"] += len(items)
+                    new += len(items)
+                items = await H.read_stream(bus, H.HISTORY_STREAM, start=next_cycle)
+                if items:
+                    F.write_entries(f, "cycle", items)
+                    next_cycle = items[-1][1] + 1
+                    counts["cycle"] += len(items)
+                    new += len(items)
                 f.flush()
                 now = time.monotonic()
                 if new:
@@ -73,5 +78,6 @@ async def record(args: argparse.Namespace, stop: asyncio.Event) -> int:
                     pass
     finally:
         await bus.close()
-    log.info("recorded %d state messages and %d cycle records to %s", counts["state"], counts["cycle"], args.out)
+    log.info("recorded %d state messages (from %s) and %d cycle records to %s", counts["state"], state.source,
+             counts["cycle"], args.out)
     return 0

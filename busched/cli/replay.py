@@ -1,7 +1,9 @@
 """`busched replay`: rebuild the scheduler's cache from the state stream and re-run every recorded cycle.
 
-``busched replay --nats URL`` reads the state stream (every message it still holds) and the cycle
-records of the history stream; ``busched replay FILE`` reads a file written by ``busched record``.
+``busched replay --nats URL`` reads the state messages from ``BUSCHED_STATE_HISTORY`` (the copy a
+scheduler with history on keeps) when it exists, else from the state stream (every message it still
+holds), and the cycle records of the history stream (``source`` in the JSON names the stream read);
+``busched replay FILE`` reads a file written by ``busched record``.
 With the recorded configuration every cycle must decide what the live one did; ``--config OTHER``
 is a what-if over the same inputs.  ``--json`` prints one object: ``cycles``, ``identical``,
 ``different``, ``incomplete``, ``diffs`` (per differing cycle: binds added/missing/moved, evicts,
@@ -46,18 +48,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def read_bus(args: argparse.Namespace) -> tuple[list[tuple[str, int, bytes]], list[bytes]]:
+    state, hist, _ = await read_bus_source(args)
+    return state, hist
+
+
+async def read_bus_source(args: argparse.Namespace) -> tuple[list[tuple[str, int, bytes]], list[bytes], str]:
+    """The state messages (from the history copy ``BUSCHED_STATE_HISTORY`` when it exists, else the state
+    stream: `busched.bus.history.read_state`), the cycle records, and the name of the stream the state came from."""
     from busched.bus import Bus
     from busched.bus import history as H
-    from busched.bus import subjects as S
     from busched.bus.connect import options_from_args
 
     bus = await Bus.connect(options_from_args(args, "busched-replay", role="scheduler"))
     try:
-        state = await H.read_stream(bus, S.STATE_STREAM)
+        state, source = await H.read_state(bus)
         hist = await H.read_stream(bus, H.HISTORY_STREAM)
     finally:
         await bus.close()
-    return state, [d for _, _, d in hist]
+    return state, [d for _, _, d in hist], source
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -78,12 +86,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
 
+    source = {"source": args.source}
+
     async def read() -> tuple[list[tuple[str, int, bytes]], list[bytes]]:
         if args.source:
             from busched.replay.file import read_file
 
             return read_file(args.source)
-        return await read_bus(args)
+        state, hist, source["source"] = await read_bus_source(args)
+        return state, hist
 
     if args.export:
         return export(args, read)
@@ -93,13 +104,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return await replay(state, decode_records(hist), config=config, cycles=args.cycles)
 
     res = asyncio.run(main())
-    out = res.as_dict()
+    out = {**res.as_dict(), **source}  # source: the record file, or the stream the state messages came from
     if args.json:
         print(json.dumps(out))
     else:
         print(f"{res.cycles} cycles replayed ({res.events} state messages, {out['events_per_second']} events/s): "
               f"{res.identical} identical, {res.different} different"
-              + (f", {res.incomplete} with history missing below them" if res.incomplete else ""))
+              + (f", {res.incomplete} with history missing below them" if res.incomplete else "")
+              + f" (state from {source['source']})")
         print(f"placed: recorded {res.placed['recorded']}, replayed {res.placed['replayed']}; "
               f"evicted: recorded {res.evicted['recorded']}, replayed {res.evicted['replayed']}")
         for d in res.diffs[:20]:

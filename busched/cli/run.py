@@ -42,8 +42,9 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-event-bytes", type=int, default=256 * 1024,
                    help="reject state messages larger than this (default %(default)s)")
     g.add_argument("--history", default="7d", metavar="DURATION",
-                   help="how long the history stream keeps cycle records (`busched replay`): 90s, 12h, 7d; 0 writes "
-                        "none (default %(default)s)")
+                   help="how long the history streams keep cycle records and a copy of every state message "
+                        "(BUSCHED_HISTORY, BUSCHED_STATE_HISTORY: `busched replay --nats`; the copy stores each "
+                        "state message once more): 90s, 12h, 7d; 0 keeps none (default %(default)s)")
     g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where /metrics, /healthz and /readyz listen (default %(default)s; '' to disable)")
 
