@@ -4,7 +4,9 @@ The analysis runs on a private copy of the scheduler's cache (``Cache.snapshot(m
 fresh cross-cycle plugin state and no memo of unfit jobs), in a session opened with the scheduler's
 configuration (plus the feedback plugin for the exclusions in force), so it has no effect on the next
 cycle.  `gather` takes what it needs from the scheduler (in the event loop, under the cycle lock);
-`explain` is a pure function of that and may run in a worker thread.
+`explain` is a pure function of that and may run in a worker thread.  `gather_at` is the same from given
+pieces (the moment's ``now``, seed, configuration, exclusions and backoff): `busched.replay.explain` calls
+it on a replayer's scheduler, on the state before a recorded cycle.
 
 The answer is one dict: ``reason`` (a stable code, `REASONS`), ``message``, ``nodes`` (predicate
 failures aggregated as Volcano's FitErrors: reason -> number of nodes), ``scores`` (the best nodes:
@@ -31,7 +33,7 @@ from busched.framework.nodeselect import insufficient_reason
 from busched.framework.session import Session
 from busched.framework.snapshot import ClusterSnapshot
 
-__all__ = ["REASONS", "Inputs", "gather", "explain", "classify"]
+__all__ = ["REASONS", "Inputs", "gather", "gather_at", "explain", "classify"]
 
 REASONS = (
     "Placed", "Running", "Completed", "Failed", "Releasing", "Nominated", "Schedulable", "Backoff",
@@ -68,22 +70,33 @@ class Inputs:
 def gather(sched: Any, name: str) -> Inputs:
     """Copy what explaining ``name`` (a task or a job, "ns/name") needs.  Call it in the event loop, while no
     cycle runs: it brings the cache up to date and converts it afresh."""
+    keys = _keys(sched.specs, name)
+    mono = sched.clock()
+    return gather_at(sched, name, now=sched.wall_clock(), seed=sched.settings.seed,
+                     excluded={k: {n: t - mono for n, t in sched.excluded.get(k, {}).items() if t > mono}
+                               for k in keys},
+                     backoff={k: sched.backoff_until[k] - mono for k in keys
+                              if sched.backoff_until.get(k, 0.0) > mono})
+
+
+def gather_at(sched: Any, name: str, *, now: float, seed: int, excluded: dict[str, dict[str, float]],
+              backoff: dict[str, float], config: SchedulerConfig | None = None) -> Inputs:
+    """`gather` from given pieces: ``sched`` a scheduler whose specs and cache stand at the moment to explain (the
+    live one, or `busched.replay.Replayer`'s after ``advance``: the state before a recorded cycle), that moment's
+    clock ``now`` (epoch seconds) and ``seed``, the exclusions in force (task -> node -> seconds left) and the
+    tasks under the backoff gate (task -> seconds left; ``math.inf``: in force, for how long unknown, as a cycle
+    record says), ``config`` (default: the scheduler's)."""
     from busched.scheduler.loop import _FeedbackPlugin  # the cycle's own exclusion predicate
     from busched.scheduler.records import FEEDBACK_PLUGIN
 
     specs = sched.specs
-    if name in specs["task"]:
-        keys = [name]
-    else:
-        keys = [k for k, t in specs["task"].items() if f"{t.namespace}/{t.job}" == name]
+    keys = _keys(specs, name)
     sched.sync_cache()
     snap = sched.cache.snapshot(memo=False)
     snap.others = {**snap.others, "plugin_state": {}}  # nothing carried to or from the next cycle
     snap.others.pop("unfit", None)
-    mono = sched.clock()
-    excluded = {k: {n: t - mono for n, t in sched.excluded.get(k, {}).items() if t > mono} for k in keys}
-    excluded = {k: v for k, v in excluded.items() if v}
-    config, plugins = sched.config, sched.plugins
+    excluded = {k: dict(excluded[k]) for k in keys if excluded.get(k)}
+    config, plugins = config if config is not None else sched.config, sched.plugins
     if excluded:
         from busched.plugins import PLUGINS
 
@@ -96,9 +109,15 @@ def gather(sched: Any, name: str) -> Inputs:
                   jobs=dict(specs["job"]), queues=dict(specs["queue"]),
                   status={k: v["status"] for k, v in view.items()}, node={k: v["node"] for k, v in view.items()},
                   reasons={k: sched.reasons.get(k, "") for k in keys},
-                  backoff={k: sched.backoff_until[k] - mono for k in keys
-                           if sched.backoff_until.get(k, 0.0) > mono},
-                  excluded=excluded, now=sched.wall_clock(), seed=sched.settings.seed)
+                  backoff={k: backoff[k] for k in keys if k in backoff},
+                  excluded=excluded, now=now, seed=seed)
+
+
+def _keys(specs: dict[str, dict[str, Any]], name: str) -> list[str]:
+    """The task ``name``, else the tasks of the job ``name``."""
+    if name in specs["task"]:
+        return [name]
+    return [k for k, t in specs["task"].items() if f"{t.namespace}/{t.job}" == name]
 
 
 def _task_rows(sched: Any, keys: list[str]) -> list[dict[str, Any]]:
@@ -257,7 +276,8 @@ def _explain_task(inp: Inputs, ssn: Session, key: str) -> dict[str, Any]:
     head = f"{len(fits)}/{len(ssn.node_list)} nodes are available"
     if left is not None:
         why = inp.reasons.get(key, "")
-        out = _answer("Backoff", f"task {key} waits {left:.1f}s more before it is tried again"
+        wait = f"waits {left:.1f}s more" if math.isfinite(left) else "is under the backoff gate"
+        out = _answer("Backoff", f"task {key} {wait} before it is tried again"
                                  f"{' (last: ' + why + ')' if why else ''}; {head}", **where)
     elif task.sch_gated:
         out = _answer("Unschedulable", f"task {key} is held by its scheduling gates "
