@@ -32,25 +32,13 @@ import time
 from typing import Any
 
 from busched.bench import NotAvailable
+from busched.framework.config import DEFAULT_CONFIG
 
 DEFAULTS = {"nodes": 10, "jobs": 20, "tasks": 2000, "seed": 0}
 
-CONFIG = """
-actions: "enqueue, allocate, preempt, backfill"
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-    enablePreemptable: false
-  - name: conformance
-- plugins:
-  - name: overcommit
-  - name: drf
-    enablePreemptable: false
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-"""
+# the default configuration with preempt, without binpack (the what-if adds it back, weighted)
+CONFIG = DEFAULT_CONFIG.replace('"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, backfill"').replace(
+    "  - name: binpack\n", "")
 WHAT_IF = CONFIG + """  - name: binpack
     arguments:
       binpack.weight: 10
