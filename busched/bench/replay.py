@@ -67,7 +67,6 @@ async def record_run(url: str, *, nodes: int = 10, waves: int = 20, tasks: int =
     from busched.api import objects as o
     from busched.bus import Bus
     from busched.bus import history as H
-    from busched.bus import subjects as S
     from busched.bus.apply import apply_cluster
     from busched.bus.client import StreamSettings
     from busched.replay import decode_records
@@ -152,7 +151,7 @@ async def record_run(url: str, *, nodes: int = 10, waves: int = 20, tasks: int =
                     30, "the gang running after preemption")
         await asyncio.sleep(0.3)  # the last statuses and records written
         live_seconds = time.perf_counter() - t0
-        state = await H.read_stream(api, S.STATE_STREAM)
+        state, _ = await H.read_state(api)  # the history copy when there is one, as `busched replay --nats` reads
         hist = await H.read_stream(api, H.HISTORY_STREAM)
     finally:
         for a in agents:
