@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
-__all__ = ["SchedulerMetrics", "AgentMetrics", "render", "CONTENT_TYPE"]
+__all__ = ["SchedulerMetrics", "AgentMetrics", "VolcanoMetrics", "VOLCANO_SERIES", "render", "CONTENT_TYPE"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -47,6 +48,7 @@ class SchedulerMetrics:
                                      registry=r)
         self.heartbeats = Counter("busched_heartbeats_total", "Agent heartbeats received", registry=r)
         r.register(_PluginErrors())
+        self.volcano = VolcanoMetrics(r)
 
 
 class _PluginErrors:
@@ -73,3 +75,155 @@ class AgentMetrics:
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+def exponential_buckets_range(low: float, high: float, count: int) -> tuple[float, ...]:
+    """Go's ``prometheus.ExponentialBucketsRange``: ``count`` buckets from ``low`` to ``high``."""
+    factor = (high / low) ** (1.0 / (count - 1))
+    return tuple(low * factor ** i for i in range(count))
+
+
+class _Hist:
+    __slots__ = ("buckets", "series")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.series: dict[tuple[str, ...], list[float]] = {}  # labels -> [count per bucket..., sum, count]
+
+    def observe(self, value: float, labels: tuple[str, ...] = ()) -> None:
+        s = self.series.get(labels)
+        if s is None:
+            s = self.series[labels] = [0.0] * (len(self.buckets) + 2)
+        for i, b in enumerate(self.buckets):
+            if value <= b:
+                s[i] += 1
+                break
+        s[-2] += value
+        s[-1] += 1
+
+
+# Volcano's scheduler series (volcano-sh/volcano pkg/scheduler/metrics, and the controller's
+# queue_pod_group_*_count): name -> (type, help, label names, buckets for histograms)
+_MS = exponential_buckets_range
+VOLCANO_SERIES: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
+    "volcano_e2e_scheduling_latency_milliseconds": (
+        "histogram", "Duration of a single scheduling session execution in milliseconds", (), _MS(1, 5000, 20)),
+    "volcano_open_session_duration_milliseconds": (
+        "histogram", "Duration of opening a scheduling session in milliseconds", (), _MS(1, 5000, 20)),
+    "volcano_e2e_job_scheduling_latency_milliseconds": (
+        "histogram", "End-to-end job scheduling latency in milliseconds (per-job duration from creation to "
+        "the job's tasks placed)", (), _MS(100, 120000, 30)),
+    "volcano_e2e_job_scheduling_duration": (
+        "gauge", "Per-job duration from job creation to its tasks placed, in milliseconds",
+        ("job_name", "queue", "job_namespace"), ()),
+    "volcano_e2e_job_scheduling_start_time": (
+        "gauge", "E2E job scheduling start time", ("job_name", "queue", "job_namespace"), ()),
+    "volcano_e2e_job_scheduling_last_time": (
+        "gauge", "E2E job scheduling last time", ("job_name", "queue", "job_namespace"), ()),
+    "volcano_plugin_scheduling_latency_milliseconds": (
+        "histogram", "Plugin scheduling latency in milliseconds", ("plugin", "OnSession"), _MS(0.1, 100, 15)),
+    "volcano_action_scheduling_latency_milliseconds": (
+        "histogram", "Action scheduling latency in milliseconds", ("action",), _MS(1, 2000, 20)),
+    "volcano_task_scheduling_latency_milliseconds": (
+        "histogram", "Task scheduling latency from creation to various stages in milliseconds", ("stage",),
+        _MS(50, 60000, 30)),
+    "volcano_scheduling_stage_duration_milliseconds": (
+        "histogram", "Duration of per-task scheduling stages (Predicate, Scoring, PreBind, Bind) in milliseconds",
+        ("stage",), _MS(0.1, 500, 20)),
+    "volcano_schedule_attempts_total": (
+        "counter", "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be "
+        "scheduled, while 'error' means an internal scheduler problem.", ("result",), ()),
+    "volcano_pod_preemption_victims": ("gauge", "Number of selected preemption victims", (), ()),
+    "volcano_total_preemption_attempts": ("counter", "Total preemption attempts in the cluster till now", (), ()),
+    "volcano_eviction_transactions_total": (
+        "counter", "Total number of committed eviction transactions, by action", ("action",), ()),
+    "volcano_unschedule_task_count": ("gauge", "Number of tasks could not be scheduled", ("job_id",), ()),
+    "volcano_unschedule_job_count": ("gauge", "Number of jobs could not be scheduled", (), ()),
+    "volcano_job_share": ("gauge", "Share for one job", ("job_ns", "job_id"), ()),
+    "volcano_job_retry_counts": ("counter", "Number of retry counts for one job", ("job_id",), ()),
+    "volcano_queue_share": ("gauge", "Share for one queue", ("queue_name",), ()),
+    "volcano_queue_weight": ("gauge", "Weight for one queue", ("queue_name",), ()),
+    "volcano_queue_overused": ("gauge", "If one queue is overused", ("queue_name",), ()),
+}
+QUEUE_RESOURCES = ("allocated", "request", "deserved", "capacity", "real_capacity", "inqueue")
+for _what in QUEUE_RESOURCES:
+    _w = _what.replace("_", " ")
+    VOLCANO_SERIES[f"volcano_queue_{_what}_milli_cpu"] = ("gauge", f"{_w} CPU count for one queue".capitalize(),
+                                                         ("queue_name",), ())
+    VOLCANO_SERIES[f"volcano_queue_{_what}_memory_bytes"] = ("gauge", f"{_w} memory for one queue".capitalize(),
+                                                            ("queue_name",), ())
+    VOLCANO_SERIES[f"volcano_queue_{_what}_scalar_resources"] = (
+        "gauge", f"{_w} scalar resources for one queue".capitalize(), ("queue_name", "resource"), ())
+for _phase in ("inqueue", "pending", "running", "unknown", "completed"):
+    VOLCANO_SERIES[f"volcano_queue_pod_group_{_phase}_count"] = (
+        "gauge", f"The number of {_phase.capitalize()} PodGroup in this queue", ("queue_name",), ())
+
+
+class _GoCounter(str):
+    """``counter`` that `generate_latest` does not take for one (so it adds no ``_total`` to the
+    name on the HELP and TYPE lines), written as ``counter``: a Go counter named without the suffix
+    (volcano_job_retry_counts, volcano_total_preemption_attempts) exactly as Volcano exports it."""
+
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+
+_GO_COUNTER = _GoCounter("counter")
+
+
+class VolcanoMetrics:
+    """Volcano's scheduler series under their exact names, types, labels and buckets, beside the
+    busched_* ones.  Held as plain values (``values[name][labels]``, ``hists[name]``) and exported
+    at scrape time, as Go's client does: counters without a ``_total`` suffix added, no ``_created``
+    samples.  Filled once per cycle by `busched.scheduler.volcano_metrics`."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.values: dict[str, dict[tuple[str, ...], float]] = {}
+        self.hists: dict[str, _Hist] = {}
+        for name, (typ, _h, labels, buckets) in VOLCANO_SERIES.items():
+            if typ == "histogram":
+                h = self.hists[name] = _Hist(buckets)
+                if not labels:  # exported from the start, as Go's client does
+                    h.series[()] = [0.0] * (len(buckets) + 2)
+            else:
+                self.values[name] = {} if labels else {(): 0.0}
+        registry.register(self)
+
+    def observe(self, name: str, value: float, labels: tuple[str, ...] = ()) -> None:
+        self.hists[name].observe(value, labels)
+
+    def set(self, name: str, value: float, labels: tuple[str, ...] = ()) -> None:
+        self.values[name][labels] = value
+
+    def inc(self, name: str, value: float = 1.0, labels: tuple[str, ...] = ()) -> None:
+        d = self.values[name]
+        d[labels] = d.get(labels, 0.0) + value
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (typ, doc, labels, buckets) in VOLCANO_SERIES.items():
+            fam = Metric(name, doc, typ)
+            if typ == "counter":
+                # the text format appends "_total" to a counter's name: Go's client writes the name as given
+                if name.endswith("_total"):
+                    fam.name = name[:-6]
+                else:
+                    fam.name, fam.type = name, _GO_COUNTER
+            if typ == "histogram":
+                for lv, s in list(self.hists[name].series.items()):
+                    base = dict(zip(labels, lv))
+                    acc = 0.0
+                    for b, c in zip(buckets, s):
+                        acc += c
+                        fam.add_sample(name + "_bucket", {**base, "le": floatToGoString(b)}, acc)
+                    fam.add_sample(name + "_bucket", {**base, "le": "+Inf"}, s[-1])
+                    fam.add_sample(name + "_sum", base, s[-2])
+                    fam.add_sample(name + "_count", base, s[-1])
+            else:
+                for lv, v in list(self.values[name].items()):
+                    fam.add_sample(name, dict(zip(labels, lv)), v)
+            yield fam

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
+from time import perf_counter
 from typing import Any
 
 from busched.framework.config import SchedulerConfig
@@ -67,26 +68,38 @@ def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Re
                  *, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
     if plugins is None:
         from busched.plugins import PLUGINS as plugins  # noqa: N811
+    t0 = perf_counter()
     ssn = Session(snapshot, config, seed=seed, uid=uid, now=now)
+    # seconds per phase, read by the metrics (busched.scheduler.volcano_metrics): "open" (the whole of
+    # open_session), "actions" [(name, s)], "plugins" [(name, "OnSessionOpen" | "OnSessionClose", s)]
+    timings: dict[str, Any] = {"open": 0.0, "actions": [], "plugins": []}
+    ssn.timings = timings  # type: ignore[attr-defined]
     try:
         for tier in config.tiers:
             for opt in tier.plugins:
                 if opt.name in ssn.plugins:
                     continue
+                t1 = perf_counter()
                 plugin = plugins[opt.name](opt.arguments)
                 ssn.plugins[opt.name] = plugin
                 plugin.on_session_open(ssn)
+                timings["plugins"].append((opt.name, "OnSessionOpen", perf_counter() - t1))
     except BaseException:
         ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
         raise
+    timings["open"] = perf_counter() - t0
     return ssn
 
 
 def close_session(ssn: Session) -> None:
-    for plugin in ssn.plugins.values():
+    timed = getattr(ssn, "timings", None)
+    for name, plugin in ssn.plugins.items():
         close = getattr(plugin, "on_session_close", None)
         if close is not None:
+            t0 = perf_counter()
             close(ssn)
+            if timed is not None:
+                timed["plugins"].append((name, "OnSessionClose", perf_counter() - t0))
     ssn.close()
 
 
@@ -114,8 +127,11 @@ def run_actions(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: 
     with paused_gc():
         ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
         try:
+            timed = ssn.timings["actions"]  # type: ignore[attr-defined]
             for name in config.actions:
+                t0 = perf_counter()
                 actions[name]().execute(ssn)
+                timed.append((name, perf_counter() - t0))
         except BaseException:
             ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
             raise

@@ -46,7 +46,7 @@ from busched.framework.config import (
 )
 from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_actions
 from busched.metrics import SchedulerMetrics
-from busched.scheduler import history
+from busched.scheduler import history, volcano_metrics
 from busched.scheduler.agents import Agents
 from busched.scheduler.bindings import Bindings
 from busched.scheduler.effective import Effective
@@ -288,6 +288,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             self.metrics.cycles.inc()
             self.metrics.cycle_seconds.observe(report.seconds)
             self._update_gauges()
+            volcano_metrics.observe(self, ssn, report)
             if report.binds or report.evicts or report.released:
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)

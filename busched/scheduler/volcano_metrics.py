@@ -1,0 +1,191 @@
+"""Volcano's scheduler metrics (`busched.metrics.VolcanoMetrics`), filled once per cycle from the
+closed session: `observe` is the one call `Scheduler.run_once` makes.
+
+Where each value comes from (docs/bus.md "Metrics" has the table):
+
+* cycle, session open, action and plugin latencies: the cycle's seconds (``report.seconds``) and the
+  session's ``timings`` (`busched.framework.cycle`);
+* per job (every job of the session, O(jobs)): unschedulable tasks and retries for a job the
+  session marked Unschedulable, its dominant share of the cluster, the time from its creation to the
+  cycle that placed it (observed once per job);
+* per queue: allocated / request / inqueue summed over its jobs, deserved and capacity from the
+  queue's spec, podgroups by phase;
+* preemption and evictions from the cycle's evict decisions.
+
+Per-job and per-queue series of jobs and queues that are gone are dropped.  Skipped cycles
+(`QuietCycles`) do not come here: nothing changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from busched.api.job import PodGroupPhase
+from busched.api.resource import Resource
+from busched.api.task import TaskStatus
+
+__all__ = ["observe"]
+
+_PER_JOB = ("volcano_e2e_job_scheduling_duration", "volcano_e2e_job_scheduling_start_time",
+            "volcano_e2e_job_scheduling_last_time")
+_PHASES = {PodGroupPhase.Inqueue: "inqueue", PodGroupPhase.Pending: "pending", PodGroupPhase.Running: "running",
+           PodGroupPhase.Unknown: "unknown", PodGroupPhase.Completed: "completed"}
+_EVICTING_ACTIONS = ("preempt", "reclaim", "gangpreempt", "gangreclaim")
+
+
+class _State:
+    """What the metrics remember between cycles: the label sets they exported, to drop the gone ones."""
+
+    def __init__(self) -> None:
+        self.placed: set[str] = set()  # jobs whose e2e scheduling latency was observed
+        self.job_labels: dict[str, tuple[str, str, str]] = {}  # job uid -> (name, queue, namespace)
+        self.queues: set[str] = set()
+
+
+def _share(allocated: Resource, total: Resource) -> float:
+    """Dominant share (drf's, over the dimensions the cluster has)."""
+    s = 0.0
+    if total.cpu > 0:
+        s = max(s, allocated.cpu / total.cpu)
+    if total.memory > 0:
+        s = max(s, allocated.memory / total.memory)
+    for name, t in total.scalars.items():
+        if t > 0:
+            s = max(s, allocated.scalars.get(name, 0.0) / t)
+    return s
+
+
+def _set_resource(v: Any, what: str, queue: str, r: Resource) -> None:
+    v.set(f"volcano_queue_{what}_milli_cpu", r.cpu, (queue,))
+    v.set(f"volcano_queue_{what}_memory_bytes", r.memory, (queue,))
+    for name, q in r.scalars.items():
+        v.set(f"volcano_queue_{what}_scalar_resources", q, (queue, name))
+
+
+def observe(sched: Any, ssn: Any, report: Any) -> None:
+    v = sched.metrics.volcano
+    st: _State | None = getattr(sched, "_volcano_state", None)
+    if st is None:
+        st = sched._volcano_state = _State()
+    ms = 1000.0
+    # -- latencies -------------------------------------------------------------------------------
+    v.observe("volcano_e2e_scheduling_latency_milliseconds", report.seconds * ms)
+    timings = getattr(ssn, "timings", None)
+    if timings is not None:
+        v.observe("volcano_open_session_duration_milliseconds", timings["open"] * ms)
+        for name, s in timings["actions"]:
+            v.observe("volcano_action_scheduling_latency_milliseconds", s * ms, (name,))
+        for name, point, s in timings["plugins"]:
+            v.observe("volcano_plugin_scheduling_latency_milliseconds", s * ms, (name, point))
+    # -- decisions -------------------------------------------------------------------------------
+    binds: set[str] = set()
+    victims = 0
+    transactions: dict[str, set[str]] = {}  # action -> nodes (one committed statement per node)
+    for d in ssn.decisions:
+        if d.kind == "bind":
+            binds.add(d.task)
+        elif d.kind == "evict" and d.reason in _EVICTING_ACTIONS:
+            transactions.setdefault(d.reason, set()).add(d.node)
+            if d.reason == "preempt":
+                victims += 1
+    if "preempt" in ssn.config.actions:
+        v.set("volcano_pod_preemption_victims", victims)
+    for action, nodes in transactions.items():
+        v.inc("volcano_eviction_transactions_total", len(nodes), (action,))
+        if action == "preempt":
+            v.inc("volcano_total_preemption_attempts", len(nodes))
+    # -- jobs and queues -------------------------------------------------------------------------
+    now = report.now
+    total = ssn.total_resource
+    uid = ssn.uid
+    queues: dict[str, list[Any]] = {}  # queue -> [allocated, request, inqueue, {phase: n}]
+    unschedulable_jobs = unschedulable_tasks = 0
+    task_counts = v.values["volcano_unschedule_task_count"]
+    shares = v.values["volcano_job_share"]
+    seen: dict[str, tuple[str, str, str]] = {}
+    for job in ssn.jobs.values():
+        labels = (job.name, job.queue, job.namespace)
+        seen[job.uid] = labels
+        q = queues.get(job.queue)
+        if q is None:
+            q = queues[job.queue] = [Resource(), Resource(), Resource(), {}]
+        q[0].add(job.allocated)
+        q[1].add(job.total_request)
+        if job.has_podgroup:
+            q[3][job.phase] = q[3].get(job.phase, 0) + 1
+            if job.phase == PodGroupPhase.Inqueue:
+                q[2].add(job.inqueue_resource(job.allocated))
+        shares[(job.namespace, job.name)] = _share(job.allocated, total)
+        if any(c.get("type") == "Unschedulable" and c.get("status") == "True" and c.get("transitionID") == uid
+               for c in job.conditions):
+            n = max(job.min_available - job.ready_task_num(), job.count(TaskStatus.Pending), 1)
+            unschedulable_jobs += 1
+            unschedulable_tasks += n
+            task_counts[(job.name,)] = n
+            v.inc("volcano_job_retry_counts", 1, (job.name,))
+        else:
+            task_counts.pop((job.name,), None)
+        if binds and job.count(TaskStatus.Binding):
+            for t in job.status_index[TaskStatus.Binding].values():
+                if t.key in binds and t.created:
+                    v.observe("volcano_task_scheduling_latency_milliseconds", max(0.0, now - t.created) * ms,
+                              ("Assumed",))
+        if job.uid not in st.placed and job.created and job.is_ready() and job.scheduled_task_num() + job.count(
+                TaskStatus.Binding) >= job.min_available and job.min_available > 0:
+            st.placed.add(job.uid)
+            d = max(0.0, now - job.created) * ms
+            v.observe("volcano_e2e_job_scheduling_latency_milliseconds", d)
+            v.set("volcano_e2e_job_scheduling_duration", d, labels)
+            v.set("volcano_e2e_job_scheduling_last_time", float(int(now)), labels)
+        if job.created and labels not in v.values["volcano_e2e_job_scheduling_start_time"]:
+            v.set("volcano_e2e_job_scheduling_start_time", float(int(job.created)), labels)
+    v.set("volcano_unschedule_job_count", unschedulable_jobs)
+    v.inc("volcano_schedule_attempts_total", len(binds), ("scheduled",))
+    v.inc("volcano_schedule_attempts_total", unschedulable_tasks, ("unschedulable",))
+    # jobs that went: their series go with them
+    for key, labels in st.job_labels.items():
+        if key not in seen or seen[key] != labels:
+            name, queue, ns = labels
+            for series in _PER_JOB:
+                v.values[series].pop(labels, None)
+            task_counts.pop((name,), None)
+            shares.pop((ns, name), None)
+            v.values["volcano_job_retry_counts"].pop((name,), None)
+            st.placed.discard(key)
+    st.job_labels = seen
+    for name, queue in ssn.queues.items():
+        q = queues.get(name) or [Resource(), Resource(), Resource(), {}]
+        _set_resource(v, "allocated", name, q[0])
+        _set_resource(v, "request", name, q[1])
+        _set_resource(v, "inqueue", name, q[2])
+        for phase, label in _PHASES.items():
+            v.set(f"volcano_queue_pod_group_{label}_count", q[3].get(phase, 0), (name,))
+        deserved = queue.deserved if queue.deserved is not None and queue.deserved_list else None
+        if deserved is not None:
+            _set_resource(v, "deserved", name, deserved)
+        capacity = queue.capability if queue.capability is not None and queue.capability_list else None
+        if capacity is not None:
+            _set_resource(v, "capacity", name, capacity)
+        real = _least(capacity, total) if capacity is not None else total
+        _set_resource(v, "real_capacity", name, real)
+        v.set("volcano_queue_weight", queue.weight, (name,))
+        v.set("volcano_queue_share", _share(q[0], deserved if deserved is not None else total), (name,))
+        v.set("volcano_queue_overused", 1.0 if deserved is not None and _covers(q[0], deserved) else 0.0, (name,))
+    gone = st.queues - set(ssn.queues)
+    if gone:
+        for series, values in v.values.items():
+            if series.startswith("volcano_queue_"):
+                for labels in [lb for lb in values if lb and lb[0] in gone]:
+                    del values[labels]
+    st.queues = set(ssn.queues)
+
+
+def _least(a: Resource, b: Resource) -> Resource:
+    return Resource(min(a.cpu, b.cpu) if a.cpu else b.cpu, min(a.memory, b.memory) if a.memory else b.memory,
+                    {k: min(q, a.scalars[k]) if k in a.scalars else q for k, q in b.scalars.items()})
+
+
+def _covers(allocated: Resource, deserved: Resource) -> bool:
+    """Proportion's overused: the deserved share is all allocated (deserved <= allocated)."""
+    return (deserved.cpu <= allocated.cpu and deserved.memory <= allocated.memory
+            and all(q <= allocated.scalars.get(k, 0.0) for k, q in deserved.scalars.items()))
