@@ -11,10 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["NatsServer", "find_nats_server", "free_port", "NatsServerError"]
+__all__ = ["NatsServer", "find_nats_server", "free_port", "port_in_use", "NatsServerError"]
 
 
 class NatsServerError(RuntimeError):
@@ -36,6 +37,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port`` (binding as nats-server does, with SO_REUSEADDR, so a
+    port left in TIME_WAIT by a stopped server does not count)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -102,23 +115,62 @@ class NatsServer:
             cmd += ["-c", str(conf)]
         return cmd
 
+    def check_ports(self) -> None:
+        """Raise `NatsServerError` naming the port when the client or monitoring port is already taken (another
+        nats-server, another `busched up`...), which nats-server itself would only say in its log."""
+        for what, port in (("client", self.port), ("monitoring", self.monitor_port)):
+            if port and port_in_use(self.host, port):
+                raise NatsServerError(f"{what} port {self.host}:{port} is already in use (another nats-server or "
+                                      f"busched up?); stop it or choose another port")
+
+    def log_tail(self, since: int = 0, limit: int = 2000) -> str:
+        """The end of the server's log from byte ``since`` on (this run's lines), at most ``limit`` characters."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return text[-limit:].strip()
+
+    def _stderr_text(self, limit: int = 2000) -> str:
+        f = getattr(self, "_stderr", None)
+        if f is None:
+            return ""
+        try:
+            f.seek(0)
+            return f.read().decode(errors="replace")[-limit:].strip()
+        except (OSError, ValueError):
+            return ""
+
     def start(self, timeout: float = 10.0) -> NatsServer:
+        """Start and wait until the server listens; raises `NatsServerError` with the cause (a taken port, the
+        tail of this run's log when the server exits)."""
+        self.check_ports()
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        try:
+            since = os.path.getsize(self.log_path)
+        except OSError:
+            since = 0
+        # what nats-server says before its log is open (a bad configuration, a bad flag) goes to stderr
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=self._stderr,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                try:
-                    err = Path(self.log_path).read_text(errors="replace")[-2000:]
-                except OSError:
-                    err = ""
-                raise NatsServerError(f"nats-server exited with {self.proc.returncode}: {err.strip()}")
+                tail = "\n".join(t for t in (self._stderr_text(), self.log_tail(since)) if t)
+                raise NatsServerError(f"nats-server exited with {self.proc.returncode} (log {self.log_path})"
+                                      + (f":\n{tail}" if tail else ""))
             if _port_open(self.host, self.port):
-                return self
+                if self.proc.poll() is None:
+                    return self
+                continue
             time.sleep(0.02)
         self.stop()
-        raise NatsServerError(f"nats-server did not listen on {self.host}:{self.port} within {timeout}s")
+        tail = self.log_tail(since)
+        raise NatsServerError(f"nats-server did not listen on {self.host}:{self.port} within {timeout}s"
+                              + (f"; its log ({self.log_path}) ends with:\n{tail}" if tail else ""))
 
     def reload(self) -> None:
         """Have the server re-read its configuration file (SIGHUP), e.g. after new users were added."""
@@ -127,6 +179,9 @@ class NatsServer:
 
     def stop(self, timeout: float = 5.0) -> None:
         p, self.proc = self.proc, None
+        f, self._stderr = getattr(self, "_stderr", None), None
+        if f is not None:
+            f.close()
         if p is None or p.poll() is not None:
             return
         p.terminate()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,8 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("up", help="start nats-server, the scheduler, a simulated fleet and a demo workload",
                        description="Start nats-server (JetStream, data in --data-dir) unless --nats is given, the "
-                                   "scheduler, a simulated fleet, and apply a small demo workload.  Ctrl-C stops "
-                                   "everything.")
+                                   "scheduler, a simulated fleet, and apply a small demo workload, then a small new "
+                                   "job every few seconds.  Ctrl-C stops everything.  The state of earlier runs in "
+                                   "--data-dir is kept unless --reset.")
     add_nats_arguments(p)
     p.set_defaults(nats=None)  # None: start our own server
     g = p.add_argument_group("local NATS server")
@@ -32,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="monitoring port of the started nats-server (0: any free port, -1: off)")
     g.add_argument("--data-dir", default=".busched",
                    help="JetStream data, log and generated credentials (auth/) directory (default %(default)s)")
+    g.add_argument("--reset", action="store_true",
+                   help="delete the JetStream state of earlier runs (DATA_DIR/jetstream: their queues, jobs, tasks, "
+                        "nodes and records) before starting, for a fresh cluster; the generated credentials "
+                        "(DATA_DIR/auth) are kept, so busched commands and agents given them keep working")
     g.add_argument("--insecure", action="store_true",
                    help="run nats-server without authentication (any local process may then write bindings and "
                         "decisions); by default every user has its own generated credentials (docs/bus.md)")
@@ -39,7 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fleet_arguments(p, nodes=4)
     p.set_defaults(duration=15.0)
     d = p.add_argument_group("demo")
-    d.add_argument("--no-demo", action="store_true", help="do not apply the demo workload")
+    d.add_argument("--no-demo", action="store_true",
+                   help="do not apply the demo workload, nor submit the arriving demo jobs")
+    d.add_argument("--demo-every", type=float, default=5.0, metavar="SECONDS",
+                   help="after the demo workload, submit a small new job (1-3 tasks with durations) every SECONDS "
+                        "until stopped, so that there is always something arriving and running; the oldest "
+                        "arrivals are deleted again to keep the state small (0: off; default %(default)g)")
     d.add_argument("--exit-after", type=float, default=None, metavar="SECONDS",
                    help="stop by itself after this many seconds (CI); exit 1 if no demo task ever ran")
     add_log_argument(p)
@@ -65,6 +77,53 @@ def demo_cluster(duration: float | None) -> Any:
                                                                                            "512Mi", d / 3))
 
 
+class Arrivals:
+    """The demo that keeps going: a small new job (gang of 1-3 tasks, each with a duration) every ``every``
+    seconds, in alternating queues; the oldest arrivals beyond ``keep`` are deleted again (job and tasks)."""
+
+    def __init__(self, duration: float | None, every: float, keep: int = 12, seed: int | None = None) -> None:
+        self.duration = duration or 15.0
+        self.every = every
+        self.keep = keep
+        self.rng = random.Random(seed)
+        self.prefix = "job-" + time.strftime("%H%M%S")  # unique per run: no clash with an earlier run's state
+        self.n = 0
+        self.next_at = time.monotonic() + every
+        self.live: list[Any] = []
+
+    def make(self) -> Any:
+        from busched.agent import DURATION_KEY
+        from busched.api.objects import ClusterSpec, JobSpec, TaskSpec
+
+        self.n += 1
+        name = f"{self.prefix}-{self.n}"
+        k = self.rng.randint(1, 3)
+        secs = self.duration * self.rng.uniform(0.3, 1.0)
+        tasks = [TaskSpec(name=f"{name}-{i}", namespace="demo", job=name,
+                          requests={"cpu": self.rng.choice(["500m", "1"]), "memory": "1Gi"},
+                          annotations={DURATION_KEY: f"{secs:.3g}"}) for i in range(k)]
+        queue = ("default", "research")[self.n % 2]
+        return ClusterSpec(jobs=[JobSpec(name=name, namespace="demo", queue=queue, min_member=k)], tasks=tasks)
+
+    async def step(self, bus: Any) -> None:
+        """Submit when due (and delete the oldest arrival beyond ``keep``); errors are printed, not raised."""
+        from busched.bus.apply import apply_cluster
+
+        if time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.every
+        spec = self.make()
+        try:
+            _, errors = await apply_cluster(bus, spec)
+            self.live.append(spec)
+            while len(self.live) > self.keep:
+                errors += (await apply_cluster(bus, self.live.pop(0), delete=True))[1]
+        except Exception as e:  # noqa: BLE001 - the demo goes on at the next arrival
+            errors = [str(e)]
+        for e in errors:
+            _say(f"demo arrival: error: {e}")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     return asyncio.run(run_until_signal(lambda stop: up(args, stop)))
@@ -80,7 +139,7 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.bus.apply import apply_cluster
     from busched.bus.auth import AuthDir, AuthError, prepare_agent_consumer
     from busched.bus.connect import NatsOptions, options_from_args
-    from busched.bus.server import NatsServer, NatsServerError, free_port
+    from busched.bus.server import NatsServer, NatsServerError, free_port, port_in_use
     from busched.cli.agent import nodes_from_args
     from busched.cli.run import load_scheduler_config, settings_from_args
     from busched.scheduler import Scheduler
@@ -97,12 +156,33 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             opts = options_from_args(args, "busched-up")
             sopts = aopts = copts = opts
             _say(f"using NATS at {opts.url}")
+            if args.reset:
+                _say("--reset ignored: it resets the nats-server busched up starts, not one given with --nats")
         else:
             data = Path(args.data_dir).resolve()
             mon = None if args.nats_monitor_port < 0 else (args.nats_monitor_port or free_port())
             kw: dict[str, Any] = dict(port=args.nats_port, monitor_port=mon, log_file=str(data / "nats-server.log"))
             auth = AuthDir.of_data_dir(data)
             creds: dict[str, Any] = {}
+            for what, port in (("client", args.nats_port), ("monitoring", mon)):
+                # before --reset: never delete the state of a server that is still running
+                if port and port_in_use("127.0.0.1", port):
+                    _say(f"cannot start nats-server: its {what} port 127.0.0.1:{port} is already in use (another "
+                         f"nats-server or busched up?); stop it, or choose another port with "
+                         f"--nats-{'port' if what == 'client' else 'monitor-port'}, or use it with --nats URL")
+                    return 1
+            js_dir = data / "jetstream"
+            if args.reset:
+                if js_dir.exists():
+                    try:
+                        shutil.rmtree(js_dir)
+                    except OSError as e:
+                        _say(f"cannot reset {js_dir}: {e}")
+                        return 1
+                    _say(f"--reset: deleted the JetStream state of earlier runs ({js_dir}); credentials kept")
+            elif _has_state(js_dir):
+                _say(f"{data} holds the JetStream state of an earlier run: its queues, jobs and tasks come back; "
+                     f"`busched up --reset` starts fresh")
             try:
                 if args.insecure:
                     server = NatsServer(data / "jetstream", **kw)
@@ -169,6 +249,7 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
         await agent.start()
         _say(f"{len(agent.nodes)} simulated nodes ({args.cpu} cpu, {args.memory} memory each): "
              + ", ".join(agent.nodes))
+        cbus = None
         if not args.no_demo:
             demo = demo_cluster(args.duration)
             try:
@@ -176,20 +257,25 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             except BusError as e:
                 _say(str(e))
                 return 1
-            try:
-                n, errors = await apply_cluster(cbus, demo)
-            finally:
-                await cbus.close()
+            cleanup.append(cbus)
+            n, errors = await apply_cluster(cbus, demo)
             where = f" --nats {copts.url}" if copts.url != "nats://127.0.0.1:4222" and not secured else ""
             _say(f"applied the demo workload: {n} objects (jobs demo/train, demo/etl, demo/sweep); "
                  f"watch it with `busched get tasks{where}`")
             for e in errors:
                 _say(f"error: {e}")
+        arrivals = Arrivals(args.duration, args.demo_every) if cbus is not None and args.demo_every > 0 else None
+        if arrivals is not None:
+            _say(f"a new demo job every {args.demo_every:g}s (demo/{arrivals.prefix}-N; --demo-every, --no-demo)")
         _say("Ctrl-C to stop" if args.exit_after is None else f"stopping by itself after {args.exit_after:g}s")
         last = ""
         deadline = None if args.exit_after is None else t_start + args.exit_after
         while not stop.is_set():
+            if arrivals is not None:
+                await arrivals.step(cbus)
             timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            if arrivals is not None:
+                timeout = max(0.0, min(timeout, arrivals.next_at - time.monotonic()))
             try:
                 await asyncio.wait_for(stop.wait(), timeout)
             except asyncio.TimeoutError:
@@ -224,14 +310,23 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             _say("nats-server stopped")
 
 
+def _has_state(js_dir: Path) -> bool:
+    try:
+        return any(p.is_file() for p in js_dir.rglob("*"))
+    except OSError:
+        return False
+
+
 def _summary(sched: Any) -> str:
     tasks: dict[str, int] = {}
     for t in sched.view("tasks"):
         tasks[t["status"]] = tasks.get(t["status"], 0) + 1
-    jobs = {j["name"]: j["phase"] for j in sched.view("jobs")}
+    jobs: dict[str, int] = {}
+    for j in sched.view("jobs"):
+        jobs[j["phase"]] = jobs.get(j["phase"], 0) + 1
     nodes = sum(1 for n in sched.view("nodes") if n["state"] == "alive")
     t = ", ".join(f"{v} {k}" for k, v in sorted(tasks.items())) or "none"
-    j = ", ".join(f"{k} {v}" for k, v in sorted(jobs.items())) or "none"
+    j = ", ".join(f"{v} {k}" for k, v in sorted(jobs.items())) or "none"
     return f"nodes alive: {nodes}; tasks: {t}; jobs: {j}"
 
 
