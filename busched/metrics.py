@@ -6,6 +6,7 @@ several schedulers (tests, `busched up`) can live in one process.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -88,16 +89,14 @@ class _Hist:
 
     def __init__(self, buckets: tuple[float, ...]) -> None:
         self.buckets = buckets
-        self.series: dict[tuple[str, ...], list[float]] = {}  # labels -> [count per bucket..., sum, count]
+        # labels -> [count per bucket..., count beyond the last, sum, count]
+        self.series: dict[tuple[str, ...], list[float]] = {}
 
     def observe(self, value: float, labels: tuple[str, ...] = ()) -> None:
         s = self.series.get(labels)
         if s is None:
-            s = self.series[labels] = [0.0] * (len(self.buckets) + 2)
-        for i, b in enumerate(self.buckets):
-            if value <= b:
-                s[i] += 1
-                break
+            s = self.series[labels] = [0.0] * (len(self.buckets) + 3)
+        s[bisect_left(self.buckets, value)] += 1  # past the last bucket: the +Inf count only (s[-2] below)
         s[-2] += value
         s[-1] += 1
 
@@ -189,7 +188,7 @@ class VolcanoMetrics:
             if typ == "histogram":
                 h = self.hists[name] = _Hist(buckets)
                 if not labels:  # exported from the start, as Go's client does
-                    h.series[()] = [0.0] * (len(buckets) + 2)
+                    h.series[()] = [0.0] * (len(buckets) + 3)
             else:
                 self.values[name] = {} if labels else {(): 0.0}
         registry.register(self)

@@ -102,43 +102,71 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
     unschedulable_jobs = unschedulable_tasks = 0
     task_counts = v.values["volcano_unschedule_task_count"]
     shares = v.values["volcano_job_share"]
+    start_times = v.values["volcano_e2e_job_scheduling_start_time"]
+    placed = st.placed
+    tc, tm, ts = total.cpu, total.memory, [(k, q) for k, q in total.scalars.items() if q > 0]
+    marked: dict[int, bool] = {}  # id(conditions) -> marked Unschedulable by this session (gang shares lists)
     seen: dict[str, tuple[str, str, str]] = {}
+    binding = TaskStatus.Binding
+    inqueue = PodGroupPhase.Inqueue
     for job in ssn.jobs.values():
-        labels = (job.name, job.queue, job.namespace)
+        name, ns = job.name, job.namespace
+        labels = (name, job.queue, ns)
         seen[job.uid] = labels
         q = queues.get(job.queue)
         if q is None:
             q = queues[job.queue] = [Resource(), Resource(), Resource(), {}]
-        q[0].add(job.allocated)
+        a = job.allocated
+        q[0].add(a)
         q[1].add(job.total_request)
         if job.has_podgroup:
-            q[3][job.phase] = q[3].get(job.phase, 0) + 1
-            if job.phase == PodGroupPhase.Inqueue:
-                q[2].add(job.inqueue_resource(job.allocated))
-        shares[(job.namespace, job.name)] = _share(job.allocated, total)
-        if any(c.get("type") == "Unschedulable" and c.get("status") == "True" and c.get("transitionID") == uid
-               for c in job.conditions):
+            phases = q[3]
+            phases[job.phase] = phases.get(job.phase, 0) + 1
+            if job.phase == inqueue:
+                q[2].add(job.inqueue_resource(a))
+        # dominant share of the cluster (drf's)
+        share = a.cpu / tc if tc > 0 else 0.0
+        if tm > 0 and a.memory / tm > share:
+            share = a.memory / tm
+        if ts and a.scalars:
+            for k, t in ts:
+                x = a.scalars.get(k, 0.0) / t
+                if x > share:
+                    share = x
+        shares[(ns, name)] = share
+        conds = job.conditions
+        unsched = False
+        if conds:
+            unsched = marked.get(id(conds))
+            if unsched is None:
+                unsched = marked[id(conds)] = any(
+                    c.get("type") == "Unschedulable" and c.get("status") == "True" and c.get("transitionID") == uid
+                    for c in conds)
+        if unsched:
             n = max(job.min_available - job.ready_task_num(), job.count(TaskStatus.Pending), 1)
             unschedulable_jobs += 1
             unschedulable_tasks += n
-            task_counts[(job.name,)] = n
-            v.inc("volcano_job_retry_counts", 1, (job.name,))
-        else:
-            task_counts.pop((job.name,), None)
-        if binds and job.count(TaskStatus.Binding):
-            for t in job.status_index[TaskStatus.Binding].values():
-                if t.key in binds and t.created:
-                    v.observe("volcano_task_scheduling_latency_milliseconds", max(0.0, now - t.created) * ms,
-                              ("Assumed",))
-        if job.uid not in st.placed and job.created and job.is_ready() and job.scheduled_task_num() + job.count(
-                TaskStatus.Binding) >= job.min_available and job.min_available > 0:
-            st.placed.add(job.uid)
-            d = max(0.0, now - job.created) * ms
-            v.observe("volcano_e2e_job_scheduling_latency_milliseconds", d)
-            v.set("volcano_e2e_job_scheduling_duration", d, labels)
-            v.set("volcano_e2e_job_scheduling_last_time", float(int(now)), labels)
-        if job.created and labels not in v.values["volcano_e2e_job_scheduling_start_time"]:
-            v.set("volcano_e2e_job_scheduling_start_time", float(int(job.created)), labels)
+            task_counts[(name,)] = n
+            v.inc("volcano_job_retry_counts", 1, (name,))
+        elif task_counts:
+            task_counts.pop((name,), None)
+        if binds:
+            bt = job.status_index.get(binding)
+            if bt:
+                for t in bt.values():
+                    if t.created and t.key in binds:
+                        v.observe("volcano_task_scheduling_latency_milliseconds", max(0.0, now - t.created) * ms,
+                                  ("Assumed",))
+        created = job.created
+        if created:
+            if job.uid not in placed and job.min_available > 0 and job.is_ready():
+                placed.add(job.uid)
+                d = max(0.0, now - created) * ms
+                v.observe("volcano_e2e_job_scheduling_latency_milliseconds", d)
+                v.set("volcano_e2e_job_scheduling_duration", d, labels)
+                v.set("volcano_e2e_job_scheduling_last_time", float(int(now)), labels)
+            if labels not in start_times:
+                start_times[labels] = float(int(created))
     v.set("volcano_unschedule_job_count", unschedulable_jobs)
     v.inc("volcano_schedule_attempts_total", len(binds), ("scheduled",))
     v.inc("volcano_schedule_attempts_total", unschedulable_tasks, ("unschedulable",))
