@@ -24,7 +24,8 @@ from busched.bus.client import Bus
 from busched.cache import build
 
 __all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster", "ClusterFileError",
-           "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created"]
+           "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created", "missing_references",
+           "missing_on_bus", "describe_events"]
 
 # The order objects are published in: what others refer to first, a gang's podgroup after its tasks.
 APPLY_ORDER = (("priorityClass", "priority_classes"), ("queue", "queues"), ("hyperNode", "hyper_nodes"),
@@ -161,3 +162,51 @@ async def apply_cluster(bus: Bus, cluster: ClusterSpec, *, delete: bool = False,
     acks = await bus.publish_all((subj, msg, None) for subj, msg in events)
     errors = [f"{subj}: {a.error}" for (subj, _), a in zip(events, acks) if not a.ok]
     return len(events) - len(errors), errors
+
+
+def missing_references(cluster: ClusterSpec, *, also: ClusterSpec | None = None) -> list[tuple[str, str, str, str]]:
+    """``(kind, key, missing kind, missing key)`` for each job whose queue, and each task whose job, is in
+    neither ``cluster`` nor ``also`` (e.g. the other files of the same apply); sorted, one per referrer."""
+    have = {("queue", q.name) for c in (cluster, also) if c is not None for q in c.queues}
+    have |= {("job", _key(j)) for c in (cluster, also) if c is not None for j in c.jobs}
+    out = [("job", _key(j), "queue", j.queue) for j in cluster.jobs if j.queue and ("queue", j.queue) not in have]
+    out += [("task", _key(t), "job", f"{t.namespace}/{t.job}") for t in cluster.tasks
+            if t.job and ("job", f"{t.namespace}/{t.job}") not in have]
+    return sorted(out)
+
+
+async def missing_on_bus(bus: Bus, refs: list[tuple[str, str, str, str]], *,
+                         concurrency: int = 64) -> list[tuple[str, str, str, str]]:
+    """Of `missing_references`' answer, those whose target is not on the state stream either: its subject has
+    no message, or its last one is a delete (one direct get per distinct target; unreadable counts as there)."""
+    targets = sorted({(kind, key) for _, _, kind, key in refs})
+    gate = asyncio.Semaphore(concurrency)
+    absent: set[tuple[str, str]] = set()
+
+    async def read(kind: str, key: str) -> None:
+        async with gate:
+            last = await bus.last_state(S.state_subject(kind, key))
+        if last is None:
+            absent.add((kind, key))
+            return
+        try:
+            msg = m.decode(last[1])
+        except msgspec.DecodeError:
+            return
+        if type(msg) is m.DELETES[kind]:
+            absent.add((kind, key))
+
+    await asyncio.gather(*(read(kind, key) for kind, key in targets))
+    return [r for r in refs if (r[2], r[3]) in absent]
+
+
+def describe_events(cluster: ClusterSpec, *, delete: bool = False) -> list[str]:
+    """What `apply_cluster` would publish, one line per object in publishing order: ``upsert job demo/train
+    -> <subject>`` (without the creation times it adds)."""
+    out = []
+    order = reversed(APPLY_ORDER) if delete else APPLY_ORDER
+    for kind, attr in order:
+        for spec in getattr(cluster, attr):
+            out.append(f"{'delete' if delete else 'upsert'} {kind} {_key(spec)} -> "
+                       f"{S.state_subject(kind, _key(spec))}")
+    return out

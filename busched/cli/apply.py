@@ -14,9 +14,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                            ("delete", "delete every object of a cluster file")):
         p = sub.add_parser(name, help=helptext,
                            description=f"{helptext[0].upper()}{helptext[1:]} (the shape of a scenario's cluster: "
-                                       "block; a whole scenario file works too).")
+                                       "block; a whole scenario file works too)."
+                                       + (" Warns (without failing) about a job naming a queue, or a task naming "
+                                          "a job, that is neither in the files nor on the bus."
+                                          if name == "apply" else ""))
         p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
                        help="cluster or scenario YAML/JSON file ('-' for standard input); may repeat")
+        p.add_argument("--dry-run", action="store_true",
+                       help="check the files and print what would be published, publish nothing"
+                            + (" (the references are also checked against the bus when it answers)"
+                               if name == "apply" else ""))
         add_nats_arguments(p)
         p.set_defaults(func=cmd_apply, delete=(name == "delete"))
 
@@ -36,19 +43,60 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return asyncio.run(_publish(args, clusters))
 
 
+def _references(clusters) -> list[tuple[str, tuple[str, str, str, str]]]:  # noqa: ANN001
+    """(file, reference) for each job/task naming a queue/job that no file of this apply has."""
+    from busched.api.objects import ClusterSpec
+    from busched.bus.apply import missing_references
+
+    out = []
+    for i, (f, cluster) in enumerate(clusters):
+        others = [c for j, (_, c) in enumerate(clusters) if j != i]
+        also = ClusterSpec(queues=[q for c in others for q in c.queues], jobs=[j for c in others for j in c.jobs])
+        out += [(f, r) for r in missing_references(cluster, also=also)]
+    return out
+
+
+def _warn(f: str, ref: tuple[str, str, str, str], where: str) -> None:
+    kind, key, target_kind, target = ref
+    print(f"warning: {f}: {kind} {key} names {target_kind} {target}, which is {where}", file=sys.stderr)
+
+
 async def _publish(args: argparse.Namespace, clusters) -> int:  # noqa: ANN001
     from busched.bus import Bus, BusError
-    from busched.bus.apply import apply_cluster
+    from busched.bus.apply import apply_cluster, describe_events, missing_on_bus
     from busched.bus.connect import options_from_args
 
+    refs = [] if args.delete else _references(clusters)
     try:
-        bus = await Bus.connect(options_from_args(args, "busched-apply"), wait=5)
+        bus = await Bus.connect(options_from_args(args, "busched-apply"), wait=2 if args.dry_run else 5)
     except BusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        if not args.dry_run:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        bus = None
+        if refs:
+            print(f"warning: cannot check the references against the bus ({e})", file=sys.stderr)
+        for f, ref in refs:
+            _warn(f, ref, "not in the files (the bus was not asked)")
     rc = 0
     try:
+        if bus is not None and refs:
+            try:
+                missing = set(await missing_on_bus(bus, [r for _, r in refs]))
+            except BusError as e:
+                print(f"warning: cannot check the references against the bus: {e}", file=sys.stderr)
+                missing = {r for _, r in refs}
+            for f, ref in refs:
+                if ref in missing:
+                    _warn(f, ref, "neither in the files nor on the bus")
         for f, cluster in clusters:
+            if args.dry_run:
+                lines = describe_events(cluster, delete=args.delete)
+                print(f"{f}: would {'delete' if args.delete else 'apply'} {len(lines)} objects (dry run: nothing "
+                      f"published)")
+                for line in lines:
+                    print(f"  {line}")
+                continue
             n, errors = await apply_cluster(bus, cluster, delete=args.delete)
             verb = "deleted" if args.delete else "applied"
             print(f"{f}: {verb} {n} objects")
@@ -56,5 +104,6 @@ async def _publish(args: argparse.Namespace, clusters) -> int:  # noqa: ANN001
                 print(f"error: {e}", file=sys.stderr)
                 rc = 1
     finally:
-        await bus.close()
+        if bus is not None:
+            await bus.close()
     return rc
