@@ -111,7 +111,7 @@ class Agent:
         self.metrics = metrics or AgentMetrics()
         self.boot = uuid.uuid4().hex[:12]
         names = list(self.nodes)
-        self.consumer_name = S.agent_consumer(names[0]) if len(names) == 1 else S.fleet_consumer(names)
+        self.consumer_name = S.decision_consumer(names)
         self.history: list[tuple[str, str, str, int]] = []  # (event, node, task, attempt), for tests and tools
         self.heartbeats_paused = False
         self._tasks: list[asyncio.Task[Any]] = []

@@ -684,16 +684,28 @@ class Bus:
         last = await self.last_state(subject)
         if last is None:
             return out
+        got = await self.read_ordered(S.STATE_STREAM, subject, api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.ALL), until=last[0], timeout=timeout)
+        return [(seq, data) for _, seq, data, _ in got]
+
+    async def read_ordered(self, stream: str, subject: str, config: Any, *, until: int, timeout: float,
+                           big: bool = False) -> list[tuple[str, int, bytes, Any]]:
+        """The messages an ordered consumer on ``stream`` (filter ``subject``, start as ``config`` says)
+        delivers up to stream sequence ``until``, as ``(subject, sequence, data, headers)``.  ``big``: room
+        for a whole stream in the client's buffers."""
+        out: list[tuple[str, int, bytes, Any]] = []
         done = asyncio.Event()
 
         async def cb(m: Any) -> None:
             seq, _ = _stream_position(m)
-            out.append((seq, bytes(m.data or b"")))
-            if seq >= last[0]:
+            if seq < 0:
+                return  # not a stream message
+            out.append((m.subject, seq, bytes(m.data or b""), m.headers))
+            if seq >= until:
                 done.set()
 
-        sub = await self.js.subscribe(subject, stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
-                                      config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL))
+        limits = dict(pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 ** 3) if big else {}
+        sub = await self.js.subscribe(subject, stream=stream, cb=cb, ordered_consumer=True, config=config, **limits)
         try:
             await asyncio.wait_for(done.wait(), timeout)
         finally:

@@ -95,30 +95,9 @@ async def _read(bus: Any, stream: str, start: int, subject: str,
     last = int(info.state.last_seq or 0)
     if not (info.state.messages or 0) or last < start:
         return []
-    out: list[tuple[str, int, bytes, dict[str, str] | None]] = []
-    done = asyncio.Event()
-
-    async def cb(m: Any) -> None:
-        try:
-            seq = int(m.metadata.sequence.stream)
-        except Exception:  # noqa: BLE001 - not a stream message
-            return
-        out.append((m.subject, seq, bytes(m.data or b""), m.headers))
-        if seq >= last:
-            done.set()
-
     cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start))
     subj = subject if subject != ">" else (info.config.subjects or [">"])[0]
-    sub = await bus.js.subscribe(subj, stream=stream, cb=cb, ordered_consumer=True, config=cfg,
-                                 pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 * 1024 * 1024)
-    try:
-        await asyncio.wait_for(done.wait(), timeout)
-    finally:
-        try:
-            await sub.unsubscribe()
-        except Exception:  # noqa: BLE001
-            pass
-    return out
+    return await bus.read_ordered(stream, subj, cfg, until=last, timeout=timeout, big=True)
 
 
 class StateReader:

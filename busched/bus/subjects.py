@@ -42,7 +42,7 @@ import re
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
            "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
            "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
-           "followed_subjects", "fleet_consumer", "decision_node", "task_results", "node_results"]
+           "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results", "node_results"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"
@@ -137,6 +137,12 @@ def fleet_consumer(nodes: list[str]) -> str:
     """Durable consumer name of an agent serving several nodes: one consumer for the set (stable for the same set)."""
     digest = hashlib.sha256("\n".join(sorted(nodes)).encode()).hexdigest()[:16]
     return f"agents-{len(nodes)}-{digest}"
+
+
+def decision_consumer(nodes: list[str]) -> str:
+    """The durable consumer an agent serving ``nodes`` reads its decisions from: the node's own for one node,
+    the fleet's for several."""
+    return agent_consumer(nodes[0]) if len(nodes) == 1 else fleet_consumer(nodes)
 
 
 def decision_node(subject: str) -> str:

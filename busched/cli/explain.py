@@ -46,12 +46,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - reported as one line
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if args.json:
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print_explain(out)
-    return 0
+    return show(out, args.json)
 
 
 def explain_recorded(args: argparse.Namespace) -> int:
@@ -82,11 +77,17 @@ def explain_recorded(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - reported as one line
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if args.json:
+    return show(out, args.json, header=f"before cycle {out['boot']}:{out['cycle']}")
+
+
+def show(out: dict[str, Any], as_json: bool, header: str = "") -> int:
+    """Print an explanation as JSON or as text (live or on a record: one shape)."""
+    if as_json:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(f"before cycle {out['boot']}:{out['cycle']}")
+        if header:
+            print(header)
         print_explain(out)
     return 0
 

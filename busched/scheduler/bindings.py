@@ -79,30 +79,47 @@ class Bindings:
             if sending:
                 await asyncio.gather(*sending)
 
-    async def _record_binds(self, todo: list[tuple[str, Binding]]) -> list[tuple[str, Binding]]:
-        """Write the binding records of ``todo``, each on condition; the binds whose record is stored (the
-        others stay Pending, or belong to the scheduler whose record won)."""
+    async def _write_records(self, items: list[tuple[str, Binding]]) -> tuple[list[tuple[str, Binding]],
+                                                                                list[tuple[str, Binding, str]]]:
+        """Write the binding records of ``items`` now, each on condition that its subject is where we last saw
+        it.  Returns the stored ones and the ones not stored for another reason than a lost condition (with the
+        error); the lost ones are settled here (`_lost_race`)."""
         acks = await self.bus.publish_all(
-            (S.binding_subject(key), self._binding_record(key, b), None, b.rec_seq) for key, b in todo)
-        ready: list[tuple[str, Binding]] = []
+            (S.binding_subject(key), self._binding_record(key, b), None, b.rec_seq) for key, b in items)
+        stored: list[tuple[str, Binding]] = []
+        failed: list[tuple[str, Binding, str]] = []
         lost: list[str] = []
-        for (key, b), ack in zip(todo, acks):
+        for (key, b), ack in zip(items, acks):
             if ack.ok:
-                b.rec_seq = max(b.rec_seq, ack.seq)
-                ready.append((key, b))
+                self._record_stored(b, ack.seq)
+                stored.append((key, b))
             elif ack.conflict:
                 lost.append(key)
             else:
-                # nothing was sent to the agent: the task simply stays Pending
-                self.metrics.publish_errors.labels("binding").inc()
-                log.warning("bind %s -> %s not recorded (%s); it stays Pending", key, b.node, ack.error)
-                if self.bindings.get(key) is b:
-                    self.bindings[key] = dataclasses.replace(b, state="released", reason="publish failed",
-                                                             version=self._next_version())
-                    self._write_binding(key, self.bindings[key])
-                    self._refresh_task(key)
+                failed.append((key, b, ack.error))
         if lost:
             await self._lost_race(lost)
+        return stored, failed
+
+    def _record_stored(self, b: Binding, seq: int) -> None:
+        """A binding record of ours is on the stream at ``seq``: the next one is written on condition of it."""
+        b.rec_seq = max(b.rec_seq, seq)
+        if seq > self._max_rec_seq:
+            self._max_rec_seq = seq
+
+    async def _record_binds(self, todo: list[tuple[str, Binding]]) -> list[tuple[str, Binding]]:
+        """Write the binding records of ``todo``, each on condition; the binds whose record is stored (the
+        others stay Pending, or belong to the scheduler whose record won)."""
+        ready, failed = await self._write_records(todo)
+        for key, b, error in failed:
+            # nothing was sent to the agent: the task simply stays Pending
+            self.metrics.publish_errors.labels("binding").inc()
+            log.warning("bind %s -> %s not recorded (%s); it stays Pending", key, b.node, error)
+            if self.bindings.get(key) is b:
+                self.bindings[key] = dataclasses.replace(b, state="released", reason="publish failed",
+                                                         version=self._next_version())
+                self._write_binding(key, self.bindings[key])
+                self._refresh_task(key)
         return ready
 
     async def _lost_race(self, keys: list[str]) -> None:
@@ -206,34 +223,24 @@ class Bindings:
             self._refresh_task(key)
         if not items:
             return
-        acks = await self.bus.publish_all((S.binding_subject(k), self._binding_record(k, b), None, b.rec_seq)
-                                          for k, b in items)
-        sent: list[tuple[str, Binding, str]] = []
-        lost: list[str] = []
-        for (key, b), ack in zip(items, acks):
-            if ack.ok:
-                b.rec_seq = max(b.rec_seq, ack.seq)
-                sent.append((key, b, "evict"))
-            elif ack.conflict:
-                lost.append(key)
-            else:
-                self._write_binding(key, b)  # the record first; its decision follows (_republish)
-                self._unpublished.add(key)
-        if lost:
-            await self._lost_race(lost)
+        stored, failed = await self._write_records(items)
+        for key, b, _ in failed:
+            self._write_binding(key, b)  # the record first; its decision follows (_republish)
+            self._unpublished.add(key)
+        sent = [(key, b, "evict") for key, b in stored]
         await self._send_decisions(sent)
         for key, b, _ in sent:
             report.evicts.append((key, b.node))
         events_log.evicts(self, sent)
         self.metrics.action_evicts.inc(len(sent))
 
-    def _stop_attempt(self, key: str, reason: str, why: str) -> None:
+    def _stop_attempt(self, key: str, reason: str, why: str, *, bind_deleted: bool = False) -> None:
         """Stop a live attempt whose outcome is unknown: an evict for it, and its resources stay held until the
-        agent answers (or its node is declared lost)."""
+        agent answers (or its node is declared lost).  ``bind_deleted``: the caller deleted the bind decision."""
         b = self.bindings.get(key)
         if b is None or not b.live:
             return
-        if b.seq and b.state == "binding":
+        if b.seq and b.state == "binding" and not bind_deleted:
             self._spawn_bg(self.bus.delete_decision(b.seq))  # an undelivered bind need not be delivered
         b.state = "evicting"
         b.stop = why
@@ -293,7 +300,7 @@ class Bindings:
         if delivered is not None and delivered < b.seq:
             self._release(key, reason, "lease", exclude=True)
         else:
-            self._stop_attempt(key, reason, "lease")
+            self._stop_attempt(key, reason, "lease", bind_deleted=bool(b.seq))
         report.released.append((key, "lease"))
 
     def _bus_calm(self, now: float) -> bool:

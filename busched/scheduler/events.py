@@ -18,7 +18,6 @@ kept as an orphan and settled by `Bindings._recover`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from busched.bus import messages as m
@@ -256,7 +255,7 @@ class Events:
         if self._caught_up and rec.writer and rec.writer == self.boot:
             # our own record, heard before its acknowledgement
             if cur is not None:
-                cur.rec_seq = max(cur.rec_seq, seq)
+                self._record_stored(cur, seq)
             return "own"
         # (records carry the writer's epoch; until leader election gives schedulers epochs it is 0 for all, and
         # the conditional writes alone decide which record stands)
@@ -270,6 +269,7 @@ class Events:
             log.warning("task %s: another scheduler wrote attempt %d on %s over ours (attempt %d on %s)", key,
                         b.attempt, b.node, cur.attempt, cur.node)
         self.bindings[key] = b
+        self._max_rec_seq = max(self._max_rec_seq, seq)
         self._outbox.pop(S.binding_subject(key), None)  # ours, if any, lost to it
         self._unpublished.discard(key)
         if rec.state == "done":
@@ -369,9 +369,7 @@ class Events:
             return
         if b.stop == "lease":
             self._release(key, b.evict_reason, "lease", exclude=True)
-        elif b.stop == "restart":
-            self._release(key, b.evict_reason, "node_lost")
-        elif b.stop == "node":
+        elif b.stop in ("restart", "node"):  # its agent restarted, or its node was deleted
             self._release(key, b.evict_reason, "node_lost")
         else:
             self._release(key, f"evicted from {r.node}: {b.evict_reason}", "evicted", backoff=False)

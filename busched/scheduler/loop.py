@@ -143,6 +143,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
         self._quiet = False  # replaying history: refusals were counted already
         self._deleting: set[str] = set()  # deleted tasks whose attempt is being stopped
+        self._max_rec_seq = 0  # the highest state-stream sequence of a binding record known (cycle records)
         self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
         self._last_refusal = ""
         self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
@@ -357,7 +358,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 if key:
                     b = self.bindings.get(key)
                     if b is not None:
-                        b.rec_seq = max(b.rec_seq, ack.seq)
+                        self._record_stored(b, ack.seq)
             elif ack.conflict and key:
                 lost.append(key)
             else:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from tests.faults.cluster import check_invariants, dump, workload

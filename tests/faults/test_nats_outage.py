@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.faults.cluster import check_invariants, dump, wait_for, workload
 
 

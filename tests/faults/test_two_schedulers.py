@@ -6,26 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
+from busched.framework.config import DEFAULT_CONFIG
 from tests.faults.cluster import check_invariants, dump, wait_for, workload
 
-SPREAD = """
-actions: "enqueue, allocate, backfill"
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-    enablePreemptable: false
-  - name: conformance
-- plugins:
-  - name: overcommit
-  - name: drf
-    enablePreemptable: false
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-"""
+# the default configuration without binpack
+SPREAD = DEFAULT_CONFIG.replace("  - name: binpack\n", "")
 
 
 # issue 10 item 6: two schedulers on one bus bind a task twice, leave tasks Failed as stale and nodes with phantom reservations (fixed: this test holds it)
