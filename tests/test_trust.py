@@ -473,3 +473,20 @@ async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winne
     b = sched.bindings["t/x"]
     assert (b.attempt, b.node, b.rec_seq) == (1, "node-01", won.seq)
     assert await bus.last_decision(S.decision_subject("node-00", "bind", "t/x")) is None
+
+
+async def test_a_bad_podgroup_status_record_never_takes_its_job_away(harness):  # noqa: F811
+    sched = await harness.scheduler()
+    agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await apply_cluster(bus, tasks(2))
+    await wait_until(lambda: len(held_by_node(agent)["node-00"]) == 2, what="both running")
+    await sched.stop()
+    # a record the scheduler would never write, last on the job's podgroup subject when the next one starts
+    await bus.publish(S.podgroup_subject("t/j"), b'{"type":"podgroup.status","namespace":"t","name":"j",'
+                                                 b'"phase":"Bogus"}')
+    again = await harness.scheduler()
+    assert rejected(again, "invalid", "podgroup") == 1
+    assert [j["name"] for j in again.view("jobs")] == ["j"]
+    await apply_cluster(bus, tasks(3))  # and the job's new work is placed
+    await wait_until(lambda: len(held_by_node(agent)["node-00"]) == 3, what="the third task placed")

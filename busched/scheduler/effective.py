@@ -102,9 +102,16 @@ class Effective:
             return
         st = self.pg_status.get(key)
         if st is not None:
-            spec = msgspec.structs.replace(spec, phase=st.phase, conditions=[
+            overlaid = msgspec.structs.replace(spec, phase=st.phase, conditions=[
                 {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
                  "transitionID": c.transition_id} for c in st.conditions])
+            try:
+                self.cache.upsert("job", overlaid, key)
+                return
+            except SpecError as e:
+                # a status record that does not fit the job must not take the job away: the spec alone holds
+                log.warning("job %s: its podgroup status is not valid, left out: %s", key, e)
+                self.pg_status.pop(key, None)
         self._upsert("job", spec, strict, key)
 
     def _upsert(self, kind: str, spec: Any, strict: bool, key: str) -> None:

@@ -22,7 +22,7 @@ import logging
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.cache.build import SpecError
+from busched.cache.build import JOB_PHASES, SpecError
 from busched.framework.cycle import paused_gc
 from busched.scheduler.records import (
     _DECODE,
@@ -286,6 +286,9 @@ class Events:
         return "applied"
 
     def _apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
+        if st.phase not in JOB_PHASES:
+            return self._reject("invalid", "podgroup", f"podgroup {key}: phase: unknown phase {st.phase!r} "
+                                                       f"(one of {', '.join(sorted(p for p in JOB_PHASES if p))})")
         self.pg_status[key] = st
         self._refresh_job(key)
         return "applied"
