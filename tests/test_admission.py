@@ -14,7 +14,7 @@ from busched.api import k8s_specs, limits
 from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskSpec
 from busched.bus import messages as m
 from busched.bus.apply import ClusterFileError, apply_cluster, check_cluster, load_cluster, load_cluster_file
-from busched.cache import build
+from busched.api import build
 from busched.cache.cache import Cache
 from busched.cli.main import main
 

@@ -10,7 +10,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import PriorityClass
 from busched.api.resource import Resource
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase
-from busched.cache import build
+from busched.api import build
 
 PCS = {"high": PriorityClass("high", 1000, "Never", False)}
 

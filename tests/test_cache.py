@@ -3,7 +3,7 @@
 import pytest
 
 from busched.api.task import TaskStatus
-from busched.cache.build import SpecError
+from busched.api.build import SpecError
 from busched.cache.cache import Cache
 
 from tests.helpers import cluster
@@ -58,7 +58,7 @@ def test_bad_objects_are_refused_with_their_name():
 def test_parsed_resource_lists_are_copies_and_errors_stay() -> None:
     """A resource list parsed before is handed out as a fresh copy (a caller may change it), equal
     values of other types are parsed apart, and a bad value is still reported where it is."""
-    from busched.cache import build
+    from busched.api import build
 
     a = build.resources({"cpu": "1", "memory": "4Gi"}, "x")
     b = build.resources({"cpu": "1", "memory": "4Gi"}, "y")

@@ -8,7 +8,7 @@ from busched.actions.preempt import Candidate, PreemptAction, num_candidates, pi
 from busched.actions.util import TrialEvictions, victims_cover
 from busched.api.task import TaskStatus
 from busched.framework.session import EventHandler
-from busched.framework.snapshot import Shard
+from busched.api.snapshot import Shard
 
 from tests.evict_helpers import (PREEMPT_TIER, config, evicted, job, node, pending, pipelined, running, session,
                                  spec, state)

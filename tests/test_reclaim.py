@@ -6,7 +6,7 @@ import pytest
 
 from busched.actions.reclaim import ReclaimAction
 from busched.api.task import TaskStatus
-from busched.framework.snapshot import Shard
+from busched.api.snapshot import Shard
 
 from tests.evict_helpers import RECLAIM_TIER, config, evicted, job, node, pending, pipelined, running, session, spec, state
 

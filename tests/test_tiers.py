@@ -2,7 +2,7 @@
 
 from busched.framework.config import load_config
 from busched.framework.session import Session
-from busched.framework.snapshot import ClusterSnapshot
+from busched.api.snapshot import ClusterSnapshot
 from busched.framework import tiers as tw
 
 CONF = """

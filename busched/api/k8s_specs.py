@@ -3,7 +3,7 @@ topology spread constraints, a job's network topology, sub-group policies and co
 
 They exist to refuse a wrong shape while a message or file decodes (with the path of the field
 that is wrong), and to bound every size (`busched.api.limits`).  The domain code
-(`busched.api.k8s`, `busched.api.subjob`, the plugins) keeps reading plain dicts: `busched.cache.build`
+(`busched.api.k8s`, `busched.api.subjob`, the plugins) keeps reading plain dicts: `busched.api.build`
 turns these into dicts once per conversion with `plain` / `plain_list` (`msgspec.to_builtins`,
 camelCase keys as written).
 

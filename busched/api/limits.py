@@ -3,7 +3,7 @@
 Kubernetes and Volcano refuse these at admission; busched has no API server in front of it, so
 the spec types (`busched.api.objects`, `busched.api.k8s_specs`) carry them as msgspec
 constraints (checked while a message or file decodes, before anything else sees it), and
-`Resource.from_list` and `busched.cache.build.validate` check what a type cannot say (a
+`Resource.from_list` and `busched.api.build.validate` check what a type cannot say (a
 quantity's parsed value, the total size of the annotations).
 
 ================================  ==================================================================
@@ -66,6 +66,6 @@ LabelValue = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_VALUE)]
 ShortStr = Annotated[str, msgspec.Meta(max_length=MAX_STRING)]
 QuantityText = Annotated[str, msgspec.Meta(max_length=MAX_QUANTITY_TEXT)]
 Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_LABELS)]
-# (the total size, 256 KiB, is checked by `busched.cache.build.validate`)
+# (the total size, 256 KiB, is checked by `busched.api.build.validate`)
 Annotations = Annotated[dict[LabelKey, str], msgspec.Meta(max_length=MAX_ITEMS)]
 Strings = Annotated[list[ShortStr], msgspec.Meta(max_length=MAX_ITEMS)]

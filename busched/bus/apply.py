@@ -21,7 +21,7 @@ from busched.api.timestamp import Timestamp
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
-from busched.cache import build
+from busched.api import build
 
 __all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster", "ClusterFileError",
            "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created", "missing_references",
@@ -72,7 +72,7 @@ def load_cluster_file(path: str | Path, text: bytes | None = None) -> ClusterSpe
 
 
 def check_cluster(cluster: ClusterSpec, where: str = "cluster") -> None:
-    """Every object as the scheduler will check it (`busched.cache.build.validate`); raises
+    """Every object as the scheduler will check it (`busched.api.build.validate`); raises
     `ClusterFileError` with the first refusal, so that a file with one bad object publishes none."""
     for kind, attr in APPLY_ORDER:
         for spec in getattr(cluster, attr):

@@ -20,10 +20,10 @@ from busched.api.queue import PriorityClass
 from busched import kernels
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, completed_status
-from busched.cache import build
+from busched.api import build
 from busched.kernels import unfit
 from busched.cache.shared import SharedMemo
-from busched.framework.snapshot import ClusterSnapshot, Shard
+from busched.api.snapshot import ClusterSnapshot, Shard
 
 __all__ = ["Cache", "KINDS"]
 

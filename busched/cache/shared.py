@@ -69,7 +69,7 @@ from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
-from busched.cache import build
+from busched.api import build
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "VERIFY", "fingerprint_job", "fingerprint_node"]
 

@@ -16,7 +16,7 @@ from typing import Any
 from busched.framework.config import SchedulerConfig
 from busched.framework.registry import Registry
 from busched.framework.session import Session
-from busched.framework.snapshot import ClusterSnapshot
+from busched.api.snapshot import ClusterSnapshot
 
 __all__ = ["open_session", "close_session", "run_cycle", "run_actions", "finish_cycle", "paused_gc", "QuietCycles"]
 

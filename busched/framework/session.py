@@ -28,7 +28,7 @@ from busched.framework import reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
 from busched.framework.pqueue import PriorityQueue
-from busched.framework.snapshot import ClusterSnapshot
+from busched.api.snapshot import ClusterSnapshot
 from busched.kernels.fit import NodeArrays
 
 __all__ = ["Session", "POINTS", "Decision", "EventHandler"]

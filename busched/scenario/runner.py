@@ -21,14 +21,14 @@ from busched.api.fit import FitError
 from busched.api.objects import ClusterSpec
 from busched.api.task import TaskStatus
 from busched.api.timestamp import TimeError, parse_time
-from busched.cache.build import SpecError
+from busched.api.build import SpecError
 from busched.cache.cache import Cache
 from busched.framework.config import ConfigError, SchedulerConfig, parse_config
 from busched.framework.cycle import run_cycle
 from busched.framework.nodeselect import prioritize_nodes
 from busched.framework.registry import Registry
 from busched.framework.session import Session
-from busched.framework.snapshot import Shard
+from busched.api.snapshot import Shard
 
 __all__ = ["ScenarioError", "Scenario", "load_scenario", "run_scenario", "check_report"]
 

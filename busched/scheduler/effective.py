@@ -20,7 +20,7 @@ import msgspec
 
 from busched.api import objects as o
 from busched.api.task import TaskStatus, status_from_phase
-from busched.cache.build import SpecError
+from busched.api.build import SpecError
 from busched.scheduler.records import BACKOFF_GATE, TERMINAL, NodeLive
 
 log = logging.getLogger("busched.scheduler")

@@ -22,7 +22,7 @@ import logging
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.cache.build import JOB_PHASES, SpecError
+from busched.api.build import JOB_PHASES, SpecError
 from busched.framework.cycle import paused_gc
 from busched.scheduler.records import (
     _DECODE,

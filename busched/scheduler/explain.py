@@ -31,7 +31,7 @@ from busched.api.task import TaskInfo
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
 from busched.framework.nodeselect import insufficient_reason
 from busched.framework.session import Session
-from busched.framework.snapshot import ClusterSnapshot
+from busched.api.snapshot import ClusterSnapshot
 
 __all__ = ["REASONS", "Inputs", "gather", "gather_at", "explain", "classify"]
 
