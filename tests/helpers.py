@@ -9,7 +9,7 @@ import msgspec
 from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskSpec
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 
 

@@ -21,6 +21,7 @@ from busched.bus.apply import apply_cluster
 from busched.bus.auth import AuthDir, Credential, agent_permissions, prepare_agent_consumer, render_authorization
 from busched.bus.connect import NatsOptions, options_from_args
 from busched.bus.server import NatsServer
+from busched.cli.agent import connect_options, nodes_from_args
 from busched.cli.get import fetch
 from busched.cli.main import build_parser
 from busched.scheduler import Scheduler, SchedulerSettings
@@ -206,9 +207,13 @@ def test_discovery_flags_and_env_win(tmp_path, monkeypatch):
     assert (o.url, o.user, o.password, o.inbox_prefix) == (cli.url, "cli", cli.password, "_INBOX_cli")
     o = options_from_args(parse(["run"]), "busched-scheduler")
     assert o.user == "scheduler"
-    o = options_from_args(parse(["agent", "--nodes", "2"]), "busched-agent")
+    def agent(argv: list[str]) -> NatsOptions:  # as `busched agent` connects: with its nodes' names
+        a = parse(argv)
+        return connect_options(a, nodes_from_args(a))
+
+    o = agent(["agent", "--nodes", "2"])
     assert (o.user, o.inbox_prefix) == ("agent-node", "_INBOX_node")
-    o = options_from_args(parse(["agent", "--nodes", "3"]), "busched-agent")
+    o = agent(["agent", "--nodes", "3"])
     assert o.user is None  # no credential for exactly those nodes
     # explicit settings win
     o = options_from_args(parse(["get", "tasks", "--nats", "nats://127.0.0.1:5000", "--user", "u"]), "busched-get")

@@ -79,7 +79,7 @@ def test_node_search_errors_name_the_field(body, field):
 ])
 def test_node_search_bounds_the_feasible_nodes_a_task_gets(search, want):
     from busched.bench import cluster as cl
-    from busched.framework.cycle import open_session
+    from busched.builtin import open_session
     from busched.framework.nodeselect import PredicateHelper
 
     job, tasks = cl.gang_job("one", 1)

@@ -12,7 +12,7 @@ from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.drf import calculate_share, calculate_share_reference, share_of
 

@@ -15,7 +15,7 @@ import pytest
 from busched import kernels
 from busched.kernels import select
 from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.framework.cycle import open_session, run_cycle
+from busched.builtin import open_session, run_cycle
 from busched.framework.nodeselect import PredicateHelper, choose_node, gradients, prioritize_nodes
 from busched.api.task import TaskStatus
 

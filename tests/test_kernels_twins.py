@@ -16,7 +16,7 @@ import pytest
 from busched.api.fit import FitError
 from busched.api.task import TaskStatus
 from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.kernels import select
 from busched.kernels.batch import batch_of
 from busched.kernels.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits

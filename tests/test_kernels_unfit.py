@@ -17,7 +17,7 @@ import pytest
 from busched import kernels
 from busched.api import objects as o
 from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.framework.cycle import run_cycle
+from busched.builtin import run_cycle
 
 from tests.kernel_cases import cache_of, random_cluster
 

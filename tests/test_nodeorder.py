@@ -11,7 +11,7 @@ import pytest
 from busched.api.objects import ClusterSpec
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.nodeorder import DEFAULT_WEIGHTS, weights_from
 

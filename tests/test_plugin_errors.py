@@ -11,7 +11,7 @@ from busched import kernels
 from busched.api.fit import Code, FitError
 from busched.framework import plugin_errors
 from busched.framework.config import PluginOption, Tier, load_config
-from busched.framework.cycle import finish_cycle, run_actions
+from busched.builtin import finish_cycle, run_actions
 from busched.plugins import PLUGINS
 from tests.helpers import cluster
 from busched.cache.cache import Cache

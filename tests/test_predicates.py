@@ -11,7 +11,7 @@ from busched.api.fit import Code, FitError
 from busched.api.objects import ClusterSpec
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.api import k8s
 from busched.plugins.predicates import PredicatesPlugin, get_bool

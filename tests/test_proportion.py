@@ -11,7 +11,7 @@ from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.api.resource import exceeded_part, res_max as go_max
 

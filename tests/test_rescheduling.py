@@ -10,7 +10,7 @@ from busched.actions import ACTIONS
 from busched.api.task import TaskStatus
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.rescheduling import LowNodeUtilizationConf, node_utilization, parse_arguments
 

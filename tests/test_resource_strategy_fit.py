@@ -14,7 +14,7 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.resource_strategy_fit import (
     LEAST_ALLOCATED,

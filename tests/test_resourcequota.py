@@ -10,7 +10,7 @@ import msgspec
 from busched.api.objects import ClusterSpec
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.resourcequota import add, exceeded, job_min_resources, mask, to_list
 

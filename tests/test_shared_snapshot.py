@@ -19,7 +19,7 @@ import pytest
 from busched.bench.driver import apply_decisions
 from busched.cache import shared
 from busched.cache.cache import Cache
-from busched.framework.cycle import run_cycle
+from busched.builtin import run_cycle
 from busched.scenario.runner import _registries, load_scenario
 
 from tests.test_conformance import LOAD_PARAMS
@@ -105,7 +105,7 @@ def test_unopened_snapshot_counts_as_read() -> None:
     """A snapshot no session opened (a query) does not end the lending: the next snapshot lends the
     same objects, and the first can no longer be opened."""
     from busched.framework.config import DEFAULT_CONFIG, load_config
-    from busched.framework.cycle import open_session
+    from busched.builtin import open_session
     from busched.framework.session import SessionError
 
     cache = _idle_cache()
@@ -123,7 +123,7 @@ def test_snapshot_during_a_session_is_apart() -> None:
     """A query's snapshot while a session runs shares nothing with it and does not end the lending:
     the next cycle's snapshot lends again what the session did not write."""
     from busched.framework.config import DEFAULT_CONFIG, load_config
-    from busched.framework.cycle import close_session, open_session
+    from busched.builtin import close_session, open_session
 
     cache = _idle_cache()
     _cycle(cache)
@@ -237,7 +237,7 @@ def test_template_changed_by_a_session_is_converted_again(verify) -> None:
     conversion does."""
     from busched.api.task import TaskStatus
     from busched.framework.config import DEFAULT_CONFIG, load_config
-    from busched.framework.cycle import close_session, open_session
+    from busched.builtin import close_session, open_session
 
     cache = _idle_cache()
     snap = cache.snapshot(memo=True)

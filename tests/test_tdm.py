@@ -12,7 +12,7 @@ from busched.api.fit import Code, FitError
 from busched.api.task import TaskStatus
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.tdm import max_pod_evict_num, parse_int_or_percent, zone_window
 

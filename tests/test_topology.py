@@ -15,7 +15,7 @@ from busched.api.resource import Resource
 from busched.api.task import TaskStatus
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.framework.cycle import open_session, run_cycle
+from busched.builtin import open_session, run_cycle
 from busched.framework.hypernodes import CLUSTER_TOP, build_topology
 from busched.framework.session import Session
 from busched.plugins.network_topology_aware import NetworkTopologyAwarePlugin, search_root

@@ -14,7 +14,7 @@ from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskS
 from busched.api.task import TaskStatus
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.framework.cycle import open_session
+from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.usage import (CPU_EXTEND, MEMORY_EXTEND, UsageArgs, composite, estimate_task, in_shadow,
                                    node_score)

@@ -31,7 +31,8 @@ session hooks:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Container
+from typing import Any, Protocol
 
 from busched.actions.util import SKIP
 from busched.api import subjob as sjm
@@ -43,12 +44,26 @@ from busched.api.task import TaskInfo, TaskStatus
 from busched.framework.hypernodes import CLUSTER_TOP, HyperNodeInfo
 from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import PriorityQueue
+from busched.framework.session import Session
 from busched.framework.statement import Statement
 
-if TYPE_CHECKING:
-    from busched.actions.allocate import AllocateAction
 
-__all__ = ["TopologyAllocator", "JobWorksheet", "SubJobWorksheet", "Recorder", "routes"]
+class TaskPlacer(Protocol):
+    """What topology allocation borrows from the allocate action's per-task loop (the action hands
+    itself over, so the two share one way of finding, scoring and placing a task's nodes)."""
+
+    ssn: Session
+    error_cache: bool
+
+    def candidates_for(self, job: JobInfo, task: TaskInfo, nodes: list[NodeInfo], node_names: Container[str],
+                       helper: PredicateHelper, *, role_failed: bool, keep_going: Callable[[], bool],
+                       hypernode: str = "") -> list[NodeInfo] | str: ...
+
+    def best_node(self, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None: ...
+
+    def place(self, stmt: Statement, task: TaskInfo, node: NodeInfo) -> None: ...
+
+__all__ = ["TopologyAllocator", "TaskPlacer", "JobWorksheet", "SubJobWorksheet", "Recorder", "routes"]
 
 Saved = list  # Statement.save() output
 
@@ -122,7 +137,7 @@ class Recorder:
 
 
 class TopologyAllocator:
-    def __init__(self, action: AllocateAction) -> None:
+    def __init__(self, action: TaskPlacer) -> None:
         self.action = action
         self.ssn = action.ssn
         self.recorder = Recorder()

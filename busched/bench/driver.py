@@ -21,7 +21,7 @@ import msgspec
 
 from busched.cache.cache import Cache
 from busched.framework.config import SchedulerConfig, load_config
-from busched.framework.cycle import close_session, open_session, paused_gc
+from busched.builtin import close_session, open_session, paused_gc
 from busched.framework.session import Session
 
 __all__ = ["CycleTiming", "timed_cycle", "collect_garbage", "apply_decisions", "bench_config", "rss_mb",

@@ -27,9 +27,7 @@ __all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events
            "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created", "missing_references",
            "missing_on_bus", "describe_events"]
 
-# The order objects are published in: what others refer to first, a gang's podgroup after its tasks.
-APPLY_ORDER = (("priorityClass", "priority_classes"), ("queue", "queues"), ("hyperNode", "hyper_nodes"),
-               ("resourceQuota", "resource_quotas"), ("node", "nodes"), ("task", "tasks"), ("job", "jobs"))
+APPLY_ORDER = S.APPLY_ORDER  # the publishing order (busched.bus.subjects)
 
 
 # The kinds whose creation time orders something (Volcano: jobs and queues by priority, then creation

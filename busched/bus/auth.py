@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from busched.bus import subjects as S
-from busched.bus.apply import APPLY_ORDER
 
 __all__ = ["ROLES", "OBJECT_KINDS", "JS_API", "scheduler_permissions", "cli_permissions", "agent_permissions",
            "agent_inbox_prefix", "Credential", "new_credential", "render_authorization", "AuthDir", "AuthError",
@@ -43,7 +42,7 @@ __all__ = ["ROLES", "OBJECT_KINDS", "JS_API", "scheduler_permissions", "cli_perm
 ROLES = ("scheduler", "cli", "agent")
 JS_API = "$JS.API"
 # the state subjects `busched apply` writes: the object kinds of a cluster file (never binding, podgroup or result)
-OBJECT_KINDS = tuple(kind for kind, _ in APPLY_ORDER)
+OBJECT_KINDS = tuple(kind for kind, _ in S.APPLY_ORDER)
 SCHEDULER_INBOX_PREFIX = "_INBOX"
 CLI_INBOX_PREFIX = "_INBOX_cli"
 DEFAULT_AUTH_DIR = Path(".busched") / "auth"

@@ -123,15 +123,10 @@ def _loopback_only(url: str) -> bool:
 
 
 def _agent_nodes(args: argparse.Namespace) -> list[str] | None:
-    if not isinstance(getattr(args, "nodes", None), int):
-        return None
-    try:
-        from busched.agent.fleet import fleet_nodes
-
-        return [n.name for n in fleet_nodes(args.nodes, prefix=getattr(args, "prefix", "node"),
-                                            start=getattr(args, "start", 0))]
-    except Exception:  # noqa: BLE001 - bad fleet arguments are reported by the command itself
-        return None
+    """The node names an agent command serves (``args.agent_nodes``, set by `busched agent` before it
+    connects): its credential is the one made for exactly those nodes."""
+    names = getattr(args, "agent_nodes", None)
+    return list(names) if isinstance(names, (list, tuple)) else None
 
 
 def discover_credential(role: str | None, args: argparse.Namespace | None = None) -> Any:

@@ -41,7 +41,7 @@ import re
 
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
            "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
-           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
+           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS", "APPLY_ORDER",
            "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results", "node_results"]
 
 STATE_STREAM = "BUSCHED_STATE"
@@ -54,6 +54,11 @@ API_GET = "busched.api.get"
 # the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
 # records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)
 FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result", "binding")
+
+# The object kinds of a cluster file in the order `busched apply` publishes them: what others refer to
+# first, a gang's podgroup after its tasks; as (kind, ClusterSpec attribute).
+APPLY_ORDER = (("priorityClass", "priority_classes"), ("queue", "queues"), ("hyperNode", "hyper_nodes"),
+               ("resourceQuota", "resource_quotas"), ("node", "nodes"), ("task", "tasks"), ("job", "jobs"))
 
 _ESCAPE = re.compile(r"[.*>%\s]")
 _UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")

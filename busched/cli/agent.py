@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from typing import Any
 
 from busched.cli.common import add_log_argument, run_until_signal, setup_logging
 
@@ -60,13 +61,20 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return asyncio.run(run_until_signal(lambda stop: serve(args, nodes, stop)))
 
 
+def connect_options(args: argparse.Namespace, nodes: list[Any]) -> Any:
+    """How the agent connects: its flags, else the credential made for exactly its ``nodes``."""
+    from busched.bus.connect import options_from_args
+
+    args.agent_nodes = [n.name for n in nodes]
+    return options_from_args(args, "busched-agent")
+
+
 async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  # noqa: ANN001
     from busched.agent import Agent
     from busched.bus import Bus, BusError
-    from busched.bus.connect import options_from_args
 
     try:
-        bus = await Bus.connect(options_from_args(args, "busched-agent"), wait=60)
+        bus = await Bus.connect(connect_options(args, nodes), wait=60)
     except BusError as e:
         log.error("%s", e)
         return 1

@@ -1,8 +1,9 @@
 """One scheduling cycle: open a session over a snapshot, run the actions, close it.
 
 This is the whole of what the scheduler loop, replay and the conformance runner
-share: ``run_cycle(snapshot, config) -> Session`` with the decisions recorded on
-the session.
+share: ``run_cycle(snapshot, config, plugins=, actions=) -> Session`` with the
+decisions recorded on the session.  The registries are handed in: the framework
+never imports an action or a plugin (`busched.builtin` supplies the built-ins).
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Registry | None = None,
+def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Registry,
                  *, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
-    if plugins is None:
-        from busched.plugins import PLUGINS as plugins  # noqa: N811
+    """Open a session and let each configured plugin register its callbacks (the built-in registry:
+    `busched.builtin.open_session`)."""
     t0 = perf_counter()
     ssn = Session(snapshot, config, seed=seed, uid=uid, now=now)
     # seconds per phase, read by the metrics (busched.scheduler.volcano_metrics): "open" (the whole of
@@ -103,8 +104,8 @@ def close_session(ssn: Session) -> None:
     ssn.close()
 
 
-def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry | None = None,
-              actions: Registry | None = None, seed: int = 0, uid: str = "session",
+def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry,
+              actions: Registry, seed: int = 0, uid: str = "session",
               before_close: Any = None, now: float = 0.0) -> Session:
     ssn = run_actions(snapshot, config, plugins=plugins, actions=actions, seed=seed, uid=uid, now=now)
     if before_close is not None:
@@ -117,13 +118,11 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Re
     return ssn
 
 
-def run_actions(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry | None = None,
-                actions: Registry | None = None, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
+def run_actions(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry,
+                actions: Registry, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
     """The first part of `run_cycle`: open the session and run the actions.  Its decisions are final
     here (Volcano binds as allocate commits, before the session closes), so a caller may send them
     out before `finish_cycle` recomputes every job's status."""
-    if actions is None:
-        from busched.actions import ACTIONS as actions  # noqa: N811
     with paused_gc():
         ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
         try:

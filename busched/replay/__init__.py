@@ -208,7 +208,7 @@ class Replayer:
                                                                                    list[tuple[str, str]],
                                                                                    list[tuple[str, str]]]:
         """Run record ``r``'s cycle over the state `advance` left: ``(binds, evicts, pipelined, phases)``."""
-        from busched.framework.cycle import finish_cycle, run_actions
+        from busched.builtin import finish_cycle, run_actions
         from busched.scheduler import history as Hs
 
         sched = self.sched

@@ -24,7 +24,7 @@ from busched.api.timestamp import TimeError, parse_time
 from busched.api.build import SpecError
 from busched.cache.cache import Cache
 from busched.framework.config import ConfigError, SchedulerConfig, parse_config
-from busched.framework.cycle import run_cycle
+from busched.builtin import run_cycle
 from busched.framework.nodeselect import prioritize_nodes
 from busched.framework.registry import Registry
 from busched.framework.session import Session

@@ -127,7 +127,7 @@ def _task_rows(sched: Any, keys: list[str]) -> list[dict[str, Any]]:
 # == the analysis ====================================================================================================
 def explain(inp: Inputs, name: str) -> dict[str, Any]:
     """Why ``name`` (a task, else a job) is where it is.  Raises KeyError for an unknown name."""
-    from busched.framework.cycle import open_session
+    from busched.builtin import open_session
 
     if name not in inp.tasks and name not in inp.jobs:
         raise KeyError(f"no task or job {name!r}")

@@ -44,7 +44,7 @@ from busched.framework.config import (
     Tier,
     load_config,
 )
-from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_actions
+from busched.builtin import QuietCycles, finish_cycle, paused_gc, run_actions
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import history, volcano_metrics
 from busched.scheduler.agents import Agents
