@@ -331,10 +331,10 @@ class AuthDir:
 
 
 # -- discovery -------------------------------------------------------------------------------------------------------
-def auth_search_dirs() -> list[Path]:
-    """Where commands look for credentials: ``$BUSCHED_AUTH_DIR``, else ``./.busched/auth``."""
-    env = os.environ.get("BUSCHED_AUTH_DIR")
-    return [Path(env)] if env else [DEFAULT_AUTH_DIR]
+def auth_search_dirs(configured: str | None = None) -> list[Path]:
+    """Where commands look for credentials: the directory configured (the command line reads
+    ``$BUSCHED_AUTH_DIR``), else ``./.busched/auth``."""
+    return [Path(configured)] if configured else [DEFAULT_AUTH_DIR]
 
 
 def find_credential(role: str, nodes: Iterable[str] | None = None,

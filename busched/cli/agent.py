@@ -31,7 +31,7 @@ def add_fleet_arguments(p: argparse.ArgumentParser, *, nodes: int = 1) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("agent", help="run simulated nodes",
                        description="Register nodes, heartbeat, take binds from each node's durable consumer, run "
@@ -63,7 +63,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def connect_options(args: argparse.Namespace, nodes: list[Any]) -> Any:
     """How the agent connects: its flags, else the credential made for exactly its ``nodes``."""
-    from busched.bus.connect import options_from_args
+    from busched.cli.connection import options_from_args
 
     args.agent_nodes = [n.name for n in nodes]
     return options_from_args(args, "busched-agent")

@@ -8,7 +8,7 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     for name, helptext in (("apply", "publish every object of a cluster file"),
                            ("delete", "delete every object of a cluster file")):
@@ -64,7 +64,7 @@ def _warn(f: str, ref: tuple[str, str, str, str], where: str) -> None:
 async def _publish(args: argparse.Namespace, clusters) -> int:  # noqa: ANN001
     from busched.bus import Bus, BusError
     from busched.bus.apply import apply_cluster, describe_events, missing_on_bus
-    from busched.bus.connect import options_from_args
+    from busched.cli.connection import options_from_args
 
     refs = [] if args.delete else _references(clusters)
     try:

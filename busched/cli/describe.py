@@ -17,7 +17,7 @@ from busched.cli.get import ALIASES, KINDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("describe", help="one node, queue, job or task in detail, with its recent events")
     p.add_argument("kind", choices=KINDS + tuple(ALIASES))

@@ -19,7 +19,7 @@ from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("explain", help="why a task or a job was (not) placed")
     p.add_argument("name", help="a task or a job: namespace/name")

@@ -15,7 +15,7 @@ ALIASES = {"node": "nodes", "queue": "queues", "job": "jobs", "podgroups": "jobs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("get", help="show nodes, queues, jobs or tasks as the scheduler sees them")
     p.add_argument("kind", choices=KINDS + tuple(ALIASES))
@@ -59,7 +59,7 @@ async def lookup(bus: Any, op: str, kind: str, name: str, timeout: float = 5.0) 
 async def connected(args: argparse.Namespace, client: str, fn: Any) -> Any:
     """``await fn(bus)`` on a connection made from the command line's NATS arguments."""
     from busched.bus import Bus
-    from busched.bus.connect import options_from_args
+    from busched.cli.connection import options_from_args
 
     bus = await Bus.connect(options_from_args(args, client), wait=args.timeout)
     try:

@@ -20,7 +20,7 @@ log = logging.getLogger("busched.record")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("record", help="record the state stream and the cycle records to a file",
                        description="Write the state stream and the cycle records to FILE, following them until "
@@ -42,7 +42,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 async def record(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.bus import Bus
     from busched.bus import history as H
-    from busched.bus.connect import options_from_args
+    from busched.cli.connection import options_from_args
     from busched.replay import file as F
 
     bus = await Bus.connect(options_from_args(args, "busched-record", role="scheduler"))

@@ -31,7 +31,7 @@ log = logging.getLogger("busched.replay")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("replay", help="re-run recorded cycles and compare their decisions",
                        description="Rebuild the cache from the state stream (or a `busched record` file), run each "
@@ -57,7 +57,7 @@ async def read_bus_source(args: argparse.Namespace) -> tuple[list[tuple[str, int
     stream: `busched.bus.history.read_state`), the cycle records, and the name of the stream the state came from."""
     from busched.bus import Bus
     from busched.bus import history as H
-    from busched.bus.connect import options_from_args
+    from busched.cli.connection import options_from_args
 
     bus = await Bus.connect(options_from_args(args, "busched-replay", role="scheduler"))
     try:

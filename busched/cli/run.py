@@ -85,7 +85,7 @@ def load_scheduler_config(path: str | None):  # noqa: ANN201
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.bus.connect import add_nats_arguments
+    from busched.cli.connection import add_nats_arguments
 
     p = sub.add_parser("run", help="run the scheduler", description="Run the scheduler: catch up with the state "
                        "stream, then schedule as new work settles (and every --period seconds) and publish decisions.")
@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 async def serve(args: argparse.Namespace, config, stop: asyncio.Event) -> int:  # noqa: ANN001
     from busched.bus import Bus, BusError
-    from busched.bus.connect import options_from_args
+    from busched.cli.connection import options_from_args
     from busched.scheduler import Scheduler
     from busched.web.server import parse_listen, start_http
 
