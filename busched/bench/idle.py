@@ -58,7 +58,7 @@ def churn_round(cache: Any, rnd: int, k: int) -> None:
 
 
 def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, config: str = DEFAULT_CONFIG,
-        churn: int = 5, **_: Any) -> dict[str, Any]:
+        churn: int = 5, **_kw: Any) -> dict[str, Any]:
     cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
     cfg, missing_p, missing_a = bench_config(config)
     ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
