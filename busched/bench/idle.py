@@ -26,13 +26,14 @@ from typing import Any
 
 from busched.bench import cluster as cl
 from busched.bench.driver import apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
+from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
 from busched.framework.cycle import QuietCycles
 
 DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 
 
-def build(nodes: int, tasks: int, jobs: int):  # noqa: ANN201
+def build(nodes: int, tasks: int, jobs: int) -> tuple[Cache, int, int]:
     node_specs = cl.nodes(nodes)
     names = [n.name for n in node_specs]
     per_node = max(1, -(-tasks // max(nodes, 1)))
