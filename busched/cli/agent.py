@@ -5,12 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from busched.cli.common import add_log_argument, run_until_signal, setup_logging
-
-if TYPE_CHECKING:  # (a command imports what it uses when it runs: a fast `busched --help`)
-    from busched.api.objects import NodeSpec
 
 log = logging.getLogger("busched.agent")
 
@@ -47,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_agent)
 
 
-def nodes_from_args(args: argparse.Namespace) -> list[NodeSpec]:
+def nodes_from_args(args: argparse.Namespace):  # noqa: ANN201
     from busched.agent.fleet import fleet_nodes, parse_labels
 
     return fleet_nodes(args.nodes, cpu=args.cpu, memory=args.memory, gpu=args.gpu, pods=args.pods,
@@ -64,7 +60,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return asyncio.run(run_until_signal(lambda stop: serve(args, nodes, stop)))
 
 
-async def serve(args: argparse.Namespace, nodes: list[NodeSpec], stop: asyncio.Event) -> int:
+async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  # noqa: ANN001
     from busched.agent import Agent
     from busched.bus import Bus, BusError
     from busched.bus.connect import options_from_args
