@@ -104,12 +104,13 @@ class AllocateAction:
                 topology.allocate_job(job, jobs)
                 queues.push(queue)
                 continue
-            known = memo.still_unfit(job.uid) if memo is not None else None
-            if known is not None:
-                job.nodes_fit_errors.update(known.fit_errors)
-                memo.skipped += 1
-                queues.push(queue)
-                continue
+            if memo is not None:
+                known = memo.still_unfit(job.uid)
+                if known is not None:
+                    job.nodes_fit_errors.update(known.fit_errors)
+                    memo.skipped += 1
+                    queues.push(queue)
+                    continue
             tasks = tasks_by_job[job.uid]
             stmt = self.allocate_tasks(job, queue, tasks, ssn.node_list)
             if memo is not None:
@@ -127,7 +128,7 @@ class AllocateAction:
     def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo],
                        nodes: list[NodeInfo]) -> Statement | None:
         ssn = self.ssn
-        stmt = ssn.statement()
+        stmt: Statement = ssn.statement()
         # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate.
         self.helper = PredicateHelper(ssn, self.error_cache)
         node_names = ssn.nodes if nodes is ssn.node_list else {n.name for n in nodes}

@@ -172,7 +172,7 @@ class PreemptAction:
             jobs_q = preemptors.get(queue.uid)
             while jobs_q is not None and not jobs_q.empty():
                 job = jobs_q.pop()
-                stmt = ssn.statement()
+                stmt: Statement = ssn.statement()
                 tasks_q = preemptor_tasks[job.uid]
                 while ssn.job_starving(job) and not tasks_q.empty():
                     preemptor = tasks_q.pop()
@@ -224,7 +224,7 @@ class PreemptAction:
             if not victims_cover(preemptor, node, victims):
                 continue
             victims_q = ssn.build_victims_queue([session_task(ssn, v) for v in victims], preemptor)
-            node_stmt = ssn.statement()
+            node_stmt: Statement = ssn.statement()
             preempted = Resource()
             fits = fits_on_node(ssn, queue, preemptor, node)
             while not fits and not victims_q.empty():
@@ -249,7 +249,7 @@ class PreemptAction:
         best = pick_candidate(self._find_candidates(ssn, preemptor, queue, keep, nodes))
         if best is None:
             return False
-        tmp = ssn.statement()
+        tmp: Statement = ssn.statement()
         for victim in best.victims:
             tmp.evict(victim, "preempt")
         try:

@@ -414,9 +414,13 @@ class Agent:
         if self._running:
             t = asyncio.create_task(coro)
             self._tasks.append(t)
-            t.add_done_callback(lambda x: x in self._tasks and self._tasks.remove(x))
+            t.add_done_callback(self._forget_task)
         else:
             coro.close()
+
+    def _forget_task(self, t: asyncio.Task[Any]) -> None:
+        if t in self._tasks:  # (stop() may have cleared the list already)
+            self._tasks.remove(t)
 
     async def _evict(self, n: AgentNode, d: Delivery, e: m.EvictDecision) -> _Outcome:
         key = f"{e.namespace}/{e.name}"

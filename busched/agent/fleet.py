@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from busched.api.objects import NodeSpec
+from busched.api.objects import NodeSpec, ResourceList
 
 __all__ = ["fleet_nodes", "parse_labels"]
 
@@ -27,7 +27,7 @@ def fleet_nodes(count: int, *, cpu: str = "8", memory: str = "16Gi", gpu: str | 
     width = max(2, len(str(start + count - 1)))
     for i in range(start, start + count):
         name = f"{prefix}-{i:0{width}d}"
-        alloc: dict[str, str | int] = {"cpu": str(cpu), "memory": str(memory), "pods": pods}
+        alloc: ResourceList = {"cpu": str(cpu), "memory": str(memory), "pods": pods}
         if gpu not in (None, "", 0, "0"):
             alloc["nvidia.com/gpu"] = str(gpu)
         lab = {"kubernetes.io/hostname": name, **(labels or {})}

@@ -19,7 +19,7 @@ from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus, TASK_PRIORITY_KEY, status_from_phase, status_named
-from busched.api.timestamp import TimeError, parse_time
+from busched.api.timestamp import Timestamp, TimeError, parse_time
 
 __all__ = ["SpecError", "validate", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
            "resources"]
@@ -37,11 +37,11 @@ QUEUE_STATES = {"Open", "Closed", "Closing", "Unknown"}
 # Parsed resource lists by their items: a big cluster has a few request shapes for many tasks, and a
 # catch-up or a cold snapshot converts every one of them (parsing quantities is most of a task's
 # conversion).  Each caller gets its own copy; bounded, it starts over when full.
-_PARSED: dict[tuple, Resource] = {}
+_PARSED: dict[tuple[Any, ...], Resource] = {}
 _PARSED_MAX = 4096
 
 
-def _memo_key(rl: dict) -> tuple:
+def _memo_key(rl: dict[str, Any]) -> tuple[Any, ...]:
     """A resource list's key in the memos here.  The items alone when every value is a string (as
     specs give them; a string never equals a number), else with the values' types (1, 1.0 and
     True are equal keys).  Hashing it raises TypeError for an unhashable value."""
@@ -52,7 +52,7 @@ def _memo_key(rl: dict) -> tuple:
     return items
 
 
-def _remember(memo: dict[tuple, Any], key: tuple, value: Any) -> None:
+def _remember(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
     if len(memo) >= _PARSED_MAX:
         memo.clear()
     memo[key] = value
@@ -90,8 +90,8 @@ def _check_annotations(annotations: dict[str, str], where: str) -> None:
                         f"{limits.MAX_ANNOTATIONS_BYTES}")
 
 
-def resources(rl: dict | None, where: str) -> Resource:
-    key = None
+def resources(rl: dict[str, Any] | None, where: str) -> Resource:
+    key: tuple[Any, ...] | None = None
     if rl:
         try:
             key = _memo_key(rl)
@@ -109,7 +109,7 @@ def resources(rl: dict | None, where: str) -> Resource:
     return r
 
 
-def time_of(v: o.Timestamp | None, where: str) -> float:
+def time_of(v: Timestamp | None, where: str) -> float:
     """A spec's time (RFC 3339 or epoch seconds; absent: the epoch) in epoch seconds."""
     if v is None:  # (most objects: nothing to parse)
         return 0.0
@@ -138,11 +138,12 @@ def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
 
 # Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
 # Each task gets its own copies of the request.
-_REQUESTS: dict[tuple, tuple[Resource, bool]] = {}
+_REQUESTS: dict[tuple[Any, ...], tuple[Resource, bool]] = {}
 
 
 def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     rl = s.requests
+    key: tuple[Any, ...] | None
     try:
         key = _memo_key(rl) if rl else ()
         hit = _REQUESTS.get(key)
@@ -219,7 +220,9 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.labels = dict(labels) if labels else {}
     t.annotations = dict(annotations) if annotations else {}
     t.node_selector = dict(s.node_selector) if s.node_selector else {}
-    aff = s.affinity  # (the typed shapes as the dicts the domain reads; nothing to do for most tasks)
+    # (the typed shapes as the dicts the domain reads; nothing to do for most tasks.  A spec built in
+    # code rather than decoded may carry the dict form already: msgspec checks types only on decoding)
+    aff: k8s_specs.Affinity | dict[str, Any] | None = s.affinity
     t.affinity = aff if aff is None or type(aff) is dict else _to_builtins(aff)
     t.tolerations = _plain_list(s.tolerations) if s.tolerations else []
     t.topology_spread_constraints = _plain_list(s.topology_spread_constraints) if s.topology_spread_constraints else []
@@ -300,7 +303,7 @@ def queue_info(s: o.QueueSpec) -> QueueInfo:
     if s.weight < 0:
         raise SpecError(f"{where}: weight: must not be negative")
 
-    def res(rl: dict | None, f: str) -> Resource | None:
+    def res(rl: dict[str, Any] | None, f: str) -> Resource | None:
         return resources(rl, f"{where}: {f}") if rl is not None else None
 
     return QueueInfo(uid=s.name, name=s.name, weight=s.weight, capability=res(s.capability, "capability"),

@@ -20,12 +20,15 @@ to hard).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
+
+if TYPE_CHECKING:  # (job.py imports this module: the job type is for the checker only)
+    from busched.api.job import JobInfo
 
 __all__ = ["SubJobInfo", "HARD", "SOFT", "JOB_ALLOCATED_HYPERNODE", "hard_topology", "sub_job_gid", "sub_job_id",
            "match_values", "init_job", "default_sub_job", "add_task_to_sub_job", "delete_task_from_sub_job", "contains_sub_job_policy",
@@ -217,7 +220,7 @@ def _new_sub_job(gid: str, uid: str, job: str, size: int | None, nt: Mapping[str
 
 
 # -- the job's index -------------------------------------------------------------------------
-def init_job(job: Any) -> None:
+def init_job(job: JobInfo) -> None:
     """A new job: its own copy of the topology spec and each policy's minSubGroups."""
     if job.network_topology is not None:
         job.network_topology = copy.deepcopy(dict(job.network_topology))
@@ -225,11 +228,11 @@ def init_job(job: Any) -> None:
         job.min_sub_jobs[sub_job_gid(job.uid, p.get("name", ""))] = int(p.get("minSubGroups") or 0)
 
 
-def contains_sub_job_policy(job: Any) -> bool:
+def contains_sub_job_policy(job: JobInfo) -> bool:
     return job.has_podgroup and bool(job.subgroup_policy)
 
 
-def default_sub_job(job: Any) -> SubJobInfo:
+def default_sub_job(job: JobInfo) -> SubJobInfo:
     sj = job.sub_jobs.get(job.uid)
     if sj is None:
         size = None if contains_sub_job_policy(job) else job.min_available
@@ -237,7 +240,7 @@ def default_sub_job(job: Any) -> SubJobInfo:
     return sj
 
 
-def _sub_job_for(job: Any, t: TaskInfo) -> SubJobInfo:
+def _sub_job_for(job: JobInfo, t: TaskInfo) -> SubJobInfo:
     if job.has_podgroup:
         for p in job.subgroup_policy:
             values = match_values(p, t)
@@ -253,7 +256,7 @@ def _sub_job_for(job: Any, t: TaskInfo) -> SubJobInfo:
     return default_sub_job(job)
 
 
-def add_task_to_sub_job(job: Any, t: TaskInfo) -> None:
+def add_task_to_sub_job(job: JobInfo, t: TaskInfo) -> None:
     if job.subgroup_policy and job.has_podgroup:
         sj = _sub_job_for(job, t)
     else:  # no policy to match (most jobs): the default sub-job, as `_sub_job_for` gives
@@ -262,22 +265,22 @@ def add_task_to_sub_job(job: Any, t: TaskInfo) -> None:
     job.task_to_sub_job[t.uid] = sj.uid
 
 
-def delete_task_from_sub_job(job: Any, t: TaskInfo) -> None:
+def delete_task_from_sub_job(job: JobInfo, t: TaskInfo) -> None:
     sj = job.sub_jobs.get(job.task_to_sub_job.pop(t.uid, ""))
     if sj is not None:
         sj.delete_task(t)
 
 
-def contains_hard_topology(job: Any) -> bool:
+def contains_hard_topology(job: JobInfo) -> bool:
     return hard_topology(job.network_topology)[0] or any(
         sj.is_hard_topology_mode()[0] for sj in job.sub_jobs.values())
 
 
-def contains_network_topology(job: Any) -> bool:
+def contains_network_topology(job: JobInfo) -> bool:
     return job.network_topology is not None or any(sj.with_network_topology() for sj in job.sub_jobs.values())
 
 
-def _per_group(job: Any, cond: Any) -> dict[str, int]:
+def _per_group(job: JobInfo, cond: Callable[[SubJobInfo], bool]) -> dict[str, int]:
     n: dict[str, int] = {}
     for sj in job.sub_jobs.values():
         n.setdefault(sj.gid, 0)
@@ -286,27 +289,27 @@ def _per_group(job: Any, cond: Any) -> dict[str, int]:
     return n
 
 
-def check_sub_job_valid(job: Any) -> bool:
+def check_sub_job_valid(job: JobInfo) -> bool:
     """Enough sub-jobs exist for every policy's minSubGroups."""
     n = _per_group(job, lambda _: True)
     return all(n.get(gid, 0) >= m for gid, m in job.min_sub_jobs.items())
 
 
-def check_sub_job_ready(job: Any) -> bool:
+def check_sub_job_ready(job: JobInfo) -> bool:
     if not job.min_sub_jobs:
         return True  # no group asks for a minimum: nothing to count
     n = _per_group(job, SubJobInfo.is_ready)
     return all(m == 0 or n.get(gid, 0) >= m for gid, m in job.min_sub_jobs.items())
 
 
-def check_sub_job_pipelined(job: Any) -> bool:
+def check_sub_job_pipelined(job: JobInfo) -> bool:
     if not job.min_sub_jobs:
         return True
     n = _per_group(job, SubJobInfo.is_pipelined)
     return all(m == 0 or n.get(gid, 0) >= m for gid, m in job.min_sub_jobs.items())
 
 
-def clone_sub_job_status(src: Any, dst: Any) -> None:
+def clone_sub_job_status(src: JobInfo, dst: JobInfo) -> None:
     """After a job clone rebuilt its sub-jobs from its tasks: carry the hypernode bookkeeping over."""
     dst.allocated_hypernode = src.allocated_hypernode
     for uid, sj in src.sub_jobs.items():
@@ -317,16 +320,16 @@ def clone_sub_job_status(src: Any, dst: Any) -> None:
 
 
 # -- fit errors, per sub-job ------------------------------------------------------------------
-def fit_failed_roles(job: Any, sub_job: str) -> set[str]:
+def fit_failed_roles(job: JobInfo, sub_job: str) -> set[str]:
     return {job.tasks[uid].role for uid in job.nodes_fit_errors
             if uid in job.tasks and job.task_to_sub_job.get(uid) == sub_job}
 
 
-def task_has_fit_errors(job: Any, sub_job: str, t: TaskInfo) -> bool:
+def task_has_fit_errors(job: JobInfo, sub_job: str, t: TaskInfo) -> bool:
     return bool(t.role) and t.role in fit_failed_roles(job, sub_job)
 
 
-def need_continue_allocating(job: Any, sub_job: str) -> bool:
+def need_continue_allocating(job: JobInfo, sub_job: str) -> bool:
     """After a task of the sub-job failed predicates: still worth trying its other tasks?"""
     if job.min_available == len(job.tasks):
         return False
@@ -338,6 +341,6 @@ def need_continue_allocating(job: Any, sub_job: str) -> bool:
     return job.need_continue_allocating()
 
 
-def reset_sub_job_fit_errors(job: Any, sub_job: str) -> None:
+def reset_sub_job_fit_errors(job: JobInfo, sub_job: str) -> None:
     for uid in [u for u in job.nodes_fit_errors if job.task_to_sub_job.get(u) == sub_job]:
         del job.nodes_fit_errors[uid]

@@ -177,7 +177,7 @@ def _publish_main(url: str, path: str) -> None:
     asyncio.run(main())
 
 
-def run(nodes: int, jobs: int, agents: int = 4, seed: int = 0, timeout: float = 600.0, **_: Any) -> dict[str, Any]:
+def run(nodes: int, jobs: int, agents: int = 4, seed: int = 0, timeout: float = 600.0, **_kw: Any) -> dict[str, Any]:
     _requirements()
     with tempfile.TemporaryDirectory(prefix="busched-e2e-") as d:
         res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout))

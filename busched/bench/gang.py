@@ -18,7 +18,7 @@ DEFAULTS = {"nodes": 100, "jobs": 10, "tasks": 100, "seed": 0}
 SHAPE = cl.TaskShape(cpu="3", memory="16Gi")
 
 
-def run(nodes: int, jobs: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, jobs: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_kw: Any) -> dict[str, Any]:
     job_specs, task_specs = [], []
     for j in range(jobs):
         job, ts = cl.gang_job(f"gang{j:03d}", tasks, SHAPE)

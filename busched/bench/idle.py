@@ -26,13 +26,14 @@ from typing import Any
 
 from busched.bench import cluster as cl
 from busched.bench.driver import apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
+from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
 from busched.framework.cycle import QuietCycles
 
 DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 
 
-def build(nodes: int, tasks: int, jobs: int):  # noqa: ANN201
+def build(nodes: int, tasks: int, jobs: int) -> tuple[Cache, int, int]:
     node_specs = cl.nodes(nodes)
     names = [n.name for n in node_specs]
     per_node = max(1, -(-tasks // max(nodes, 1)))
@@ -58,7 +59,7 @@ def churn_round(cache: Any, rnd: int, k: int) -> None:
 
 
 def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, config: str = DEFAULT_CONFIG,
-        churn: int = 5, **_: Any) -> dict[str, Any]:
+        churn: int = 5, **_kw: Any) -> dict[str, Any]:
     cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
     cfg, missing_p, missing_a = bench_config(config)
     ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")

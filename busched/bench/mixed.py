@@ -30,7 +30,7 @@ def shapes(tasks: int) -> list[tuple[int, int]]:
     return out
 
 
-def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_kw: Any) -> dict[str, Any]:
     cfg, missing_p, missing_a = bench_config(config)
     node_specs = cl.nodes(nodes)
     per_shape = {}

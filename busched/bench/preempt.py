@@ -39,7 +39,7 @@ tiers:
 """
 
 
-def run(nodes: int, jobs: int, seed: int = 0, config: str = CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, jobs: int, seed: int = 0, config: str = CONFIG, **_kw: Any) -> dict[str, Any]:
     cfg, missing_p, missing_a = bench_config(config)
     if "preempt" in missing_a:
         raise NotAvailable("the preempt action (busched/actions/preempt.py) is not in this build")

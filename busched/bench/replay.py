@@ -43,8 +43,8 @@ WHAT_IF = CONFIG + """  - name: binpack
     arguments:
       binpack.weight: 10
 """
-FAST = dict(period=0.05, heartbeat_timeout=1.0, node_lost_grace=0.3, bind_lease=0.6, backoff_initial=0.1,
-            backoff_max=1.0)
+FAST: dict[str, Any] = dict(period=0.05, heartbeat_timeout=1.0, node_lost_grace=0.3, bind_lease=0.6,
+                             backoff_initial=0.1, backoff_max=1.0)
 CPU_PER_NODE = 16
 JOB_SIZE = 5
 GANG = 16
@@ -213,7 +213,7 @@ async def measure(url: str, *, nodes: int, jobs: int, tasks: int, seed: int = 0,
     }
 
 
-def run(nodes: int, jobs: int, tasks: int, seed: int = 0, config: str = CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, jobs: int, tasks: int, seed: int = 0, config: str = CONFIG, **_kw: Any) -> dict[str, Any]:
     """``jobs``: the number of waves."""
     try:
         from busched.bus.server import NatsServer, find_nats_server

@@ -191,7 +191,7 @@ class _Watcher:
         self._thread.join(10)
 
 
-def run(nodes: int, tasks: int, jobs: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, tasks: int, jobs: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_kw: Any) -> dict[str, Any]:
     cfg, missing_p, missing_a = bench_config(config)
     spec = build(nodes, tasks, jobs)
     blob = msgspec.json.encode(spec)

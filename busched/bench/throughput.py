@@ -19,7 +19,7 @@ from busched.framework.config import DEFAULT_CONFIG
 DEFAULTS = {"nodes": 5000, "jobs": 10000, "seed": 0}
 
 
-def run(nodes: int, jobs: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, jobs: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_kw: Any) -> dict[str, Any]:
     specs = []
     task_specs = []
     for j in range(jobs):

@@ -70,7 +70,7 @@ def load(nodes: int, tasks: int, where: Path = TRACE_DIR) -> tuple[list[o.NodeSp
     return node_specs, pods
 
 
-def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_: Any) -> dict[str, Any]:
+def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_kw: Any) -> dict[str, Any]:
     node_specs, pods = load(nodes, tasks)
     cfg, missing_p, missing_a = bench_config(config)
     cache = Cache()

@@ -220,7 +220,7 @@ class DecisionFeed:
                     await asyncio.wait_for(self._ready.wait(), max(0.0, min(deadline, self._expires) - now))
                 except asyncio.TimeoutError:
                     pass
-        out = []
+        out: list[Delivery] = []
         buf = self._buf
         while buf and len(out) < batch:
             m = buf.popleft()
@@ -397,6 +397,7 @@ class Bus:
             if cfg.sources:  # the history copy: what the state stream drops before its source is active is lost
                 from busched.bus import history as H
 
+                assert cfg.name is not None  # (every stream above is named)
                 await H.wait_sourcing(self.js, cfg.name)
 
     async def stream_last_seq(self, stream: str) -> int:

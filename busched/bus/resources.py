@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from busched.api.objects import ResourceList
+from busched.api.resource import Resource
 
 __all__ = ["resource_list"]
 
@@ -12,10 +13,10 @@ def _milli(v: float) -> str:
     return str(n // 1000) if n % 1000 == 0 else f"{n}m"
 
 
-def resource_list(r: Any, *, skip_zero: bool = False) -> dict[str, str | int]:
+def resource_list(r: Resource, *, skip_zero: bool = False) -> ResourceList:
     """cpu in cores or millicores (``"2"``, ``"500m"``), memory in bytes, pods a count, other scalars like cpu."""
     d = r.to_dict()
-    out: dict[str, str | int] = {"cpu": _milli(d.pop("cpu", 0.0)), "memory": str(int(d.pop("memory", 0.0)))}
+    out: ResourceList = {"cpu": _milli(d.pop("cpu", 0.0)), "memory": str(int(d.pop("memory", 0.0)))}
     for k, v in d.items():
         out[k] = int(v) if k == "pods" else _milli(v)
     if skip_zero:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 __all__ = ["NatsServer", "find_nats_server", "free_port", "port_in_use", "NatsServerError"]
 
@@ -153,7 +154,7 @@ class NatsServer:
         except OSError:
             since = 0
         # what nats-server says before its log is open (a bad configuration, a bad flag) goes to stderr
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr: IO[bytes] | None = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=self._stderr,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

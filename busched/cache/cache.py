@@ -27,7 +27,8 @@ from busched.api.snapshot import ClusterSnapshot, Shard
 
 __all__ = ["Cache", "KINDS"]
 
-KINDS: dict[str, type[msgspec.Struct]] = {
+# each kind the cache keeps, by the type it keeps an object as (a disruption budget: its plain dict)
+KINDS: dict[str, type[msgspec.Struct] | type[dict[str, Any]]] = {
     "node": o.NodeSpec,
     "task": o.TaskSpec,
     "job": o.JobSpec,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the command imports what it uses when it runs: a fast `busched --help`)
+    from busched.api.objects import ClusterSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_apply(args: argparse.Namespace) -> int:
     from busched.bus.apply import ClusterFileError, check_cluster, load_cluster_file
 
-    clusters = []
+    clusters: list[tuple[str, ClusterSpec]] = []
     for f in args.filename:  # every file loaded and (to apply) checked before anything is published
         try:
             clusters.append((f, load_cluster_file(f, sys.stdin.buffer.read() if f == "-" else None)))
@@ -43,12 +47,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return asyncio.run(_publish(args, clusters))
 
 
-def _references(clusters) -> list[tuple[str, tuple[str, str, str, str]]]:  # noqa: ANN001
+def _references(clusters: list[tuple[str, ClusterSpec]]) -> list[tuple[str, tuple[str, str, str, str]]]:
     """(file, reference) for each job/task naming a queue/job that no file of this apply has."""
     from busched.api.objects import ClusterSpec
     from busched.bus.apply import missing_references
 
-    out = []
+    out: list[tuple[str, tuple[str, str, str, str]]] = []
     for i, (f, cluster) in enumerate(clusters):
         others = [c for j, (_, c) in enumerate(clusters) if j != i]
         also = ClusterSpec(queues=[q for c in others for q in c.queues], jobs=[j for c in others for j in c.jobs])
@@ -61,7 +65,7 @@ def _warn(f: str, ref: tuple[str, str, str, str], where: str) -> None:
     print(f"warning: {f}: {kind} {key} names {target_kind} {target}, which is {where}", file=sys.stderr)
 
 
-async def _publish(args: argparse.Namespace, clusters) -> int:  # noqa: ANN001
+async def _publish(args: argparse.Namespace, clusters: list[tuple[str, ClusterSpec]]) -> int:
     from busched.bus import Bus, BusError
     from busched.bus.apply import apply_cluster, describe_events, missing_on_bus
     from busched.cli.connection import options_from_args
@@ -97,11 +101,12 @@ async def _publish(args: argparse.Namespace, clusters) -> int:  # noqa: ANN001
                 for line in lines:
                     print(f"  {line}")
                 continue
+            assert bus is not None  # (only a dry run goes on without the bus)
             n, errors = await apply_cluster(bus, cluster, delete=args.delete)
             verb = "deleted" if args.delete else "applied"
             print(f"{f}: {verb} {n} objects")
-            for e in errors:
-                print(f"error: {e}", file=sys.stderr)
+            for err in errors:
+                print(f"error: {err}", file=sys.stderr)
                 rc = 1
     finally:
         if bus is not None:

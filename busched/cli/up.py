@@ -120,8 +120,8 @@ class Arrivals:
                 errors += (await apply_cluster(bus, self.live.pop(0), delete=True))[1]
         except Exception as e:  # noqa: BLE001 - the demo goes on at the next arrival
             errors = [str(e)]
-        for e in errors:
-            _say(f"demo arrival: error: {e}")
+        for err in errors:
+            _say(f"demo arrival: error: {err}")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -263,8 +263,8 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             where = f" --nats {copts.url}" if copts.url != "nats://127.0.0.1:4222" and not secured else ""
             _say(f"applied the demo workload: {n} objects (jobs demo/train, demo/etl, demo/sweep); "
                  f"watch it with `busched get tasks{where}`")
-            for e in errors:
-                _say(f"error: {e}")
+            for err in errors:
+                _say(f"error: {err}")
         arrivals = Arrivals(args.duration, args.demo_every) if cbus is not None and args.demo_every > 0 else None
         if arrivals is not None:
             _say(f"a new demo job every {args.demo_every:g}s (demo/{arrivals.prefix}-N; --demo-every, --no-demo)")

@@ -38,7 +38,8 @@ class PriorityQueue(Generic[T]):
         heapq.heappush(self._h, _Item(v, self._less) if self._key is None else (self._key(v), v))
 
     def pop(self) -> T:
-        return heapq.heappop(self._h)[1] if self._key is not None else heapq.heappop(self._h).v
+        v: T = heapq.heappop(self._h)[1] if self._key is not None else heapq.heappop(self._h).v
+        return v
 
     def empty(self) -> bool:
         return not self._h

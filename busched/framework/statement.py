@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from busched.api.node import NodeAccountingError
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework.session import Session
+from busched.framework.session import Decision, Session
 
 __all__ = ["Statement", "Operation"]
 
@@ -150,7 +150,5 @@ class Statement:
         return any(op.name == EVICT for op in self.operations)
 
 
-def _decision(kind: str, task: TaskInfo, reason: str = ""):  # noqa: ANN202
-    from busched.framework.session import Decision
-
+def _decision(kind: str, task: TaskInfo, reason: str = "") -> Decision:
     return Decision(kind, task.key, task.node_name, reason)

@@ -100,7 +100,7 @@ def _parse_range(cycles: str | None) -> tuple[int, int]:
 def _diff(rec: m.CycleRecord, binds: list[tuple[str, str]], evicts: list[tuple[str, str, str]],
           pipelined: list[tuple[str, str]], phases: list[tuple[str, str]]) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
-    want, got = dict(map(tuple, rec.binds)), dict(binds)
+    want, got = {t: n for t, n in rec.binds}, dict(binds)
     added = sorted([t, n] for t, n in got.items() if t not in want)
     missing = sorted([t, n] for t, n in want.items() if t not in got)
     moved = sorted([t, want[t], n] for t, n in got.items() if t in want and want[t] != n)

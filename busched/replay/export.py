@@ -121,8 +121,10 @@ async def export_cycle(state: list[tuple[str, int, bytes]], records: list[m.Cycl
         raise ExportError(f"cycle {cycle}: its configuration ({rec.cfg}) is not in the records "
                           "(it rides on its boot's first record)")
     objects = sched.cache.objects
-    cluster = o.ClusterSpec(**{field: [msgspec.convert(v, o.PodDisruptionBudgetSpec) if kind == "podDisruptionBudget"
-                                       else v for v in objects[kind].values()] for kind, field in _KINDS})
+    fields: dict[str, list[Any]] = {
+        field: [msgspec.convert(v, o.PodDisruptionBudgetSpec) if kind == "podDisruptionBudget" else v
+                for v in objects[kind].values()] for kind, field in _KINDS}
+    cluster = o.ClusterSpec(**fields)
     doc_cluster = msgspec.to_builtins(cluster)
     if rec.excl:
         tasks = {f"{t.get('namespace', 'default')}/{t['name']}": t for t in doc_cluster.get("tasks", [])}
