@@ -44,9 +44,8 @@ def layer_of(module: str) -> int | None:
 def import_figures(root: Path) -> dict[str, object]:
     import grimp
 
-    sys.path.insert(0, str(root))
-    for m in [m for m in sys.modules if m == "busched" or m.startswith("busched.")]:
-        del sys.modules[m]
+    # grimp finds the package where Python would; `main` puts --root first on the path before anything
+    # imports busched (a caller inside a test process must not have its modules unloaded under it)
     graph = grimp.build_graph("busched", cache_dir=None)
     modules = sorted(graph.modules)
     # strongly connected components of the module graph (Tarjan, iterative)
@@ -135,6 +134,7 @@ def main() -> int:
     ap.add_argument("--no-mypy", action="store_true")
     a = ap.parse_args()
     root = a.root.resolve()
+    sys.path.insert(0, str(root))
     out: dict[str, object] = {**import_figures(root), **size_figures(root)}
     if not a.no_mypy:
         out.update(mypy_figures(root))

@@ -9,7 +9,9 @@
     await agent.start()
 """
 
-from busched.agent.agent import DURATION_KEY, Agent, AgentNode, HeldTask, Reject
+from busched.agent.agent import Agent
+from busched.agent.decisions import DURATION_KEY, Reject
 from busched.agent.fleet import fleet_nodes
+from busched.agent.node import AgentNode, HeldTask
 
 __all__ = ["Agent", "AgentNode", "HeldTask", "Reject", "DURATION_KEY", "fleet_nodes"]

@@ -104,7 +104,7 @@ def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None,
         t = S.token(n)
         publish += [S.state_subject("node", n), f"{S.STATE_PREFIX}.result.{t}.>", S.heartbeat_subject(n)]
     publish += [f"{JS_API}.STREAM.INFO.{S.STATE_STREAM}", f"{JS_API}.STREAM.INFO.{dc}"]
-    # reading back what its nodes answered before (`Agent._load_answers`): a named consumer created on the
+    # reading back what its nodes answered before (`busched.agent.answers`): a named consumer created on the
     # subject that names its filter, one node's results only, and deleted after
     for n in names:
         publish.append(f"{JS_API}.CONSUMER.CREATE.{S.STATE_STREAM}.*.{S.node_results(n)}")

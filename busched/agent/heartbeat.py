@@ -1,0 +1,54 @@
+"""An agent's heartbeats: every interval, per node, the tasks it holds and how far it has read its decisions.
+
+The scheduler judges a node alive, and a bind received, by these (docs/bus.md, "Agents"); they
+go over core NATS on their own timer, independent of the decision handling, so they live apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from busched.agent.node import AgentNode
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.client import Bus
+from busched.bus.resources import resource_list
+
+__all__ = ["Heartbeat"]
+
+log = logging.getLogger("busched.agent")
+
+
+class Heartbeat:
+    """Beats for ``nodes`` every ``interval`` seconds while ``running()`` says so, unless ``paused``."""
+
+    def __init__(self, bus: Bus, nodes: Mapping[str, AgentNode], *, boot: str, interval: float, consumer: str,
+                 version: Callable[[], int]) -> None:
+        self.bus = bus
+        self.nodes = nodes
+        self.boot = boot
+        self.interval = interval
+        self.consumer = consumer  # the decision consumer the agent reads, so the scheduler can ask how far it got
+        self.version = version
+        self.paused = False
+
+    async def run(self, running: Callable[[], bool]) -> None:
+        while running():
+            await asyncio.sleep(self.interval)
+            try:
+                await self.once()
+            except Exception as e:  # noqa: BLE001 - keep beating through reconnects
+                log.warning("heartbeat failed: %s", e)
+
+    async def once(self) -> None:
+        if self.paused:
+            return
+        for n in self.nodes.values():
+            n.hb_seq += 1
+            used = resource_list(n.used(), skip_zero=True)
+            await self.bus.publish_core(S.heartbeat_subject(n.name), m.NodeHeartbeat(
+                version=self.version(), node=n.name, boot=self.boot, seq=n.hb_seq,
+                interval=self.interval, holding={k: t.attempt for k, t in n.tasks.items()},
+                through_seq=n.through_seq, used=used, consumer=self.consumer))

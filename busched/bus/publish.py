@@ -1,0 +1,167 @@
+"""Publishing to the streams, one message at a time or many with their acknowledgements in flight.
+
+`Publisher` owns the one reply subscription under which the stream's acknowledgements of a batch
+come back, and the table of acknowledgements still awaited; `Bus` holds one and delegates to it.
+Conditional writes (``Nats-Expected-Last-Subject-Sequence``) are how two schedulers on one bus
+agree on a task's binding record (docs/bus.md, "Conditional writes"), so a lost condition is told
+apart from other failures (`Ack.conflict`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import nats.js.errors
+
+from busched.bus.messages import Msg, encode
+
+__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE"]
+
+MSG_ID = "Nats-Msg-Id"
+EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last-subject-sequence
+
+
+@dataclass
+class Ack:
+    seq: int = 0
+    duplicate: bool = False
+    error: str = ""
+    conflict: bool = False  # a conditional write lost: the subject had moved past the expected sequence
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class _PubAck(msgspec.Struct):
+    """A JetStream publish acknowledgement, or its error."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: dict[str, Any] | None = None
+
+
+_ACK_DECODE = msgspec.json.Decoder(_PubAck).decode
+_ENCODE = encode
+
+
+class Publisher:
+    """Stream publishing over one connection ``nc`` and its JetStream context ``js``."""
+
+    def __init__(self, nc: Any, js: Any) -> None:
+        self.nc = nc
+        self.js = js
+        self._lock = asyncio.Lock()
+        self._prefix = ""  # the acknowledgements' reply prefix, once subscribed
+        self._sub: Any = None
+        self._futs: dict[str, asyncio.Future[Any]] = {}  # token -> the acknowledgement awaited
+        self._counter = 0
+
+    async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
+                      expected: int | None = None, timeout: float = 5.0) -> Ack:
+        """Publish one message to a stream; ``expected`` makes it conditional (see `publish_all`)."""
+        data = msg if isinstance(msg, bytes) else encode(msg)
+        headers = {MSG_ID: msg_id} if msg_id else {}
+        if expected is not None:
+            headers[EXPECT_SUBJECT_SEQ] = str(expected)
+        try:
+            pa = await self.js.publish(subject, data, timeout=timeout, headers=headers or None)
+        except nats.js.errors.APIError as e:
+            return Ack(error=f"{type(e).__name__}: {e}", conflict=getattr(e, "err_code", 0) == WRONG_LAST_SEQUENCE)
+        except Exception as e:  # noqa: BLE001
+            return Ack(error=f"{type(e).__name__}: {e}")
+        return Ack(seq=pa.seq, duplicate=bool(pa.duplicate))
+
+    async def publish_all(self, items: Iterable[tuple[Any, ...]], timeout: float = 10.0) -> list[Ack]:
+        """`Bus.publish_all` (see there)."""
+        prefix = await self._ack_inbox()
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[Ack]] = []
+        tokens: list[str] = []
+        pending = self._futs
+        publish = self.nc.publish
+        for item in items:
+            subject, msg, msg_id = item[0], item[1], item[2]
+            expected = item[3] if len(item) > 3 else None
+            data = msg if isinstance(msg, bytes) else _ENCODE(msg)
+            self._counter += 1
+            token = str(self._counter)
+            f: asyncio.Future[Ack] = loop.create_future()
+            futs.append(f)
+            tokens.append(token)
+            pending[token] = f
+            try:
+                if expected is None:
+                    headers = {MSG_ID: msg_id} if msg_id else None
+                else:
+                    headers = {EXPECT_SUBJECT_SEQ: str(expected)}
+                    if msg_id:
+                        headers[MSG_ID] = msg_id
+                await publish(subject, data, reply=prefix + token, headers=headers)
+            except Exception as e:  # noqa: BLE001
+                pending.pop(token, None)
+                if not f.done():
+                    f.set_result(Ack(error=f"{type(e).__name__}: {e}"))
+        if not futs:
+            return []
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*futs)), timeout)
+        except asyncio.TimeoutError:
+            pass
+        out = []
+        for token, f in zip(tokens, futs):
+            if f.done():
+                out.append(f.result())
+            else:
+                pending.pop(token, None)
+                f.cancel()
+                out.append(Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s"))
+        return out
+
+    async def _ack_inbox(self) -> str:
+        """The reply prefix under which the stream's acknowledgements come back (subscribed once)."""
+        if self._prefix:
+            return self._prefix
+        async with self._lock:
+            if not self._prefix:
+                prefix = self.nc.new_inbox() + "."
+                futs = self._futs
+                start = len(prefix)
+
+                async def on_ack(m: Any) -> None:
+                    f = futs.pop(m.subject[start:], None)
+                    if f is None or f.done():
+                        return
+                    if m.headers and m.headers.get("Status") == "503":
+                        f.set_result(Ack(error="NoStreamResponseError: no stream listens on this subject"))
+                        return
+                    try:
+                        pa = _ACK_DECODE(m.data)
+                    except Exception as e:  # noqa: BLE001
+                        f.set_result(Ack(error=f"bad acknowledgement: {e}"))
+                        return
+                    if pa.error is not None:
+                        f.set_result(Ack(error=f"APIError: {pa.error.get('description') or pa.error}",
+                                         conflict=pa.error.get("err_code") == WRONG_LAST_SEQUENCE))
+                    else:
+                        f.set_result(Ack(seq=pa.seq, duplicate=pa.duplicate))
+
+                self._sub = await self.nc.subscribe(prefix + "*", cb=on_ack, pending_msgs_limit=1_000_000,
+                                                    pending_bytes_limit=256 * 1024 * 1024)
+                self._prefix = prefix
+        return self._prefix
+
+    async def close(self) -> None:
+        """Drop the acknowledgements' subscription (the connection is closing)."""
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+            self._sub = None

@@ -1,0 +1,84 @@
+"""Which JetStream streams busched uses and how they are configured.
+
+The state and decision streams (and, for a scheduler, the history streams) are made here once,
+when a process starts; kept apart from the client so the stream layout is read in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+from nats.js import api
+
+from busched.bus import subjects as S
+from busched.bus.errors import BusError
+
+__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq"]
+
+log = logging.getLogger("busched.bus")
+
+
+@dataclass
+class StreamSettings:
+    state_history: int = 16  # messages kept per object subject on the state stream
+    decision_max_age: float = 3600.0  # seconds a decision waits for its agent
+    duplicate_window: float = 120.0  # seconds in which a republished Nats-Msg-Id is dropped
+    storage: str = "file"  # file | memory
+    history_max_age: float = 7 * 86400.0  # seconds the history streams keep cycle records and state copies; 0: none
+
+
+async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> None:
+    """Create the state and decision streams unless they exist (an existing stream is left as configured);
+    with ``settings`` (the scheduler's) the history streams too."""
+    st = settings or StreamSettings()
+    storage = api.StorageType.MEMORY if st.storage == "memory" else api.StorageType.FILE
+    configs = [
+        api.StreamConfig(name=S.STATE_STREAM, subjects=[f"{S.STATE_PREFIX}.>"],
+                         retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=st.state_history,
+                         storage=storage, duplicate_window=st.duplicate_window, allow_direct=True,
+                         description="busched cluster state: one subject per object"),
+        api.StreamConfig(name=S.DECISION_STREAM, subjects=[f"{S.DECISION_PREFIX}.>"],
+                         retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=1,
+                         max_age=st.decision_max_age, storage=storage, duplicate_window=st.duplicate_window,
+                         allow_direct=True, description="busched bind/evict decisions, per node and task"),
+    ]
+    if settings is not None and st.history_max_age > 0:  # the scheduler's: only it writes cycle records
+        from busched.bus import history as H
+
+        configs.append(api.StreamConfig(name=H.HISTORY_STREAM, subjects=[f"{H.HISTORY_PREFIX}.>"],
+                                        retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
+                                        storage=storage, description="busched cycle records (busched replay)"))
+        # a copy of every state message for as long (the state stream's per-subject limit and purges do not
+        # reach it): replay over the bus reads it (docs/bus.md, "History")
+        configs.append(api.StreamConfig(name=H.STATE_HISTORY_STREAM, sources=[api.StreamSource(name=S.STATE_STREAM)],
+                                        retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
+                                        storage=storage, duplicate_window=st.duplicate_window,
+                                        description="busched state messages kept for the history duration"))
+    for cfg in configs:
+        try:
+            await js.stream_info(cfg.name)
+            continue
+        except nats.js.errors.NotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001 - e.g. a user not permitted to look: use what the operator made
+            log.warning("cannot check stream %s (%s); assuming it exists", cfg.name, e or type(e).__name__)
+            continue
+        try:
+            await js.add_stream(cfg)
+        except nats.js.errors.BadRequestError as e:
+            # another process created it between our two calls
+            if "already in use" not in str(e):
+                raise BusError(f"cannot create stream {cfg.name}: {e}") from None
+        if cfg.sources:  # the history copy: what the state stream drops before its source is active is lost
+            from busched.bus import history as H
+
+            await H.wait_sourcing(js, H.STATE_HISTORY_STREAM)
+
+
+async def stream_last_seq(js: Any, stream: str) -> int:
+    """The stream's last sequence, 0 when it holds no message."""
+    info = await js.stream_info(stream)
+    return int(info.state.last_seq or 0) if (info.state.messages or 0) else 0

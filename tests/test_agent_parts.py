@@ -1,0 +1,109 @@
+"""The agent's parts without a server: a node's memories (`busched.agent.node`) and the decision
+handling (`busched.agent.decisions.Decider`) over a fake bus, so a change to how decisions are
+answered, acknowledged or handed back shows here in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+
+from busched.agent import Reject, fleet_nodes
+from busched.agent.decisions import Decider
+from busched.agent.node import MEMORY_LIMIT, AgentNode
+from busched.api.objects import TaskSpec
+from busched.api.resource import Resource
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.publish import Ack
+from busched.metrics import AgentMetrics
+
+
+def _node(cpu: str = "4") -> AgentNode:
+    spec = fleet_nodes(1, cpu=cpu, memory="8Gi")[0]
+    return AgentNode(spec, Resource.from_list(spec.allocatable))
+
+
+class FakeBus:
+    def __init__(self, fail: bool = False) -> None:
+        self.published: list[tuple[str, m.Msg]] = []
+        self.fail = fail
+
+    async def publish_all(self, items, timeout: float = 10.0):
+        items = list(items)
+        self.published += [(s, msg) for s, msg, _ in items]
+        return [Ack(error="down") if self.fail else Ack(seq=i + 1) for i in range(len(items))]
+
+
+class FakeDelivery:
+    def __init__(self, subject: str, msg: m.Msg, seq: int) -> None:
+        self.subject, self.data, self.stream_seq, self.num_delivered = subject, m.encode(msg), seq, 1
+        self.acked = self.naked = False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.naked = True
+
+
+def _decider(node: AgentNode, bus: FakeBus, **kw) -> tuple[Decider, list]:
+    history: list = []
+    version = iter(range(1, 10**6))
+    d = Decider(bus, {node.name: node}, boot="b1", version=lambda: next(version), metrics=AgentMetrics(),
+                history=history, finish=lambda n, t: None, on_bind=kw.get("on_bind"), on_evict=None,
+                check_capacity=True, duration=None)
+    return d, history
+
+
+def _bind(node: str, name: str, attempt: int, cpu: str = "1", fence: int = 0) -> tuple[str, m.BindDecision]:
+    task = TaskSpec(name=name, namespace="t", requests={"cpu": cpu, "memory": "1Gi"})
+    return (S.decision_subject(node, "bind", f"t/{name}"),
+            m.BindDecision(node=node, attempt=attempt, task=task, fence=fence))
+
+
+def test_node_memories_are_bounded_and_fences_only_rise():
+    n = _node()
+    for i in range(MEMORY_LIMIT + 5):
+        n.remember(f"t/j-{i}", 1, "Succeeded")
+    assert len(n.done) == MEMORY_LIMIT and ("t/j-0", 1) not in n.done
+    assert not n.fenced("t/a", 5)
+    assert n.fenced("t/a", 4)  # older than one already seen: a deposed writer's
+    assert not n.fenced("t/a", 0) and not n.fenced("t/a", 6)
+    assert n.fences["t/a"] == 6
+
+
+def test_a_batch_is_decided_in_order_answered_together_then_acked():
+    n = _node(cpu="2")
+    bus = FakeBus()
+    d, history = _decider(n, bus)
+    batch = [FakeDelivery(*_bind(n.name, f"j-{i}", 1), seq=i + 1) for i in range(3)]
+    asyncio.run(d.handle_batch(batch))
+    # two fit, the third is refused for want of room (the first two count against the node)
+    assert [type(msg).__name__ for _, msg in bus.published] == ["TaskPhaseChanged", "TaskPhaseChanged",
+                                                                "BindRejected"]
+    assert all(x.acked for x in batch)
+    assert set(n.tasks) == {"t/j-0", "t/j-1"} and n.through_seq == 3
+    assert [h[0] for h in history] == ["bind", "bind", "reject"]
+    # a redelivery of an answered attempt is acknowledged without a new answer
+    again = FakeDelivery(*_bind(n.name, "j-2", 1), seq=4)
+    asyncio.run(d.handle_batch([again]))
+    assert again.acked and len(bus.published) == 3
+
+
+def test_an_answer_not_stored_is_rolled_back_and_handed_back():
+    n = _node()
+    d, history = _decider(n, FakeBus(fail=True), on_bind=lambda node, b: None)
+    x = FakeDelivery(*_bind(n.name, "j-0", 1), seq=1)
+    asyncio.run(d.handle_batch([x]))
+    assert x.naked and not x.acked and n.tasks == {} and history == []
+
+
+def test_on_bind_may_refuse():
+    def refuse(node: str, b: m.BindDecision) -> None:
+        raise Reject("no")
+
+    n = _node()
+    bus = FakeBus()
+    d, history = _decider(n, bus, on_bind=refuse)
+    asyncio.run(d.handle_batch([FakeDelivery(*_bind(n.name, "j-0", 1), seq=1)]))
+    assert isinstance(bus.published[0][1], m.BindRejected) and bus.published[0][1].reason == "no"
+    assert n.done[("t/j-0", 1)] == "rejected"
