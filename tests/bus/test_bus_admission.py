@@ -10,7 +10,7 @@ from busched.agent import fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
-from tests.nats_fixture import assert_no_overcommit, harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
 
 
 def rejected(sched, reason: str, kind: str) -> float:  # noqa: ANN001
@@ -21,7 +21,7 @@ def upsert(kind: str, body: str) -> bytes:
     return ('{"type":"%s.upsert","version":1,"%s":%s}' % (kind, kind, body)).encode()
 
 
-async def test_bad_specs_are_refused_and_good_tasks_still_placed(harness, caplog):  # noqa: F811
+async def test_bad_specs_are_refused_and_good_tasks_still_placed(harness, caplog):
     caplog.set_level(logging.WARNING, logger="busched.scheduler")
     sched = await harness.scheduler()
     agent = await harness.agent(fleet_nodes(1, cpu="8"))

@@ -12,14 +12,14 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.web import start_http
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 
 def rejected(sched, reason: str, kind: str) -> float:  # noqa: ANN001
     return sched.metrics.events_rejected.labels(reason, kind)._value.get()
 
 
-async def test_bad_payloads_are_rejected_logged_counted_and_the_scheduler_keeps_running(harness, caplog):  # noqa: F811
+async def test_bad_payloads_are_rejected_logged_counted_and_the_scheduler_keeps_running(harness, caplog):
     caplog.set_level(logging.WARNING, logger="busched.scheduler")
     sched = await harness.scheduler(max_event_bytes=64 * 1024)
     http = await start_http("127.0.0.1", 0, sched.metrics.registry, ready=lambda: sched.ready)

@@ -11,7 +11,7 @@ from busched.api.objects import ClusterSpec, JobSpec, PriorityClassSpec, QueueSp
 from busched.bus.apply import apply_cluster
 from busched.cli.main import main
 from busched.framework.config import DEFAULT_CONFIG
-from tests.nats_fixture import assert_no_overcommit, harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
 
 WITH_PREEMPT = DEFAULT_CONFIG.replace('"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, backfill"')
 
@@ -22,7 +22,7 @@ def job(name: str, n: int, pc: str, min_member: int = 1) -> ClusterSpec:
                                        requests={"cpu": "1"}) for i in range(n)])
 
 
-async def test_preemption_evicts_on_the_agent_and_the_victims_go_back_to_pending(harness):  # noqa: F811
+async def test_preemption_evicts_on_the_agent_and_the_victims_go_back_to_pending(harness):
     sched = await harness.scheduler(WITH_PREEMPT)
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()
@@ -43,7 +43,7 @@ async def test_preemption_evicts_on_the_agent_and_the_victims_go_back_to_pending
     assert sched.metrics.action_evicts._value.get() == 2
 
 
-async def test_busched_delete_stops_running_tasks_and_forgets_them(harness, tmp_path):  # noqa: F811
+async def test_busched_delete_stops_running_tasks_and_forgets_them(harness, tmp_path):
     sched = await harness.scheduler()
     agent = await harness.agent(fleet_nodes(2))
     f = tmp_path / "c.yaml"

@@ -7,7 +7,7 @@ import asyncio
 from busched.api.objects import TaskSpec
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from tests.nats_fixture import harness, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import wait_until
 
 
 def bind(node: str, i: int) -> tuple[str, m.Msg, str]:
@@ -16,7 +16,7 @@ def bind(node: str, i: int) -> tuple[str, m.Msg, str]:
             f"bind:f/t{i}:1")
 
 
-async def test_decision_feed_answers_with_what_arrived_without_waiting_for_a_full_batch(harness):  # noqa: F811
+async def test_decision_feed_answers_with_what_arrived_without_waiting_for_a_full_batch(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     feed = await bus.decision_feed("n1")
@@ -42,7 +42,7 @@ async def test_decision_feed_answers_with_what_arrived_without_waiting_for_a_ful
     await again.stop()
 
 
-async def test_unacknowledged_decision_is_delivered_again(harness):  # noqa: F811
+async def test_unacknowledged_decision_is_delivered_again(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     feed = await bus.decision_feed("n1", ack_wait=0.5)
@@ -55,7 +55,7 @@ async def test_unacknowledged_decision_is_delivered_again(harness):  # noqa: F81
     await feed.stop()
 
 
-async def test_narrowed_watch_follows_only_its_subjects_from_the_next_message(harness):  # noqa: F811
+async def test_narrowed_watch_follows_only_its_subjects_from_the_next_message(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     writer = await harness.bus()
@@ -99,7 +99,7 @@ def test_followed_subjects_are_every_kind_results_and_bindings_but_not_podgroup_
     assert not any(S.podgroup_subject("a/b").startswith(f[:-1]) for f in followed)
 
 
-async def test_an_agent_answers_a_bind_it_starts_at_once_with_running_alone(harness):  # noqa: F811
+async def test_an_agent_answers_a_bind_it_starts_at_once_with_running_alone(harness):
     from busched.agent import fleet_nodes
     from busched.api.objects import ClusterSpec, JobSpec, QueueSpec
     from busched.bus.apply import apply_cluster
@@ -121,7 +121,7 @@ async def test_an_agent_answers_a_bind_it_starts_at_once_with_running_alone(harn
     assert sched.metrics.bind_latency._sum.get() > 0  # the bind's answer was timed as before
 
 
-async def test_a_fleet_agent_keeps_one_consumer_across_restarts_and_a_new_set_replays_nothing(harness):  # noqa: F811
+async def test_a_fleet_agent_keeps_one_consumer_across_restarts_and_a_new_set_replays_nothing(harness):
     from busched.agent import fleet_nodes
 
     bus = await harness.bus()

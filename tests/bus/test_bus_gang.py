@@ -9,7 +9,7 @@ import yaml
 
 from busched.agent import fleet_nodes
 from busched.cli.main import main
-from tests.nats_fixture import assert_no_overcommit, harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
 
 TRAIN = {
     "queues": [{"name": "default"}],
@@ -29,7 +29,7 @@ def cli(*argv: str) -> int:
     return main(list(argv))
 
 
-async def test_gang_job_applied_through_cli_runs_on_agents(harness, tmp_path, capsys):  # noqa: F811
+async def test_gang_job_applied_through_cli_runs_on_agents(harness, tmp_path, capsys):
     sched = await harness.scheduler()  # the default configuration
     agent = await harness.agent(fleet_nodes(4, cpu="4", memory="8Gi"))
     f = tmp_path / "scenario.yaml"  # a whole scenario file: its cluster: block is applied

@@ -5,7 +5,7 @@ from __future__ import annotations
 from busched.agent import fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus.apply import apply_cluster
-from tests.nats_fixture import assert_no_overcommit, harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
 
 WORK = ClusterSpec(
     queues=[QueueSpec(name="default")],
@@ -15,7 +15,7 @@ WORK = ClusterSpec(
 KEYS = {"w/gang-0", "w/gang-1", "w/gang-2", "w/solo-0"}
 
 
-async def test_tasks_of_an_agent_that_stops_heartbeating_are_rescheduled(harness):  # noqa: F811
+async def test_tasks_of_an_agent_that_stops_heartbeating_are_rescheduled(harness):
     sched = await harness.scheduler()  # heartbeat timeout 1 s, heartbeats every 0.1 s
     doomed = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="doomed"))
     await apply_cluster(await harness.bus(), WORK)

@@ -29,7 +29,7 @@ def agent_permissions(node: str) -> str:
 
 
 def test_the_documented_permissions_are_the_generated_ones():
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "bus.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "bus.md").read_text()
     block = doc[doc.index("### Permissions"):]
     block = block[block.index("```"):]
     block = block[3:block.index("```", 3)]

@@ -9,7 +9,7 @@ from busched.agent import Reject, fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
-from tests.nats_fixture import assert_no_overcommit, harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
 
 
 def one_task(name: str = "solo", cpu: str = "1") -> ClusterSpec:
@@ -22,7 +22,7 @@ def task_view(sched, key: str) -> dict:  # noqa: ANN001
     return next((t for t in sched.view("tasks") if f"{t['namespace']}/{t['name']}" == key), {})
 
 
-async def test_rejected_bind_is_resynced_and_placed_on_another_node(harness):  # noqa: F811
+async def test_rejected_bind_is_resynced_and_placed_on_another_node(harness):
     sched = await harness.scheduler()
     first: list[tuple[str, float]] = []
 
@@ -52,7 +52,7 @@ async def test_rejected_bind_is_resynced_and_placed_on_another_node(harness):  #
     assert_no_overcommit(agent)
 
 
-async def test_bind_never_received_is_released_after_lease_and_its_decision_deleted(harness):  # noqa: F811
+async def test_bind_never_received_is_released_after_lease_and_its_decision_deleted(harness):
     sched = await harness.scheduler(bind_lease=0.5)
     mute = await harness.agent(fleet_nodes(1, prefix="mute"), consume=False)  # heartbeats, never reads binds
     await apply_cluster(await harness.bus(), one_task())
@@ -69,7 +69,7 @@ async def test_bind_never_received_is_released_after_lease_and_its_decision_dele
     assert held_by_node(mute) == {"mute-00": {}}
 
 
-async def test_agent_that_holds_a_bind_keeps_it_while_alive_however_slow(harness):  # noqa: F811
+async def test_agent_that_holds_a_bind_keeps_it_while_alive_however_slow(harness):
     sched = await harness.scheduler(bind_lease=0.3)
     release = asyncio.Event()
 

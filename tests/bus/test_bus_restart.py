@@ -19,7 +19,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.bus.server import free_port
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 JOBS = 160
 BATCH = 8
@@ -69,7 +69,7 @@ class SchedulerProcess:
             self.log.close()
 
 
-async def test_scheduler_killed_mid_stream_restarts_without_losing_or_rebinding(harness, tmp_path):  # noqa: F811
+async def test_scheduler_killed_mid_stream_restarts_without_losing_or_rebinding(harness, tmp_path):
     agent = await harness.agent(fleet_nodes(6, cpu="8", memory="16Gi"))
     published: dict[str, set[int]] = defaultdict(set)  # every bind seen on the wire: task -> attempts
 
@@ -118,7 +118,7 @@ async def test_scheduler_killed_mid_stream_restarts_without_losing_or_rebinding(
           f"{killed_at} of {JOBS} were running at the kill")
 
 
-async def test_bind_recorded_but_never_published_is_sent_once_on_restart(harness):  # noqa: F811
+async def test_bind_recorded_but_never_published_is_sent_once_on_restart(harness):
     # a scheduler that died between its write-ahead binding record and the decision
     agent = await harness.agent(fleet_nodes(1))
     bus = await harness.bus()
@@ -132,7 +132,7 @@ async def test_bind_recorded_but_never_published_is_sent_once_on_restart(harness
     assert sched.bindings["s/j000-0"].attempt == 1
 
 
-async def test_bind_already_on_the_stream_is_not_published_again_on_restart(harness):  # noqa: F811
+async def test_bind_already_on_the_stream_is_not_published_again_on_restart(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     await apply_cluster(bus, batch(0))
@@ -152,7 +152,7 @@ async def test_bind_already_on_the_stream_is_not_published_again_on_restart(harn
     assert held_by_node(agent)["node-00"]["s/j000-0"] == 1
 
 
-async def test_replay_settles_results_against_the_latest_binding_record(harness):  # noqa: F811
+async def test_replay_settles_results_against_the_latest_binding_record(harness):
     # attempt 1 ran on node-00 and was lost; attempt 2 runs on node-01.  On replay the last message of
     # node-00's result subject (attempt 1) comes before the binding record of attempt 2: it must not win.
     bus = await harness.bus()

@@ -13,7 +13,7 @@ from busched.bus import subjects as S
 from busched.bus.schema import export, schemas, stale_files
 from busched.cli.main import main
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def test_schemas_directory_is_up_to_date():

@@ -11,7 +11,7 @@ from busched.bus.apply import load_cluster_file
 from busched.cli.main import build_parser
 from busched.framework.config import load_config
 
-COMPOSE = Path(__file__).resolve().parent.parent / "compose"
+COMPOSE = Path(__file__).resolve().parents[2] / "compose"
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_dockerignore_keeps_the_build_context_small():
     patterns = [line.strip() for line in (root / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.lstrip().startswith("#")]
     for path in (".venv/bin/python", ".git/HEAD", ".busched/jetstream/x", ".busched/auth/nats.conf",
-                 "tests/conformance/cases/a.yaml", "tests/test_compose.py", "docs/bus.md",
+                 "tests/conformance/cases/a.yaml", "tests/cli/test_compose.py", "docs/bus.md",
                  "busched/__pycache__/up.cpython-311.pyc", "busched/cli/__pycache__/x.pyc", ".pytest_cache/v",
                  ".hypothesis/x", "busched.egg-info/PKG-INFO", "record.bin"):
         assert _dockerignored(path, patterns), path

@@ -2,7 +2,7 @@
 
 The cases are the repository's copy, tests/conformance/cases (synced from
 ../shared/conformance by scripts/sync_conformance.py); ``$BUSCHED_CASES`` names
-another folder.  Cases listed in conformance_known_failures.txt are strict
+another folder.  Cases listed in known_failures.txt (beside this module) are strict
 xfails: the list may only shrink (a listed case that starts passing fails the
 suite until it is removed from the list).  The summary line of this module is
 the pass count.
@@ -22,9 +22,9 @@ import pytest
 
 from busched.scenario.runner import ScenarioError, check_report, load_scenario, run_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(os.environ.get("BUSCHED_CASES", ROOT / "tests" / "conformance" / "cases"))
-KNOWN = ROOT / "tests" / "conformance_known_failures.txt"
+KNOWN = ROOT / "tests" / "conformance" / "known_failures.txt"
 
 
 def _known() -> set[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from busched.scenario.runner import check_report, load_scenario, run_scenario
 
-ROOT = Path(__file__).parent / "scenarios"
+ROOT = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(ROOT.rglob("*.yaml"))
 
 

@@ -22,9 +22,9 @@ from busched.cache.cache import Cache
 from busched.builtin import run_cycle
 from busched.scenario.runner import _registries, load_scenario
 
-from tests.test_conformance import LOAD_PARAMS
+from tests.conformance.test_conformance import LOAD_PARAMS
 
-EXTRA = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
+EXTRA = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 PARAMS = LOAD_PARAMS + [pytest.param(p, id=f"extra/{p.name}") for p in EXTRA]
 
 

@@ -1,6 +1,6 @@
 """`busched explain NS/NAME --cycle N [SOURCE | --nats URL]`: explain on a record (issue 11, item 8).
 
-A live run over a real nats-server is recorded (as tests/test_replay.py records it: the state stream keeps
+A live run over a real nats-server is recorded (as tests/replay/test_replay.py records it: the state stream keeps
 every message); a task that could not be placed in a recorded cycle (its node too small; kept off its only
 node after a refusal) and was placed later is explained on the state before that cycle: the reason code of
 that moment, not the current one; before the cycle that placed it, Schedulable; after, Running.  The command
@@ -18,8 +18,8 @@ from busched.bus.apply import apply_cluster
 from busched.cli.get import lookup
 from busched.cli.main import main
 from busched.replay.explain import explain_cycle
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
-from tests.test_replay import STREAMS, read_all
+from tests.nats_fixture import held_by_node, wait_until
+from tests.replay.test_replay import STREAMS, read_all
 
 KEYS = {"reason", "message", "nodes", "scores", "cycle"}
 
@@ -38,7 +38,7 @@ def binding(records, task: str):  # noqa: ANN001, ANN201
     return next(r for r in records if any(t == task for t, _ in r.binds))
 
 
-async def test_node_too_small_then_placed_explained_on_the_record(harness, tmp_path, capsys):  # noqa: F811
+async def test_node_too_small_then_placed_explained_on_the_record(harness, tmp_path, capsys):
     await harness.scheduler(streams=STREAMS)
     small = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     bus = await harness.bus()
@@ -92,7 +92,7 @@ async def test_node_too_small_then_placed_explained_on_the_record(harness, tmp_p
     assert await asyncio.to_thread(main, ["explain", "t/b-0", str(f)]) == 2  # a record needs --cycle
 
 
-async def test_excluded_after_refusal_on_the_record(harness):  # noqa: F811
+async def test_excluded_after_refusal_on_the_record(harness):
     await harness.scheduler(streams=STREAMS, exclusion_ttl=1.5)
     refusals: list[str] = []
 

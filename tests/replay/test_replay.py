@@ -23,7 +23,7 @@ from busched.cli.main import main
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.replay import decode_records, replay
 from busched.scheduler import history as Hs
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 WITH_PREEMPT = DEFAULT_CONFIG.replace('"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, backfill"')
 BINPACK = WITH_PREEMPT.replace("  - name: nodeorder", "  - name: binpack\n    arguments:\n      binpack.weight: 10\n"
@@ -84,7 +84,7 @@ async def read_all(bus) -> tuple[list, list]:  # noqa: ANN001
     return state, decode_records(d for _, _, d in hist)
 
 
-async def test_live_run_replays_identically_and_a_what_if_differs(harness, tmp_path):  # noqa: F811
+async def test_live_run_replays_identically_and_a_what_if_differs(harness, tmp_path):
     sched, bus, agent = await live_run(harness)
     state, records = await read_all(bus)
     assert len(records) >= 5
@@ -148,7 +148,7 @@ def test_cycle_record_is_compact():
     assert len(data) < 160
 
 
-async def test_history_zero_writes_no_records(harness):  # noqa: F811
+async def test_history_zero_writes_no_records(harness):
     sched = await harness.scheduler(streams=StreamSettings(history_max_age=0, storage="memory"))
     agent = await harness.agent(fleet_nodes(1))
     bus = await harness.bus()

@@ -1,6 +1,6 @@
 """A recorded cycle as a scenario (issue 11, item 7): `busched replay --cycle N --export FILE.yaml`.
 
-A live run over a real nats-server (tests/test_replay.py's: waves of short tasks, a refused bind,
+A live run over a real nats-server (tests/replay/test_replay.py's: waves of short tasks, a refused bind,
 a preemption) is recorded; a cycle that bound tasks, one that evicted and one that ran while a task
 was kept off a node after its refusal are exported, and each passes the scenario runner's check
 (`load_scenario`, `run_scenario`, `check_report`), as `busched scenario check` runs it.
@@ -16,8 +16,8 @@ import pytest
 from busched.cli.main import main
 from busched.replay import export as E
 from busched.scenario.runner import check_report, load_scenario, run_scenario
-from tests.nats_fixture import harness, nats_server  # noqa: F401
-from tests.test_replay import live_run, read_all
+
+from tests.replay.test_replay import live_run, read_all
 
 
 def check(path) -> list[str]:  # noqa: ANN001
@@ -25,7 +25,7 @@ def check(path) -> list[str]:  # noqa: ANN001
     return check_report(run_scenario(sc), sc.expect)
 
 
-async def test_recorded_cycles_export_as_scenarios_that_pass(harness, tmp_path):  # noqa: F811
+async def test_recorded_cycles_export_as_scenarios_that_pass(harness, tmp_path):
     sched, bus, agent = await live_run(harness)
     state, records = await read_all(bus)
     binds = next(r for r in records if len(r.binds) >= 5 and not r.evicts)

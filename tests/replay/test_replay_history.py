@@ -20,8 +20,8 @@ from busched.bus.apply import apply_cluster
 from busched.bus.client import StreamSettings
 from busched.cli.main import main
 from busched.replay import decode_records, replay
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
-from tests.test_replay import jobs
+from tests.nats_fixture import held_by_node, wait_until
+from tests.replay.test_replay import jobs
 
 STREAMS = StreamSettings(storage="memory")  # state_history 16 per subject, history on (7 days)
 
@@ -43,7 +43,7 @@ async def cli_json(capsys, argv: list[str]) -> tuple[int, dict]:  # noqa: ANN001
     return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-async def test_replay_reads_the_state_history_copy(harness, capsys):  # noqa: F811
+async def test_replay_reads_the_state_history_copy(harness, capsys):
     sched = await harness.scheduler(streams=STREAMS)
     agent = await harness.agent(fleet_nodes(4, cpu="8", memory="32Gi"))
     bus = await harness.bus()
@@ -126,7 +126,7 @@ async def _header_values(bus, seq: int) -> str:  # noqa: ANN001
     return (await _headers(bus, seq))[H.SOURCE_HEADER]
 
 
-async def test_record_reads_the_copy(harness, tmp_path):  # noqa: F811
+async def test_record_reads_the_copy(harness, tmp_path):
     sched = await harness.scheduler(streams=STREAMS)
     agent = await harness.agent(fleet_nodes(2, cpu="8", memory="32Gi"))
     bus = await harness.bus()

@@ -17,10 +17,9 @@ from busched.bench import replay as B
 from busched.cli.main import main
 from busched.framework.config import load_config
 from busched.replay import replay
-from tests.nats_fixture import nats_server  # noqa: F401
 
 
-async def test_a_live_run_of_two_thousand_tasks_replays_identically(nats_server, tmp_path, capsys):  # noqa: F811
+async def test_a_live_run_of_two_thousand_tasks_replays_identically(nats_server, tmp_path, capsys):
     run = await B.record_run(nats_server.url, nodes=10, waves=20, tasks=2000)
     records = run["records"]
     assert run["tasks"] >= 2000

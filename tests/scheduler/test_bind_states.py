@@ -1,7 +1,7 @@
 """The bind life cycle, transition by transition: one row per (state, event) -> state, status, what is written.
 
 The scheduler's inbound handlers are driven directly (no cycle, no bus I/O: a stub stands where the bus
-would be asked to delete a decision); tests/test_trust.py and tests/faults/ drive the same transitions
+would be asked to delete a decision); tests/scheduler/test_trust.py and tests/faults/ drive the same transitions
 over a real nats-server.
 """
 

@@ -14,7 +14,7 @@ from busched.bus.apply import apply_cluster
 from busched.cli.get import lookup
 from busched.cli.main import main
 from busched.scheduler import events_log
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 
 def one_job(n: int = 1) -> ClusterSpec:
@@ -23,7 +23,7 @@ def one_job(n: int = 1) -> ClusterSpec:
                                        node_selector={"kubernetes.io/hostname": "node-00"}) for i in range(n)])
 
 
-async def refused_then_bound(harness: Any) -> tuple[Any, Any, Any]:  # noqa: F811
+async def refused_then_bound(harness: Any) -> tuple[Any, Any, Any]:
     sched = await harness.scheduler(exclusion_ttl=0.3)
     refusals: list[int] = []
 
@@ -38,7 +38,7 @@ async def refused_then_bound(harness: Any) -> tuple[Any, Any, Any]:  # noqa: F81
     return sched, agent, await harness.bus()
 
 
-async def test_get_one_object_by_name(harness):  # noqa: F811
+async def test_get_one_object_by_name(harness):
     sched, agent, bus = await refused_then_bound(harness)
     await wait_until(lambda: sched.task_status("t/j-0") == "Running", what="running")
     task = await lookup(bus, "get", "tasks", "t/j-0")
@@ -56,7 +56,7 @@ async def test_get_one_object_by_name(harness):  # noqa: F811
             raise AssertionError(f"get {kind} {name} should fail")
 
 
-async def test_describe_shows_spec_events_and_exit_code(harness):  # noqa: F811
+async def test_describe_shows_spec_events_and_exit_code(harness):
     sched, agent, bus = await refused_then_bound(harness)
     await wait_until(lambda: sched.task_status("t/j-0") == "Running", what="running")
     await agent.report_phase("node-00", "t/j-0", "Failed", reason="Error", exit_code=3)
@@ -77,7 +77,7 @@ async def test_describe_shows_spec_events_and_exit_code(harness):  # noqa: F811
     assert isinstance(job["conditions"], list)
 
 
-async def test_describe_get_and_explain_commands(harness, capsys):  # noqa: F811
+async def test_describe_get_and_explain_commands(harness, capsys):
     await refused_then_bound(harness)
     url = harness.url
     assert await asyncio.to_thread(main, ["get", "tasks", "t/j-0", "--nats", url]) == 0

@@ -16,7 +16,7 @@ from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import messages as m
 from busched.bus.apply import apply_cluster
 from busched.cli.get import lookup
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 
 def cluster(*, queue: QueueSpec | None = None, job: JobSpec | None = None, tasks: list[TaskSpec] | None = None,
@@ -28,7 +28,7 @@ def cluster(*, queue: QueueSpec | None = None, job: JobSpec | None = None, tasks
                            for i in range(n)])
 
 
-async def explained(harness: Any, name: str, code: str, timeout: float = 5.0) -> dict[str, Any]:  # noqa: F811
+async def explained(harness: Any, name: str, code: str, timeout: float = 5.0) -> dict[str, Any]:
     """Ask until the answer has ``code`` (the state reaches the scheduler asynchronously); the last answer."""
     bus = await harness.bus()
     last: dict[str, Any] = {}
@@ -47,7 +47,7 @@ async def explained(harness: Any, name: str, code: str, timeout: float = 5.0) ->
     return last
 
 
-async def test_node_too_small(harness):  # noqa: F811
+async def test_node_too_small(harness):
     sched = await harness.scheduler()
     await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(cpu="8"))
@@ -60,7 +60,7 @@ async def test_node_too_small(harness):  # noqa: F811
     assert sched.view("tasks")[0]["status"] == "Pending"  # asking changed nothing
 
 
-async def test_queue_capability_exhausted(harness):  # noqa: F811
+async def test_queue_capability_exhausted(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(1, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(
@@ -71,7 +71,7 @@ async def test_queue_capability_exhausted(harness):  # noqa: F811
     assert "capability cpu=2" in out["message"]
 
 
-async def test_queue_capability_exhausted_per_task(harness):  # noqa: F811
+async def test_queue_capability_exhausted_per_task(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(1, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(queue=QueueSpec(name="default", capability={"cpu": "2"}),
@@ -80,7 +80,7 @@ async def test_queue_capability_exhausted_per_task(harness):  # noqa: F811
     assert "queue default cannot take task t/j-0" in out["message"] and "proportion" in out["message"]
 
 
-async def test_queue_closed(harness):  # noqa: F811
+async def test_queue_closed(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(1, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(queue=QueueSpec(name="default", state="Closed")))
@@ -88,7 +88,7 @@ async def test_queue_closed(harness):  # noqa: F811
     assert "queue default is Closed" in out["message"]
 
 
-async def test_queue_missing(harness):  # noqa: F811
+async def test_queue_missing(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(1, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(job=JobSpec(name="j", namespace="t", queue="nope")))
@@ -96,7 +96,7 @@ async def test_queue_missing(harness):  # noqa: F811
     assert "names queue 'nope', which does not exist" in out["message"]
 
 
-async def test_job_missing(harness):  # noqa: F811
+async def test_job_missing(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(1, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), ClusterSpec(
@@ -106,7 +106,7 @@ async def test_job_missing(harness):  # noqa: F811
     assert "names job 't/ghost', which does not exist" in out["message"]
 
 
-async def test_gang_min_member_unreachable(harness):  # noqa: F811
+async def test_gang_min_member_unreachable(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(1, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(job=JobSpec(name="j", namespace="t", min_member=3), n=2))
@@ -116,7 +116,7 @@ async def test_gang_min_member_unreachable(harness):  # noqa: F811
     assert "minMember 3" in job["message"]
 
 
-async def test_untolerated_taint(harness):  # noqa: F811
+async def test_untolerated_taint(harness):
     await harness.scheduler()
     node = msgspec.structs.replace(fleet_nodes(1, cpu="8", memory="8Gi")[0],
                                    taints=[Taint(key="gpu", value="true", effect="NoSchedule")])
@@ -127,7 +127,7 @@ async def test_untolerated_taint(harness):  # noqa: F811
     assert out["nodes"] == {"node(s) had untolerated taint {gpu: true}": 1}
 
 
-async def test_selector_mismatch(harness):  # noqa: F811
+async def test_selector_mismatch(harness):
     await harness.scheduler()
     await harness.agent(fleet_nodes(3, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster(node_selector={"zone": "mars"}))
@@ -135,7 +135,7 @@ async def test_selector_mismatch(harness):  # noqa: F811
     assert "3 node(s) didn't match Pod's node affinity/selector" in out["message"]
 
 
-async def test_excluded_after_refusal(harness):  # noqa: F811
+async def test_excluded_after_refusal(harness):
     sched = await harness.scheduler(exclusion_ttl=60)
     refusals: list[int] = []
 
@@ -152,7 +152,7 @@ async def test_excluded_after_refusal(harness):  # noqa: F811
     assert refusals == [1]
 
 
-async def test_placed_with_scores_and_unknown_name(harness):  # noqa: F811
+async def test_placed_with_scores_and_unknown_name(harness):
     await harness.scheduler()
     agent = await harness.agent(fleet_nodes(2, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster())
@@ -168,7 +168,7 @@ async def test_placed_with_scores_and_unknown_name(harness):  # noqa: F811
         raise AssertionError("an unknown name is an error")
 
 
-async def test_schedulable_task_shows_best_nodes_by_plugin(harness):  # noqa: F811
+async def test_schedulable_task_shows_best_nodes_by_plugin(harness):
     sched = await harness.scheduler(run=False)  # no cycle: the task stays Pending
     await harness.agent(fleet_nodes(3, cpu="8", memory="8Gi"))
     await apply_cluster(await harness.bus(), cluster())

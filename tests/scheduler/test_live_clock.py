@@ -17,7 +17,7 @@ from busched.api.timestamp import parse_time
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster, cluster_events, rfc3339
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 T0 = parse_time("2026-03-02T09:00:00Z")  # a Monday, 09:00 UTC
 
@@ -62,7 +62,7 @@ def never_skipped(sched) -> bool:  # noqa: ANN001
 
 
 # -- creation order ---------------------------------------------------------------------------------------------------
-async def test_equal_priority_jobs_are_placed_in_submission_order(harness):  # noqa: F811
+async def test_equal_priority_jobs_are_placed_in_submission_order(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     await apply_cluster(bus, QUEUE)
@@ -78,7 +78,7 @@ async def test_equal_priority_jobs_are_placed_in_submission_order(harness):  # n
     assert status(sched, "t/a-0") == "Pending"
 
 
-async def test_submission_order_survives_an_update_and_a_scheduler_restart(harness):  # noqa: F811
+async def test_submission_order_survives_an_update_and_a_scheduler_restart(harness):
     first = await harness.scheduler()
     bus = await harness.bus()
     await apply_cluster(bus, QUEUE)
@@ -102,7 +102,7 @@ async def test_submission_order_survives_an_update_and_a_scheduler_restart(harne
     assert status(second, "t/a-0") == "Pending"
 
 
-async def test_without_created_identity_decides(harness):  # noqa: F811
+async def test_without_created_identity_decides(harness):
     """A raw publisher that sends no ``created``: every such object has the epoch, so a comes first."""
     sched = await harness.scheduler()
     bus = await harness.bus()
@@ -117,7 +117,7 @@ async def test_without_created_identity_decides(harness):  # noqa: F811
     assert placed(agent) == {"t/a-0"}
 
 
-async def test_apply_keeps_a_given_created_and_fills_the_others(harness):  # noqa: F811
+async def test_apply_keeps_a_given_created_and_fills_the_others(harness):
     bus = await harness.bus()
     given = "2026-01-01T00:00:00Z"
     await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="q")],
@@ -132,7 +132,7 @@ async def test_apply_keeps_a_given_created_and_fills_the_others(harness):  # noq
 
 
 # -- the clock: recorded on the report, seen by the plugins -----------------------------------------------------------
-async def test_a_cycle_reads_the_wall_clock_once_and_records_it(harness):  # noqa: F811
+async def test_a_cycle_reads_the_wall_clock_once_and_records_it(harness):
     reads: list[float] = []
 
     def clock() -> float:
@@ -159,7 +159,7 @@ tiers:
 """
 
 
-async def test_sla_admits_a_job_once_it_has_waited_its_waiting_time(harness):  # noqa: F811
+async def test_sla_admits_a_job_once_it_has_waited_its_waiting_time(harness):
     clock = Clock(T0)
     sched = await harness.scheduler(SLA, wall_clock=clock)
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
@@ -194,7 +194,7 @@ tiers:
 """
 
 
-async def test_tdm_lends_a_revocable_node_during_its_window_and_takes_it_back(harness):  # noqa: F811
+async def test_tdm_lends_a_revocable_node_during_its_window_and_takes_it_back(harness):
     clock = Clock(T0)  # 09:00 UTC: the zone is closed
     sched = await harness.scheduler(TDM, wall_clock=clock)
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="rz",
@@ -237,7 +237,7 @@ tiers:
 """
 
 
-async def test_rescheduling_runs_once_its_interval_has_passed(harness):  # noqa: F811
+async def test_rescheduling_runs_once_its_interval_has_passed(harness):
     clock = Clock(T0)
     sched = await harness.scheduler(RESCHEDULING, wall_clock=clock)
     hot = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="hot"))

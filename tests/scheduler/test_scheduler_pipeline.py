@@ -15,7 +15,7 @@ from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.scheduler import Scheduler, SchedulerSettings
 from busched.scheduler.memory import YOUNG_MIN, CollectorPolicy
-from tests.nats_fixture import FAST, harness, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import FAST, wait_until
 
 
 def jobs(n: int, prefix: str = "j") -> ClusterSpec:
@@ -25,7 +25,7 @@ def jobs(n: int, prefix: str = "j") -> ClusterSpec:
                               for i in range(n)])
 
 
-async def test_podgroup_statuses_wait_out_the_interval_and_are_written_once_each(harness):  # noqa: F811
+async def test_podgroup_statuses_wait_out_the_interval_and_are_written_once_each(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     written: list[m.PodGroupStatus] = []
@@ -67,7 +67,7 @@ async def test_podgroup_statuses_wait_out_the_interval_and_are_written_once_each
     assert agent.running()
 
 
-async def test_stop_writes_the_statuses_still_waiting(harness):  # noqa: F811
+async def test_stop_writes_the_statuses_still_waiting(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     sched = Scheduler(await harness.bus(), None, SchedulerSettings(**{**FAST, "status_interval": 3600.0}))
@@ -79,7 +79,7 @@ async def test_stop_writes_the_statuses_still_waiting(harness):  # noqa: F811
     assert [m.decode(d) for _, d in got] == [st]
 
 
-async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness):  # noqa: F811
+async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness):
     bus = await harness.bus()
     await bus.ensure_streams()
     seen: list[str] = []  # every state message, as a core subscriber sees them
@@ -144,7 +144,7 @@ def test_collector_policy_frees_the_cycles_garbage_and_gives_the_collector_back(
             gc.disable()
 
 
-async def test_run_forever_manages_the_collector_while_it_runs(harness):  # noqa: F811
+async def test_run_forever_manages_the_collector_while_it_runs(harness):
     assert gc.isenabled()
     sched = Scheduler(await harness.bus(), None, SchedulerSettings(**FAST))
     await sched.start(timeout=10)
@@ -176,7 +176,7 @@ async def start_recording(harness, **settings):  # noqa: ANN001, ANN201, F811
     return sched, reports
 
 
-async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness):  # noqa: F811
+async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness):
     await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
@@ -193,7 +193,7 @@ async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness): 
     await wait_until(lambda: len(reports) > n, what="a cycle after a task finished")
 
 
-async def test_without_the_trigger_new_work_waits_for_the_period(harness):  # noqa: F811
+async def test_without_the_trigger_new_work_waits_for_the_period(harness):
     await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     sched, reports = await start_recording(harness, period=3600.0, trigger=False)
     await wait_until(lambda: reports, what="the first cycle")
@@ -203,7 +203,7 @@ async def test_without_the_trigger_new_work_waits_for_the_period(harness):  # no
     assert len(reports) == 1 and sched.task_status("p/w0-0") == "Pending"
 
 
-async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):  # noqa: F811
+async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):
     await harness.agent(fleet_nodes(4, cpu="16", memory="32Gi"))
     sched, reports = await start_recording(harness, period=3600.0)
     await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 4, what="agents alive")
@@ -213,7 +213,7 @@ async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):  # noqa: F811
     assert [len(r.binds) for r in reports if r.binds] == [40]
 
 
-async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harness, monkeypatch):  # noqa: F811
+async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harness, monkeypatch):
     from busched.scheduler import bindings
 
     monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 4)
@@ -263,7 +263,7 @@ def test_collector_policies_of_two_schedulers_give_the_collector_back_once_both_
             gc.disable()
 
 
-async def test_binds_go_out_before_the_session_closes(harness):  # noqa: F811
+async def test_binds_go_out_before_the_session_closes(harness):
     """Decisions are final once the actions have run (Volcano binds as allocate commits): the binding
     records are stored and the decisions sent before the session recomputes every job's status."""
     from busched.framework.config import DEFAULT_CONFIG, PluginOption, Tier, load_config

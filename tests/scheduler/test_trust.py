@@ -17,7 +17,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.framework.config import load_config
-from tests.nats_fixture import assert_no_overcommit, harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
 
 
 def tasks(n: int, ns: str = "t", *, cpu: str = "1", job: str = "j", min_member: int = 1, pin: str = "",
@@ -52,7 +52,7 @@ def known_state(s: Any) -> tuple[Any, ...]:
             sorted((t["namespace"], t["name"], t["status"], t["node"], t["attempt"]) for t in s.view("tasks")))
 
 
-async def assert_restart_rebuilds(harness: Any, sched: Any) -> None:  # noqa: F811
+async def assert_restart_rebuilds(harness: Any, sched: Any) -> None:
     """A scheduler started now over the same stream rebuilds exactly what the live one has."""
     live = known_state(sched)
     again = await harness.scheduler(run=False)
@@ -100,7 +100,7 @@ class Overlap:
 
 
 # -- item 3: versions are the publisher's, bounded, and cannot freeze an object ------------------------------------
-async def test_item3_the_largest_version_cannot_freeze_an_object(harness):  # noqa: F811
+async def test_item3_the_largest_version_cannot_freeze_an_object(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     await apply_cluster(bus, tasks(1, cpu="100"))
@@ -115,7 +115,7 @@ async def test_item3_the_largest_version_cannot_freeze_an_object(harness):  # no
 
 
 # -- item 4: the stream, not the publisher, orders; a restart rebuilds exactly what the live scheduler had -----------
-async def test_item4_upsert_delete_upsert_is_the_same_live_and_after_a_restart(harness):  # noqa: F811
+async def test_item4_upsert_delete_upsert_is_the_same_live_and_after_a_restart(harness):
     sched = await harness.scheduler()
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()
@@ -138,7 +138,7 @@ async def test_item4_upsert_delete_upsert_is_the_same_live_and_after_a_restart(h
     assert after == live
 
 
-async def test_item4_garbage_on_a_running_tasks_subject_does_not_lose_it_after_a_restart(harness):  # noqa: F811
+async def test_item4_garbage_on_a_running_tasks_subject_does_not_lose_it_after_a_restart(harness):
     sched = await harness.scheduler()
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()
@@ -165,7 +165,7 @@ async def test_item4_garbage_on_a_running_tasks_subject_does_not_lose_it_after_a
 
 
 # -- item 5: agents are believed only about their own tasks --------------------------------------------------------
-async def test_item5_a_result_for_another_nodes_task_or_an_unbound_task_is_refused(harness):  # noqa: F811
+async def test_item5_a_result_for_another_nodes_task_or_an_unbound_task_is_refused(harness):
     sched = await harness.scheduler()
     a = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="a"))
     b = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="b"))
@@ -196,7 +196,7 @@ async def test_item5_a_result_for_another_nodes_task_or_an_unbound_task_is_refus
 
 
 # -- item 6: two schedulers on one bus ------------------------------------------------------------------------------
-async def test_item6_two_schedulers_with_different_configs_never_double_bind(harness):  # noqa: F811
+async def test_item6_two_schedulers_with_different_configs_never_double_bind(harness):
     binpack = load_config("""
 actions: "enqueue, allocate, backfill"
 tiers:
@@ -256,7 +256,7 @@ class CrashBeforeAck(Agent):
         await super()._handle_batch(batch)
 
 
-async def test_item7_a_crash_between_result_and_ack_never_runs_the_attempt_again(harness):  # noqa: F811
+async def test_item7_a_crash_between_result_and_ack_never_runs_the_attempt_again(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     first = CrashBeforeAck(await harness.bus(), fleet_nodes(1, cpu="4", memory="8Gi"), heartbeat_interval=0.1,
@@ -278,7 +278,7 @@ async def test_item7_a_crash_between_result_and_ack_never_runs_the_attempt_again
     await assert_restart_rebuilds(harness, sched)
 
 
-async def test_item7_a_finished_tasks_bind_replayed_to_a_restarted_agent_does_not_run_again(harness):  # noqa: F811
+async def test_item7_a_finished_tasks_bind_replayed_to_a_restarted_agent_does_not_run_again(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     first = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
@@ -295,7 +295,7 @@ async def test_item7_a_finished_tasks_bind_replayed_to_a_restarted_agent_does_no
     assert view(sched, "t/j-0")["status"] == "Succeeded"
 
 
-async def test_item7_deleting_a_node_with_a_live_agent_stops_its_tasks_before_they_move(harness):  # noqa: F811
+async def test_item7_deleting_a_node_with_a_live_agent_stops_its_tasks_before_they_move(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     a = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="a"))
@@ -321,7 +321,7 @@ class LateConsumer(Agent):
         await super()._consume()
 
 
-async def test_item7_a_bind_delivered_after_the_lease_never_runs_beside_the_new_one(harness):  # noqa: F811
+async def test_item7_a_bind_delivered_after_the_lease_never_runs_beside_the_new_one(harness):
     sched = await harness.scheduler(bind_lease=0.4)
     bus = await harness.bus()
     late = LateConsumer(await harness.bus(), fleet_nodes(1, cpu="4", memory="8Gi", prefix="late"),
@@ -340,7 +340,7 @@ async def test_item7_a_bind_delivered_after_the_lease_never_runs_beside_the_new_
 
 
 # -- item 8: a late evict never rewrites a finished attempt ---------------------------------------------------------
-async def test_item8_a_late_evict_or_failure_does_not_rewrite_a_succeeded_task(harness):  # noqa: F811
+async def test_item8_a_late_evict_or_failure_does_not_rewrite_a_succeeded_task(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
@@ -358,7 +358,7 @@ async def test_item8_a_late_evict_or_failure_does_not_rewrite_a_succeeded_task(h
 
 
 # -- item 9: a bus outage is not a node failure ---------------------------------------------------------------------
-async def test_item9_a_bus_outage_longer_than_the_heartbeat_timeout_restarts_nothing(harness, nats_server):  # noqa: F811
+async def test_item9_a_bus_outage_longer_than_the_heartbeat_timeout_restarts_nothing(harness, nats_server):
     sched = await harness.scheduler()  # heartbeat timeout 1 s, lost 0.3 s later
     agents = [await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi", prefix=p)) for p in ("a", "b")]
     bus = await harness.bus()
@@ -379,7 +379,7 @@ async def test_item9_a_bus_outage_longer_than_the_heartbeat_timeout_restarts_not
     assert held == {k: 1 for k in keys}
 
 
-async def test_item9_most_of_the_fleet_silent_at_once_is_held_not_declared_lost(harness):  # noqa: F811
+async def test_item9_most_of_the_fleet_silent_at_once_is_held_not_declared_lost(harness):
     sched = await harness.scheduler()
     agents = [await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix=p)) for p in "abcd"]
     await apply_cluster(await harness.bus(), tasks(4, cpu="3"))
@@ -397,7 +397,7 @@ async def test_item9_most_of_the_fleet_silent_at_once_is_held_not_declared_lost(
 
 
 # -- item 10: retries always make progress --------------------------------------------------------------------------
-async def test_item10_a_refused_task_is_retried_when_its_exclusion_ends(harness):  # noqa: F811
+async def test_item10_a_refused_task_is_retried_when_its_exclusion_ends(harness):
     sched = await harness.scheduler(exclusion_ttl=0.5)
     refusals: list[int] = []
 
@@ -413,7 +413,7 @@ async def test_item10_a_refused_task_is_retried_when_its_exclusion_ends(harness)
     assert refusals == [1]
 
 
-async def test_item10_retries_give_up_after_max_attempts_with_the_reason(harness):  # noqa: F811
+async def test_item10_retries_give_up_after_max_attempts_with_the_reason(harness):
     sched = await harness.scheduler(exclusion_ttl=0.1, max_attempts=3)
     seen: list[int] = []
 
@@ -435,7 +435,7 @@ async def test_item10_retries_give_up_after_max_attempts_with_the_reason(harness
 
 
 # -- stream hygiene -------------------------------------------------------------------------------------------------
-async def test_a_deleted_task_is_stopped_then_leaves_nothing_on_the_stream(harness):  # noqa: F811
+async def test_a_deleted_task_is_stopped_then_leaves_nothing_on_the_stream(harness):
     sched = await harness.scheduler()
     bus = await harness.bus()
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
@@ -452,7 +452,7 @@ async def test_a_deleted_task_is_stopped_then_leaves_nothing_on_the_stream(harne
     await assert_restart_rebuilds(harness, sched)
 
 
-async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winner(harness):  # noqa: F811
+async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winner(harness):
     from busched.scheduler.records import Binding
 
     sched = await harness.scheduler(run=False)
@@ -475,7 +475,7 @@ async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winne
     assert await bus.last_decision(S.decision_subject("node-00", "bind", "t/x")) is None
 
 
-async def test_a_bad_podgroup_status_record_never_takes_its_job_away(harness):  # noqa: F811
+async def test_a_bad_podgroup_status_record_never_takes_its_job_away(harness):
     sched = await harness.scheduler()
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()

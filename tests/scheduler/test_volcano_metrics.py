@@ -12,7 +12,7 @@ from busched.api.objects import ClusterSpec, JobSpec, PriorityClassSpec, QueueSp
 from busched.bus.apply import apply_cluster
 from busched.framework.config import DEFAULT_CONFIG
 from busched.metrics import exponential_buckets_range
-from tests.nats_fixture import harness, held_by_node, nats_server, wait_until  # noqa: F401
+from tests.nats_fixture import held_by_node, wait_until
 
 WITH_PREEMPT = DEFAULT_CONFIG.replace('"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, backfill"')
 
@@ -88,7 +88,7 @@ def job(name: str, n: int, pc: str, cpu: str = "1", min_member: int = 1) -> Clus
                                        requests={"cpu": cpu}) for i in range(n)])
 
 
-async def test_volcano_series_names_types_labels_and_values(harness):  # noqa: F811
+async def test_volcano_series_names_types_labels_and_values(harness):
     sched = await harness.scheduler(WITH_PREEMPT)
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()
