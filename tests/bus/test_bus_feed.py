@@ -79,8 +79,11 @@ async def test_narrowed_watch_follows_only_its_subjects_from_the_next_message(ha
     narrowed_at = len(got)
     await writing
     await wait_until(lambda: any(s == S.state_subject("task", "w/t199") for s, _ in got), what="the last task event")
-    await writer.flush()
-    await asyncio.sleep(0.2)  # anything late would arrive by now
+    # a barrier, not a pause: the watch reads the stream in order, so once a marker published after everything
+    # has arrived, anything late (a message twice, or one the narrowing should have left out) has arrived too
+    marker = S.result_subject("marker", "w/end")
+    await writer.publish_all([(marker, b"{}", None)])
+    await wait_until(lambda: any(s == marker for s, _ in got), what="the marker after everything")
     seqs = [q for _, q in got]
     assert len(seqs) == len(set(seqs)) and seqs == sorted(seqs)  # nothing twice, in stream order
     tasks = [s for s, _ in got if ".task." in s]

@@ -43,14 +43,16 @@ async def test_podgroup_statuses_wait_out_the_interval_and_are_written_once_each
 
         async def running() -> bool:
             await sched.run_once()
-            await asyncio.sleep(0.05)
             return all(sched.task_status(f"p/j{i}-0") == "Running" for i in range(3)) and all(
                 sched.pg_status.get(f"p/j{i}") is not None and sched.pg_status[f"p/j{i}"].phase == "Running"
                 for i in range(3))
 
         await wait_until(running, timeout=30, what="every job Running")
+        # a barrier, not a pause: whatever the scheduler has published has reached the server (its flush), and
+        # the server has delivered it to `written` before answering our flush; the status writer itself only moves
+        # with the scheduler's clock, which stands still
+        await sched.bus.flush()
         await bus.flush()
-        await asyncio.sleep(0.2)
         # the clock has not moved: every change so far waits, one status per job, the latest
         assert written == []
         assert {k: st.version for k, st in sched._statuses.items()} == {
@@ -96,8 +98,11 @@ async def test_a_caught_up_scheduler_does_not_read_its_own_records_back(harness)
     others = [s for s in seen if S.parse_state_subject(s)[0] in S.FOLLOWED_KINDS]
     # ... but the watch handled exactly the others' messages
     await wait_until(lambda: sched.watch.count == len(others), timeout=30, what="every other message handled")
-    await asyncio.sleep(0.2)
-    assert sched.watch.count == len(others)
+    # a barrier, not a pause: the watch reads the stream in order, so once a queue applied after everything is
+    # known, any of our own records read back would have been handled (and counted) before it
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="barrier")]))
+    await wait_until(lambda: "barrier" in sched.specs["queue"], what="the barrier queue")
+    assert sched.watch.count == len(others) + 1
 
 
 def test_collector_policy_frees_the_cycles_garbage_and_gives_the_collector_back():

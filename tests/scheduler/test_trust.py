@@ -312,12 +312,27 @@ async def test_item7_deleting_a_node_with_a_live_agent_stops_its_tasks_before_th
 
 
 class LateConsumer(Agent):
-    """Its decision consumer exists, but it only starts reading after ``delay`` seconds."""
+    """Its decision consumer exists, but it only starts reading once the test sets ``reading`` (the test decides
+    how late, instead of a fixed pause); ``reads`` counts the reads of its consumer that returned since (each read's
+    batch is handled before the next read starts)."""
 
-    delay = 2.0
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.reading = asyncio.Event()
+        self.reads = 0
 
     async def _consume(self) -> None:
-        await asyncio.sleep(self.delay)
+        await self.reading.wait()
+        assert self._feed is not None
+        fetch = self._feed.fetch
+
+        async def counted(*args: Any, **kw: Any) -> Any:
+            try:
+                return await fetch(*args, **kw)
+            finally:
+                self.reads += 1
+
+        self._feed.fetch = counted  # type: ignore[method-assign]
         await super()._consume()
 
 
@@ -332,7 +347,10 @@ async def test_item7_a_bind_delivered_after_the_lease_never_runs_beside_the_new_
     good = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", prefix="good"))
     watch = Overlap(late, good)
     await wait_until(lambda: held_by_node(good)["good-00"].get("t/j-0") == 2, timeout=10, what="attempt 2 on good")
-    await asyncio.sleep(LateConsumer.delay + 0.5)  # the late agent reads its decisions now
+    late.reading.set()  # the late agent reads its decisions now
+    # a barrier, not a pause: a second read has started only once the first one's batch (whatever the consumer
+    # still held for it) was handled
+    await wait_until(lambda: late.reads >= 2, what="the late agent's consumer read and handled")
     assert not [e for e in late.history if e[0] == "bind"]  # the deleted decision never reached it
     assert view(sched, "t/j-0")["reason"].startswith("bind to late-00 not received within")
     await late.stop()
