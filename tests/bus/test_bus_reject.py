@@ -9,7 +9,7 @@ from busched.agent import Reject, fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
-from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
+from tests.nats_fixture import FakeClock, assert_no_overcommit, cycle_after, held_by_node, wait_until
 
 
 def one_task(name: str = "solo", cpu: str = "1") -> ClusterSpec:
@@ -70,7 +70,8 @@ async def test_bind_never_received_is_released_after_lease_and_its_decision_dele
 
 
 async def test_agent_that_holds_a_bind_keeps_it_while_alive_however_slow(harness):
-    sched = await harness.scheduler(bind_lease=0.3)
+    clock = FakeClock()  # the leases pass when the test moves the scheduler's clock; cycles run when it asks
+    sched = await harness.scheduler(bind_lease=0.3, clock=clock, run=False)
     release = asyncio.Event()
 
     async def slow(node: str, bind) -> None:  # noqa: ANN001
@@ -78,12 +79,18 @@ async def test_agent_that_holds_a_bind_keeps_it_while_alive_however_slow(harness
 
     agent = await harness.agent(fleet_nodes(2, prefix="slow"), on_bind=slow)
     await apply_cluster(await harness.bus(), one_task())
-    await wait_until(lambda: task_view(sched, "t/solo-0").get("status") == "Binding", what="Binding")
+
+    async def status(want: str) -> bool:
+        await sched.run_once()
+        return task_view(sched, "t/solo-0").get("status") == want
+
+    await wait_until(lambda: status("Binding"), what="Binding")
     node = task_view(sched, "t/solo-0")["node"]
-    await asyncio.sleep(1.0)  # > 3 leases: an unheard agent that is alive keeps the task
+    for _ in range(4):  # > 3 leases, a cycle after each: an unheard agent that is alive keeps the task
+        await cycle_after(sched, clock, 0.3, heard=list(agent.nodes))
     v = task_view(sched, "t/solo-0")
     assert (v["status"], v["node"], v["attempt"]) == ("Binding", node, 1)
     release.set()
-    await wait_until(lambda: task_view(sched, "t/solo-0").get("status") == "Running", what="Running")
+    await wait_until(lambda: status("Running"), what="Running")
     assert held_by_node(agent)[node] == {"t/solo-0": 1}
     assert sched.metrics.releases.labels("lease")._value.get() == 0
