@@ -16,7 +16,8 @@ from typing import Any
 
 from busched.bus.server import NatsServer
 
-__all__ = ["Harness", "FakeClock", "cycle_after", "wait_until", "held_by_node", "assert_no_overcommit", "NatsServer", "FAST"]
+__all__ = ["Harness", "FakeClock", "cycle_after", "wait_until", "held_by_node", "assert_no_overcommit",
+           "NatsServer", "FAST"]
 
 
 async def wait_until(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.02,
