@@ -11,7 +11,7 @@ from busched.framework.session import EventHandler
 from busched.api.snapshot import Shard
 
 from tests.actions.evict_helpers import (PREEMPT_TIER, config, evicted, job, node, pending, pipelined, running, session,
-                                 spec, state)
+                                         spec, state)
 
 PCS = [{"name": "high", "value": 1000}, {"name": "mid", "value": 500}, {"name": "low", "value": 10}]
 

@@ -8,7 +8,8 @@ from busched.actions.reclaim import ReclaimAction
 from busched.api.task import TaskStatus
 from busched.api.snapshot import Shard
 
-from tests.actions.evict_helpers import RECLAIM_TIER, config, evicted, job, node, pending, pipelined, running, session, spec, state
+from tests.actions.evict_helpers import (RECLAIM_TIER, config, evicted, job, node, pending, pipelined, running, session,
+                                         spec, state)
 
 PCS = [{"name": "high", "value": 1000}, {"name": "low", "value": 10}]
 QUEUES = [{"name": "q1"}, {"name": "q2"}]

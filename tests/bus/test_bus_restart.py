@@ -89,7 +89,8 @@ async def test_scheduler_killed_mid_stream_restarts_without_losing_or_rebinding(
         for i in range(JOBS // BATCH):
             await apply_cluster(pub, batch(i))
             # a pause longer than the scheduler's settle time: each batch is scheduled as it comes (a stream
-            # that never pauses would be scheduled in one cycle at its end, busched.scheduler.trigger)
+            # that never pauses would be scheduled in one cycle at its end, busched.scheduler.trigger); kept: the
+            # scheduler is a separate process, whose clock the test cannot move
             await asyncio.sleep(0.1)
     feeder = asyncio.create_task(feed())
 

@@ -73,6 +73,8 @@ async def live_run(harness) -> tuple[object, object, list]:  # noqa: ANN001, F81
                         requests={"cpu": "1", "memory": "1Gi"}) for i in range(8)]))
     await wait_until(lambda: sum(k.startswith("p/high-") for k in running(agent)) == 8, timeout=30,
                      what="high running after preemption")
+    # kept: the scheduler writes its records (results, podgroup statuses, cycle records) from its running loop
+    # after the agents' answers, and nothing public tells when the last of them has landed on the stream
     await asyncio.sleep(0.3)
     assert refused, "the refused bind happened"
     return sched, bus, agent

@@ -71,6 +71,8 @@ async def test_replay_reads_the_state_history_copy(harness, capsys):
         return not any(".doomed-" in subj and ".task." in subj for subj, _, _ in st)
 
     await wait_until(purged, timeout=30, what="the deleted tasks' subjects purged from the state stream")
+    # kept: the scheduler's last writes (records, podgroup statuses) come from its running loop in real time and
+    # nothing public tells when they are done; `last` must be the stream's final sequence
     await asyncio.sleep(0.3)
     last = await bus.stream_last_seq(S.STATE_STREAM)
 
@@ -136,7 +138,7 @@ async def test_record_reads_the_copy(harness, tmp_path):
     await apply_cluster(bus, jobs("short", 4, 2, "", duration="0.1"))
     await wait_until(lambda: sum(sched.task_status(k) == "Succeeded" for k in sched.specs["task"]) == 8,
                      timeout=60, what="the short tasks done")
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # kept: the scheduler's last writes land when its loop makes them (as above)
     last = await bus.stream_last_seq(S.STATE_STREAM)
     f = tmp_path / "run.bsrec"
     assert await asyncio.to_thread(main, ["record", "--nats", harness.url, "--out", str(f),

@@ -1,1 +1,2 @@
-"""The scheduler (busched.scheduler) over a real nats-server: trust, bind states, pipeline, clocks, explain, describe, metrics."""
+"""The scheduler (busched.scheduler) over a real nats-server: trust, bind states, pipeline, clocks, explain,
+describe, metrics."""

@@ -88,7 +88,7 @@ class Overlap:
             for key, where in seen.items():
                 if len(where) > 1:
                     self.violations.append((time.monotonic(), key, where))
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # kept: a sampler over the agents' own state, running beside the test
 
     async def stop(self) -> None:
         self._task.cancel()
@@ -159,6 +159,8 @@ async def test_item4_garbage_on_a_running_tasks_subject_does_not_lose_it_after_a
     # rebuilt from the subjects' history: the tasks are there, Running where they run, nothing bound twice
     assert {k: view(again, k).get("status") for k in ("t/j-0", "t/j-1")} == before
     assert {k: view(again, k).get("attempt") for k in ("t/j-0", "t/j-1")} == {"t/j-0": 1, "t/j-1": 1}
+    # kept: a wrong evict or bind from the restarted scheduler's running loop would reach the agent over the bus;
+    # no barrier covers a cycle and the delivery of its decisions
     await asyncio.sleep(0.5)
     assert held_by_node(agent)["node-00"] == {"t/j-0": 1, "t/j-1": 1}
     assert again.specs["task"]["t/j-1"].requests == {"cpu": "1"}
@@ -185,7 +187,7 @@ async def test_item5_a_result_for_another_nodes_task_or_an_unbound_task_is_refus
     await bus.publish(S.result_subject("a-00", "t/j-0"), m.TaskPhaseChanged(
         namespace="t", name="j-0", node="a-00", attempt=1, phase="Running", boot="forged"))
     await wait_until(lambda: rejected(sched, "identity", "result") == 3, what="three forgeries refused")
-    await asyncio.sleep(0.5)  # cycles run meanwhile
+    await asyncio.sleep(0.5)  # cycles run meanwhile (kept: and their decisions would reach the agents over the bus)
     v = view(sched, "t/j-0")
     assert (v["status"], v["node"], v["attempt"]) == ("Running", "a-00", 1)
     assert held_by_node(a)["a-00"] == {"t/j-0": 1} and held_by_node(b)["b-00"] == {}
@@ -270,7 +272,7 @@ async def test_item7_a_crash_between_result_and_ack_never_runs_the_attempt_again
     # the unacknowledged bind comes back after ack_wait; the new boot must not run attempt 1 again
     await wait_until(lambda: held_by_node(second)["node-00"].get("t/j-0") == 2, timeout=15,
                      what="attempt 2 running on the new boot")
-    await asyncio.sleep(1.5)  # past another ack_wait
+    await asyncio.sleep(1.5)  # past another ack_wait (kept: JetStream's redelivery timer is the server's)
     assert ("bind", "node-00", "t/j-0", 1) not in second.history
     assert [e for e in second.history if e[0] == "bind"] == [("bind", "node-00", "t/j-0", 2)]
     assert view(sched, "t/j-0")["reason"].startswith("agent of node-00 restarted")
@@ -290,7 +292,7 @@ async def test_item7_a_finished_tasks_bind_replayed_to_a_restarted_agent_does_no
     ack = await bus.publish(S.decision_subject("node-00", "bind", "t/j-0"),
                             m.BindDecision(node="node-00", attempt=1, task=spec), msg_id="replayed")
     assert ack.ok
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # kept: the agent's delivery of the replayed bind (and a redelivery) is the bus's
     assert not [e for e in second.history if e[0] == "bind"]
     assert view(sched, "t/j-0")["status"] == "Succeeded"
 
@@ -369,7 +371,7 @@ async def test_item8_a_late_evict_or_failure_does_not_rewrite_a_succeeded_task(h
                       msg_id="late-evict")
     await bus.publish(S.result_subject("node-00", "t/j-0"), m.TaskPhaseChanged(
         namespace="t", name="j-0", node="node-00", attempt=1, phase="Failed", reason="late", boot=agent.boot))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # kept: the evict's delivery to the agent (and redelivery) is the bus's, not a clock
     assert view(sched, "t/j-0")["status"] == "Succeeded"
     assert ("evict", "node-00", "t/j-0", 1) not in agent.history
     await assert_restart_rebuilds(harness, sched)
@@ -385,6 +387,8 @@ async def test_item9_a_bus_outage_longer_than_the_heartbeat_timeout_restarts_not
     await wait_until(lambda: all(view(sched, k).get("status") == "Running" for k in keys), what="all Running")
     before = {k: (view(sched, k)["node"], view(sched, k)["attempt"]) for k in keys}
     nats_server.stop()
+    # kept (both pauses): the outage is real (the server stopped), and what is checked is how the clients'
+    # reconnects, in real time, meet the scheduler's heartbeat windows
     await asyncio.sleep(3.0)  # three heartbeat timeouts
     nats_server.start(timeout=10)
     await wait_until(lambda: sched.bus.connected and all(a.bus.connected for a in agents), timeout=10,
@@ -456,7 +460,7 @@ async def test_item10_retries_give_up_after_max_attempts_with_the_reason(harness
     await wait_until(lambda: view(sched, "t/j-0").get("status") == "Failed", timeout=10, what="Failed")
     assert seen == [1, 2, 3]
     assert view(sched, "t/j-0")["reason"] == "gave up after 3 failed attempts; the last: rejected by node-00: disk full"
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # kept: a fourth bind would come from the running loop and reach the agent over the bus
     assert seen == [1, 2, 3]  # final
     # and a restarted scheduler knows it too
     await sched.stop()
