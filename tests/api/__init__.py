@@ -1,0 +1,1 @@
+"""Domain types (busched.api): quantities, resources, the job index, admission."""

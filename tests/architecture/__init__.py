@@ -1,0 +1,1 @@
+"""The architecture: layering contracts and import cycles."""

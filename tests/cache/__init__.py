@@ -1,0 +1,1 @@
+"""The cache (busched.cache) and its running-job shortcuts."""

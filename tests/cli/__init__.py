@@ -1,0 +1,1 @@
+"""The command line (busched.cli): compose files and the benchmark command."""

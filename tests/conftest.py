@@ -1,0 +1,34 @@
+"""Fixtures every test folder may use, found by pytest without imports: a real nats-server per test and an
+in-process `Harness` on it (tests/nats_fixture.py holds the helpers they are built from).
+
+tests/faults/conftest.py adds the fault suite's own (a cluster of separate processes)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nats_fixture import Harness, NatsServer
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A fresh nats-server per test; stopped (and its data dropped with tmp_path) afterwards."""
+    srv = NatsServer(tmp_path / "nats", host="127.0.0.1", port=0)
+    srv.start(timeout=10)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+async def harness(nats_server: NatsServer) -> AsyncIterator[Harness]:
+    """Schedulers and agents on `nats_server`, each on its own connection; all stopped afterwards."""
+    h = Harness(nats_server.url)
+    try:
+        yield h
+    finally:
+        await h.close()

@@ -1,0 +1,1 @@
+"""The fast path: kernels against their oracles, lent snapshots, fast object builds."""

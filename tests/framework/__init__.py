@@ -1,0 +1,1 @@
+"""The framework (busched.framework): configuration, tiers, statements, sessions, topology, plugin errors."""

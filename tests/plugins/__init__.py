@@ -1,0 +1,1 @@
+"""Plugins (busched.plugins), one module per plugin."""

@@ -1,0 +1,1 @@
+"""Replay (busched.replay): recording, export, history, scale, recorded explanations."""
