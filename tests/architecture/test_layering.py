@@ -45,21 +45,7 @@ def test_contracts_cover_every_package():
     assert tops - named == set(), f"not in any layer: {sorted(tops - named)}"
 
 
-def _import_figures() -> dict:
-    """scripts/structure.py's figures, with this process's busched modules put back afterwards: it drops them from
-    sys.modules to read the graph afresh, and the tests that run later must keep the classes they imported."""
-    saved = {k: v for k, v in sys.modules.items() if k == "busched" or k.startswith("busched.")}
-    path = list(sys.path)
-    try:
-        return _structure().import_figures(ROOT)
-    finally:
-        for k in [k for k in sys.modules if k == "busched" or k.startswith("busched.")]:
-            del sys.modules[k]
-        sys.modules.update(saved)
-        sys.path[:] = path
-
-
 def test_no_import_cycles():
-    figures = _import_figures()
+    figures = _structure().import_figures(ROOT)
     assert figures["modules"] > 100
     assert figures["cycles"] == [], f"import cycles: {figures['cycles']}"

@@ -1,0 +1,1 @@
+"""The agent side: its parts, without a server."""
