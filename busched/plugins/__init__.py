@@ -1,6 +1,8 @@
 """Plugins: one module each, whose only surface is a name and a constructor.
 
-`PLUGINS` maps a plugin name to a builder taking the plugin's ``arguments``.
+`PLUGINS` maps a plugin name to a builder taking the plugin's ``arguments``; the
+builder hands the plugin class its arguments as one `Arguments` (the one reader
+of argument values, busched.framework.arguments).
 Modules are imported when first used, so a broken optional plugin cannot stop
 the others from loading.
 """
@@ -11,6 +13,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from busched.framework.arguments import Arguments
 from busched.framework.registry import Registry
 
 __all__ = ["PLUGINS"]
@@ -46,7 +49,7 @@ def _lazy(spec: str) -> Callable[[Mapping[str, Any]], Any]:
 
     def build(arguments: Mapping[str, Any]) -> Any:
         m = importlib.import_module(f"busched.plugins.{mod}")
-        return getattr(m, cls)(arguments)
+        return getattr(m, cls)(Arguments.of(arguments))
 
     return build
 

@@ -35,6 +35,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 from busched.plugins import capacity_tree as ct
 
@@ -48,10 +49,8 @@ class CapacityPlugin:
     name = "capacity"
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = dict(arguments or {})
-        level = self.arguments.get(ANCESTOR_RECLAIM_LEVEL, 0)
-        # Volcano reads this argument only when it is an integer; anything else keeps the default.
-        self.ancestor_reclaim_level = level if isinstance(level, int) and not isinstance(level, bool) else 0
+        self.arguments = Arguments.of(arguments)
+        self.ancestor_reclaim_level = self.arguments.get_int(ANCESTOR_RECLAIM_LEVEL, 0)
         if self.ancestor_reclaim_level < 0:
             self.ancestor_reclaim_level = 0
         self.hierarchy = False

@@ -24,6 +24,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo, allocated_status
+from busched.framework.arguments import Arguments
 from busched.framework import reuse
 from busched.framework.session import EventHandler, Session
 from busched.kernels.batch import with_key
@@ -136,7 +137,7 @@ class DrfPlugin:
     name = "drf"
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.total = Resource()
         self.total_allocated = Resource()
         self.job_attrs: dict[str, _Attr] = {}

@@ -31,6 +31,7 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 from busched.kernels import nodeorder as kernel
 from busched.kernels.batch import with_batch
@@ -59,13 +60,9 @@ DEFAULT_WEIGHTS: dict[str, int] = {
 
 
 def weights_from(arguments: Mapping[str, Any] | None) -> dict[str, int]:
-    """Volcano's Arguments.GetInt: only a real integer overrides a default (not a bool, float or string)."""
-    w = dict(DEFAULT_WEIGHTS)
-    for key in w:
-        v = (arguments or {}).get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
-            w[key] = v
-    return w
+    """Each weight read with `Arguments.get_int` over its default."""
+    args = Arguments.of(arguments)
+    return {key: args.get_int(key, default) for key, default in DEFAULT_WEIGHTS.items()}
 
 
 # -- resource scores -------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ import numpy as np
 
 from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
-from busched.api.task import TaskInfo, TaskStatus, parse_bool
+from busched.api.task import TaskInfo, TaskStatus
+from busched.framework.arguments import Arguments
 from busched.framework import reuse
 from busched.framework.session import EventHandler, Session
 from busched.kernels import predicates as kernel
@@ -47,7 +48,7 @@ from busched.kernels.batch import with_batch
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
 
-__all__ = ["PredicatesPlugin", "SessionPods", "session_pods", "get_bool"]
+__all__ = ["PredicatesPlugin", "SessionPods", "session_pods"]
 
 PLUGIN_NAME = "predicates"
 NODE_AFFINITY_ENABLE = "predicate.NodeAffinityEnable"
@@ -73,17 +74,6 @@ REASON_PARSE = "parsing pod: invalid label selector"
 
 MAX_INT32 = 2**31 - 1
 ABORT_CODES = frozenset({Code.UnschedulableAndUnresolvable, Code.Error, Code.Wait, Code.Skip})
-
-
-def get_bool(arguments: Mapping[str, Any], key: str, default: bool) -> bool:
-    """Volcano's Arguments.GetBool: a bool, or a string strconv.ParseBool accepts; else the default."""
-    v = arguments.get(key)
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str):
-        parsed = parse_bool(v)
-        return default if parsed is None else parsed
-    return default
 
 
 # -- the Kubernetes view of each node's pods -------------------------------------------------------
@@ -533,13 +523,13 @@ class PredicatesPlugin:
     name = PLUGIN_NAME
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        args = arguments or {}
-        self.node_affinity = get_bool(args, NODE_AFFINITY_ENABLE, True)
-        self.node_ports = get_bool(args, NODE_PORTS_ENABLE, True)
-        self.taint_toleration = get_bool(args, TAINT_TOLERATION_ENABLE, True)
-        self.pod_affinity = get_bool(args, POD_AFFINITY_ENABLE, True)
-        self.topology_spread = get_bool(args, POD_TOPOLOGY_SPREAD_ENABLE, True)
-        self.cache_enable = get_bool(args, CACHE_ENABLE, False)
+        args = Arguments.of(arguments)
+        self.node_affinity = args.get_bool(NODE_AFFINITY_ENABLE, True)
+        self.node_ports = args.get_bool(NODE_PORTS_ENABLE, True)
+        self.taint_toleration = args.get_bool(TAINT_TOLERATION_ENABLE, True)
+        self.pod_affinity = args.get_bool(POD_AFFINITY_ENABLE, True)
+        self.topology_spread = args.get_bool(POD_TOPOLOGY_SPREAD_ENABLE, True)
+        self.cache_enable = args.get_bool(CACHE_ENABLE, False)
         self.view: SessionPods | None = None
         self.cache: dict[tuple[str, str], bool] = {}  # (node, template uid) -> stable filters passed
         self._states: dict[str, tuple[Any, Any]] = {}  # task uid -> (affinity, spread) pre-filter states

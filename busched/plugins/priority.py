@@ -7,6 +7,7 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 from busched.kernels.batch import with_key
 
@@ -21,7 +22,7 @@ class PriorityPlugin:
     name = "priority"
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = arguments
+        self.arguments = Arguments.of(arguments)
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_fn("task_order", self.name,

@@ -32,6 +32,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 from busched.plugins.capacity_tree import queue_usage
 from busched.plugins.drf import calculate_share
@@ -126,7 +127,7 @@ class ProportionPlugin:
     name = "proportion"
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.total = Resource()
         self.total_guarantee = Resource()
         self.queue_opts: dict[str, QueueAttr] = {}

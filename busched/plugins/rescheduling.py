@@ -40,10 +40,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from busched.api.duration import DurationError, parse_duration
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 from busched.plugins.plugin_state import state_of
 
@@ -83,13 +83,7 @@ class LowNodeUtilizationConf:
 
 def parse_arguments(arguments: Mapping[str, Any]) -> tuple[float, list[tuple[str, Mapping[str, Any] | None]]]:
     """(interval seconds, [(strategy name, params)]); the default strategy is lowNodeUtilization."""
-    interval = DEFAULT_INTERVAL
-    raw = arguments.get("interval")
-    if isinstance(raw, str):
-        try:
-            interval = parse_duration(raw)
-        except DurationError:
-            pass
+    interval = Arguments.of(arguments).get_duration("interval", DEFAULT_INTERVAL)
     strategies: list[tuple[str, Mapping[str, Any] | None]] = [(LOW_NODE_UTILIZATION, None)]
     given = arguments.get("strategies")
     if isinstance(given, list) and given:

@@ -41,6 +41,7 @@ from typing import Any
 from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session, fit_error
 
 __all__ = ["ResourceStrategyFitPlugin", "StrategyConfig", "SraConfig", "parse_arguments", "strategy_score",
@@ -294,7 +295,7 @@ class ResourceStrategyFitPlugin:
     name = PLUGIN
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.strategy, self.sra, self.proportional = parse_arguments(self.arguments)
 
     def on_session_open(self, ssn: Session) -> None:

@@ -39,11 +39,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from busched.api.duration import DurationError, parse_duration
 from busched.api.fit import Code
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import PREEMPTABLE_KEY, TaskInfo, TaskStatus, parse_bool
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session, fit_error
 from busched.plugins.plugin_state import state_of
 
@@ -151,13 +151,7 @@ class TdmPlugin:
         for k, v in arguments.items():
             if ZONE_ARG_PREFIX in k:
                 self.zones[k.replace(ZONE_ARG_PREFIX, "", 1)] = v
-        self.evict_period = DEFAULT_EVICT_PERIOD
-        period = arguments.get(EVICT_PERIOD_ARG)
-        if isinstance(period, str):
-            try:
-                self.evict_period = parse_duration(period)
-            except DurationError:
-                pass
+        self.evict_period = Arguments.of(arguments).get_duration(EVICT_PERIOD_ARG, DEFAULT_EVICT_PERIOD)
 
     def zone_error(self, zone: str, now: float) -> str | None:
         """Why ``zone`` is closed at ``now``, or None when it is open."""
