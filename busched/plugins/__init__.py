@@ -10,7 +10,7 @@ the others from loading.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from busched.framework.arguments import Arguments
@@ -44,14 +44,21 @@ _ENTRIES: dict[str, str] = {
 }
 
 
-def _lazy(spec: str) -> Callable[[Mapping[str, Any]], Any]:
-    mod, cls = spec.split(":")
+class _Lazy:
+    """Builds the plugin class named by ``"module:Class"``, importing the module on first use."""
 
-    def build(arguments: Mapping[str, Any]) -> Any:
-        m = importlib.import_module(f"busched.plugins.{mod}")
-        return getattr(m, cls)(Arguments.of(arguments))
+    def __init__(self, spec: str) -> None:
+        self.module, self.cls = spec.split(":")
 
-    return build
+    def plugin_class(self) -> Any:
+        return getattr(importlib.import_module(f"busched.plugins.{self.module}"), self.cls)
+
+    @property
+    def reads_clock(self) -> bool:
+        return bool(getattr(self.plugin_class(), "reads_clock", False))
+
+    def __call__(self, arguments: Mapping[str, Any]) -> Any:
+        return self.plugin_class()(Arguments.of(arguments))
 
 
-PLUGINS = Registry("plugin", {name: _lazy(spec) for name, spec in _ENTRIES.items()})
+PLUGINS = Registry("plugin", {name: _Lazy(spec) for name, spec in _ENTRIES.items()})

@@ -99,6 +99,7 @@ def binpack_score(task: TaskInfo, node: NodeInfo, w: BinpackWeights) -> float:
 
 class BinpackPlugin:
     name = "binpack"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
         self.arguments = Arguments.of(arguments)

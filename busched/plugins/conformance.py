@@ -15,6 +15,7 @@ SYSTEM_NAMESPACE = "kube-system"
 
 class ConformancePlugin:
     name = "conformance"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)

@@ -25,6 +25,7 @@ NOT_ENOUGH_RESOURCES = "NotEnoughResources"
 
 class GangPlugin:
     name = "gang"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)

@@ -84,6 +84,7 @@ class _Usage:
 
 class NetworkTopologyAwarePlugin:
     name = "network-topology-aware"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         args = Arguments.of(arguments)

@@ -182,6 +182,7 @@ class QueueAttr:
 
 class NodeGroupPlugin:
     name = "nodegroup"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)

@@ -52,6 +52,7 @@ def _used(node: Any) -> Resource:
 
 class OvercommitPlugin:
     name = "overcommit"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
         self.arguments = Arguments.of(arguments)

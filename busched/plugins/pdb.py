@@ -81,6 +81,7 @@ def _session_pods(ssn: Session) -> list[TaskInfo]:
 
 class PdbPlugin:
     name = "pdb"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)

@@ -20,6 +20,7 @@ def _desc(l: int, r: int) -> int:
 
 class PriorityPlugin:
     name = "priority"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)

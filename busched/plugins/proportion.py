@@ -34,8 +34,7 @@ from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, 
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
-from busched.plugins.capacity_tree import queue_usage
-from busched.plugins.drf import calculate_share
+from busched.framework.shares import calculate_share, queue_usage
 
 __all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
 
@@ -125,6 +124,7 @@ def water_fill(attrs: list[QueueAttr], total: Resource) -> None:
 
 class ProportionPlugin:
     name = "proportion"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
         self.arguments = Arguments.of(arguments)

@@ -12,7 +12,7 @@ Arguments (Volcano's)::
 The strategies run at most once per interval: the session that opens more than
 ``interval`` after the last run (or after the scheduler's first session, which
 stands for Volcano's process start) registers the victim functions and becomes
-the last run.  That time outlives the session (`busched.plugins.plugin_state`).
+the last run.  That time outlives the session (`busched.framework.plugin_state`).
 Time is the session clock, ``ssn.now``.
 
 lowNodeUtilization (the only strategy Volcano has; unknown names are ignored).
@@ -44,8 +44,8 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
+from busched.framework.plugin_state import state_of
 from busched.framework.session import Session
-from busched.plugins.plugin_state import state_of
 
 __all__ = ["ReschedulingPlugin", "LowNodeUtilizationConf", "parse_arguments", "low_node_utilization_victims",
            "node_utilization", "DEFAULT_INTERVAL", "LOW_NODE_UTILIZATION"]
@@ -174,6 +174,7 @@ def low_node_utilization_victims(ssn: Session, conf: LowNodeUtilizationConf,
 
 class ReschedulingPlugin:
     name = "rescheduling"
+    reads_clock = True  # runs once an interval has passed since its last run (kept across cycles)
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.interval, self.strategies = parse_arguments(arguments)

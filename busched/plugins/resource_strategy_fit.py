@@ -293,6 +293,7 @@ def check_proportional(task: TaskInfo, node: NodeInfo, proportional: Mapping[str
 
 class ResourceStrategyFitPlugin:
     name = PLUGIN
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
         self.arguments = Arguments.of(arguments)

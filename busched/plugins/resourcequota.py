@@ -78,6 +78,7 @@ def job_min_resources(job: JobInfo) -> ResourceList | None:
 
 class ResourceQuotaPlugin:
     name = "resourcequota"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)

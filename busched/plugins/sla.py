@@ -32,6 +32,7 @@ def _positive(text: Any) -> float | None:
 
 class SlaPlugin:
     name = "sla"
+    reads_clock = True  # the sla waiting time is measured against the session's clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         wait = Arguments.of(arguments).get_duration(WAITING_TIME_KEY, 0.0)

@@ -277,6 +277,7 @@ class JobManager:
 
 class TaskTopologyPlugin:
     name = "task-topology"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.weight = Arguments.of(arguments).get_int(WEIGHT_ARG, 1)

@@ -22,7 +22,7 @@ its start; both ends are inclusive at whole seconds.
 - victim tasks (shuffle): once per evict period, the Running preemptable tasks
   on the nodes of every configured zone that is closed, per job at most its
   disruption budget allows.  The last eviction time outlives the session (a
-  package variable in Volcano): see `busched.plugins.plugin_state`.
+  package variable in Volcano): see `busched.framework.plugin_state`.
 - job order: non-preemptable jobs first; job pipelined: permit when the job is
   pipelined, else reject; job starving: a non-preemptable job with a Pending task.
 
@@ -44,8 +44,8 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import PREEMPTABLE_KEY, TaskInfo, TaskStatus, parse_bool
 from busched.framework.arguments import Arguments
+from busched.framework.plugin_state import state_of
 from busched.framework.session import Session, fit_error
-from busched.plugins.plugin_state import state_of
 
 __all__ = ["TdmPlugin", "zone_window", "task_revocable_zone", "node_revocable_zone", "max_pod_evict_num",
            "parse_int_or_percent", "REVOCABLE_ZONE_KEY"]
@@ -145,6 +145,7 @@ def _max_victims(job: JobInfo, candidates: list[TaskInfo]) -> list[TaskInfo]:
 
 class TdmPlugin:
     name = "tdm"
+    reads_clock = True  # revocable zones open and close with the clock; the last eviction is kept across cycles
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.zones: dict[str, Any] = {}

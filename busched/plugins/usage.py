@@ -197,6 +197,7 @@ class ShadowLoad:
 
 class UsagePlugin:
     name = "usage"
+    reads_clock = True  # node metrics go stale with the clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.args = UsageArgs(arguments)

@@ -21,7 +21,8 @@ reclaimed below) and its capability (a hard ceiling).  The plugin
 - with hierarchy, orders victims' queues so that those farther from the
   reclaimer's queue in the tree go first.
 
-The queue tree and all per-queue accounting is in `capacity_tree`.
+The queue tree is in `busched.plugins.capacity.tree`; the per-queue sums of job usage, shared
+with proportion, in `busched.framework.shares`.
 Arguments: ``ancestorReclaimLevel`` (int, default 0).  The plugin switch
 ``enableHierarchy`` turns the tree on.
 """
@@ -37,7 +38,7 @@ from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
-from busched.plugins import capacity_tree as ct
+from busched.plugins.capacity import tree as ct
 
 __all__ = ["CapacityPlugin"]
 
@@ -47,6 +48,7 @@ ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
 
 class CapacityPlugin:
     name = "capacity"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)
