@@ -49,6 +49,7 @@ ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
 class CapacityPlugin:
     name = "capacity"
     reads_clock = False
+    judges_queue_capability = True  # its queue verdicts are about capability (busched explain)
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)
