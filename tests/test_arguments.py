@@ -9,7 +9,8 @@ import pytest
 from busched.actions.preempt import PreemptAction
 from busched.actions.reclaim import ReclaimAction
 from busched.actions.util import PREDICATE_ERROR_CACHE_KEY, predicate_error_cache
-from busched.framework.arguments import Arguments
+from busched.framework.arguments import (ArgumentError, Arguments, decode_bool, decode_field, decode_float, decode_int,
+                                         decode_mapping, decode_str)
 from busched.framework.config import SchedulerConfig, parse_config
 
 
@@ -114,3 +115,14 @@ def test_action_arguments_are_arguments() -> None:
     config = parse_config({"actions": "allocate", "tiers": [{"plugins": [{"name": "priority"}]}]})
     args = config.action_arguments("allocate")
     assert isinstance(args, Arguments) and args == {}
+
+
+def test_strict_decoding_names_the_field() -> None:
+    assert decode_int(None, "w") == 0 and decode_int(3, "w") == 3 and decode_int(2.0, "w") == 2
+    assert decode_float(None, "r") == 0.0 and decode_float(4, "r") == 4.0
+    assert decode_str(None, "t") == "" and decode_bool(None, "e") is False and decode_mapping(None, "m") == {}
+    assert decode_field({"Weight": 2}, "weight") == 2 and decode_field({}, "weight") is None
+    for fn, bad in ((decode_int, "3"), (decode_int, True), (decode_float, "0.5"), (decode_str, 1),
+                    (decode_bool, "true"), (decode_mapping, [1])):
+        with pytest.raises(ArgumentError, match="a.b"):
+            fn(bad, "a.b")  # type: ignore[operator]

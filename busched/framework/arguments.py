@@ -18,7 +18,13 @@ Now all of them read through `Arguments`, which answers as Volcano does:
 
 ``get_duration`` (a Go duration string such as ``"5m"``) and ``get_mapping``
 (Volcano's ``GetArguments``: a nested mapping with string keys) cover what the
-plugins need besides.  Build one with ``Arguments.of(mapping)``: it is the
+plugins need besides.
+
+A plugin whose arguments are a structured document (resource-strategy-fit)
+decodes them strictly instead, as Volcano's ``framework.Get[T]`` does with
+mapstructure: the ``decode_*`` functions take a value (None: the zero value)
+and raise `ArgumentError` naming the field when its type is wrong (Volcano
+stops the scheduler on these).  Build one with ``Arguments.of(mapping)``: it is the
 mapping itself, so plain ``args["key"]`` and iteration still work.
 """
 
@@ -31,7 +37,8 @@ from typing import Any
 from busched.api.duration import DurationError, parse_duration
 from busched.api.task import parse_bool
 
-__all__ = ["Arguments"]
+__all__ = ["Arguments", "ArgumentError", "decode_int", "decode_float", "decode_str", "decode_bool",
+           "decode_mapping", "decode_field"]
 
 log = logging.getLogger(__name__)
 
@@ -128,3 +135,59 @@ class Arguments(Mapping[str, Any]):
             return Arguments.of(v)
         self._refuse(key, "Arguments")
         return None
+
+
+# -- strict decoding (Volcano's framework.Get[T], mapstructure) -----------------------------------------
+class ArgumentError(ValueError):
+    """An argument that cannot be decoded into the type it must have."""
+
+
+def decode_int(v: Any, where: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ArgumentError(f"{where}: expected an integer, got {v!r}")
+    return int(v)
+
+
+def decode_float(v: Any, where: str) -> float:
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ArgumentError(f"{where}: expected a number, got {v!r}")
+    return float(v)
+
+
+def decode_str(v: Any, where: str) -> str:
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise ArgumentError(f"{where}: expected a string, got {v!r}")
+    return v
+
+
+def decode_bool(v: Any, where: str) -> bool:
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise ArgumentError(f"{where}: expected true or false, got {v!r}")
+    return v
+
+
+def decode_mapping(v: Any, where: str) -> Mapping[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ArgumentError(f"{where}: expected a mapping, got {v!r}")
+    return v
+
+
+def decode_field(m: Mapping[str, Any], name: str) -> Any:
+    """A struct field's value: the key itself, else a key equal to it ignoring case (as mapstructure)."""
+    if name in m:
+        return m[name]
+    low = name.lower()
+    for k, v in m.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
