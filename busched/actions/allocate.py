@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 
 from busched.actions import allocate_topology
-from busched.actions.util import NO_FIT, SKIP, STOP
+from busched.actions.util import NO_FIT, SKIP, STOP, predicate_error_cache
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.node import NodeAccountingError, NodeInfo
@@ -39,23 +39,13 @@ from busched.framework.statement import Statement
 from busched.kernels import unfit
 from busched.kernels.order import task_order_key
 
-ERROR_CACHE_KEY = "predicateErrorCacheEnable"
-
-
-def arg_bool(args: dict, key: str, default: bool) -> bool:
-    v = args.get(key, default)
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "t", "true", "yes")
-    return bool(v)
-
 
 class AllocateAction:
     name = "allocate"
 
     def execute(self, ssn: Session) -> None:
-        args = ssn.config.action_arguments(self.name)
         self.ssn = ssn
-        self.error_cache = arg_bool(args, ERROR_CACHE_KEY, True)
+        self.error_cache = predicate_error_cache(ssn.config, self.name)
         topology = allocate_topology.TopologyAllocator(self)  # hard topology / sub-group jobs
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         job_key = ssn.job_order_key()  # jobs change only in their own turn: heaps may compare keys

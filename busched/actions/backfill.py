@@ -15,7 +15,7 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
-from busched.actions.allocate import ERROR_CACHE_KEY, arg_bool
+from busched.actions.util import predicate_error_cache
 from busched.framework.nodeselect import PredicateHelper, choose_node
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
@@ -25,7 +25,7 @@ class BackfillAction:
     name = "backfill"
 
     def execute(self, ssn: Session) -> None:
-        cache = arg_bool(ssn.config.action_arguments(self.name), ERROR_CACHE_KEY, True)
+        cache = predicate_error_cache(ssn.config, self.name)
         for task in self.pending_tasks(ssn):
             job = ssn.jobs[task.job]
             helper = PredicateHelper(ssn, cache)

@@ -67,7 +67,7 @@ from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
-from busched.actions.util import (PREDICATE_ERROR_CACHE_KEY, TrialEvictions, arg_bool, arg_int, basic_preemptee,
+from busched.actions.util import (PREDICATE_ERROR_CACHE_KEY, TrialEvictions, basic_preemptee,
                                   candidate_node_groups, contains_network_topology, fits_on_node, node_candidates,
                                   preemption_ineligibility, session_task, victims_cover)
 
@@ -129,16 +129,14 @@ class PreemptAction:
         self.max_candidate_nodes_absolute = 100
 
     def _parse_arguments(self, ssn: Session) -> None:
-        args = ssn.config.action_arguments(self.name) or {}
-        self.enable_predicate_error_cache = arg_bool(args, PREDICATE_ERROR_CACHE_KEY, self.enable_predicate_error_cache)
-        self.topology_aware = arg_bool(args, TOPOLOGY_AWARE_KEY, self.topology_aware)
-        self.worker_num = arg_int(args, WORKER_NUM_KEY, self.worker_num)
-        self.min_candidate_nodes_percentage = arg_int(args, MIN_CANDIDATE_PERCENTAGE_KEY,
-                                                      self.min_candidate_nodes_percentage)
-        self.min_candidate_nodes_absolute = arg_int(args, MIN_CANDIDATE_ABSOLUTE_KEY,
-                                                    self.min_candidate_nodes_absolute)
-        self.max_candidate_nodes_absolute = arg_int(args, MAX_CANDIDATE_ABSOLUTE_KEY,
-                                                    self.max_candidate_nodes_absolute)
+        args = ssn.config.action_arguments(self.name)
+        self.enable_predicate_error_cache = args.get_bool(PREDICATE_ERROR_CACHE_KEY, self.enable_predicate_error_cache)
+        self.topology_aware = args.get_bool(TOPOLOGY_AWARE_KEY, self.topology_aware)
+        self.worker_num = args.get_int(WORKER_NUM_KEY, self.worker_num)
+        self.min_candidate_nodes_percentage = args.get_int(MIN_CANDIDATE_PERCENTAGE_KEY,
+                                                           self.min_candidate_nodes_percentage)
+        self.min_candidate_nodes_absolute = args.get_int(MIN_CANDIDATE_ABSOLUTE_KEY, self.min_candidate_nodes_absolute)
+        self.max_candidate_nodes_absolute = args.get_int(MAX_CANDIDATE_ABSOLUTE_KEY, self.max_candidate_nodes_absolute)
 
     # -- the action ------------------------------------------------------------------------------
     def execute(self, ssn: Session) -> None:

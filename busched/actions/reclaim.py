@@ -38,7 +38,7 @@ from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
-from busched.actions.util import (PREDICATE_ERROR_CACHE_KEY, PREEMPT_NEVER, arg_bool, candidate_node_groups,
+from busched.actions.util import (PREEMPT_NEVER, candidate_node_groups, predicate_error_cache,
                                   session_task, victims_cover)
 
 __all__ = ["ReclaimAction"]
@@ -51,8 +51,7 @@ class ReclaimAction:
         self.enable_predicate_error_cache = True
 
     def _parse_arguments(self, ssn: Session) -> None:
-        args = ssn.config.action_arguments(self.name) or {}
-        self.enable_predicate_error_cache = arg_bool(args, PREDICATE_ERROR_CACHE_KEY, True)
+        self.enable_predicate_error_cache = predicate_error_cache(ssn.config, self.name)
 
     def execute(self, ssn: Session) -> None:
         self._parse_arguments(ssn)

@@ -26,41 +26,20 @@ from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import ZERO
 from busched.api.task import TaskInfo, TaskStatus, preemptable_status
+from busched.framework.config import SchedulerConfig
 from busched.framework.session import Session
 
 __all__ = ["PREEMPT_NEVER", "preemption_ineligibility", "candidate_node_groups", "victims_cover", "fits_on_node",
-           "session_task", "node_candidates", "contains_network_topology", "arg_bool", "arg_int",
-           "TrialEvictions", "PREDICATE_ERROR_CACHE_KEY", "basic_preemptee"]
+           "session_task", "node_candidates", "contains_network_topology",
+           "TrialEvictions", "PREDICATE_ERROR_CACHE_KEY", "predicate_error_cache", "basic_preemptee"]
 
 PREEMPT_NEVER = "Never"
 PREDICATE_ERROR_CACHE_KEY = "predicateErrorCacheEnable"
 
 
-# -- action arguments (Volcano's Arguments.GetBool / GetInt) ---------------------------------
-def arg_bool(args: dict[str, Any], key: str, default: bool) -> bool:
-    """A bool argument; a string is parsed as Go's ParseBool; anything else keeps the default."""
-    if key not in args:
-        return default
-    v = args[key]
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str):
-        s = v.strip()
-        if s in ("1", "t", "T", "true", "TRUE", "True"):
-            return True
-        if s in ("0", "f", "F", "false", "FALSE", "False"):
-            return False
-    return default
-
-
-def arg_int(args: dict[str, Any], key: str, default: int) -> int:
-    """An int argument; anything that is not an integer keeps the default."""
-    if key not in args:
-        return default
-    v = args[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        return default
-    return v
+def predicate_error_cache(config: SchedulerConfig, action: str) -> bool:
+    """The action's ``predicateErrorCacheEnable`` (default on), read alike by every action that predicates."""
+    return config.action_arguments(action).get_bool(PREDICATE_ERROR_CACHE_KEY, True)
 
 
 # -- jobs and tasks --------------------------------------------------------------------------

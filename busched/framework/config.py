@@ -28,6 +28,8 @@ from typing import Any
 
 import msgspec
 
+from busched.framework.arguments import Arguments
+
 __all__ = ["ConfigError", "SchedulerConfig", "PluginOption", "Tier", "SearchOptions", "SWITCHES", "parse_config",
            "load_config", "DEFAULT_CONFIG"]
 
@@ -114,8 +116,9 @@ class SchedulerConfig:
     configurations: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_search: SearchOptions = SearchOptions()
 
-    def action_arguments(self, action: str) -> dict[str, Any]:
-        return self.configurations.get(action, {})
+    def action_arguments(self, action: str) -> Arguments:
+        """The action's ``configurations`` entry, read through `Arguments` (empty when there is none)."""
+        return Arguments(self.configurations.get(action))
 
     def has_action(self, name: str) -> bool:
         return name in self.actions

@@ -28,15 +28,17 @@ class QuietCycles:
     A session is a function of its snapshot, the configuration, the seed and the clock.  After a
     cycle that decided nothing, whose podgroup changes (none) left the cache as it was, and while
     the cache has not changed since, another cycle would decide nothing again.  Plugins that read
-    the clock or keep state from cycle to cycle (sla, tdm, rescheduling, usage, cdp:
-    `CLOCK_PLUGINS`) break that, so with any of them configured every cycle is due.  Use: ``if gate.due(cache.generation): run the cycle,
-    write back its results, then gate.done(ssn, generation_at_snapshot, cache.generation)``.
+    the clock or keep state from cycle to cycle (those declaring ``reads_clock``, asked of the
+    plugin registry) break that, so with any of them configured every cycle is due.  Use: ``if
+    gate.due(cache.generation): run the cycle, write back its results, then gate.done(ssn,
+    generation_at_snapshot, cache.generation)``.
     """
 
-    CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling", "usage", "cdp"})
-
-    def __init__(self, config: SchedulerConfig) -> None:
-        self.enabled = not any(p.name in self.CLOCK_PLUGINS for t in config.tiers for p in t.plugins)
+    def __init__(self, config: SchedulerConfig, plugins: Registry | None = None) -> None:
+        if plugins is None:
+            from busched.plugins import PLUGINS as plugins  # noqa: N811
+        self.enabled = not any(plugins.reads_clock(p.name) for t in config.tiers for p in t.plugins
+                               if p.name in plugins)
         self._quiet_at: int | None = None
         self.skipped = 0
 

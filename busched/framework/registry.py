@@ -1,8 +1,13 @@
 """Plugin and action registries: plain values mapping a name to a constructor.
 
 A plugin is anything with ``name`` and ``on_session_open(ssn)`` (and optionally
-``on_session_close(ssn)``), built from its ``arguments`` mapping.  An action has
-``name`` and ``execute(ssn)``.  Registries refuse duplicate names.
+``on_session_close(ssn)``), built from its ``arguments``.  It declares what it
+needs besides as class attributes: ``reads_clock = True`` when its decisions
+depend on the session's clock or on state kept from cycle to cycle (so a cycle
+is never skipped as quiet while it is configured).  The registry answers that
+from the builder (`Registry.reads_clock`), so no list of plugin names is kept
+anywhere else.  An action has ``name`` and ``execute(ssn)``.  Registries refuse
+duplicate names.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ __all__ = ["Plugin", "Action", "Registry", "PluginBuilder"]
 
 class Plugin(Protocol):
     name: str
+    reads_clock: bool
 
     def on_session_open(self, ssn: Any) -> None: ...
 
@@ -46,6 +52,10 @@ class Registry(Mapping[str, Callable[..., Any]]):
         for k, v in entries.items():
             r.register(k, v)
         return r
+
+    def reads_clock(self, name: str) -> bool:
+        """Whether the plugin ``name`` declares ``reads_clock`` (its builder, or the class it builds, says so)."""
+        return bool(getattr(self._entries[name], "reads_clock", False))
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         return self._entries[name]

@@ -27,11 +27,10 @@ import msgspec
 
 from busched.api.fit import FitErrors
 
-__all__ = ["UnfitMemo", "Unfit", "frees_capacity", "MEMO_KEY", "CLOCK_PLUGINS"]
+__all__ = ["UnfitMemo", "Unfit", "frees_capacity", "MEMO_KEY"]
 
 MEMO_KEY = "unfit"
 TERMINAL = ("Succeeded", "Failed")
-CLOCK_PLUGINS = frozenset({"sla", "tdm", "rescheduling", "usage", "cdp"})
 
 
 @dataclass
@@ -94,7 +93,7 @@ def memo_of(ssn: Any) -> UnfitMemo | None:
     memo = ssn.others.get(MEMO_KEY)
     if memo is None or not kernels.USE_KERNELS:
         return None
-    if any(p.name in CLOCK_PLUGINS for t in ssn.tiers for p in t.plugins):
+    if any(getattr(p, "reads_clock", False) for p in ssn.plugins.values()):  # the plugins' own declaration
         return None
     return memo
 

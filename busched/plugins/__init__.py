@@ -1,6 +1,8 @@
 """Plugins: one module each, whose only surface is a name and a constructor.
 
-`PLUGINS` maps a plugin name to a builder taking the plugin's ``arguments``.
+`PLUGINS` maps a plugin name to a builder taking the plugin's ``arguments``; the
+builder hands the plugin class its arguments as one `Arguments` (the one reader
+of argument values, busched.framework.arguments).
 Modules are imported when first used, so a broken optional plugin cannot stop
 the others from loading.
 """
@@ -8,9 +10,10 @@ the others from loading.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from busched.framework.arguments import Arguments
 from busched.framework.registry import Registry
 
 __all__ = ["PLUGINS"]
@@ -41,14 +44,21 @@ _ENTRIES: dict[str, str] = {
 }
 
 
-def _lazy(spec: str) -> Callable[[Mapping[str, Any]], Any]:
-    mod, cls = spec.split(":")
+class _Lazy:
+    """Builds the plugin class named by ``"module:Class"``, importing the module on first use."""
 
-    def build(arguments: Mapping[str, Any]) -> Any:
-        m = importlib.import_module(f"busched.plugins.{mod}")
-        return getattr(m, cls)(arguments)
+    def __init__(self, spec: str) -> None:
+        self.module, self.cls = spec.split(":")
 
-    return build
+    def plugin_class(self) -> Any:
+        return getattr(importlib.import_module(f"busched.plugins.{self.module}"), self.cls)
+
+    @property
+    def reads_clock(self) -> bool:
+        return bool(getattr(self.plugin_class(), "reads_clock", False))
+
+    def __call__(self, arguments: Mapping[str, Any]) -> Any:
+        return self.plugin_class()(Arguments.of(arguments))
 
 
-PLUGINS = Registry("plugin", {name: _lazy(spec) for name, spec in _ENTRIES.items()})
+PLUGINS = Registry("plugin", {name: _Lazy(spec) for name, spec in _ENTRIES.items()})

@@ -26,11 +26,12 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 from busched.kernels import binpack as kernel
 from busched.kernels.batch import with_batch
 
-__all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE", "arg_int"]
+__all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE"]
 
 MAX_NODE_SCORE = 100
 WEIGHT_KEY = "binpack.weight"
@@ -40,33 +41,25 @@ RESOURCES_KEY = "binpack.resources"
 RESOURCES_PREFIX = RESOURCES_KEY + "."
 
 
-def arg_int(args: Mapping[str, Any], key: str, default: int) -> int:
-    """Volcano's Arguments.GetInt: only an integer is taken; anything else leaves the default."""
-    v = args.get(key)
-    if isinstance(v, bool) or not isinstance(v, int):
-        return default
-    return v
-
-
 class BinpackWeights:
     """binpack.weight and the per-resource weights (cpu and memory always present)."""
 
-    def __init__(self, args: Mapping[str, Any]) -> None:
-        self.weight = arg_int(args, WEIGHT_KEY, 1)
-        self.cpu = arg_int(args, CPU_KEY, 1)
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        args = Arguments.of(arguments)
+        self.weight = args.get_int(WEIGHT_KEY, 1)
+        self.cpu = args.get_int(CPU_KEY, 1)
         if self.cpu < 0:
             self.cpu = 1
-        self.memory = arg_int(args, MEMORY_KEY, 1)
+        self.memory = args.get_int(MEMORY_KEY, 1)
         if self.memory < 0:
             self.memory = 1
-        raw = args.get(RESOURCES_KEY)
-        names = raw if isinstance(raw, str) else ""
+        names = args.get_str(RESOURCES_KEY, "")
         self.resources: dict[str, int] = {}
         for name in names.split(","):
             name = name.strip()
             if not name:
                 continue
-            w = arg_int(args, RESOURCES_PREFIX + name, 1)
+            w = args.get_int(RESOURCES_PREFIX + name, 1)
             self.resources[name] = 1 if w < 0 else w
         self.resources[CPU] = self.cpu
         self.resources[MEMORY] = self.memory
@@ -106,9 +99,10 @@ def binpack_score(task: TaskInfo, node: NodeInfo, w: BinpackWeights) -> float:
 
 class BinpackPlugin:
     name = "binpack"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.weights = BinpackWeights(self.arguments)
 
     def on_session_open(self, ssn: Session) -> None:

@@ -57,6 +57,7 @@ def cooling_down(task: TaskInfo, now: float) -> bool:
 
 class CdpPlugin:
     name = "cdp"
+    reads_clock = True  # the cooldown after a pod starts is measured against the clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         pass  # Volcano's cdp takes no arguments

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
@@ -14,9 +15,10 @@ SYSTEM_NAMESPACE = "kube-system"
 
 class ConformancePlugin:
     name = "conformance"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = arguments
+        self.arguments = Arguments.of(arguments)
 
     def on_session_open(self, ssn: Session) -> None:
         def evictable(_: TaskInfo, evictees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:

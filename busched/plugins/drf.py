@@ -22,60 +22,19 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
-from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
+from busched.api.resource import Resource
 from busched.api.task import TaskInfo, allocated_status
 from busched.framework import reuse
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
+from busched.framework.shares import calculate_share
 from busched.kernels.batch import with_key
 
-__all__ = ["DrfPlugin", "share_of", "calculate_share"]
+__all__ = ["DrfPlugin"]
 
 SHARE_DELTA = 0.000001
 HIERARCHY_KEY = "volcano.sh/hierarchy"
 HIERARCHY_WEIGHTS_KEY = "volcano.sh/hierarchy-weights"
-
-
-def share_of(allocated: float, total: float) -> float:
-    """Volcano's helpers.Share: l/r, with 0/0 = 0 and x/0 = 1."""
-    if total == 0:
-        return 0.0 if allocated == 0 else 1.0
-    return allocated / total
-
-
-def calculate_share(allocated: Resource, total: Resource) -> tuple[str, float]:
-    """The dominant resource and its share, over the dimensions the cluster has.
-
-    ``total.names()`` in its order (cpu, memory, scalars), read field by field: every task
-    placed or removed asks this again, and the name list and ``get`` calls were most of it."""
-    res, dominant = 0.0, ""
-    t = total.cpu
-    if t >= MIN_RESOURCE:  # t > 0: share_of is the plain division
-        s = allocated.cpu / t
-        if s > res:
-            res, dominant = s, CPU
-    t = total.memory
-    if t >= MIN_RESOURCE:
-        s = allocated.memory / t
-        if s > res:
-            res, dominant = s, MEMORY
-    if total.scalars:
-        have = allocated.scalars
-        for rn, t in total.scalars.items():
-            if t >= MIN_RESOURCE and rn != CPU and rn != MEMORY:  # get() would read the fields
-                s = share_of(have.get(rn, 0.0), t)
-                if s > res:
-                    res, dominant = s, rn
-    return dominant, res
-
-
-def calculate_share_reference(allocated: Resource, total: Resource) -> tuple[str, float]:
-    """`calculate_share` as the plain walk over ``total.names()`` (tests compare the two)."""
-    res, dominant = 0.0, ""
-    for rn in total.names():
-        s = share_of(allocated.get(rn), total.get(rn))
-        if s > res:
-            res, dominant = s, rn
-    return dominant, res
 
 
 class _Attr:
@@ -134,9 +93,10 @@ def _parse_weight(text: str) -> float:
 
 class DrfPlugin:
     name = "drf"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.total = Resource()
         self.total_allocated = Resource()
         self.job_attrs: dict[str, _Attr] = {}

@@ -13,6 +13,7 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.framework.arguments import Arguments
 from busched.framework import reuse
 from busched.framework.session import Session, ValidateResult
 from busched.kernels.batch import with_key
@@ -24,9 +25,10 @@ NOT_ENOUGH_RESOURCES = "NotEnoughResources"
 
 class GangPlugin:
     name = "gang"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = arguments
+        self.arguments = Arguments.of(arguments)
 
     def on_session_open(self, ssn: Session) -> None:
         def valid(job: JobInfo) -> ValidateResult | None:

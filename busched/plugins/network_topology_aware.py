@@ -44,7 +44,8 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, Resource
 from busched.api.subjob import JOB_ALLOCATED_HYPERNODE, SubJobInfo, hard_topology
-from busched.api.task import TaskInfo, parse_bool
+from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.hypernodes import HyperNodeInfo, Topology
 from busched.framework.session import EventHandler, Session
 
@@ -66,28 +67,6 @@ NORMAL_POD_FADING_KEY = "hypernode.binpack.normal-pod.fading"
 EVICT_MAX_KEY = "hypernode.gradient.evict.max-hypernodes"
 
 
-def _int(args: Mapping[str, Any], key: str, default: int) -> int:
-    v = args.get(key)
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-
-def _float(args: Mapping[str, Any], key: str, default: float) -> float:
-    v = args.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return default
-    return float(v)
-
-
-def _bool(args: Mapping[str, Any], key: str, default: bool) -> bool:
-    v = args.get(key)
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str):
-        b = parse_bool(v)
-        return default if b is None else b
-    return default
-
-
 def _pow(base: float, exp: float) -> float:
     try:
         return math.pow(base, exp)
@@ -105,27 +84,27 @@ class _Usage:
 
 class NetworkTopologyAwarePlugin:
     name = "network-topology-aware"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        args = arguments or {}
-        self.weight = _int(args, WEIGHT_KEY, 1)
+        args = Arguments.of(arguments)
+        self.weight = args.get_int(WEIGHT_KEY, 1)
         if self.weight < 0:
             self.weight = 1
-        self.resource_weights: dict[str, int] = {CPU: _int(args, CPU_KEY, 1), MEMORY: _int(args, MEMORY_KEY, 1)}
+        self.resource_weights: dict[str, int] = {CPU: args.get_int(CPU_KEY, 1), MEMORY: args.get_int(MEMORY_KEY, 1)}
         for k in (CPU, MEMORY):
             if self.resource_weights[k] < 0:
                 self.resource_weights[k] = 1
-        raw = args.get(RESOURCES_KEY)
-        for r in (raw.split(",") if isinstance(raw, str) else []):
+        for r in args.get_str(RESOURCES_KEY, "").split(","):
             r = r.strip()
             if r:
-                w = _int(args, f"{RESOURCES_KEY}.{r}", 1)
+                w = args.get_int(f"{RESOURCES_KEY}.{r}", 1)
                 self.resource_weights[r] = w if w >= 0 else 1
-        self.normal_pod_enable = _bool(args, NORMAL_POD_ENABLE_KEY, True)
-        self.fading = _float(args, NORMAL_POD_FADING_KEY, 0.8)
+        self.normal_pod_enable = args.get_bool(NORMAL_POD_ENABLE_KEY, True)
+        self.fading = args.get_float(NORMAL_POD_FADING_KEY, 0.8)
         if self.fading < 0:
             self.fading = 0.8
-        self.evict_max = _int(args, EVICT_MAX_KEY, 8)
+        self.evict_max = args.get_int(EVICT_MAX_KEY, 8)
         if self.evict_max <= 0:
             self.evict_max = 8
         self.min_tier = 0

@@ -40,7 +40,8 @@ from busched.api.node import NodeInfo
 from busched.api.quantity import QuantityError
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
-from busched.api.task import TaskInfo, allocated_status, parse_bool
+from busched.api.task import TaskInfo, allocated_status
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session, fit_error
 
 __all__ = ["NodeGroupPlugin", "NODE_GROUP_NAME_KEY", "NODE_GROUP_RESOURCE_LIMITS_KEY"]
@@ -179,23 +180,14 @@ class QueueAttr:
         return attr
 
 
-def _bool_arg(arguments: Mapping[str, Any], key: str, default: bool) -> bool:
-    v = arguments.get(key)
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str):
-        p = parse_bool(v)
-        return default if p is None else p
-    return default
-
-
 class NodeGroupPlugin:
     name = "nodegroup"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = dict(arguments or {})
-        self.strict = _bool_arg(self.arguments, "strict", True)
-        self.preferred_order = _bool_arg(self.arguments, "enablePreferredOrder", False)
+        self.arguments = Arguments.of(arguments)
+        self.strict = self.arguments.get_bool("strict", True)
+        self.preferred_order = self.arguments.get_bool("enablePreferredOrder", False)
         self.attrs: dict[str, QueueAttr] = {}
         self.ssn: Session | None = None
 

@@ -19,7 +19,7 @@ conformance cases come from) these run as one batch node-order callback:
 Volcano's: leastrequested 1, mostrequested 0, balancedresource 1, nodeaffinity 2,
 podaffinity 2, tainttoleration 3, imagelocality 1, podtopologyspread 2.
 
-Scores read the same pod view as the predicates plugin (`SessionPods`).
+Scores read the same pod view as the predicates plugin (`busched.framework.podview.SessionPods`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,13 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
+from busched.framework.podview import (SessionPods, count_matching, non_zero_requests, pod_requests, pod_terms,
+                                        session_pods)
 from busched.framework.session import Session
 from busched.kernels import nodeorder as kernel
 from busched.kernels.batch import with_batch
 from busched.api import k8s
-from busched.plugins.predicates import SessionPods, count_matching, non_zero_requests, pod_requests, pod_terms, \
-    session_pods
 
 __all__ = ["NodeOrderPlugin", "weights_from", "DEFAULT_WEIGHTS"]
 
@@ -59,13 +60,9 @@ DEFAULT_WEIGHTS: dict[str, int] = {
 
 
 def weights_from(arguments: Mapping[str, Any] | None) -> dict[str, int]:
-    """Volcano's Arguments.GetInt: only a real integer overrides a default (not a bool, float or string)."""
-    w = dict(DEFAULT_WEIGHTS)
-    for key in w:
-        v = (arguments or {}).get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
-            w[key] = v
-    return w
+    """Each weight read with `Arguments.get_int` over its default."""
+    args = Arguments.of(arguments)
+    return {key: args.get_int(key, default) for key, default in DEFAULT_WEIGHTS.items()}
 
 
 # -- resource scores -------------------------------------------------------------------------------
@@ -306,6 +303,7 @@ BATCH_SCORERS: dict[str, Callable[[SessionPods, TaskInfo, list[NodeInfo]], dict[
 
 class NodeOrderPlugin:
     name = PLUGIN_NAME
+    reads_clock = False
     # the per-node scorers the array kernels refresh a node's row with (busched.kernels.nodeorder)
     per_node = kernel.PerNode(BATCH_SCORERS, least_allocated, most_allocated, balanced_allocation, image_locality)
 

@@ -19,21 +19,14 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
+from busched.framework.arguments import Arguments
 from busched.framework import reuse
 from busched.framework.session import Session
 
-__all__ = ["OvercommitPlugin", "arg_float", "DEFAULT_OVERCOMMIT_FACTOR"]
+__all__ = ["OvercommitPlugin", "DEFAULT_OVERCOMMIT_FACTOR"]
 
 OVERCOMMIT_FACTOR_KEY = "overcommit-factor"
 DEFAULT_OVERCOMMIT_FACTOR = 1.2
-
-
-def arg_float(args: Mapping[str, Any], key: str, default: float) -> float:
-    """Volcano's Arguments.GetFloat64: a float or an int is taken, anything else leaves the default."""
-    v = args.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return default
-    return float(v)
 
 
 def allocated_task_num(job: JobInfo) -> int:
@@ -59,15 +52,16 @@ def _used(node: Any) -> Resource:
 
 class OvercommitPlugin:
     name = "overcommit"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.factor = DEFAULT_OVERCOMMIT_FACTOR
         self.idle = Resource()
         self.inqueue = Resource()
 
     def on_session_open(self, ssn: Session) -> None:
-        self.factor = arg_float(self.arguments, OVERCOMMIT_FACTOR_KEY, DEFAULT_OVERCOMMIT_FACTOR)
+        self.factor = self.arguments.get_float(OVERCOMMIT_FACTOR_KEY, DEFAULT_OVERCOMMIT_FACTOR)
         if self.factor < 1.0:
             self.factor = DEFAULT_OVERCOMMIT_FACTOR
         # both sums kept from session to session, redone only for the nodes and jobs that changed

@@ -36,6 +36,7 @@ from typing import Any
 
 from busched.api.disruption import PdbError, PodDisruptionBudget, parse_pdb  # noqa: F401 (re-exported)
 from busched.api.task import TaskInfo, TaskStatus, completed_status
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 __all__ = ["PdbPlugin", "PodDisruptionBudget", "parse_pdb", "disruptions_allowed", "PdbError", "PDBS_KEY"]
@@ -80,9 +81,10 @@ def _session_pods(ssn: Session) -> list[TaskInfo]:
 
 class PdbPlugin:
     name = "pdb"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = arguments
+        self.arguments = Arguments.of(arguments)
         self.budgets: list[tuple[PodDisruptionBudget, int]] = []
 
     def filter(self, tasks: list[TaskInfo]) -> list[TaskInfo]:

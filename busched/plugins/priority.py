@@ -7,6 +7,7 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 from busched.kernels.batch import with_key
 
@@ -19,9 +20,10 @@ def _desc(l: int, r: int) -> int:
 
 class PriorityPlugin:
     name = "priority"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = arguments
+        self.arguments = Arguments.of(arguments)
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_fn("task_order", self.name,

@@ -32,9 +32,9 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
-from busched.plugins.capacity_tree import queue_usage
-from busched.plugins.drf import calculate_share
+from busched.framework.shares import calculate_share, queue_usage
 
 __all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
 
@@ -124,9 +124,11 @@ def water_fill(attrs: list[QueueAttr], total: Resource) -> None:
 
 class ProportionPlugin:
     name = "proportion"
+    reads_clock = False
+    judges_queue_capability = True  # its queue verdicts are about capability (busched explain)
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.total = Resource()
         self.total_guarantee = Resource()
         self.queue_opts: dict[str, QueueAttr] = {}

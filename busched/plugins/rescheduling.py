@@ -12,7 +12,7 @@ Arguments (Volcano's)::
 The strategies run at most once per interval: the session that opens more than
 ``interval`` after the last run (or after the scheduler's first session, which
 stands for Volcano's process start) registers the victim functions and becomes
-the last run.  That time outlives the session (`busched.plugins.plugin_state`).
+the last run.  That time outlives the session (`busched.framework.plugin_state`).
 Time is the session clock, ``ssn.now``.
 
 lowNodeUtilization (the only strategy Volcano has; unknown names are ignored).
@@ -40,12 +40,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from busched.api.duration import DurationError, parse_duration
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
+from busched.framework.plugin_state import state_of
 from busched.framework.session import Session
-from busched.plugins.plugin_state import state_of
 
 __all__ = ["ReschedulingPlugin", "LowNodeUtilizationConf", "parse_arguments", "low_node_utilization_victims",
            "node_utilization", "DEFAULT_INTERVAL", "LOW_NODE_UTILIZATION"]
@@ -83,13 +83,7 @@ class LowNodeUtilizationConf:
 
 def parse_arguments(arguments: Mapping[str, Any]) -> tuple[float, list[tuple[str, Mapping[str, Any] | None]]]:
     """(interval seconds, [(strategy name, params)]); the default strategy is lowNodeUtilization."""
-    interval = DEFAULT_INTERVAL
-    raw = arguments.get("interval")
-    if isinstance(raw, str):
-        try:
-            interval = parse_duration(raw)
-        except DurationError:
-            pass
+    interval = Arguments.of(arguments).get_duration("interval", DEFAULT_INTERVAL)
     strategies: list[tuple[str, Mapping[str, Any] | None]] = [(LOW_NODE_UTILIZATION, None)]
     given = arguments.get("strategies")
     if isinstance(given, list) and given:
@@ -180,6 +174,7 @@ def low_node_utilization_victims(ssn: Session, conf: LowNodeUtilizationConf,
 
 class ReschedulingPlugin:
     name = "rescheduling"
+    reads_clock = True  # runs once an interval has passed since its last run (kept across cycles)
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.interval, self.strategies = parse_arguments(arguments)

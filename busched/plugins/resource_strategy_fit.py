@@ -41,6 +41,8 @@ from typing import Any
 from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
+from busched.framework.arguments import (ArgumentError, Arguments, decode_bool, decode_field, decode_float, decode_int,
+                                         decode_mapping, decode_str)
 from busched.framework.session import Session, fit_error
 
 __all__ = ["ResourceStrategyFitPlugin", "StrategyConfig", "SraConfig", "parse_arguments", "strategy_score",
@@ -53,61 +55,6 @@ LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
 SCORING_TYPE_ANNOTATION = "volcano.sh/resource-strategy-scoring-type"
 SCORING_WEIGHT_ANNOTATION = "volcano.sh/resource-strategy-weight"
-
-
-class ArgumentError(ValueError):
-    """An argument that cannot be decoded (Volcano stops the scheduler on these)."""
-
-
-# -- decoding, as mapstructure does it (field names match case-insensitively) ------------------
-def _int(v: Any, where: str) -> int:
-    if v is None:
-        return 0
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ArgumentError(f"{PLUGIN}: {where}: expected an integer, got {v!r}")
-    return int(v)
-
-
-def _float(v: Any, where: str) -> float:
-    if v is None:
-        return 0.0
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ArgumentError(f"{PLUGIN}: {where}: expected a number, got {v!r}")
-    return float(v)
-
-
-def _str(v: Any, where: str) -> str:
-    if v is None:
-        return ""
-    if not isinstance(v, str):
-        raise ArgumentError(f"{PLUGIN}: {where}: expected a string, got {v!r}")
-    return v
-
-
-def _bool(v: Any, where: str) -> bool:
-    if v is None:
-        return False
-    if not isinstance(v, bool):
-        raise ArgumentError(f"{PLUGIN}: {where}: expected true or false, got {v!r}")
-    return v
-
-
-def _map(v: Any, where: str) -> Mapping[str, Any]:
-    if v is None:
-        return {}
-    if not isinstance(v, Mapping):
-        raise ArgumentError(f"{PLUGIN}: {where}: expected a mapping, got {v!r}")
-    return v
-
-
-def _field(m: Mapping[str, Any], name: str) -> Any:
-    if name in m:
-        return m[name]
-    low = name.lower()
-    for k, v in m.items():
-        if isinstance(k, str) and k.lower() == low:
-            return v
-    return None
 
 
 @dataclass(frozen=True)
@@ -141,18 +88,26 @@ def _split_names(text: str) -> list[str]:
 
 
 def parse_arguments(args: Mapping[str, Any]) -> tuple[StrategyConfig, SraConfig, dict[str, tuple[float, float]] | None]:
+    """The plugin's arguments, decoded strictly (a value of the wrong type is an `ArgumentError` naming it)."""
+    try:
+        return _parse(args)
+    except ArgumentError as e:
+        raise ArgumentError(f"{PLUGIN}: {e}") from None
+
+
+def _parse(args: Mapping[str, Any]) -> tuple[StrategyConfig, SraConfig, dict[str, tuple[float, float]] | None]:
     cfg = StrategyConfig()
     if "resourceStrategyFitWeight" in args:
-        w = _int(args["resourceStrategyFitWeight"], "resourceStrategyFitWeight")
+        w = decode_int(args["resourceStrategyFitWeight"], "resourceStrategyFitWeight")
         cfg.weight = DEFAULT_WEIGHT if w < 0 else w
-    raw = _map(args.get("resources"), "resources")
+    raw = decode_mapping(args.get("resources"), "resources")
     if not raw:
         raw = {"cpu": {"type": LEAST_ALLOCATED, "weight": 1}, "memory": {"type": LEAST_ALLOCATED, "weight": 1}}
     for name, spec in raw.items():
         name = str(name)
-        spec = _map(spec, f"resources.{name}")
-        typ = _str(_field(spec, "type"), f"resources.{name}.type")
-        weight = _int(_field(spec, "weight"), f"resources.{name}.weight")
+        spec = decode_mapping(spec, f"resources.{name}")
+        typ = decode_str(decode_field(spec, "type"), f"resources.{name}.type")
+        weight = decode_int(decode_field(spec, "weight"), f"resources.{name}.weight")
         if not _valid_pattern(name):
             continue
         if weight <= 0:
@@ -162,12 +117,12 @@ def parse_arguments(args: Mapping[str, Any]) -> tuple[StrategyConfig, SraConfig,
         cfg.resources[name] = ResourceStrategy(typ, weight)
 
     sra = SraConfig()
-    s = _map(args.get("sra"), "sra")
-    if _bool(_field(s, "enable"), "sra.enable"):
-        sra.weight = _int(_field(s, "weight"), "sra.weight")
-        rw = {str(k): _int(v, f"sra.resourceWeight.{k}")
-              for k, v in _map(_field(s, "resourceWeight"), "sra.resourceWeight").items()}
-        for name in _split_names(_str(_field(s, "resources"), "sra.resources")):
+    s = decode_mapping(args.get("sra"), "sra")
+    if decode_bool(decode_field(s, "enable"), "sra.enable"):
+        sra.weight = decode_int(decode_field(s, "weight"), "sra.weight")
+        rw = {str(k): decode_int(v, f"sra.resourceWeight.{k}")
+              for k, v in decode_mapping(decode_field(s, "resourceWeight"), "sra.resourceWeight").items()}
+        for name in _split_names(decode_str(decode_field(s, "resources"), "sra.resources")):
             w = rw.get(name, 1)
             if w < 0:
                 w = 1
@@ -175,12 +130,12 @@ def parse_arguments(args: Mapping[str, Any]) -> tuple[StrategyConfig, SraConfig,
         sra.weight_sum = sum(sra.resources.values())
 
     proportional: dict[str, tuple[float, float]] | None = None
-    p = _map(args.get("proportional"), "proportional")
-    if _bool(_field(p, "enable"), "proportional.enable"):
+    p = decode_mapping(args.get("proportional"), "proportional")
+    if decode_bool(decode_field(p, "enable"), "proportional.enable"):
         proportional = {}
-        rates = {str(k): _float(v, f"proportional.resourceProportion.{k}")
-                 for k, v in _map(_field(p, "resourceProportion"), "proportional.resourceProportion").items()}
-        for name in _split_names(_str(_field(p, "resources"), "proportional.resources")):
+        given = decode_mapping(decode_field(p, "resourceProportion"), "proportional.resourceProportion")
+        rates = {str(k): decode_float(v, f"proportional.resourceProportion.{k}") for k, v in given.items()}
+        for name in _split_names(decode_str(decode_field(p, "resources"), "proportional.resources")):
             pair = []
             for dim in ("cpu", "memory"):
                 r = rates.get(f"{name}.{dim}", 1.0)
@@ -292,9 +247,10 @@ def check_proportional(task: TaskInfo, node: NodeInfo, proportional: Mapping[str
 
 class ResourceStrategyFitPlugin:
     name = PLUGIN
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.strategy, self.sra, self.proportional = parse_arguments(self.arguments)
 
     def on_session_open(self, ssn: Session) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.quantity import QuantityError, parse_quantity
 from busched.api.resource import CPU, MEMORY, PODS
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 __all__ = ["ResourceQuotaPlugin", "ResourceList"]
@@ -77,9 +78,10 @@ def job_min_resources(job: JobInfo) -> ResourceList | None:
 
 class ResourceQuotaPlugin:
     name = "resourcequota"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = dict(arguments or {})
+        self.arguments = Arguments.of(arguments)
         self.quotas: dict[str, list[tuple[str, ResourceList, ResourceList]]] = {}
         self.pending: dict[str, ResourceList] = {}
 

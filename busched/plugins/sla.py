@@ -12,6 +12,7 @@ from typing import Any
 
 from busched.api.duration import DurationError, parse_duration
 from busched.api.job import JobInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 WAITING_TIME_KEY = "sla-waiting-time"
@@ -31,9 +32,11 @@ def _positive(text: Any) -> float | None:
 
 class SlaPlugin:
     name = "sla"
+    reads_clock = True  # the sla waiting time is measured against the session's clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.default_wait = _positive(arguments.get(WAITING_TIME_KEY)) if WAITING_TIME_KEY in arguments else None
+        wait = Arguments.of(arguments).get_duration(WAITING_TIME_KEY, 0.0)
+        self.default_wait = wait if wait > 0 else None
 
     def waiting_time(self, job: JobInfo) -> float | None:
         for key in ANNOTATION_KEYS:

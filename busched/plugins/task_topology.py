@@ -41,6 +41,7 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TASK_SPEC_KEY, TaskInfo, TaskStatus
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 
 __all__ = ["TaskTopologyPlugin", "JobManager", "Bucket", "TaskTopology", "read_topology", "TopologyError"]
@@ -276,10 +277,10 @@ class JobManager:
 
 class TaskTopologyPlugin:
     name = "task-topology"
+    reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        w = arguments.get(WEIGHT_ARG)
-        self.weight = w if isinstance(w, int) and not isinstance(w, bool) else 1
+        self.weight = Arguments.of(arguments).get_int(WEIGHT_ARG, 1)
         self.managers: dict[str, JobManager] = {}
 
     def _init_buckets(self, ssn: Session) -> None:

@@ -22,7 +22,7 @@ its start; both ends are inclusive at whole seconds.
 - victim tasks (shuffle): once per evict period, the Running preemptable tasks
   on the nodes of every configured zone that is closed, per job at most its
   disruption budget allows.  The last eviction time outlives the session (a
-  package variable in Volcano): see `busched.plugins.plugin_state`.
+  package variable in Volcano): see `busched.framework.plugin_state`.
 - job order: non-preemptable jobs first; job pipelined: permit when the job is
   pipelined, else reject; job starving: a non-preemptable job with a Pending task.
 
@@ -39,13 +39,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from busched.api.duration import DurationError, parse_duration
 from busched.api.fit import Code
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import PREEMPTABLE_KEY, TaskInfo, TaskStatus, parse_bool
+from busched.framework.arguments import Arguments
+from busched.framework.plugin_state import state_of
 from busched.framework.session import Session, fit_error
-from busched.plugins.plugin_state import state_of
 
 __all__ = ["TdmPlugin", "zone_window", "task_revocable_zone", "node_revocable_zone", "max_pod_evict_num",
            "parse_int_or_percent", "REVOCABLE_ZONE_KEY"]
@@ -145,19 +145,14 @@ def _max_victims(job: JobInfo, candidates: list[TaskInfo]) -> list[TaskInfo]:
 
 class TdmPlugin:
     name = "tdm"
+    reads_clock = True  # revocable zones open and close with the clock; the last eviction is kept across cycles
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.zones: dict[str, Any] = {}
         for k, v in arguments.items():
             if ZONE_ARG_PREFIX in k:
                 self.zones[k.replace(ZONE_ARG_PREFIX, "", 1)] = v
-        self.evict_period = DEFAULT_EVICT_PERIOD
-        period = arguments.get(EVICT_PERIOD_ARG)
-        if isinstance(period, str):
-            try:
-                self.evict_period = parse_duration(period)
-            except DurationError:
-                pass
+        self.evict_period = Arguments.of(arguments).get_duration(EVICT_PERIOD_ARG, DEFAULT_EVICT_PERIOD)
 
     def zone_error(self, zone: str, now: float) -> str | None:
         """Why ``zone`` is closed at ``now``, or None when it is open."""

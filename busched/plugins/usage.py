@@ -28,9 +28,8 @@ or ``be_cpu`` / ``be_mem`` times risk for a best-effort task.  ``risk`` is
 its task's estimate (replacing an earlier one of the same task), each
 eviction or discard subtracts exactly what was added.
 
-Arguments (Volcano's names and rules: an integer argument takes only an
-integer, a float argument an integer or a float; a value out of range keeps
-the default)::
+Arguments (Volcano's names, read with busched.framework.arguments.Arguments;
+a value out of range keeps the default)::
 
     usage.weight: 5        # >= 0
     cpu.weight: 1          # >= 0
@@ -50,6 +49,7 @@ from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.quantity import QuantityError, milli_value, value
 from busched.api.task import TaskInfo, TaskStatus
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session, fit_error
 
 __all__ = ["UsagePlugin", "UsageArgs", "ShadowLoad", "metrics_fresh", "node_score", "composite",
@@ -63,25 +63,6 @@ CPU_EXTEND = "the CPU load of the node exceeds the upper limit."
 MEMORY_EXTEND = "the memory load of the node exceeds the upper limit."
 MIB = 1024 * 1024
 _SHADOWED = frozenset({TaskStatus.Allocated, TaskStatus.Binding, TaskStatus.Bound})
-
-
-def _int_arg(args: Mapping[str, Any], key: str, default: int) -> int:
-    """Arguments.GetInt: only a real integer (not a bool, float or string) replaces the default."""
-    v = args.get(key)
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-
-def _float_arg(args: Mapping[str, Any], key: str, default: float) -> float:
-    """Arguments.GetFloat64: a float or an integer."""
-    v = args.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
-
-
-def _section(args: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    v = args.get(key)
-    if not isinstance(v, Mapping) or not all(isinstance(k, str) for k in v):
-        return None
-    return v
 
 
 def _best_effort(raw: Any, default: float, milli: bool) -> float:
@@ -105,31 +86,32 @@ def max_or(v: int, default: int) -> int:
 class UsageArgs:
     """The plugin's arguments with Volcano's defaults and range rules."""
 
-    def __init__(self, args: Mapping[str, Any]) -> None:
-        self.usage_weight = max_or(_int_arg(args, "usage.weight", 5), 5)
-        self.cpu_weight = max_or(_int_arg(args, "cpu.weight", 1), 1)
-        self.memory_weight = max_or(_int_arg(args, "memory.weight", 1), 1)
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        args = Arguments.of(arguments)
+        self.usage_weight = max_or(args.get_int("usage.weight", 5), 5)
+        self.cpu_weight = max_or(args.get_int("cpu.weight", 1), 1)
+        self.memory_weight = max_or(args.get_int("memory.weight", 1), 1)
         self.cpu_threshold = 80.0
         self.mem_threshold = 80.0
-        th = _section(args, "thresholds")
+        th = args.get_mapping("thresholds")
         if th is not None:
-            cpu = _int_arg(th, "cpu", 80)
+            cpu = th.get_int("cpu", 80)
             if 0 <= cpu <= 100:
                 self.cpu_threshold = float(cpu)
-            mem = _int_arg(th, "mem", 80)
+            mem = th.get_int("mem", 80)
             if 0 <= mem <= 100:
                 self.mem_threshold = float(mem)
         self.request_ratio, self.burst_ratio = 0.7, 0.0
         self.risk_threshold, self.risk_factor = 0.6, 1.2
         self.be_cpu, self.be_memory = 250.0, float(200 * MIB)
-        est = _section(args, "estimator")
+        est = args.get_mapping("estimator")
         if est is not None:
             for attr, key in (("request_ratio", "request_ratio"), ("burst_ratio", "burst_ratio"),
                               ("risk_threshold", "risk_threshold")):
-                v = _float_arg(est, key, getattr(self, attr))
+                v = est.get_float(key, getattr(self, attr))
                 if 0 <= v <= 1:
                     setattr(self, attr, v)
-            rf = _float_arg(est, "risk_factor", self.risk_factor)
+            rf = est.get_float("risk_factor", self.risk_factor)
             if rf >= 1:
                 self.risk_factor = rf
             self.be_cpu = _best_effort(est.get("be_cpu"), self.be_cpu, milli=True)
@@ -215,6 +197,7 @@ class ShadowLoad:
 
 class UsagePlugin:
     name = "usage"
+    reads_clock = True  # node metrics go stale with the clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.args = UsageArgs(arguments)

@@ -44,8 +44,12 @@ REASONS = (
 # when node reasons tie, the more specific wins
 _NODE_CODES = ("ExcludedAfterRefusal", "SelectorMismatch", "UntoleratedTaint", "NodeTooSmall", "Unschedulable")
 TOP_NODES = 5
-# plugins whose enqueue/allocatable/overused verdict is about a queue's capability (else its share)
-_CAPABILITY_PLUGINS = frozenset({"capacity", "proportion"})
+
+
+def _about_capability(ssn: Session, voters: list[str]) -> bool:
+    """A voter's enqueue/allocatable verdict is about a queue's capability (else its share): the plugin
+    says so with ``judges_queue_capability`` (capacity, proportion)."""
+    return any(getattr(ssn.plugins.get(v), "judges_queue_capability", False) for v in voters)
 
 
 @dataclass
@@ -189,7 +193,7 @@ def _job_level(inp: Inputs, ssn: Session, jkey: str, spec: Any) -> dict[str, Any
         return _answer("GangMinMemberUnreachable", f"job {jkey}: {vr.message or vr.reason}", job=jkey)
     if job.is_pending() and ssn.enqueue_enabled and job.min_resources is not None and not ssn.job_enqueueable(job):
         voters = _voters(ssn, "job_enqueueable", lambda fn: fn(job) < 0)
-        code = "QueueCapabilityExhausted" if set(voters) & _CAPABILITY_PLUGINS or not voters else "QueueOverused"
+        code = "QueueCapabilityExhausted" if _about_capability(ssn, voters) or not voters else "QueueOverused"
         return _answer(code, f"job {jkey} not enqueued: job-enqueueable rejected by {', '.join(voters) or '?'}: "
                              f"its minResources {_res(job.get_min_resources())} do not fit what queue "
                              f"{spec.queue} has left{_capability(queue)}", job=jkey)
@@ -259,7 +263,7 @@ def _explain_task(inp: Inputs, ssn: Session, key: str) -> dict[str, Any]:
     q = ssn.queues.get(job.queue)
     if q is not None and not ssn.allocatable(q, task):
         voters = _voters(ssn, "allocatable", lambda fn: not fn(q, task))
-        code = "QueueCapabilityExhausted" if set(voters) & _CAPABILITY_PLUGINS else "QueueOverused"
+        code = "QueueCapabilityExhausted" if _about_capability(ssn, voters) else "QueueOverused"
         return _answer(code, f"queue {job.queue} cannot take task {key} ({_res(task.resreq)}): rejected by "
                              f"{', '.join(voters) or '?'}{_capability(inp.queues[job.queue])}", **where)
     if task.nominated_node_name and task.nominated_node_name in ssn.nodes:

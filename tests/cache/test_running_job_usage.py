@@ -1,4 +1,4 @@
-"""The running-job shortcuts of capacity_tree.job_usage and drf's per-job share equal the task loops
+"""The running-job shortcuts of shares.job_usage and drf's per-job share equal the task loops
 they skip (`add_job_usage`, summing allocated requests task by task), bit for bit, on random jobs:
 odd fractional requests, tasks in one or several statuses, with and without minResources, lent
 untouched or written by a session."""
@@ -11,7 +11,7 @@ from busched.api import objects as o
 from busched.api.resource import Resource
 from busched.api.task import TaskStatus, allocated_status
 from busched.cache.cache import Cache
-from busched.plugins import capacity_tree as ct
+from busched.framework import shares as ct
 from busched.plugins.drf import DrfPlugin
 
 

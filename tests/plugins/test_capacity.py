@@ -13,7 +13,8 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
-from busched.plugins import capacity_tree as ct
+from busched.framework import shares
+from busched.plugins.capacity import tree as ct
 from busched.plugins.capacity import CapacityPlugin
 
 GI = 2**30
@@ -567,8 +568,8 @@ def test_queue_usage_first_sum_is_the_task_by_task_sum(seed) -> None:
     ssn = open_session(cache_of(random_cluster(rng)).snapshot(), load_config(DEFAULT_CONFIG), seed=seed)
     jobs = list(ssn.jobs.values())
     assert any(j.written for j in jobs) and any(len(j.tasks) == 1 for j in jobs) or len(jobs) < 3
-    got = ct.queue_usage(ssn)
-    want = ct._task_by_task(jobs)
+    got = shares.queue_usage(ssn)
+    want = shares._task_by_task(jobs)
     assert list(got) == list(want)
     for q in want:
         assert [r.to_dict() for r in got[q].parts()] == [r.to_dict() for r in want[q].parts()], q

@@ -14,7 +14,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
-from busched.plugins.drf import calculate_share, calculate_share_reference, share_of
+from busched.framework.shares import calculate_share, calculate_share_reference, share_of
 
 
 def session(c: dict[str, Any], plugins: list[dict[str, Any]] | None = None) -> Session:

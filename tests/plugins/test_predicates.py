@@ -14,7 +14,8 @@ from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.api import k8s
-from busched.plugins.predicates import PredicatesPlugin, get_bool
+from busched.framework.arguments import Arguments
+from busched.plugins.predicates import PredicatesPlugin
 
 HOST = "kubernetes.io/hostname"
 
@@ -145,10 +146,10 @@ def test_ports_conflict_and_go_division():
 
 
 def test_get_bool_reads_bools_and_bool_strings_only():
-    assert get_bool({"k": False}, "k", True) is False
-    assert get_bool({"k": "false"}, "k", True) is False
-    assert get_bool({"k": 0}, "k", True) is True  # not a bool: the default stands
-    assert get_bool({}, "k", True) is True
+    assert Arguments({"k": False}).get_bool("k", True) is False
+    assert Arguments({"k": "false"}).get_bool("k", True) is False
+    assert Arguments({"k": 0}).get_bool("k", True) is True  # not a bool: the default stands
+    assert Arguments({}).get_bool("k", True) is True
 
 
 # -- node filters --------------------------------------------------------------------------------------

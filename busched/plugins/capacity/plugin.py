@@ -21,7 +21,8 @@ reclaimed below) and its capability (a hard ceiling).  The plugin
 - with hierarchy, orders victims' queues so that those farther from the
   reclaimer's queue in the tree go first.
 
-The queue tree and all per-queue accounting is in `capacity_tree`.
+The queue tree is in `busched.plugins.capacity.tree`; the per-queue sums of job usage, shared
+with proportion, in `busched.framework.shares`.
 Arguments: ``ancestorReclaimLevel`` (int, default 0).  The plugin switch
 ``enableHierarchy`` turns the tree on.
 """
@@ -35,8 +36,9 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
-from busched.plugins import capacity_tree as ct
+from busched.plugins.capacity import tree as ct
 
 __all__ = ["CapacityPlugin"]
 
@@ -46,12 +48,12 @@ ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
 
 class CapacityPlugin:
     name = "capacity"
+    reads_clock = False
+    judges_queue_capability = True  # its queue verdicts are about capability (busched explain)
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.arguments = dict(arguments or {})
-        level = self.arguments.get(ANCESTOR_RECLAIM_LEVEL, 0)
-        # Volcano reads this argument only when it is an integer; anything else keeps the default.
-        self.ancestor_reclaim_level = level if isinstance(level, int) and not isinstance(level, bool) else 0
+        self.arguments = Arguments.of(arguments)
+        self.ancestor_reclaim_level = self.arguments.get_int(ANCESTOR_RECLAIM_LEVEL, 0)
         if self.ancestor_reclaim_level < 0:
             self.ancestor_reclaim_level = 0
         self.hierarchy = False

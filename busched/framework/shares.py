@@ -1,0 +1,279 @@
+"""What a queue's jobs use, and a dominant resource share: the arithmetic several plugins share.
+
+capacity and proportion both account a queue as the sum of its jobs' allocated,
+requested, reserved (``inqueue``) and elastic resources (`add_job_usage`,
+`job_usage`, `queue_usage`), and proportion ranks queues by the same dominant
+resource share (`calculate_share`) drf ranks jobs by.  In Volcano these live
+in ``api`` and ``plugins/util``; here they sit in the framework so that no
+plugin imports another plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.resource import CPU, GO_INFINITY, MEMORY, MIN_RESOURCE, Resource
+from busched.api.task import TaskStatus, allocated_status
+from busched.framework import reuse
+
+__all__ = ["Usage", "add_job_usage", "job_usage", "queue_usage", "share_of", "calculate_share",
+           "calculate_share_reference"]
+
+
+# -- dominant resource share ---------------------------------------------------------------------
+def share_of(allocated: float, total: float) -> float:
+    """Volcano's helpers.Share: l/r, with 0/0 = 0 and x/0 = 1."""
+    if total == 0:
+        return 0.0 if allocated == 0 else 1.0
+    return allocated / total
+
+
+def calculate_share(allocated: Resource, total: Resource) -> tuple[str, float]:
+    """The dominant resource and its share, over the dimensions the cluster has.
+
+    ``total.names()`` in its order (cpu, memory, scalars), read field by field: every task
+    placed or removed asks this again, and the name list and ``get`` calls were most of it."""
+    res, dominant = 0.0, ""
+    t = total.cpu
+    if t >= MIN_RESOURCE:  # t > 0: share_of is the plain division
+        s = allocated.cpu / t
+        if s > res:
+            res, dominant = s, CPU
+    t = total.memory
+    if t >= MIN_RESOURCE:
+        s = allocated.memory / t
+        if s > res:
+            res, dominant = s, MEMORY
+    if total.scalars:
+        have = allocated.scalars
+        for rn, t in total.scalars.items():
+            if t >= MIN_RESOURCE and rn != CPU and rn != MEMORY:  # get() would read the fields
+                s = share_of(have.get(rn, 0.0), t)
+                if s > res:
+                    res, dominant = s, rn
+    return dominant, res
+
+
+def calculate_share_reference(allocated: Resource, total: Resource) -> tuple[str, float]:
+    """`calculate_share` as the plain walk over ``total.names()`` (tests compare the two)."""
+    res, dominant = 0.0, ""
+    for rn in total.names():
+        s = share_of(allocated.get(rn), total.get(rn))
+        if s > res:
+            res, dominant = s, rn
+    return dominant, res
+
+
+# -- job contributions ---------------------------------------------------------------------------
+
+
+def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
+    """Add one job's allocated / requested / reserved / elastic resources to its queue's totals
+    (``attr`` has those four Resources; capacity and proportion account the same way).  ``phase``:
+    the podgroup phase to account it in (the job's own by default)."""
+    if phase is None:
+        phase = job.phase
+    allocated, request = attr.allocated.add, attr.request.add  # (a first open calls this for every job)
+    for status, tasks in job.status_index.items():
+        if allocated_status(status):
+            for t in tasks.values():
+                allocated(t.resreq)
+                request(t.resreq)
+        elif status == TaskStatus.Pending:
+            for t in tasks.values():
+                request(t.resreq)
+    _add_reserved(attr, job, phase)
+
+
+def _add_reserved(attr: Any, job: JobInfo, phase: str) -> None:
+    """`add_job_usage`'s reserved and elastic parts, the job accounted in ``phase``."""
+    if job.min_resources is not None:
+        # An admitted job reserves what its minimum still lacks (allocated tasks already count).
+        if phase == PodGroupPhase.Inqueue or (
+                phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
+            attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
+    if job.min_resources is None:  # what get_elastic_resources gives, without its intermediates
+        attr.elastic.add(_above_zero(job.allocated))
+    else:
+        attr.elastic.add(job.get_elastic_resources())
+
+
+class Usage:
+    """The four totals `add_job_usage` adds to (of one job, or summed over a queue's jobs)."""
+
+    __slots__ = ("allocated", "request", "inqueue", "elastic")
+
+    def __init__(self) -> None:
+        self.allocated = Resource()
+        self.request = Resource()
+        self.inqueue = Resource()
+        self.elastic = Resource()
+
+    def parts(self) -> tuple[Resource, Resource, Resource, Resource]:
+        return self.allocated, self.request, self.inqueue, self.elastic
+
+
+def job_usage(job: JobInfo, phase: str | None = None) -> Usage:
+    u = Usage()
+    idx = job.status_index
+    if (phase is None or phase == job.phase) and len(idx) == 1 and not job.written \
+            and allocated_status(next(iter(idx))):
+        # a job untouched since it was assembled, every task in one allocated status (a running job,
+        # most of a big cluster's): `add_job_usage` would sum, from zero, the very requests the job's
+        # ``allocated`` summed, in the same order; its reserved and elastic parts are its own
+        a = job.allocated
+        u.allocated.add(a)
+        u.request.add(a)
+        if job.min_resources is None:
+            u.elastic = _above_zero(a)  # nothing reserved; elastic: what of it is above no minimum
+        else:
+            _add_reserved(u, job, job.phase)
+        return u
+    add_job_usage(u, job, phase)
+    return u
+
+
+def _above_zero(a: Resource) -> Resource:
+    """``Resource().add(exceeded_part(a, Resource()))``, without the two intermediates."""
+    r = Resource()
+    if a.cpu > 0:
+        r.cpu = a.cpu
+    if a.memory > 0:
+        r.memory = a.memory
+    for name, q in a.scalars.items():
+        if q == GO_INFINITY or q > 0:
+            r.scalars[name] = q
+    return r
+
+
+class _Queues:
+    """Per queue, the four sums (busched.framework.reuse.Sum), and per job (in session order) its
+    queue, the job, its phase when summed and its totals (None until an update needs them)."""
+
+    __slots__ = ("sums", "parts", "exact")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[Any]] = {}
+        self.parts: list[list[Any]] = []  # [queue, job, phase, Usage | None]
+        self.exact = True
+
+    def part(self, i: int) -> Usage | None:
+        """The totals job ``i`` put in, computed now if they were not: from the job as it was summed,
+        which only an unwritten job still is (None otherwise)."""
+        entry = self.parts[i]
+        if entry[3] is None:
+            job = entry[1]
+            if job.written:
+                return None
+            entry[3] = job_usage(job, entry[2])
+        return entry[3]
+
+    def check(self) -> bool:
+        """Every job's totals looked at once (the first update): can the sums be kept exactly?"""
+        if all(s.checked for sums in self.sums.values() for s in sums):
+            return self.exact
+        by_queue: dict[str, list[Usage]] = {}
+        for i, entry in enumerate(self.parts):
+            u = self.part(i)
+            if u is None:
+                self.exact = False
+                return False
+            by_queue.setdefault(entry[0], []).append(u)
+        for q, sums in self.sums.items():
+            for k, total in enumerate(sums):
+                total.check(u.parts()[k] for u in by_queue.get(q, ()))
+        self.exact = all(s.exact for sums in self.sums.values() for s in sums)
+        return self.exact
+
+    def usage(self) -> dict[str, Usage]:
+        out = {}
+        for q, sums in self.sums.items():
+            u = out[q] = Usage()
+            u.allocated, u.request, u.inqueue, u.elastic = (s.total for s in sums)
+        return out
+
+
+def queue_usage(ssn: Any) -> dict[str, Usage]:
+    """Per queue (in the order of their first job), `add_job_usage` over its jobs.
+
+    Summed task by task (as Volcano does) when the jobs are new; kept from session to session
+    and updated for the jobs that changed (busched.framework.reuse), by taking a changed job's
+    totals out of its queue's sums and putting its new totals in.  That adds the same numbers in
+    another order: exactly what adding task by task gives while every value is a whole number
+    (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
+    (`reuse.Sum`, checked over every job once, at the first update); otherwise it is summed task
+    by task again.  Shared: callers copy what they change.
+    """
+    def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
+        qs = _Queues()
+        exact: dict[str, Usage] = {}
+        for job in jobs:
+            q = exact.get(job.queue)
+            if q is None:
+                q = exact[job.queue] = Usage()
+            u = None
+            if job.written:
+                # a job a session writes (volatile ones: busched.cache.shared) will not be as summed
+                # later: its totals are kept now.  With at most one task each total gets one addition
+                # from it, so adding its totals is adding it task by task, to the bit.
+                u = job_usage(job)
+                if len(job.tasks) <= 1:
+                    for total, part in zip(q.parts(), u.parts()):
+                        total.add(part)
+                else:
+                    add_job_usage(q, job)
+            else:
+                add_job_usage(q, job)
+            qs.parts.append([job.queue, job, job.phase, u])
+        for q, u in exact.items():
+            sums = qs.sums[q] = [reuse.Sum() for _ in range(4)]
+            for total, part in zip(sums, u.parts()):
+                total.total = part.clone()
+        return qs, exact
+
+    def update(last: tuple[_Queues, dict[str, Usage]], pairs: reuse.Pairs) -> Any:
+        old = last[0]
+        if not old.check():
+            return None
+        qs = _Queues()
+        qs.sums = {q: [s.copy() for s in sums] for q, sums in old.sums.items()}
+        qs.parts = list(old.parts)  # entries are replaced, never changed but to fill in totals
+        for i, _, job in pairs:
+            if i < len(qs.parts):
+                queue = qs.parts[i][0]
+                u = qs.part(i)
+                if queue != job.queue or u is None:
+                    return None  # the queue's first job may move, or the totals are gone: sum afresh
+                for total, part in zip(qs.sums[queue], u.parts()):
+                    if not total.take(part):
+                        return None
+            sums = qs.sums.get(job.queue)
+            if sums is None:  # a queue whose first job is this newcomer, the last one
+                sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
+                for total in sums:
+                    total.check(())
+            u = job_usage(job)
+            for total, part in zip(sums, u.parts()):
+                total.put(part)
+            entry = [job.queue, job, job.phase, u]
+            if i < len(qs.parts):
+                qs.parts[i] = entry
+            else:
+                qs.parts.append(entry)
+        if not all(s.exact for sums in qs.sums.values() for s in sums):
+            return None
+        return qs, qs.usage()
+
+    return reuse.incremental(ssn, "queue.usage", list(ssn.jobs.values()), full, update)[1]
+
+
+def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:
+    """`add_job_usage` over every job in order: the sum `queue_usage` is tested against."""
+    out: dict[str, Usage] = {}
+    for job in jobs:
+        q = out.get(job.queue)
+        if q is None:
+            q = out[job.queue] = Usage()
+        add_job_usage(q, job)
+    return out
