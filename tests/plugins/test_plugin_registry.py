@@ -9,11 +9,11 @@ from typing import Any
 from busched.api.snapshot import ClusterSnapshot
 from busched.framework.arguments import Arguments
 from busched.framework.config import load_config
-from busched.framework.cycle import QuietCycles, open_session
+from busched.builtin import QuietCycles, open_session
 from busched.framework.plugin_state import state_of
 from busched.plugins import PLUGINS
 
-PLUGINS_DIR = Path(__file__).resolve().parent.parent / "busched" / "plugins"
+PLUGINS_DIR = Path(__file__).resolve().parents[2] / "busched" / "plugins"
 CLOCK_READERS = {"sla", "tdm", "rescheduling", "usage", "cdp"}
 
 
