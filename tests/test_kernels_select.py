@@ -13,7 +13,7 @@ import random
 import pytest
 
 from busched import kernels
-from busched.kernels import select
+from busched.fastpath import select
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.cycle import open_session, run_cycle
 from busched.framework.nodeselect import PredicateHelper, choose_node, gradients, prioritize_nodes

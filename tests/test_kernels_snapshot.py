@@ -1,4 +1,4 @@
-"""Shared snapshots (busched.cache.shared) give what converting every object again gives.
+"""Shared snapshots (busched.fastpath.lending) give what converting every object again gives.
 
 Random clusters go through rounds of changes (tasks bound, deleted, added;
 nodes changed; priority classes changed) with a full cycle run on each shared
@@ -85,7 +85,7 @@ EVICTING = DEFAULT_CONFIG.replace('actions: "enqueue, allocate, backfill"',
 @pytest.mark.parametrize("config", [DEFAULT_CONFIG, EVICTING], ids=["default", "evicting"])
 @pytest.mark.parametrize("seed", range(10))
 def test_shared_snapshot_equals_fresh(seed, config, monkeypatch):
-    from busched.cache import shared
+    from busched.fastpath import lending as shared
 
     monkeypatch.setattr(shared, "VERIFY", True)
     rng = random.Random(seed)

@@ -17,11 +17,11 @@ from busched.api.fit import FitError
 from busched.api.task import TaskStatus
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.cycle import open_session
-from busched.kernels import select
+from busched.fastpath import select
 from busched.kernels.batch import batch_of
-from busched.kernels.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
-from busched.kernels.order import job_order_key
-from busched.kernels.podview import pod_view_arrays
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
+from busched.fastpath.order import job_order_key
+from busched.fastpath.podview import pod_view_arrays
 
 from tests.kernel_cases import cache_of, random_cluster
 
@@ -273,7 +273,7 @@ def test_task_order_key_pops_as_the_comparator(seed):
     import dataclasses
 
     from busched.framework.pqueue import PriorityQueue
-    from busched.kernels.order import task_order_key
+    from busched.fastpath.order import task_order_key
 
     rng, ssn = session(seed)
     tasks = [t for job in ssn.jobs.values() for t in job.tasks.values()]

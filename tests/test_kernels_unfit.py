@@ -1,4 +1,4 @@
-"""Jobs remembered as unfit (busched.kernels.unfit) are skipped without changing any decision.
+"""Jobs remembered as unfit (busched.fastpath.unfit) are skipped without changing any decision.
 
 A crowded random cluster runs many cycles through its cache, binds and
 evictions written back and random events in between (tasks finishing, new

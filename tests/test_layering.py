@@ -57,7 +57,7 @@ def test_plugins_never_import_actions():
 
 def test_api_imports_nothing_above_it():
     above = ("busched.framework", "busched.actions", "busched.plugins", "busched.cache", "busched.bus",
-             "busched.scheduler", "busched.cli", "busched.kernels")
+             "busched.scheduler", "busched.cli", "busched.kernels", "busched.fastpath")
     bad = [rel(p) for p in modules("api") if any(i.startswith(above) for i in imports(p))]
     assert not bad
 
@@ -65,7 +65,7 @@ def test_api_imports_nothing_above_it():
 def test_kernels_import_neither_plugins_nor_actions():
     """The array kernels sit under the plugins they vectorise: a plugin hands its per-node
     functions over; a kernel never reaches up for them, not even inside a function."""
-    bad = [rel(p) for p in modules("kernels")
+    bad = [rel(p) for p in [*modules("kernels"), *modules("fastpath")]
            if any(i.startswith(("busched.plugins", "busched.actions")) for i in imports(p))]
     assert not bad
 

@@ -1,4 +1,4 @@
-"""Lent snapshots (busched.cache.shared) decide what private copies decide, and sessions never
+"""Lent snapshots (busched.fastpath.lending) decide what private copies decide, and sessions never
 change a lent object without flagging it.
 
 Every conformance case and every extra scenario runs three cycles on two caches holding the
@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from busched.bench.driver import apply_decisions
-from busched.cache import shared
+from busched.fastpath import lending as shared
 from busched.cache.cache import Cache
 from busched.framework.cycle import run_cycle
 from busched.scenario.runner import _registries, load_scenario

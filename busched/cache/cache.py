@@ -21,8 +21,8 @@ from busched import kernels
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, completed_status
 from busched.api import build
-from busched.kernels import unfit
-from busched.cache.shared import SharedMemo
+from busched.fastpath import unfit
+from busched.fastpath.lending import SharedMemo
 from busched.api.snapshot import ClusterSnapshot, Shard
 
 __all__ = ["Cache", "KINDS"]
@@ -78,7 +78,7 @@ class Cache:
         # last run): one dict per scheduler, handed to every snapshot.
         self.plugin_state: dict[str, Any] = {}
         self._memo = SharedMemo()
-        # what the shared snapshot (busched.cache.shared) needs to know what changed: each task's
+        # what the shared snapshot (busched.fastpath.lending) needs to know what changed: each task's
         # arrival order (the base scan order), each job's and node's tasks, and a version per job
         # and node bumped whenever it or one of its tasks changes
         self.task_seq: dict[str, int] = {}
@@ -87,9 +87,9 @@ class Cache:
         self.node_tasks: dict[str, set[str]] = {}
         self.job_version: dict[str, int] = {}
         self.node_version: dict[str, int] = {}
-        # what changed since the last shared snapshot took it (busched.cache.shared)
+        # what changed since the last shared snapshot took it (busched.fastpath.lending)
         self.changes = Changes()
-        # jobs that did not fit, kept across cycles (busched.kernels.unfit)
+        # jobs that did not fit, kept across cycles (busched.fastpath.unfit)
         self.unfit = unfit.UnfitMemo()
         self.capacity_epoch = 0
 
@@ -302,7 +302,7 @@ class Cache:
             q = build.queue_info(spec)
             snap.queues[q.uid] = q
         if memo:
-            # jobs and nodes lent, assembled once per version (busched.cache.shared)
+            # jobs and nodes lent, assembled once per version (busched.fastpath.lending)
             snap.nodes, snap.jobs, snap.unsettled, snap.lease = self._memo.lend(
                 self, pcs, default_job_priority, frozenset(snap.queues))
         else:

@@ -1,7 +1,7 @@
 """Choosing nodes for a task: filter (predicates), score, pick the best.
 
 `predicate_nodes` first runs the resource-fit kernel over every node at once
-(`busched.kernels.fit`), then the session's per-node predicates on the nodes
+(`busched.fastpath.fit`), then the session's per-node predicates on the nodes
 that fit, with Volcano's predicate error cache (keyed by job and task role) and
 feasible-node sampling.  `prioritize_nodes` sums map/reduce, plain and batch
 node-order scores; `select_best_node` takes the highest, ties broken by the
@@ -22,8 +22,8 @@ from busched import kernels
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
-from busched.kernels import select
-from busched.kernels.fit import FUTURE_IDLE, NodeArrays, fit_mask
+from busched.fastpath import select
+from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
            "select_best_node", "choose_node", "gradients", "insufficient_reason"]

@@ -24,12 +24,12 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import hypernodes as topology
 from busched.framework import plugin_errors
-from busched.framework import reuse
+from busched.fastpath import memo as reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
 from busched.framework.pqueue import PriorityQueue
 from busched.api.snapshot import ClusterSnapshot
-from busched.kernels.fit import NodeArrays
+from busched.fastpath.fit import NodeArrays
 
 __all__ = ["Session", "POINTS", "Decision", "EventHandler"]
 
@@ -115,7 +115,7 @@ class Session:
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
-        # the nodes' allocatable summed (again only when one changed: busched.framework.reuse)
+        # the nodes' allocatable summed (again only when one changed: busched.fastpath.memo)
         self.total_resource = reuse.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)
         # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
@@ -140,7 +140,7 @@ class Session:
         if self._lease is not None:
             if self._lease.superseded:
                 raise SessionError("snapshot superseded: a later snapshot lent its objects again; "
-                                   "take a new one (busched.cache.shared)")
+                                   "take a new one (busched.fastpath.lending)")
             self._lease.in_session = self._lease.opened = True
 
     @property
@@ -195,8 +195,8 @@ class Session:
 
     def job_order_key(self) -> Callable[[JobInfo], tuple] | None:
         """A sort key equal to `job_order_fn` when every job-order plugin offers one, else None.
-        Only for a queue whose jobs do not change while they wait (busched.kernels.order)."""
-        from busched.kernels.order import job_order_key
+        Only for a queue whose jobs do not change while they wait (busched.fastpath.order)."""
+        from busched.fastpath.order import job_order_key
 
         return job_order_key(self)
 
@@ -541,7 +541,7 @@ class Session:
         """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession).
 
         A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
-        session to session: busched.framework.reuse) keeps its phase unless this session wrote it
+        session to session: busched.fastpath.memo) keeps its phase unless this session wrote it
         or marked it unschedulable; only those are looked at again."""
         steady, others = reuse.split(self, "close.steady", list(self.jobs.values()), _is_steady)
         seen: Any = None  # many jobs share one conditions list (gang's): look at each list once

@@ -27,7 +27,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
 from busched.framework.session import Session
-from busched.kernels import binpack as kernel
+from busched.fastpath import binpack as kernel
 from busched.kernels.batch import with_batch
 
 __all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE", "arg_int"]
@@ -119,7 +119,7 @@ class BinpackPlugin:
         return binpack_score(task, node, self.weights)
 
     def score_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
-        """`score` for many nodes at once (busched.kernels.binpack)."""
+        """`score` for many nodes at once (busched.fastpath.binpack)."""
         return kernel.binpack_scores(task, arrays, rows, self.weights, MAX_NODE_SCORE, self.score)
 
     def on_session_close(self, ssn: Session) -> None:

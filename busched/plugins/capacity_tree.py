@@ -33,7 +33,7 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, GO_INFINITY, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
 from busched.api.task import TaskStatus, allocated_status
-from busched.framework import reuse
+from busched.fastpath import memo as reuse
 
 __all__ = ["ROOT_QUEUE", "QueueAttr", "HierarchyError", "build_flat", "build_hierarchy", "update_share",
            "compare_share", "queue_level", "ancestor_at_depth", "ancestors_by_level", "exceeded_part", "res_max",
@@ -157,7 +157,7 @@ def _above_zero(a: Resource) -> Resource:
 
 
 class _Queues:
-    """Per queue, the four sums (busched.framework.reuse.Sum), and per job (in session order) its
+    """Per queue, the four sums (busched.fastpath.memo.Sum), and per job (in session order) its
     queue, the job, its phase when summed and its totals (None until an update needs them)."""
 
     __slots__ = ("sums", "parts", "exact")
@@ -207,7 +207,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     """Per queue (in the order of their first job), `add_job_usage` over its jobs.
 
     Summed task by task (as Volcano does) when the jobs are new; kept from session to session
-    and updated for the jobs that changed (busched.framework.reuse), by taking a changed job's
+    and updated for the jobs that changed (busched.fastpath.memo), by taking a changed job's
     totals out of its queue's sums and putting its new totals in.  That adds the same numbers in
     another order: exactly what adding task by task gives while every value is a whole number
     (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
@@ -223,7 +223,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                 q = exact[job.queue] = Usage()
             u = None
             if job.written:
-                # a job a session writes (volatile ones: busched.cache.shared) will not be as summed
+                # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed
                 # later: its totals are kept now.  With at most one task each total gets one addition
                 # from it, so adding its totals is adding it task by task, to the bit.
                 u = job_usage(job)

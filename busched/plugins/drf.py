@@ -24,7 +24,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo, allocated_status
-from busched.framework import reuse
+from busched.fastpath import memo as reuse
 from busched.framework.session import EventHandler, Session
 from busched.kernels.batch import with_key
 
@@ -236,7 +236,7 @@ class DrfPlugin:
         self._private = set()
         if not self.hierarchy:
             # each job's share, kept on the job while it and the cluster total do not change, and the
-            # whole table while no job changed (busched.framework.reuse); shared: copied before changed
+            # whole table while no job changed (busched.fastpath.memo); shared: copied before changed
             t = self.total
             key = ("drf.share", t.cpu, t.memory, tuple(t.scalars.items()))
 

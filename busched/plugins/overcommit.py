@@ -19,7 +19,7 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
-from busched.framework import reuse
+from busched.fastpath import memo as reuse
 from busched.framework.session import Session
 
 __all__ = ["OvercommitPlugin", "arg_float", "DEFAULT_OVERCOMMIT_FACTOR"]

@@ -40,9 +40,9 @@ import numpy as np
 from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus, parse_bool
-from busched.framework import reuse
+from busched.fastpath import memo as reuse
 from busched.framework.session import EventHandler, Session
-from busched.kernels import predicates as kernel
+from busched.fastpath import predicates as kernel
 from busched.kernels.batch import with_batch
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
@@ -125,7 +125,7 @@ class SessionPods:
     asked of the pod only for pods the view has moved; a pod it has not is where it was at open,
     on the node its ``node_name`` names (sessions move a placed task's node only after the view
     has removed it).  What every node's pods say (affinity, images) is kept from one session to
-    the next while the nodes do not change (busched.framework.reuse).
+    the next while the nodes do not change (busched.fastpath.memo).
     """
 
     def __init__(self, ssn: Session) -> None:
@@ -143,7 +143,7 @@ class SessionPods:
             ssn, "pods.affinity", nodes, _affinity_nodes, _affinity_update)[:2]
         self.images = reuse.incremental(ssn, "pods.images", nodes, _image_states, _images_update)
         # Told of every pod added or removed (``pod_added(node, task)``, ``pod_removed(node, task)``):
-        # the vectorised filters and scores keep their per-node sums with it (busched.kernels.podview).
+        # the vectorised filters and scores keep their per-node sums with it (busched.fastpath.podview).
         self.listeners: list[Any] = []
 
     @property
@@ -219,9 +219,9 @@ class SessionPods:
 
     def pod_columns(self) -> tuple[np.ndarray, ...]:
         """Per node (in node-list order): pods, cpu, memory, non-zero cpu, non-zero memory, and a map of
-        scalar columns; what the pod view arrays start from (busched.kernels.podview) instead of
+        scalar columns; what the pod view arrays start from (busched.fastpath.podview) instead of
         adding every pod.  The columns as the nodes were lent are kept from session to session
-        (busched.framework.reuse; rows redone for the nodes that changed), then the rows of the
+        (busched.fastpath.memo; rows redone for the nodes that changed), then the rows of the
         nodes this view has changed are put in.  The arrays returned are the caller's."""
         base = reuse.incremental(self._ssn, "pods.columns", self.node_list, _columns, _columns_update)
         cols = [c.copy() for c in base[:5]]
@@ -595,7 +595,7 @@ class PredicatesPlugin:
             raise FitError(task.key, node.name, statuses)
 
     def predicate_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
-        """`predicate` for many nodes at once (busched.kernels.predicates), or None for the per-node path."""
+        """`predicate` for many nodes at once (busched.fastpath.predicates), or None for the per-node path."""
         return kernel.predicate_mask(self, task, arrays, rows)
 
     # -- filters ------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.kernels.batch import batch_of
-from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
 __all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
 

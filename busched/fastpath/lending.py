@@ -24,7 +24,7 @@ on many objects needs no flag:
   gang replaces the list rather than changing it), and are put back to the
   spec's on every lending;
 * ``listeners`` (the session's node arrays) are emptied on every lending;
-* ``derived`` (busched.framework.reuse) is a cache of what the task index
+* ``derived`` (busched.fastpath.memo) is a cache of what the task index
   gives, emptied by the task index itself.
 
 A job that a session will write anyway, or whose state this module does not
