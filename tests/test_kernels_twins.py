@@ -304,7 +304,7 @@ def test_task_order_key_pops_as_the_comparator(seed):
 def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
     """The kernels' feasible nodes and fit errors (with the kept "Insufficient" reasons, and without
     building errors nothing reads) are the plain walk's, as tasks land and nodes fill."""
-    from busched import kernels
+    from busched.fastpath import FastPath, FastPathSettings
     from busched.framework.nodeselect import PredicateHelper
 
     rng, ssn = session(seed)
@@ -313,7 +313,7 @@ def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
             at = ssn.last_node_index
             got = {}
             for mode, errors_if_found in (("plain", True), ("kernels", True), ("kernels-lazy", False)):
-                monkeypatch.setattr(kernels, "USE_KERNELS", mode != "plain")
+                ssn.fast = FastPath(FastPathSettings()) if mode != "plain" else None
                 ssn.last_node_index = at
                 found, fe = PredicateHelper(ssn).predicate_nodes(
                     task, ssn.node_list, ssn.predicate_for_allocate, resource_fit=task.init_resreq,
@@ -324,7 +324,7 @@ def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
             assert got["kernels-lazy"][:2] == got["plain"][:2]
             if not got["plain"][0] or task.role:
                 assert got["kernels-lazy"] == got["plain"]
-        monkeypatch.setattr(kernels, "USE_KERNELS", True)
+        ssn.fast = FastPath(FastPathSettings())
         land_some(rng, ssn, 10)
 
 

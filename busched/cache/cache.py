@@ -17,7 +17,7 @@ from busched.api import objects as o
 from busched.api.disruption import PdbError, parse_pdb
 from busched.api.job import JobInfo
 from busched.api.queue import PriorityClass
-from busched import kernels
+from busched import fastpath
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, completed_status
 from busched.api import build
@@ -70,7 +70,9 @@ class Changes:
 
 
 class Cache:
-    def __init__(self) -> None:
+    def __init__(self, fast: fastpath.FastPathSettings | None = None) -> None:
+        # the fast path's settings: lending (kernels on), verification; handed to every snapshot
+        self.fast = fast if fast is not None else fastpath.default_settings()
         self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
         self.shard = Shard()
         self.generation = 0
@@ -295,7 +297,7 @@ class Cache:
                 default_job_priority = pc.value
         snap = ClusterSnapshot(priority_classes=pcs, shard=self.shard)
         if memo is None:
-            memo = kernels.USE_KERNELS
+            memo = self.fast.kernels
         if memo and self._memo.busy():
             memo = False  # a session over the lent objects is running: convert apart, lend nothing
         for spec in self.objects["queue"].values():
@@ -304,7 +306,7 @@ class Cache:
         if memo:
             # jobs and nodes lent, assembled once per version (busched.fastpath.lending)
             snap.nodes, snap.jobs, snap.unsettled, snap.lease = self._memo.lend(
-                self, pcs, default_job_priority, frozenset(snap.queues))
+                self, pcs, default_job_priority, frozenset(snap.queues), verify=self.fast.verify)
         else:
             snap.nodes, jobs = self._plain(pcs, default_job_priority)
             for uid, j in jobs.items():
@@ -316,6 +318,7 @@ class Cache:
         snap.resource_quotas = [msgspec.to_builtins(v) for v in self.objects["resourceQuota"].values()]
         snap.others["podDisruptionBudgets"] = [dict(v) for v in self.objects["podDisruptionBudget"].values()]
         snap.others["plugin_state"] = self.plugin_state
+        snap.others[fastpath.SETTINGS_KEY] = self.fast
         self.unfit.epoch = self.capacity_epoch
         snap.others[unfit.MEMO_KEY] = self.unfit
         return snap

@@ -54,7 +54,7 @@ may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
 last lending is patched: only the jobs and nodes the cache says changed
-(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``BUSCHED_VERIFY_SHARED=1`` or ``shared.VERIFY = True``)
+(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``FastPathSettings(verify=True)``, busched.fastpath)
 fingerprints every lent object that is not volatile and, when the lease comes
 back, raises `SharedStateMutated` naming any object changed without its flag.
 """
@@ -62,7 +62,6 @@ back, raises `SharedStateMutated` naming any object changed without its flag.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Any
 
 from busched.api.job import JobInfo, unsettled
@@ -71,9 +70,7 @@ from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
 from busched.api import build
 
-__all__ = ["SharedMemo", "Lease", "SharedStateMutated", "VERIFY", "fingerprint_job", "fingerprint_node"]
-
-VERIFY = os.environ.get("BUSCHED_VERIFY_SHARED", "") not in ("", "0")
+__all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]
 
 
 
@@ -212,9 +209,11 @@ class SharedMemo:
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
-             queues: frozenset[str]) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
+             queues: frozenset[str], verify: bool = False
+             ) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
         """Ready nodes (indexed, tasks accounted), the session's jobs (those with a podgroup in one
-        of ``queues``) and the unsettled ones among them, all lent."""
+        of ``queues``) and the unsettled ones among them, all lent; ``verify``: fingerprinted, to be
+        checked when the lease comes back."""
         changes = cache.take_changes()
         patch = self._take_back(classes, default_priority)
         self.assembled_jobs = self.assembled_nodes = 0
@@ -232,7 +231,7 @@ class SharedMemo:
         self._queues = queues
         self._forget(cache.objects)
         lease = self._lease = Lease()
-        if VERIFY:
+        if verify:
             lease.prints = [("job", j, fingerprint_job(j)) for j in self._lent.values() if not j.written]
             lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
         return nodes, jobs, volatile, lease

@@ -18,7 +18,7 @@ These replace per-node loops in `busched.framework.nodeselect` and
 * `gradients` replaces the idle / future-idle bucketing loop of allocate's
   ``best_node``.
 
-Set ``busched.kernels.USE_KERNELS = False`` (or ``BUSCHED_KERNELS=0``) to run
+A session opened with ``FastPathSettings(kernels=False)`` (busched.fastpath) runs
 the reference loops instead.
 """
 

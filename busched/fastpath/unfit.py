@@ -89,10 +89,8 @@ def frees_capacity(kind: str, old: Any, new: Any) -> bool:
 
 def memo_of(ssn: Any) -> UnfitMemo | None:
     """The session's memo, or None when it must not be used (kernels off, clock-reading plugins)."""
-    from busched import kernels
-
     memo = ssn.others.get(MEMO_KEY)
-    if memo is None or not kernels.USE_KERNELS:
+    if memo is None or ssn.fast is None:
         return None
     if any(p.name in CLOCK_PLUGINS for t in ssn.tiers for p in t.plugins):
         return None

@@ -18,7 +18,6 @@ from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
-from busched import kernels
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
@@ -89,7 +88,7 @@ class PredicateHelper:
         # kernels: a node's "Insufficient ..." reason for this request, kept while the node's
         # accounting is unchanged (NodeArrays.versions); the FitError itself is the task's own
         reasons: dict[str, tuple[int, tuple, str]] | None = None
-        if kernels.USE_KERNELS and resource_fit is not None and self.ssn._arrays is not None:
+        if self.ssn.fast is not None and resource_fit is not None and self.ssn._arrays is not None:
             arr_ = self.ssn._arrays
             reasons = arr_.cache.setdefault("insufficient", {})
             versions, row_of = arr_.versions, arr_.row
@@ -140,7 +139,7 @@ class PredicateHelper:
             return True
 
         scan = None
-        if kernels.USE_KERNELS:
+        if self.ssn.fast is not None:
             # the failing nodes matter when no node passes, or for the error cache, or to the caller
             try:
                 scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
@@ -208,7 +207,7 @@ def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: 
 
 
 def _prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
-    if kernels.USE_KERNELS:
+    if ssn.fast is not None:
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             by_score: dict[float, list[NodeInfo]] = {}
@@ -243,7 +242,7 @@ def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str
 def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
     """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score.
     None when a node-order plugin fails on the task (then that is the task's fit error)."""
-    if kernels.USE_KERNELS and not ssn.has("best_node"):
+    if ssn.fast is not None and not ssn.has("best_node"):
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             done, best = select.pick_unless_nan(ssn, nodes, fast)
@@ -263,7 +262,7 @@ def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo
 def gradients(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[list[NodeInfo]]:
     """Allocate's node gradients: fits idle (in shard, then elsewhere), fits future idle (same split)."""
     soft = ssn.shard.mode == "soft"
-    if kernels.USE_KERNELS:
+    if ssn.fast is not None:
         fast = select.gradients(ssn, task, nodes, soft)
         if fast is not None:
             return fast

@@ -22,6 +22,7 @@ from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
+from busched import fastpath
 from busched.framework import hypernodes as topology
 from busched.framework import plugin_errors
 from busched.fastpath import memo as reuse
@@ -133,6 +134,8 @@ class Session:
         self.shared: dict[str, Any] = {}
         self.dirty_jobs: set[str] = set()
         self._arrays: NodeArrays | None = None
+        # the fast path, chosen once (None: the kernels are off, every caller takes its plain path)
+        self.fast: fastpath.FastPath | None = fastpath.open_for(snapshot.others)
         self.last_node_index = 0  # where the next sampled node search starts
         # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
         self.topology: topology.Topology = topology.open_topology(self)
