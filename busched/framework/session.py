@@ -158,6 +158,16 @@ class Session:
                 state["node_arrays"] = self._arrays
         return self._arrays
 
+    # -- work kept from session to session, done again only for what changed (busched.fastpath.memo)
+    # ``ssn.memo(job_or_node, key, fn)``: fn(obj), kept while the object's tasks and spec do not change
+    memo = staticmethod(reuse.job_value)
+    # ``ssn.incremental(key, objects, full, update)`` / ``ssn.split(key, objects, test)`` /
+    # ``ssn.summed(key, objects, part)``: a result over all the session's jobs (nodes), updated
+    # for those that changed
+    incremental = reuse.incremental
+    split = reuse.split
+    summed = reuse.summed
+
     # -- registration (plugins) ---------------------------------------------------
     def add_fn(self, point: str, plugin: str, fn: Any) -> None:
         if point not in POINTS:

@@ -33,7 +33,7 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, GO_INFINITY, INFINITY, MEMORY, MIN_RESOURCE, PODS, Resource, exceeded_part, res_max
 from busched.api.task import TaskStatus, allocated_status
-from busched.fastpath import memo as reuse
+from busched.fastpath.memo import Pairs, Sum
 
 __all__ = ["ROOT_QUEUE", "QueueAttr", "HierarchyError", "build_flat", "build_hierarchy", "update_share",
            "compare_share", "queue_level", "ancestor_at_depth", "ancestors_by_level", "exceeded_part", "res_max",
@@ -211,7 +211,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     totals out of its queue's sums and putting its new totals in.  That adds the same numbers in
     another order: exactly what adding task by task gives while every value is a whole number
     (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
-    (`reuse.Sum`, checked over every job once, at the first update); otherwise it is summed task
+    (`busched.fastpath.memo.Sum`, checked over every job once, at the first update); otherwise it is summed task
     by task again.  Shared: callers copy what they change.
     """
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
@@ -236,12 +236,12 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                 add_job_usage(q, job)
             qs.parts.append([job.queue, job, job.phase, u])
         for q, u in exact.items():
-            sums = qs.sums[q] = [reuse.Sum() for _ in range(4)]
+            sums = qs.sums[q] = [Sum() for _ in range(4)]
             for total, part in zip(sums, u.parts()):
                 total.total = part.clone()
         return qs, exact
 
-    def update(last: tuple[_Queues, dict[str, Usage]], pairs: reuse.Pairs) -> Any:
+    def update(last: tuple[_Queues, dict[str, Usage]], pairs: Pairs) -> Any:
         old = last[0]
         if not old.check():
             return None
@@ -259,7 +259,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                         return None
             sums = qs.sums.get(job.queue)
             if sums is None:  # a queue whose first job is this newcomer, the last one
-                sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
+                sums = qs.sums[job.queue] = [Sum() for _ in range(4)]
                 for total in sums:
                     total.check(())
             u = job_usage(job)
@@ -274,7 +274,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
             return None
         return qs, qs.usage()
 
-    return reuse.incremental(ssn, "queue.usage", list(ssn.jobs.values()), full, update)[1]
+    return ssn.incremental("queue.usage", list(ssn.jobs.values()), full, update)[1]
 
 
 def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:

@@ -24,7 +24,7 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo, allocated_status
-from busched.fastpath import memo as reuse
+from busched.fastpath.memo import Pairs
 from busched.framework.session import EventHandler, Session
 from busched.kernels.batch import with_key
 
@@ -256,17 +256,17 @@ class DrfPlugin:
                 return self._attr_of(job)
 
             def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
-                return {j.uid: reuse.job_value(j, key, attr_of) for j in jobs}
+                return {j.uid: ssn.memo(j, key, attr_of) for j in jobs}
 
-            def update(table: dict[str, _Attr], pairs: reuse.Pairs) -> dict[str, _Attr] | None:
+            def update(table: dict[str, _Attr], pairs: Pairs) -> dict[str, _Attr] | None:
                 table = dict(table)
                 for _, old, job in pairs:
                     if old is not None and old.uid != job.uid:
                         return None
-                    table[job.uid] = reuse.job_value(job, key, attr_of)
+                    table[job.uid] = ssn.memo(job, key, attr_of)
                 return table
 
-            self.job_attrs = dict(reuse.incremental(ssn, key, list(ssn.jobs.values()), full, update))
+            self.job_attrs = dict(ssn.incremental(key, list(ssn.jobs.values()), full, update))
         for job in ssn.jobs.values() if self.hierarchy else ():
             attr = self._attr_of(job)
             self.job_attrs[job.uid] = attr

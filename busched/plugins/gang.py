@@ -13,7 +13,6 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
-from busched.fastpath import memo as reuse
 from busched.framework.session import Session, ValidateResult
 from busched.kernels.batch import with_key
 
@@ -87,7 +86,7 @@ class GangPlugin:
         only_scheduled = [scheduled]
         # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
         # jobs are the same (busched.fastpath.memo), so such a job just gets the new list
-        quiet, others = reuse.split(ssn, "gang.quiet", list(ssn.jobs.values()), _is_quiet)
+        quiet, others = ssn.split("gang.quiet", list(ssn.jobs.values()), _is_quiet)
         for job in quiet.values():
             if job.written:
                 self._close_job(ssn, job, scheduled)
