@@ -64,12 +64,29 @@ def settings_of(others: Mapping[str, Any]) -> FastPathSettings:
 
 class FastPath:
     """A session's fast path, chosen as it opens (``ssn.fast``); sessions with the kernels off
-    have none."""
+    have none.  What the framework calls, each the twin of a plain loop it keeps:
 
-    __slots__ = ("settings",)
+    * ``predicate_nodes(ssn, search, nodes, failures)`` and ``kept_reasons(arrays, request,
+      explain)``: a node search decided by masks (`busched.fastpath.search`);
+    * ``scores(ssn, task, nodes)``, ``pick_unless_nan(ssn, nodes, scores)``,
+      ``gradients(ssn, task, nodes, soft)``: scoring, choosing and bucketing nodes
+      (`busched.fastpath.select`).
+
+    The functions are looked up once, here (the array modules are imported only by a session
+    that uses them); calling them costs what calling the modules' functions costs.
+    """
+
+    __slots__ = ("settings", "predicate_nodes", "kept_reasons", "scores", "pick_unless_nan", "gradients")
 
     def __init__(self, settings: FastPathSettings) -> None:
+        from busched.fastpath import search, select
+
         self.settings = settings
+        self.predicate_nodes = search.predicate_nodes
+        self.kept_reasons = search.KeptReasons
+        self.scores = select.scores
+        self.pick_unless_nan = select.pick_unless_nan
+        self.gradients = select.gradients
 
 
 def open_for(others: Mapping[str, Any]) -> FastPath | None:

@@ -23,8 +23,6 @@ from busched.api.task import TaskInfo
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
-from busched.fastpath import search as fast_search
-from busched.fastpath import select
 from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
@@ -77,12 +75,13 @@ class PredicateHelper:
         ssn = self.ssn
         search = Search(self, task, fn, resource_fit, len(nodes))
         got = None
-        if ssn.fast is not None:
+        fast = ssn.fast
+        if fast is not None:
             if resource_fit is not None and ssn._arrays is not None:
-                search.reasons = fast_search.KeptReasons(ssn._arrays, resource_fit, search.explain)
+                search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, search.explain)
             try:
                 # the failing nodes matter when no node passes, or for the error cache, or to the caller
-                got = fast_search.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache)
+                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache)
             except FitError:
                 raise
             except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
@@ -197,7 +196,7 @@ def _task_failed(ssn: Session, task: TaskInfo, e: FitError) -> None:
 
 def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: ANN202
     try:
-        return select.scores(ssn, task, nodes)
+        return ssn.fast.scores(ssn, task, nodes)
     except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
         plugin_errors.kernel_failed("node order", task, e)
         return None
@@ -242,7 +241,7 @@ def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo
     if ssn.fast is not None and not ssn.has("best_node"):
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
-            done, best = select.pick_unless_nan(ssn, nodes, fast)
+            done, best = ssn.fast.pick_unless_nan(ssn, nodes, fast)
             if done:  # no NaN score (a NaN takes the per-node path below, as before)
                 return best
     try:
@@ -260,7 +259,7 @@ def gradients(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[list[
     """Allocate's node gradients: fits idle (in shard, then elsewhere), fits future idle (same split)."""
     soft = ssn.shard.mode == "soft"
     if ssn.fast is not None:
-        fast = select.gradients(ssn, task, nodes, soft)
+        fast = ssn.fast.gradients(ssn, task, nodes, soft)
         if fast is not None:
             return fast
     buckets: list[list[NodeInfo]] = [[], [], [], []]
