@@ -195,8 +195,10 @@ def _task_failed(ssn: Session, task: TaskInfo, e: FitError) -> None:
 
 
 def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: ANN202
+    fast = ssn.fast
+    assert fast is not None  # (called only on the fast path)
     try:
-        return ssn.fast.scores(ssn, task, nodes)
+        return fast.scores(ssn, task, nodes)
     except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
         plugin_errors.kernel_failed("node order", task, e)
         return None
