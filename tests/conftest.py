@@ -1,16 +1,23 @@
 """Fixtures every test folder may use, found by pytest without imports: a real nats-server per test and an
-in-process `Harness` on it (tests/nats_fixture.py holds the helpers they are built from).
+in-process `Harness` on it (tests/nats_fixture.py holds the helpers they are built from).  It is also the
+tests' edge for the fast path's switches: ``BUSCHED_KERNELS`` and ``BUSCHED_VERIFY_SHARED`` are read from
+the environment here and made the default (busched.fastpath), so the whole suite can be run with the
+kernels off or the lending verified.
 
 tests/faults/conftest.py adds the fault suite's own (a cluster of separate processes)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from busched import fastpath
 from tests.nats_fixture import Harness, NatsServer
+
+fastpath.use_by_default(fastpath.FastPathSettings.from_env(os.environ))
 
 
 @pytest.fixture

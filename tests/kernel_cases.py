@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from busched.api import objects as o
+from busched.fastpath import FastPathSettings
 from busched.cache.cache import Cache
 
 GPU = "nvidia.com/gpu"
@@ -67,7 +68,7 @@ def random_cluster(rng: random.Random, *, nodes: int | None = None, jobs: int | 
                          queues=[o.QueueSpec(name="q1", weight=2), o.QueueSpec(name="q2")], priority_classes=pcs)
 
 
-def cache_of(spec: o.ClusterSpec) -> Cache:
-    c = Cache()
+def cache_of(spec: o.ClusterSpec, fast: FastPathSettings | None = None) -> Cache:
+    c = Cache(fast)
     c.load(spec)
     return c

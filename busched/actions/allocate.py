@@ -36,8 +36,8 @@ from busched.framework.nodeselect import PredicateHelper, choose_node, gradients
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
-from busched.kernels import unfit
-from busched.kernels.order import task_order_key
+from busched.fastpath import unfit
+from busched.fastpath.order import task_order_key
 
 
 class AllocateAction:
@@ -49,7 +49,7 @@ class AllocateAction:
         topology = allocate_topology.TopologyAllocator(self)  # hard topology / sub-group jobs
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         job_key = ssn.job_order_key()  # jobs change only in their own turn: heaps may compare keys
-        # jobs that could not fit last cycle and cannot now (busched.kernels.unfit): their turn is
+        # jobs that could not fit last cycle and cannot now (busched.fastpath.unfit): their turn is
         # known in advance, the fit errors it would give are put back instead
         memo = unfit.memo_of(ssn)
         self.pipelined_any = False

@@ -64,10 +64,10 @@ class JobInfo:
     task_to_sub_job: dict[str, str] = field(default_factory=dict)
     min_sub_jobs: dict[str, int] = field(default_factory=dict)  # policy group -> minSubGroups
     allocated_hypernode: str = ""
-    # set by every change to the task index: a job lent to a session (busched.cache.shared) that
+    # set by every change to the task index: a job lent to a session (busched.fastpath.lending) that
     # comes back written is assembled afresh
     written: bool = field(default=False, repr=False)
-    # values derived from the task index and the spec, kept while neither changes (busched.framework.reuse)
+    # values derived from the task index and the spec, kept while neither changes (busched.fastpath.memo)
     derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

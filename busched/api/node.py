@@ -49,10 +49,10 @@ class NodeInfo:
     index: int = 0  # position in the node list (scan order, array row)
     # Observers told of every accounting change (the session's node arrays).
     listeners: list[Any] = field(default_factory=list, repr=False)
-    # set by every accounting change: a node lent to a session (busched.cache.shared) that comes
+    # set by every accounting change: a node lent to a session (busched.fastpath.lending) that comes
     # back written is assembled afresh
     written: bool = field(default=False, repr=False)
-    # values derived from the node and its tasks, kept while they do not change (busched.framework.reuse)
+    # values derived from the node and its tasks, kept while they do not change (busched.fastpath.memo)
     derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @classmethod

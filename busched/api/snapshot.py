@@ -1,7 +1,7 @@
 """What a session starts from: the cluster's jobs, nodes and queues for one session.
 
 Either private copies (``Cache.snapshot(memo=False)``) or objects lent for the session's
-length (busched.cache.shared): a session may change them, through the task index of jobs
+length (busched.fastpath.lending): a session may change them, through the task index of jobs
 and nodes (which flags them written), and closing the session returns the lease.
 """
 
@@ -36,7 +36,7 @@ class ClusterSnapshot:
     resource_quotas: list[dict[str, Any]] = field(default_factory=list)
     others: dict[str, Any] = field(default_factory=dict)  # cluster objects some plugins read (pdbs...)
     shard: Shard = field(default_factory=Shard)
-    # set when the jobs and nodes are lent (busched.cache.shared): closing the session returns them
+    # set when the jobs and nodes are lent (busched.fastpath.lending): closing the session returns them
     lease: Any = None
     # the jobs for which `busched.api.job.unsettled` holds, in job order (None: the session finds them)
     unsettled: list[JobInfo] | None = None

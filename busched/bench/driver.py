@@ -114,7 +114,7 @@ def _timed(cache: Cache, config: SchedulerConfig, seed: int, uid: str,
     try:
         _run(ssn, config, on_decision, timing, clock, t0)
     except BaseException:
-        ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+        ssn.abandon()  # what it lent is assembled afresh (busched.fastpath.lending)
         raise
     timing.cpu = time.process_time() - cpu0
     for d in ssn.decisions:

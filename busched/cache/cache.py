@@ -17,12 +17,12 @@ from busched.api import objects as o
 from busched.api.disruption import PdbError, parse_pdb
 from busched.api.job import JobInfo
 from busched.api.queue import PriorityClass
-from busched import kernels
+from busched import fastpath
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, completed_status
 from busched.api import build
-from busched.kernels import unfit
-from busched.cache.shared import SharedMemo
+from busched.fastpath import unfit
+from busched.fastpath.lending import SharedMemo
 from busched.api.snapshot import ClusterSnapshot, Shard
 
 __all__ = ["Cache", "KINDS"]
@@ -71,7 +71,9 @@ class Changes:
 
 
 class Cache:
-    def __init__(self) -> None:
+    def __init__(self, fast: fastpath.FastPathSettings | None = None) -> None:
+        # the fast path's settings: lending (kernels on), verification; handed to every snapshot
+        self.fast = fast if fast is not None else fastpath.default_settings()
         self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
         self.shard = Shard()
         self.generation = 0
@@ -79,7 +81,7 @@ class Cache:
         # last run): one dict per scheduler, handed to every snapshot.
         self.plugin_state: dict[str, Any] = {}
         self._memo = SharedMemo()
-        # what the shared snapshot (busched.cache.shared) needs to know what changed: each task's
+        # what the shared snapshot (busched.fastpath.lending) needs to know what changed: each task's
         # arrival order (the base scan order), each job's and node's tasks, and a version per job
         # and node bumped whenever it or one of its tasks changes
         self.task_seq: dict[str, int] = {}
@@ -88,9 +90,9 @@ class Cache:
         self.node_tasks: dict[str, set[str]] = {}
         self.job_version: dict[str, int] = {}
         self.node_version: dict[str, int] = {}
-        # what changed since the last shared snapshot took it (busched.cache.shared)
+        # what changed since the last shared snapshot took it (busched.fastpath.lending)
         self.changes = Changes()
-        # jobs that did not fit, kept across cycles (busched.kernels.unfit)
+        # jobs that did not fit, kept across cycles (busched.fastpath.unfit)
         self.unfit = unfit.UnfitMemo()
         self.capacity_epoch = 0
 
@@ -296,16 +298,16 @@ class Cache:
                 default_job_priority = pc.value
         snap = ClusterSnapshot(priority_classes=pcs, shard=self.shard)
         if memo is None:
-            memo = kernels.USE_KERNELS
+            memo = self.fast.kernels
         if memo and self._memo.busy():
             memo = False  # a session over the lent objects is running: convert apart, lend nothing
         for spec in self.objects["queue"].values():
             q = build.queue_info(spec)
             snap.queues[q.uid] = q
         if memo:
-            # jobs and nodes lent, assembled once per version (busched.cache.shared)
+            # jobs and nodes lent, assembled once per version (busched.fastpath.lending)
             snap.nodes, snap.jobs, snap.unsettled, snap.lease = self._memo.lend(
-                self, pcs, default_job_priority, frozenset(snap.queues))
+                self, pcs, default_job_priority, frozenset(snap.queues), verify=self.fast.verify)
         else:
             snap.nodes, jobs = self._plain(pcs, default_job_priority)
             for uid, j in jobs.items():
@@ -317,6 +319,7 @@ class Cache:
         snap.resource_quotas = [msgspec.to_builtins(v) for v in self.objects["resourceQuota"].values()]
         snap.others["podDisruptionBudgets"] = [dict(v) for v in self.objects["podDisruptionBudget"].values()]
         snap.others["plugin_state"] = self.plugin_state
+        snap.others[fastpath.SETTINGS_KEY] = self.fast
         self.unfit.epoch = self.capacity_epoch
         snap.others[unfit.MEMO_KEY] = self.unfit
         return snap

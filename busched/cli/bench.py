@@ -40,7 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from busched import kernels
+    import dataclasses
+
+    from busched import fastpath
     from busched.bench import NotAvailable, workload
 
     mod = workload(args.name)
@@ -69,19 +71,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         opts["config"] = text
-    was = kernels.USE_KERNELS
+    settings = fastpath.default_settings()
     if args.reference:
-        kernels.USE_KERNELS = False
+        settings = dataclasses.replace(settings, kernels=False)
+    was = fastpath.use_by_default(settings)  # every cache the workload makes takes it
     try:
         result = mod.run(**opts)
-        result.setdefault("kernels", kernels.USE_KERNELS)
+        result.setdefault("kernels", settings.kernels)
     except NotAvailable as e:
         if args.json:
             print(json.dumps({"workload": args.name, "available": False, "reason": str(e)}))
         print(f"{args.name}: not available: {e}", file=sys.stderr)
         return 2
     finally:
-        kernels.USE_KERNELS = was
+        fastpath.use_by_default(was)
     if args.json:
         print(json.dumps(result))
     else:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from busched import fastpath
 
 __all__ = ["main", "COMMANDS"]
 
@@ -39,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # the fast path's switches are read here, at the edge, and nowhere below
+    fastpath.use_by_default(fastpath.FastPathSettings.from_env(os.environ))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

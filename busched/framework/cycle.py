@@ -88,7 +88,7 @@ def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Re
                 plugin.on_session_open(ssn)
                 timings["plugins"].append((opt.name, "OnSessionOpen", perf_counter() - t1))
     except BaseException:
-        ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+        ssn.abandon()  # what it lent is assembled afresh (busched.fastpath.lending)
         raise
     timings["open"] = perf_counter() - t0
     return ssn
@@ -134,7 +134,7 @@ def run_actions(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: 
                 actions[name]().execute(ssn)
                 timed.append((name, perf_counter() - t0))
         except BaseException:
-            ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
+            ssn.abandon()  # what it lent is assembled afresh (busched.fastpath.lending)
             raise
     return ssn
 

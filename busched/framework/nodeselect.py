@@ -1,9 +1,10 @@
 """Choosing nodes for a task: filter (predicates), score, pick the best.
 
-`predicate_nodes` first runs the resource-fit kernel over every node at once
-(`busched.kernels.fit`), then the session's per-node predicates on the nodes
-that fit, with Volcano's predicate error cache (keyed by job and task role) and
-feasible-node sampling.  `prioritize_nodes` sums map/reduce, plain and batch
+`predicate_nodes` runs the session's per-node predicates on the nodes whose
+future idle holds the request, with Volcano's predicate error cache (keyed by
+job and task role) and feasible-node sampling: the session's fast path decides
+with masks (`busched.fastpath.search`), the plain walk (`Search.walk`) is the
+reference.  `prioritize_nodes` sums map/reduce, plain and batch
 node-order scores; `select_best_node` takes the highest, ties broken by the
 session's seeded random source.
 """
@@ -12,18 +13,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 
 from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
-from busched import kernels
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
-from busched.kernels import select
-from busched.kernels.fit import FUTURE_IDLE, NodeArrays, fit_mask
+from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
            "select_best_node", "choose_node", "gradients", "insufficient_reason"]
@@ -63,121 +63,116 @@ class PredicateHelper:
                         errors_if_found: bool = True) -> tuple[list[NodeInfo], FitErrors]:
         """Nodes (in scan order, up to the sampling limit) on which ``fn`` raises no FitError.
 
-        With ``resource_fit`` given, nodes whose future idle cannot hold it fail first, in one
-        vectorised pass, with Volcano's "Insufficient <resource>" status.  ``errors_if_found``
-        False: a caller that reads the fit errors only when no node is found (allocate); then,
-        when the kernels found nodes and the error cache is off for the task, the failing nodes'
-        errors (which nothing would read) are not built.
+        With ``resource_fit`` given, nodes whose future idle cannot hold it fail first with
+        Volcano's "Insufficient <resource>" status.  ``errors_if_found`` False: a caller that
+        reads the fit errors only when no node is found (allocate); then, when the fast path
+        found nodes and the error cache is off for the task, the failing nodes' errors (which
+        nothing would read) are not built.  The session's fast path (busched.fastpath.search)
+        decides with masks; the plain walk (`Search.walk`) is the reference.
         """
-        fe = FitErrors()
         if not nodes:
-            return [], fe
-        use_cache = self.enable_error_cache and bool(task.role)
-        group = f"{task.job}/{task.role}"
-        errs = self.cache.get(group)
-        failed_before = errs is not None
-        if errs is None:
-            errs = {}
-        to_find = num_feasible_nodes_to_find(len(nodes), self.opts)
-        in_shard = self.ssn.nodes_in_shard if self.ssn.shard.mode == "hard" else None
-        skip = errs if use_cache and failed_before else None
-        # Like Volcano, a sampled search resumes where the previous one stopped, so successive
-        # tasks spread over the cluster; the position lives on the session (deterministic).
-        total = len(nodes)
-        start = self.ssn.last_node_index % total if to_find < total else 0
-
-        # kernels: a node's "Insufficient ..." reason for this request, kept while the node's
-        # accounting is unchanged (NodeArrays.versions); the FitError itself is the task's own
-        reasons: dict[str, tuple[int, tuple, str]] | None = None
-        if kernels.USE_KERNELS and resource_fit is not None and self.ssn._arrays is not None:
-            arr_ = self.ssn._arrays
-            reasons = arr_.cache.setdefault("insufficient", {})
-            versions, row_of = arr_.versions, arr_.row
-        req_key: tuple | None = None  # made on the first failing node (most searches have none to explain)
-
-        def insufficient(node: NodeInfo, fi: Resource | None) -> str:
-            nonlocal req_key
-            if reasons is not None:
-                if req_key is None:
-                    req_key = (resource_fit.cpu, resource_fit.memory, tuple(sorted(resource_fit.scalars.items())))
-                i = row_of.get(node.name)
-                if i is not None and arr_.nodes[i] is node:  # the session's own node, whose changes count
-                    got = reasons.get(node.name)
-                    if got is not None and got[0] == versions[i] and got[1] == req_key:
-                        return got[2]
-                    _, names = resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
-                    why = insufficient_reason(names)
-                    reasons[node.name] = (versions[i], req_key, why)
-                    return why
-            _, names = resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
-            return insufficient_reason(names)
-
-        def feasible(node: NodeInfo, fits: bool | None = None) -> bool:
-            """One node's verdict; a failure is recorded in the fit errors and the error cache."""
-            if skip is not None and node.name in skip:
-                fe.set_node_error(node.name, skip[node.name])
-                return False
+            return [], FitErrors()
+        ssn = self.ssn
+        search = Search(self, task, fn, resource_fit, len(nodes))
+        got = None
+        fast = ssn.fast
+        if fast is not None:
+            if resource_fit is not None and ssn._arrays is not None:
+                search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, search.explain)
             try:
-                if in_shard is not None and node.name not in in_shard:
-                    raise FitError(task.key, node.name, [Status(Code.Error, SHARD_ERROR)])
-                if resource_fit is not None:
-                    fi = None
-                    if fits is None:
-                        fi = node.future_idle()
-                        fits = resource_fit.less_equal(fi)
-                    if not fits:
-                        e = FitError(task.key, node.name, [Status(Code.Unschedulable, insufficient(node, fi))])
-                        errs[node.name] = e  # as the except clause below, without raising
-                        self.cache[group] = errs
-                        fe.nodes[node.name] = e
-                        return False
-                fn(task, node)
-            except FitError as e:
-                errs[node.name] = e
-                self.cache[group] = errs
-                fe.set_node_error(node.name, e)
-                return False
-            return True
-
-        scan = None
-        if kernels.USE_KERNELS:
-            # the failing nodes matter when no node passes, or for the error cache, or to the caller
-            try:
-                scan = select.scan(self.ssn, task, nodes, fn, resource_fit, start=start, to_find=to_find,
-                                   skip=skip, in_shard=in_shard, failures=errors_if_found or use_cache)
+                # the failing nodes matter when no node passes, or for the error cache, or to the caller
+                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache)
             except FitError:
                 raise
             except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
                 plugin_errors.kernel_failed("predicate", task, e)
-                scan = None
-        if scan is not None:
-            # the masks decided which nodes pass; the failing ones get their exact errors
-            # the kernel's resource fit (the same verdict as less_equal) spares recomputing it
-            failed = scan.failed  # [] when some node passed and nothing reads them (see above)
-            fit = scan.fit.tolist() if scan.fit is not None and failed else None
-            for i in failed:
-                feasible(nodes[i], fit[i] if fit is not None else None)
-            found: list[NodeInfo] = select.NodeRows.take(nodes, scan.found, scan.rows)
-            processed = scan.processed
-        else:
-            fits_all = None
+                got = None
+        found, processed = got if got is not None else search.walk(nodes)
+        if search.to_find < search.total:
+            ssn.last_node_index = (search.start + processed) % search.total
+        return found, search.fe
+
+
+class Search:
+    """One node search: the sampling limit and start, the task's cached errors, the fit errors
+    found, and the per-node check both paths record failures with."""
+
+    __slots__ = ("helper", "task", "fn", "resource_fit", "fe", "use_cache", "group", "errs", "skip",
+                 "to_find", "total", "start", "in_shard", "reasons")
+
+    def __init__(self, helper: PredicateHelper, task: TaskInfo, fn: Callable[[TaskInfo, NodeInfo], None],
+                 resource_fit: Resource | None, total: int) -> None:
+        ssn = helper.ssn
+        self.helper, self.task, self.fn, self.resource_fit = helper, task, fn, resource_fit
+        self.fe = FitErrors()
+        self.use_cache = helper.enable_error_cache and bool(task.role)
+        self.group = f"{task.job}/{task.role}"
+        errs = helper.cache.get(self.group)
+        self.skip = errs if self.use_cache and errs is not None else None
+        self.errs: dict[str, FitError] = errs if errs is not None else {}
+        self.to_find = num_feasible_nodes_to_find(total, helper.opts)
+        self.total = total
+        # Like Volcano, a sampled search resumes where the previous one stopped, so successive
+        # tasks spread over the cluster; the position lives on the session (deterministic).
+        self.start = ssn.last_node_index % total if self.to_find < total else 0
+        self.in_shard = ssn.nodes_in_shard if ssn.shard.mode == "hard" else None
+        self.reasons: Any = None  # the fast path's kept reasons (busched.fastpath.search.KeptReasons)
+
+    def explain(self, node: NodeInfo, fi: Resource | None) -> str:
+        """Why the request does not fit the node's future idle."""
+        assert self.resource_fit is not None
+        _, names = self.resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
+        return insufficient_reason(names)
+
+    def feasible(self, node: NodeInfo, fits: bool | None = None) -> bool:
+        """One node's verdict; a failure is recorded in the fit errors and the error cache."""
+        skip, task = self.skip, self.task
+        if skip is not None and node.name in skip:
+            self.fe.set_node_error(node.name, skip[node.name])
+            return False
+        resource_fit = self.resource_fit
+        try:
+            if self.in_shard is not None and node.name not in self.in_shard:
+                raise FitError(task.key, node.name, [Status(Code.Error, SHARD_ERROR)])
             if resource_fit is not None:
-                arr = self.arrays()
-                rows = arr.rows_of(nodes)
-                if rows is not None:
-                    fits_all = fit_mask(arr, resource_fit, FUTURE_IDLE, rows).tolist()
-            found = []
-            processed = 0
-            for k in range(total):
-                i = (start + k) % total
-                processed += 1
-                if feasible(nodes[i], fits_all[i] if fits_all is not None else None):
-                    found.append(nodes[i])
-                    if len(found) >= to_find:
-                        break
-        if to_find < total:
-            self.ssn.last_node_index = (start + processed) % total
-        return found, fe
+                fi = None
+                if fits is None:
+                    fi = node.future_idle()
+                    fits = resource_fit.less_equal(fi)
+                if not fits:
+                    why = self.reasons.why(node, fi) if self.reasons is not None else self.explain(node, fi)
+                    e = FitError(task.key, node.name, [Status(Code.Unschedulable, why)])
+                    self.errs[node.name] = e  # as the except clause below, without raising
+                    self.helper.cache[self.group] = self.errs
+                    self.fe.nodes[node.name] = e
+                    return False
+            self.fn(task, node)
+        except FitError as e:
+            self.errs[node.name] = e
+            self.helper.cache[self.group] = self.errs
+            self.fe.set_node_error(node.name, e)
+            return False
+        return True
+
+    def walk(self, nodes: list[NodeInfo]) -> tuple[list[NodeInfo], int]:
+        """The plain walk from the start, node by node, until enough are found: the reference."""
+        fits_all = None
+        if self.resource_fit is not None:
+            arr = self.helper.arrays()
+            rows = arr.rows_of(nodes)
+            if rows is not None:
+                fits_all = fit_mask(arr, self.resource_fit, FUTURE_IDLE, rows).tolist()
+        found: list[NodeInfo] = []
+        processed = 0
+        total, start, to_find, feasible = self.total, self.start, self.to_find, self.feasible
+        for k in range(total):
+            i = (start + k) % total
+            processed += 1
+            if feasible(nodes[i], fits_all[i] if fits_all is not None else None):
+                found.append(nodes[i])
+                if len(found) >= to_find:
+                    break
+        return found, processed
 
 
 def prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
@@ -200,15 +195,17 @@ def _task_failed(ssn: Session, task: TaskInfo, e: FitError) -> None:
 
 
 def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: ANN202
+    fast = ssn.fast
+    assert fast is not None  # (called only on the fast path)
     try:
-        return select.scores(ssn, task, nodes)
+        return fast.scores(ssn, task, nodes)
     except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
         plugin_errors.kernel_failed("node order", task, e)
         return None
 
 
 def _prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
-    if kernels.USE_KERNELS:
+    if ssn.fast is not None:
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             by_score: dict[float, list[NodeInfo]] = {}
@@ -243,10 +240,10 @@ def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str
 def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
     """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score.
     None when a node-order plugin fails on the task (then that is the task's fit error)."""
-    if kernels.USE_KERNELS and not ssn.has("best_node"):
+    if ssn.fast is not None and not ssn.has("best_node"):
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
-            done, best = select.pick_unless_nan(ssn, nodes, fast)
+            done, best = ssn.fast.pick_unless_nan(ssn, nodes, fast)
             if done:  # no NaN score (a NaN takes the per-node path below, as before)
                 return best
     try:
@@ -263,8 +260,8 @@ def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo
 def gradients(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[list[NodeInfo]]:
     """Allocate's node gradients: fits idle (in shard, then elsewhere), fits future idle (same split)."""
     soft = ssn.shard.mode == "soft"
-    if kernels.USE_KERNELS:
-        fast = select.gradients(ssn, task, nodes, soft)
+    if ssn.fast is not None:
+        fast = ssn.fast.gradients(ssn, task, nodes, soft)
         if fast is not None:
             return fast
     buckets: list[list[NodeInfo]] = [[], [], [], []]

@@ -11,7 +11,7 @@ reading it need not import one another.
 
 The view keeps per-node sums of pod requests and the pods' parsed affinity
 terms, and is reassembled incrementally from the last session's
-(busched.framework.reuse) where the nodes are the same.
+(busched.fastpath.memo) where the nodes are the same.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework import reuse
+from busched.fastpath.memo import Pairs, node_value
 from busched.framework.session import Session
 
 __all__ = ["SessionPods", "PodTerms", "pod_terms", "session_pods", "count_matching", "pod_requests",
@@ -72,7 +72,7 @@ class SessionPods:
     asked of the pod only for pods the view has moved; a pod it has not is where it was at open,
     on the node its ``node_name`` names (sessions move a placed task's node only after the view
     has removed it).  What every node's pods say (affinity, images) is kept from one session to
-    the next while the nodes do not change (busched.framework.reuse).
+    the next while the nodes do not change (busched.fastpath.memo).
     """
 
     def __init__(self, ssn: Session) -> None:
@@ -80,17 +80,17 @@ class SessionPods:
         self.nodes: dict[str, NodeInfo] = ssn.nodes
         self.node_list = list(ssn.node_list)
         nodes = list(ssn.node_list)
-        self.pods = _Pods(reuse.incremental(ssn, "pods.open", nodes, _open_pods, _open_pods_update))
+        self.pods = _Pods(ssn.incremental("pods.open", nodes, _open_pods, _open_pods_update))
         self._moved: dict[str, str | None] = {}  # pod -> node (None: gone) for the pods the view moved
         self._terminating: set[str] | None = None
         self._terms: dict[str, PodTerms] = {}
         self._sums: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
         # a pod without an affinity block has no terms (pod_terms): most pods are not even parsed
-        self.affinity_nodes, self.anti_affinity_nodes = reuse.incremental(
-            ssn, "pods.affinity", nodes, _affinity_nodes, _affinity_update)[:2]
-        self.images = reuse.incremental(ssn, "pods.images", nodes, _image_states, _images_update)
+        self.affinity_nodes, self.anti_affinity_nodes = ssn.incremental(
+            "pods.affinity", nodes, _affinity_nodes, _affinity_update)[:2]
+        self.images = ssn.incremental("pods.images", nodes, _image_states, _images_update)
         # Told of every pod added or removed (``pod_added(node, task)``, ``pod_removed(node, task)``):
-        # the vectorised filters and scores keep their per-node sums with it (busched.kernels.podview).
+        # the vectorised filters and scores keep their per-node sums with it (busched.fastpath.podview).
         self.listeners: list[Any] = []
 
     @property
@@ -160,17 +160,17 @@ class SessionPods:
                 s = _sum_pods(self.pods[node])
             else:
                 pods = self.pods.opened[node]
-                s = reuse.node_value(self.nodes[node], "pods.requested", lambda _: _sum_pods(pods))
+                s = node_value(self.nodes[node], "pods.requested", lambda _: _sum_pods(pods))
             self._sums[node] = s
         return s
 
     def pod_columns(self) -> tuple[np.ndarray, ...]:
         """Per node (in node-list order): pods, cpu, memory, non-zero cpu, non-zero memory, and a map of
-        scalar columns; what the pod view arrays start from (busched.kernels.podview) instead of
+        scalar columns; what the pod view arrays start from (busched.fastpath.podview) instead of
         adding every pod.  The columns as the nodes were lent are kept from session to session
-        (busched.framework.reuse; rows redone for the nodes that changed), then the rows of the
+        (busched.fastpath.memo; rows redone for the nodes that changed), then the rows of the
         nodes this view has changed are put in.  The arrays returned are the caller's."""
-        base = reuse.incremental(self._ssn, "pods.columns", self.node_list, _columns, _columns_update)
+        base = self._ssn.incremental("pods.columns", self.node_list, _columns, _columns_update)
         cols = [c.copy() for c in base[:5]]
         scalars = {k: v.copy() for k, v in base[5].items()}
         at = {n.name: i for i, n in enumerate(self.node_list)} if self.pods.changed_nodes() else {}
@@ -183,7 +183,7 @@ class SessionPods:
 
 def _lent_sums(n: NodeInfo) -> tuple[int, int, int, int, dict[str, int]]:
     """A node's pod sums as lent (its task map as of the open), kept on the node."""
-    return reuse.node_value(n, "pods.requested", lambda _: _sum_pods(n.tasks))
+    return node_value(n, "pods.requested", lambda _: _sum_pods(n.tasks))
 
 
 def _columns(nodes: list[NodeInfo]) -> tuple[Any, ...]:
@@ -201,7 +201,7 @@ def _columns(nodes: list[NodeInfo]) -> tuple[Any, ...]:
     return (*cols, scalars)
 
 
-def _columns_update(last: tuple[Any, ...], pairs: reuse.Pairs) -> tuple[Any, ...] | None:
+def _columns_update(last: tuple[Any, ...], pairs: Pairs) -> tuple[Any, ...] | None:
     cols = [c.copy() for c in last[:5]]
     scalars = {name: v.copy() for name, v in last[5].items()}
     k = len(cols[0])
@@ -291,7 +291,7 @@ def _open_pods(nodes: list[NodeInfo]) -> dict[str, dict[str, TaskInfo]]:
     return {n.name: n.tasks for n in nodes}
 
 
-def _open_pods_update(last: dict[str, dict[str, TaskInfo]], pairs: reuse.Pairs) -> Any:
+def _open_pods_update(last: dict[str, dict[str, TaskInfo]], pairs: Pairs) -> Any:
     out = dict(last)
     for _, old, new in pairs:
         if old is None or old.name != new.name:
@@ -304,7 +304,7 @@ def _affinity_nodes(nodes: list[NodeInfo]) -> tuple[list[str], list[str], list[t
     """The nodes holding a pod with required pod affinity / anti-affinity terms (each node's answer
     kept on the node while its pods do not change), and every node's answer."""
     affinity, anti = [], []
-    answers = [reuse.node_value(n, "pods.affinity", _node_affinity) for n in nodes]
+    answers = [node_value(n, "pods.affinity", _node_affinity) for n in nodes]
     for n, (has, has_anti) in zip(nodes, answers):
         if has:
             affinity.append(n.name)
@@ -313,16 +313,16 @@ def _affinity_nodes(nodes: list[NodeInfo]) -> tuple[list[str], list[str], list[t
     return affinity, anti, answers
 
 
-def _affinity_update(last: Any, pairs: reuse.Pairs) -> Any:
+def _affinity_update(last: Any, pairs: Pairs) -> Any:
     """The same lists while no node that changed changed its answer."""
     answers = last[2]
     for i, old, new in pairs:
-        if old is None or reuse.node_value(new, "pods.affinity", _node_affinity) != answers[i]:
+        if old is None or node_value(new, "pods.affinity", _node_affinity) != answers[i]:
             return None
     return last
 
 
-def _images_update(last: Any, pairs: reuse.Pairs) -> Any:
+def _images_update(last: Any, pairs: Pairs) -> Any:
     """The same states while no node that changed changed its images."""
     for _, old, new in pairs:
         if old is None or old.name != new.name or old.images != new.images:

@@ -22,14 +22,15 @@ from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
+from busched import fastpath
 from busched.framework import hypernodes as topology
 from busched.framework import plugin_errors
-from busched.framework import reuse
+from busched.fastpath import memo as reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
 from busched.framework.pqueue import PriorityQueue
 from busched.api.snapshot import ClusterSnapshot
-from busched.kernels.fit import NodeArrays
+from busched.fastpath.fit import NodeArrays
 
 __all__ = ["Session", "POINTS", "Decision", "EventHandler"]
 
@@ -115,7 +116,7 @@ class Session:
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
-        # the nodes' allocatable summed (again only when one changed: busched.framework.reuse)
+        # the nodes' allocatable summed (again only when one changed: busched.fastpath.memo)
         self.total_resource = reuse.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)
         # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
@@ -133,6 +134,8 @@ class Session:
         self.shared: dict[str, Any] = {}
         self.dirty_jobs: set[str] = set()
         self._arrays: NodeArrays | None = None
+        # the fast path, chosen once (None: the kernels are off, every caller takes its plain path)
+        self.fast: fastpath.FastPath | None = fastpath.open_for(snapshot.others)
         self.last_node_index = 0  # where the next sampled node search starts
         # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
         self.topology: topology.Topology = topology.open_topology(self)
@@ -140,7 +143,7 @@ class Session:
         if self._lease is not None:
             if self._lease.superseded:
                 raise SessionError("snapshot superseded: a later snapshot lent its objects again; "
-                                   "take a new one (busched.cache.shared)")
+                                   "take a new one (busched.fastpath.lending)")
             self._lease.in_session = self._lease.opened = True
 
     @property
@@ -154,6 +157,16 @@ class Session:
             if state is not None:
                 state["node_arrays"] = self._arrays
         return self._arrays
+
+    # -- work kept from session to session, done again only for what changed (busched.fastpath.memo)
+    # ``ssn.memo(job_or_node, key, fn)``: fn(obj), kept while the object's tasks and spec do not change
+    memo = staticmethod(reuse.job_value)
+    # ``ssn.incremental(key, objects, full, update)`` / ``ssn.split(key, objects, test)`` /
+    # ``ssn.summed(key, objects, part)``: a result over all the session's jobs (nodes), updated
+    # for those that changed
+    incremental = reuse.incremental
+    split = reuse.split
+    summed = reuse.summed
 
     # -- registration (plugins) ---------------------------------------------------
     def add_fn(self, point: str, plugin: str, fn: Any) -> None:
@@ -195,8 +208,8 @@ class Session:
 
     def job_order_key(self) -> Callable[[JobInfo], tuple] | None:
         """A sort key equal to `job_order_fn` when every job-order plugin offers one, else None.
-        Only for a queue whose jobs do not change while they wait (busched.kernels.order)."""
-        from busched.kernels.order import job_order_key
+        Only for a queue whose jobs do not change while they wait (busched.fastpath.order)."""
+        from busched.fastpath.order import job_order_key
 
         return job_order_key(self)
 
@@ -541,7 +554,7 @@ class Session:
         """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession).
 
         A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
-        session to session: busched.framework.reuse) keeps its phase unless this session wrote it
+        session to session: busched.fastpath.memo) keeps its phase unless this session wrote it
         or marked it unschedulable; only those are looked at again."""
         steady, others = reuse.split(self, "close.steady", list(self.jobs.values()), _is_steady)
         seen: Any = None  # many jobs share one conditions list (gang's): look at each list once

@@ -15,7 +15,7 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import CPU, GO_INFINITY, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskStatus, allocated_status
-from busched.framework import reuse
+from busched.fastpath.memo import Pairs, Sum
 
 __all__ = ["Usage", "add_job_usage", "job_usage", "queue_usage", "share_of", "calculate_share",
            "calculate_share_reference"]
@@ -148,7 +148,7 @@ def _above_zero(a: Resource) -> Resource:
 
 
 class _Queues:
-    """Per queue, the four sums (busched.framework.reuse.Sum), and per job (in session order) its
+    """Per queue, the four sums (busched.framework.Sum), and per job (in session order) its
     queue, the job, its phase when summed and its totals (None until an update needs them)."""
 
     __slots__ = ("sums", "parts", "exact")
@@ -198,11 +198,11 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     """Per queue (in the order of their first job), `add_job_usage` over its jobs.
 
     Summed task by task (as Volcano does) when the jobs are new; kept from session to session
-    and updated for the jobs that changed (busched.framework.reuse), by taking a changed job's
+    and updated for the jobs that changed (busched.fastpath.memo), by taking a changed job's
     totals out of its queue's sums and putting its new totals in.  That adds the same numbers in
     another order: exactly what adding task by task gives while every value is a whole number
     (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
-    (`reuse.Sum`, checked over every job once, at the first update); otherwise it is summed task
+    (`busched.fastpath.memo.Sum`, checked over every job once, at the first update); otherwise it is summed task
     by task again.  Shared: callers copy what they change.
     """
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
@@ -214,7 +214,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                 q = exact[job.queue] = Usage()
             u = None
             if job.written:
-                # a job a session writes (volatile ones: busched.cache.shared) will not be as summed
+                # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed
                 # later: its totals are kept now.  With at most one task each total gets one addition
                 # from it, so adding its totals is adding it task by task, to the bit.
                 u = job_usage(job)
@@ -227,12 +227,12 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                 add_job_usage(q, job)
             qs.parts.append([job.queue, job, job.phase, u])
         for q, u in exact.items():
-            sums = qs.sums[q] = [reuse.Sum() for _ in range(4)]
+            sums = qs.sums[q] = [Sum() for _ in range(4)]
             for total, part in zip(sums, u.parts()):
                 total.total = part.clone()
         return qs, exact
 
-    def update(last: tuple[_Queues, dict[str, Usage]], pairs: reuse.Pairs) -> Any:
+    def update(last: tuple[_Queues, dict[str, Usage]], pairs: Pairs) -> Any:
         old = last[0]
         if not old.check():
             return None
@@ -250,7 +250,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                         return None
             sums = qs.sums.get(job.queue)
             if sums is None:  # a queue whose first job is this newcomer, the last one
-                sums = qs.sums[job.queue] = [reuse.Sum() for _ in range(4)]
+                sums = qs.sums[job.queue] = [Sum() for _ in range(4)]
                 for total in sums:
                     total.check(())
             u = job_usage(job)
@@ -265,7 +265,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
             return None
         return qs, qs.usage()
 
-    return reuse.incremental(ssn, "queue.usage", list(ssn.jobs.values()), full, update)[1]
+    return ssn.incremental("queue.usage", list(ssn.jobs.values()), full, update)[1]
 
 
 def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:

@@ -1,11 +1,4 @@
-"""The private array fast path.  Every kernel names the plain code it replaces, and
-tests check both give the same answers on random clusters.
+"""Batch callbacks: a plugin's per-node function with its vectorised twin (`batch`).
 
-``USE_KERNELS`` turns the fast path off (the reference loops run instead); it
-starts from the ``BUSCHED_KERNELS`` environment variable ("0" turns it off) so
-a benchmark can be run both ways.
+The array kernels themselves, and the switch that turns them off, live in busched.fastpath.
 """
-
-import os
-
-USE_KERNELS: bool = os.environ.get("BUSCHED_KERNELS", "1") != "0"

@@ -28,7 +28,7 @@ from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
 from busched.framework.session import Session
-from busched.kernels import binpack as kernel
+from busched.fastpath import binpack as kernel
 from busched.kernels.batch import with_batch
 
 __all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE"]
@@ -113,7 +113,7 @@ class BinpackPlugin:
         return binpack_score(task, node, self.weights)
 
     def score_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
-        """`score` for many nodes at once (busched.kernels.binpack)."""
+        """`score` for many nodes at once (busched.fastpath.binpack)."""
         return kernel.binpack_scores(task, arrays, rows, self.weights, MAX_NODE_SCORE, self.score)
 
     def on_session_close(self, ssn: Session) -> None:

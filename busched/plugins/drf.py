@@ -24,8 +24,8 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, allocated_status
-from busched.framework import reuse
 from busched.framework.arguments import Arguments
+from busched.fastpath.memo import Pairs
 from busched.framework.session import EventHandler, Session
 from busched.framework.shares import calculate_share
 from busched.kernels.batch import with_key
@@ -196,7 +196,7 @@ class DrfPlugin:
         self._private = set()
         if not self.hierarchy:
             # each job's share, kept on the job while it and the cluster total do not change, and the
-            # whole table while no job changed (busched.framework.reuse); shared: copied before changed
+            # whole table while no job changed (busched.fastpath.memo); shared: copied before changed
             t = self.total
             key = ("drf.share", t.cpu, t.memory, tuple(t.scalars.items()))
 
@@ -216,17 +216,17 @@ class DrfPlugin:
                 return self._attr_of(job)
 
             def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
-                return {j.uid: reuse.job_value(j, key, attr_of) for j in jobs}
+                return {j.uid: ssn.memo(j, key, attr_of) for j in jobs}
 
-            def update(table: dict[str, _Attr], pairs: reuse.Pairs) -> dict[str, _Attr] | None:
+            def update(table: dict[str, _Attr], pairs: Pairs) -> dict[str, _Attr] | None:
                 table = dict(table)
                 for _, old, job in pairs:
                     if old is not None and old.uid != job.uid:
                         return None
-                    table[job.uid] = reuse.job_value(job, key, attr_of)
+                    table[job.uid] = ssn.memo(job, key, attr_of)
                 return table
 
-            self.job_attrs = dict(reuse.incremental(ssn, key, list(ssn.jobs.values()), full, update))
+            self.job_attrs = dict(ssn.incremental(key, list(ssn.jobs.values()), full, update))
         for job in ssn.jobs.values() if self.hierarchy else ():
             attr = self._attr_of(job)
             self.job_attrs[job.uid] = attr

@@ -14,7 +14,6 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 from busched.framework.arguments import Arguments
-from busched.framework import reuse
 from busched.framework.session import Session, ValidateResult
 from busched.kernels.batch import with_key
 
@@ -88,8 +87,8 @@ class GangPlugin:
                      "reason": "tasks in gang are ready to be scheduled", "message": ""}
         only_scheduled = [scheduled]
         # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
-        # jobs are the same (busched.framework.reuse), so such a job just gets the new list
-        quiet, others = reuse.split(ssn, "gang.quiet", list(ssn.jobs.values()), _is_quiet)
+        # jobs are the same (busched.fastpath.memo), so such a job just gets the new list
+        quiet, others = ssn.split("gang.quiet", list(ssn.jobs.values()), _is_quiet)
         for job in quiet.values():
             if job.written:
                 self._close_job(ssn, job, scheduled)
@@ -133,7 +132,7 @@ def _skip_for_releasing(job: JobInfo) -> bool:
 
 def set_condition(job: JobInfo, cond: dict[str, Any]) -> None:
     """A new list, never the job's changed in place: a lent job's list is its spec's
-    (busched.cache.shared)."""
+    (busched.fastpath.lending)."""
     conds = list(job.conditions)
     for i, c in enumerate(conds):
         if c.get("type") == cond["type"]:

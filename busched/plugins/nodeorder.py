@@ -35,7 +35,7 @@ from busched.framework.arguments import Arguments
 from busched.framework.podview import (SessionPods, count_matching, non_zero_requests, pod_requests, pod_terms,
                                         session_pods)
 from busched.framework.session import Session
-from busched.kernels import nodeorder as kernel
+from busched.fastpath import nodeorder as kernel
 from busched.kernels.batch import with_batch
 from busched.api import k8s
 
@@ -304,7 +304,7 @@ BATCH_SCORERS: dict[str, Callable[[SessionPods, TaskInfo, list[NodeInfo]], dict[
 class NodeOrderPlugin:
     name = PLUGIN_NAME
     reads_clock = False
-    # the per-node scorers the array kernels refresh a node's row with (busched.kernels.nodeorder)
+    # the per-node scorers the array kernels refresh a node's row with (busched.fastpath.nodeorder)
     per_node = kernel.PerNode(BATCH_SCORERS, least_allocated, most_allocated, balanced_allocation, image_locality)
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:
@@ -313,7 +313,7 @@ class NodeOrderPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         self.view = session_pods(ssn)
-        # each callback carries its vectorised twin (busched.kernels.nodeorder)
+        # each callback carries its vectorised twin (busched.fastpath.nodeorder)
         ssn.add_fn("node_order", self.name,
                    with_batch(self.node_order, lambda t, arrays, rows: kernel.node_order(self, t, arrays, rows)))
         ssn.add_fn("batch_node_order", self.name,

@@ -20,7 +20,6 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
 from busched.framework.arguments import Arguments
-from busched.framework import reuse
 from busched.framework.session import Session
 
 __all__ = ["OvercommitPlugin", "DEFAULT_OVERCOMMIT_FACTOR"]
@@ -65,9 +64,9 @@ class OvercommitPlugin:
         if self.factor < 1.0:
             self.factor = DEFAULT_OVERCOMMIT_FACTOR
         # both sums kept from session to session, redone only for the nodes and jobs that changed
-        used = reuse.summed(ssn, "overcommit.used", list(ssn.node_list), _used)
+        used = ssn.summed("overcommit.used", list(ssn.node_list), _used)
         self.idle = ssn.total_resource.clone().multi(self.factor).sub(used)
-        self.inqueue = reuse.summed(ssn, "overcommit.inqueue", list(ssn.jobs.values()), _inqueue_at_open).clone()
+        self.inqueue = ssn.summed("overcommit.inqueue", list(ssn.jobs.values()), _inqueue_at_open).clone()
 
         ssn.add_fn("job_enqueueable", self.name, self.enqueueable)
         ssn.add_fn("job_enqueued", self.name, self.enqueued)

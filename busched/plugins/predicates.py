@@ -42,7 +42,7 @@ from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
 from busched.framework.podview import SessionPods, count_matching, pod_terms, session_pods
 from busched.framework.session import EventHandler, Session
-from busched.kernels import predicates as kernel
+from busched.fastpath import predicates as kernel
 from busched.kernels.batch import with_batch
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
@@ -251,7 +251,7 @@ class PredicatesPlugin:
             raise FitError(task.key, node.name, statuses)
 
     def predicate_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
-        """`predicate` for many nodes at once (busched.kernels.predicates), or None for the per-node path."""
+        """`predicate` for many nodes at once (busched.fastpath.predicates), or None for the per-node path."""
         return kernel.predicate_mask(self, task, arrays, rows)
 
     # -- filters ------------------------------------------------------------------------------------------

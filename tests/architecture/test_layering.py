@@ -49,3 +49,11 @@ def test_no_import_cycles():
     figures = _structure().import_figures(ROOT)
     assert figures["modules"] > 100
     assert figures["cycles"] == [], f"import cycles: {figures['cycles']}"
+
+
+def test_nothing_below_the_command_line_reads_the_environment():
+    """Settings are passed in: the environment is read by busched/cli (and the tests' conftest) only."""
+    pkg = ROOT / "busched"
+    bad = [str(p.relative_to(ROOT)) for p in sorted(pkg.rglob("*.py")) if p.relative_to(pkg).parts[0] != "cli"
+           and any(s in p.read_text(encoding="utf-8") for s in ("os.environ", "getenv("))]
+    assert not bad, f"modules below the command line reading the environment: {bad}"

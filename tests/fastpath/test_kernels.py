@@ -8,7 +8,7 @@ import pytest
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
-from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fit_mask_reference
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fit_mask_reference
 
 
 def random_cluster(rng: random.Random, n: int) -> list[NodeInfo]:

@@ -1,6 +1,6 @@
 """Node selection with the array kernels decides exactly as the per-node reference loops.
 
-Whole cycles on random clusters run twice, ``busched.kernels.USE_KERNELS`` on and
+Whole cycles on random clusters run twice, the kernels (busched.fastpath) on and
 off: the decisions (in order), pipelined tasks, podgroup phases and fit errors
 must be identical.  Then the pieces one by one: feasible nodes with their errors,
 node scores, the chosen node.
@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from busched import kernels
-from busched.kernels import select
+from busched.fastpath import FastPath, FastPathSettings
+from busched.fastpath import select
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import open_session, run_cycle
 from busched.framework.nodeselect import PredicateHelper, choose_node, gradients, prioritize_nodes
@@ -71,8 +71,7 @@ def run_both(monkeypatch, spec, config_text: str, seed: int) -> tuple[dict, dict
     counting(monkeypatch, "scan", counts)
     counting(monkeypatch, "scores", counts)
     for fast in (True, False):
-        monkeypatch.setattr(kernels, "USE_KERNELS", fast)
-        ssn = run_cycle(cache_of(spec).snapshot(), cfg, seed=seed)
+        ssn = run_cycle(cache_of(spec, FastPathSettings(kernels=fast)).snapshot(), cfg, seed=seed)
         out.append(outcome(ssn))
     if any(d[0] == "bind" for d in out[1]["decisions"]):
         assert counts.get("scan") and counts.get("scores"), "the fast path never answered"
@@ -114,7 +113,7 @@ def test_pieces_match_reference(monkeypatch, seed):
         subset = rng.sample(ssn.node_list, k) if rng.random() < 0.5 else ssn.node_list
         got = {}
         for fast in (True, False):
-            monkeypatch.setattr(kernels, "USE_KERNELS", fast)
+            ssn.fast = FastPath(FastPathSettings()) if fast else None
             ssn.last_node_index = 37
             helper = PredicateHelper(ssn, True)
             found, fe = helper.predicate_nodes(task, subset, ssn.predicate_for_allocate, resource_fit=task.init_resreq)

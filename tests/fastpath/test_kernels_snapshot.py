@@ -1,4 +1,4 @@
-"""Shared snapshots (busched.cache.shared) give what converting every object again gives.
+"""Shared snapshots (busched.fastpath.lending) give what converting every object again gives.
 
 Random clusters go through rounds of changes (tasks bound, deleted, added;
 nodes changed; priority classes changed) with a full cycle run on each shared
@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from busched.api import objects as o
+from busched.fastpath import FastPathSettings
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import run_cycle
 
@@ -85,11 +86,8 @@ EVICTING = DEFAULT_CONFIG.replace('actions: "enqueue, allocate, backfill"',
 @pytest.mark.parametrize("config", [DEFAULT_CONFIG, EVICTING], ids=["default", "evicting"])
 @pytest.mark.parametrize("seed", range(10))
 def test_shared_snapshot_equals_fresh(seed, config, monkeypatch):
-    from busched.cache import shared
-
-    monkeypatch.setattr(shared, "VERIFY", True)
     rng = random.Random(seed)
-    cache = cache_of(random_cluster(rng, nodes=rng.choice([4, 30, 120])))
+    cache = cache_of(random_cluster(rng, nodes=rng.choice([4, 30, 120])), FastPathSettings(verify=True))
     cfg = load_config(config)
     assert "preempt" in cfg.actions or config is DEFAULT_CONFIG
     for rnd in range(5):

@@ -17,11 +17,11 @@ from busched.api.fit import FitError
 from busched.api.task import TaskStatus
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import open_session
-from busched.kernels import select
+from busched.fastpath import select
 from busched.kernels.batch import batch_of
-from busched.kernels.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
-from busched.kernels.order import job_order_key
-from busched.kernels.podview import pod_view_arrays
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
+from busched.fastpath.order import job_order_key
+from busched.fastpath.podview import pod_view_arrays
 
 from tests.kernel_cases import cache_of, random_cluster
 
@@ -273,7 +273,7 @@ def test_task_order_key_pops_as_the_comparator(seed):
     import dataclasses
 
     from busched.framework.pqueue import PriorityQueue
-    from busched.kernels.order import task_order_key
+    from busched.fastpath.order import task_order_key
 
     rng, ssn = session(seed)
     tasks = [t for job in ssn.jobs.values() for t in job.tasks.values()]
@@ -304,7 +304,7 @@ def test_task_order_key_pops_as_the_comparator(seed):
 def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
     """The kernels' feasible nodes and fit errors (with the kept "Insufficient" reasons, and without
     building errors nothing reads) are the plain walk's, as tasks land and nodes fill."""
-    from busched import kernels
+    from busched.fastpath import FastPath, FastPathSettings
     from busched.framework.nodeselect import PredicateHelper
 
     rng, ssn = session(seed)
@@ -313,7 +313,7 @@ def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
             at = ssn.last_node_index
             got = {}
             for mode, errors_if_found in (("plain", True), ("kernels", True), ("kernels-lazy", False)):
-                monkeypatch.setattr(kernels, "USE_KERNELS", mode != "plain")
+                ssn.fast = FastPath(FastPathSettings()) if mode != "plain" else None
                 ssn.last_node_index = at
                 found, fe = PredicateHelper(ssn).predicate_nodes(
                     task, ssn.node_list, ssn.predicate_for_allocate, resource_fit=task.init_resreq,
@@ -324,7 +324,7 @@ def test_predicate_nodes_errors_match_the_plain_walk(seed, monkeypatch):
             assert got["kernels-lazy"][:2] == got["plain"][:2]
             if not got["plain"][0] or task.role:
                 assert got["kernels-lazy"] == got["plain"]
-        monkeypatch.setattr(kernels, "USE_KERNELS", True)
+        ssn.fast = FastPath(FastPathSettings())
         land_some(rng, ssn, 10)
 
 

@@ -1,4 +1,4 @@
-"""Jobs remembered as unfit (busched.kernels.unfit) are skipped without changing any decision.
+"""Jobs remembered as unfit (busched.fastpath.unfit) are skipped without changing any decision.
 
 A crowded random cluster runs many cycles through its cache, binds and
 evictions written back and random events in between (tasks finishing, new
@@ -14,7 +14,7 @@ import random
 import msgspec
 import pytest
 
-from busched import kernels
+from busched.fastpath import FastPathSettings
 from busched.api import objects as o
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import run_cycle
@@ -65,9 +65,9 @@ def events(rng: random.Random, cache, step: int) -> None:
 
 
 def run(monkeypatch, seed: int, fast: bool, config: str) -> tuple[list, int]:
-    monkeypatch.setattr(kernels, "USE_KERNELS", fast)
     rng = random.Random(seed)
-    cache = cache_of(random_cluster(rng, nodes=rng.choice([6, 30, 140]), jobs=rng.randint(20, 45)))
+    cache = cache_of(random_cluster(rng, nodes=rng.choice([6, 30, 140]), jobs=rng.randint(20, 45)),
+                     FastPathSettings(kernels=fast))
     cfg = load_config(config)
     out = []
     for step in range(8):

@@ -1,4 +1,4 @@
-"""Lent snapshots (busched.cache.shared) decide what private copies decide, and sessions never
+"""Lent snapshots (busched.fastpath.lending) decide what private copies decide, and sessions never
 change a lent object without flagging it.
 
 Every conformance case and every extra scenario runs three cycles on two caches holding the
@@ -11,13 +11,15 @@ The two caches must decide the same, cycle after cycle, and end with the same po
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from busched.bench.driver import apply_decisions
-from busched.cache import shared
+from busched import fastpath
+from busched.fastpath import lending as shared
 from busched.cache.cache import Cache
 from busched.builtin import run_cycle
 from busched.scenario.runner import _registries, load_scenario
@@ -42,8 +44,11 @@ def _outcome(ssn) -> tuple:
 
 
 @pytest.fixture
-def verify(monkeypatch):
-    monkeypatch.setattr(shared, "VERIFY", True)
+def verify():
+    """Every cache made meanwhile verifies its lending (busched.fastpath)."""
+    was = fastpath.use_by_default(dataclasses.replace(fastpath.default_settings(), verify=True))
+    yield
+    fastpath.use_by_default(was)
 
 
 @pytest.mark.parametrize("path", PARAMS)

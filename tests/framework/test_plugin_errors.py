@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from busched import kernels
+from busched.fastpath import FastPathSettings
 from busched.api.fit import Code, FitError
 from busched.framework import plugin_errors
 from busched.framework.config import PluginOption, Tier, load_config
@@ -42,7 +42,7 @@ class BoomScore(Boom):
     point = "node_order"
 
 
-def run(plugin: type) -> Any:
+def run(plugin: type, fast: FastPathSettings | None = None) -> Any:
     spec = cluster([("n1", "4", "8Gi"), ("n2", "4", "8Gi")],
                    [{"name": n, "namespace": "p", "job": n, "requests": {"cpu": "1"}} for n in ("a", "bad", "c")],
                    [{"name": n, "namespace": "p", "queue": "q1", "minMember": 1, "phase": "Inqueue"}
@@ -50,7 +50,7 @@ def run(plugin: type) -> Any:
     base = load_config('actions: "allocate"\ntiers:\n- plugins:\n  - name: gang\n  - name: predicates\n'
                        '  - name: nodeorder\n')
     config = dataclasses.replace(base, tiers=base.tiers + (Tier(plugins=(PluginOption("boom"),)),))
-    cache = Cache()
+    cache = Cache(fast)
     cache.load(spec)
     return run_actions(cache.snapshot(), config, plugins=PLUGINS.with_entries({"boom": plugin}), uid="c1")
 
@@ -59,9 +59,8 @@ def run(plugin: type) -> Any:
 @pytest.mark.parametrize("plugin,error", [(Boom, "RuntimeError: kaput"), (BoomScore, "KeyError: 'no score'")])
 def test_a_plugin_that_raises_on_one_task_fails_that_task_only(monkeypatch: pytest.MonkeyPatch, use_kernels: bool,
                                                                plugin: type, error: str) -> None:
-    monkeypatch.setattr(kernels, "USE_KERNELS", use_kernels)
     before = plugin_errors.COUNTS["boom"]
-    ssn = run(plugin)
+    ssn = run(plugin, FastPathSettings(kernels=use_kernels))
     placed = {t.name: t.node_name for j in ssn.jobs.values() for t in j.tasks.values()}
     assert placed["a"] and placed["c"] and not placed["bad"]
     job = ssn.jobs["p/bad"]

@@ -10,7 +10,7 @@ import weakref
 
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import run_cycle
-from busched.kernels.fit import NodeArrays
+from busched.fastpath.fit import NodeArrays
 
 from tests.kernel_cases import cache_of, random_cluster
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from busched import kernels
 from busched.kernels.batch import key_of
 
 __all__ = ["job_order_key", "task_order_key"]
 
 
 def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
-    if not kernels.USE_KERNELS:
+    if ssn.fast is None:
         return None
     keys = []
     for row in ssn._tiers("job_order"):
@@ -45,7 +44,7 @@ def task_order_key(ssn: Any, tasks: list[Any]) -> Callable[[Any], tuple] | None:
     so; when none has one, (plugin keys, created, uid) does; a mix has no key.  Only for heaps
     whose tasks do not change while they wait (allocate's pending tasks of one job).
     """
-    if not kernels.USE_KERNELS:
+    if ssn.fast is None:
         return None
     from busched.framework.session import _pod_index
 

@@ -18,7 +18,7 @@ These replace per-node loops in `busched.framework.nodeselect` and
 * `gradients` replaces the idle / future-idle bucketing loop of allocate's
   ``best_node``.
 
-Set ``busched.kernels.USE_KERNELS = False`` (or ``BUSCHED_KERNELS=0``) to run
+A session opened with ``FastPathSettings(kernels=False)`` (busched.fastpath) runs
 the reference loops instead.
 """
 
@@ -35,7 +35,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.kernels.batch import batch_of
-from busched.kernels.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
 __all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
 

@@ -17,8 +17,8 @@ import numpy as np
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
-from busched.kernels import rowcache
-from busched.kernels.fit import NodeArrays
+from busched.fastpath import rowcache
+from busched.fastpath.fit import NodeArrays
 
 __all__ = ["binpack_vector", "binpack_scores", "requested"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from busched.kernels.fit import NodeArrays
+from busched.fastpath.fit import NodeArrays
 
 __all__ = ["PodViewArrays", "pod_view_arrays"]
 
@@ -31,7 +31,7 @@ class PodViewArrays:
         self.nz_cpu = np.zeros(n, dtype=np.int64)
         self.nz_mem = np.zeros(n, dtype=np.int64)
         self.scalars: dict[str, np.ndarray] = {}
-        self.log: list[int] = []  # rows whose pods changed, in order (busched.kernels.rowcache)
+        self.log: list[int] = []  # rows whose pods changed, in order (busched.fastpath.rowcache)
         self._contrib: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
         self.max_tasks = np.fromiter((nd.allocatable.max_task_num for nd in arrays.nodes), dtype=np.int64, count=n)
         self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)

@@ -23,9 +23,9 @@ import numpy as np
 from busched.api import k8s
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
-from busched.kernels import rowcache
-from busched.kernels.fit import NodeArrays
-from busched.kernels.podview import PodViewArrays, pod_view_arrays
+from busched.fastpath import rowcache
+from busched.fastpath.fit import NodeArrays
+from busched.fastpath.podview import PodViewArrays, pod_view_arrays
 
 __all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocation", "taint_raw",
            "image_locality", "batch_node_order", "node_order", "PerNode"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
-from busched.kernels import rowcache
+from busched.fastpath import rowcache
 
 __all__ = ["NodeArrays", "fit_mask", "fits", "fit_mask_reference", "IDLE", "FUTURE_IDLE"]
 
@@ -36,7 +36,7 @@ class NodeArrays:
 
     def __init__(self, nodes: Sequence[NodeInfo], like: NodeArrays | None = None) -> None:
         # ``like``: the arrays of an earlier session over mostly the same node objects (lent, so
-        # unchanged: busched.cache.shared); their rows as first filled are copied, changed rows filled
+        # unchanged: busched.fastpath.lending); their rows as first filled are copied, changed rows filled
         changed = _changed_rows(like, nodes)
         if changed is not None and like is not None:
             names = dict(like.columns)
@@ -69,7 +69,7 @@ class NodeArrays:
         self.carry: dict[object, tuple[np.ndarray, Any]] = {}
         self._changed = changed
         self._old_carry = like.carry if like is not None and changed is not None else None  # not like: no chain
-        self.log: list[int] = []  # rows whose accounting changed, in order (busched.kernels.rowcache)
+        self.log: list[int] = []  # rows whose accounting changed, in order (busched.fastpath.rowcache)
         self.versions: list[int] = [0] * len(self.nodes)  # per row, how many times its accounting changed
         # the scalar columns with their names, for writing a row value by value (`_put`)
         self._scalar_columns = [(s, j) for s, j in names.items() if j > 1]

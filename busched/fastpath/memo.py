@@ -1,6 +1,6 @@
 """Work a session does over every job or node, done again only for what changed.
 
-Lent objects (busched.cache.shared) keep their identity from session to session
+Lent objects (busched.fastpath.lending) keep their identity from session to session
 for as long as they do not change, so identity is a version, as it is for the
 cache's specs:
 

@@ -88,10 +88,8 @@ def frees_capacity(kind: str, old: Any, new: Any) -> bool:
 
 def memo_of(ssn: Any) -> UnfitMemo | None:
     """The session's memo, or None when it must not be used (kernels off, clock-reading plugins)."""
-    from busched import kernels
-
     memo = ssn.others.get(MEMO_KEY)
-    if memo is None or not kernels.USE_KERNELS:
+    if memo is None or ssn.fast is None:
         return None
     if any(getattr(p, "reads_clock", False) for p in ssn.plugins.values()):  # the plugins' own declaration
         return None

@@ -24,7 +24,7 @@ on many objects needs no flag:
   gang replaces the list rather than changing it), and are put back to the
   spec's on every lending;
 * ``listeners`` (the session's node arrays) are emptied on every lending;
-* ``derived`` (busched.framework.reuse) is a cache of what the task index
+* ``derived`` (busched.fastpath.memo) is a cache of what the task index
   gives, emptied by the task index itself.
 
 A job that a session will write anyway, or whose state this module does not
@@ -54,7 +54,7 @@ may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
 last lending is patched: only the jobs and nodes the cache says changed
-(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``BUSCHED_VERIFY_SHARED=1`` or ``shared.VERIFY = True``)
+(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``FastPathSettings(verify=True)``, busched.fastpath)
 fingerprints every lent object that is not volatile and, when the lease comes
 back, raises `SharedStateMutated` naming any object changed without its flag.
 """
@@ -62,7 +62,6 @@ back, raises `SharedStateMutated` naming any object changed without its flag.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Any
 
 from busched.api.job import JobInfo, unsettled
@@ -70,15 +69,10 @@ from busched.api.node import NodeInfo
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
 from busched.api import build
+from busched.fastpath.verify import SharedStateMutated, check, fingerprint_job, fingerprint_node
 
-__all__ = ["SharedMemo", "Lease", "SharedStateMutated", "VERIFY", "fingerprint_job", "fingerprint_node"]
+__all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]
 
-VERIFY = os.environ.get("BUSCHED_VERIFY_SHARED", "") not in ("", "0")
-
-
-
-class SharedStateMutated(AssertionError):
-    """A session changed a lent object without flagging it ``written``."""
 
 
 class Lease:
@@ -212,9 +206,11 @@ class SharedMemo:
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
-             queues: frozenset[str]) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
+             queues: frozenset[str], verify: bool = False
+             ) -> tuple[list[NodeInfo], dict[str, JobInfo], list[JobInfo], Lease]:
         """Ready nodes (indexed, tasks accounted), the session's jobs (those with a podgroup in one
-        of ``queues``) and the unsettled ones among them, all lent."""
+        of ``queues``) and the unsettled ones among them, all lent; ``verify``: fingerprinted, to be
+        checked when the lease comes back."""
         changes = cache.take_changes()
         patch = self._take_back(classes, default_priority)
         self.assembled_jobs = self.assembled_nodes = 0
@@ -232,7 +228,7 @@ class SharedMemo:
         self._queues = queues
         self._forget(cache.objects)
         lease = self._lease = Lease()
-        if VERIFY:
+        if verify:
             lease.prints = [("job", j, fingerprint_job(j)) for j in self._lent.values() if not j.written]
             lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
         return nodes, jobs, volatile, lease
@@ -437,52 +433,3 @@ class SharedMemo:
             if len(memo) > len(specs):
                 for k in [k for k in memo if k not in specs]:
                     del memo[k]
-
-
-# -- verification ---------------------------------------------------------------------------------
-_JOB_SKIP = frozenset({"written", "phase", "conditions", "derived"})
-_NODE_SKIP = frozenset({"written", "listeners", "derived"})
-
-
-def _task_print(t: TaskInfo) -> tuple:
-    d = t.__dict__
-    return (id(t),) + tuple((k, _value(v)) for k, v in d.items())
-
-
-def _value(v: Any) -> Any:
-    if hasattr(v, "to_dict") and hasattr(v, "scalars"):
-        return ("Resource", repr(sorted(v.to_dict().items())))
-    if isinstance(v, dict):
-        return tuple((k, _value(x)) for k, x in v.items())
-    if isinstance(v, (list, tuple)):
-        return tuple(_value(x) for x in v)
-    if isinstance(v, TaskInfo):
-        return _task_print(v)
-    if hasattr(v, "__dict__") and not isinstance(v, type):
-        return (type(v).__name__, id(v), tuple((k, _value(x)) for k, x in v.__dict__.items()
-                                               if k not in ("job",)))
-    if hasattr(v, "__slots__"):
-        return (type(v).__name__, id(v), tuple((s, _value(getattr(v, s, None))) for s in v.__slots__))
-    return repr(v)
-
-
-def fingerprint_job(job: JobInfo) -> dict[str, Any]:
-    """Every field of a job (its tasks' fields and identities included) but those a session may set."""
-    return {k: _value(v) for k, v in job.__dict__.items() if k not in _JOB_SKIP}
-
-
-def fingerprint_node(node: NodeInfo) -> dict[str, Any]:
-    return {k: _value(v) for k, v in node.__dict__.items() if k not in _NODE_SKIP}
-
-
-def check(lease: Lease) -> None:
-    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``."""
-    for kind, obj, before in lease.prints or ():
-        if obj.written:
-            continue
-        after = fingerprint_job(obj) if kind == "job" else fingerprint_node(obj)
-        if after != before:
-            fields = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-            name = obj.uid if kind == "job" else obj.name
-            raise SharedStateMutated(f"{kind} {name}: a session changed {', '.join(fields)} "
-                                     f"without flagging it written")

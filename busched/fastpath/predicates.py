@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from busched.api.task import TaskInfo
-from busched.kernels.fit import NodeArrays
-from busched.kernels.nodeorder import view_arrays
+from busched.fastpath.fit import NodeArrays
+from busched.fastpath.nodeorder import view_arrays
 
 __all__ = ["predicate_mask", "stable_mask"]
 
