@@ -84,6 +84,7 @@ def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Re
                 ssn.plugins[opt.name] = plugin
                 plugin.on_session_open(ssn)
                 timings["plugins"].append((opt.name, "OnSessionOpen", perf_counter() - t1))
+        ssn.freeze()  # every plugin has registered: each point's callback lists, resolved once
     except BaseException:
         ssn.abandon()  # what it lent is assembled afresh (busched.cache.shared)
         raise

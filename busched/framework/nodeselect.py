@@ -3,14 +3,13 @@
 `predicate_nodes` first runs the resource-fit kernel over every node at once
 (`busched.kernels.fit`), then the session's per-node predicates on the nodes
 that fit, with Volcano's predicate error cache (keyed by job and task role) and
-feasible-node sampling.  `prioritize_nodes` sums map/reduce, plain and batch
+feasible-node sampling.  `prioritize_nodes` sums the plain and batch
 node-order scores; `select_best_node` takes the highest, ties broken by the
 session's seeded random source.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 
@@ -181,7 +180,7 @@ class PredicateHelper:
 
 
 def prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
-    """Score each node: reduce(map scores) + plain node-order scores + batch scores.  A node-order
+    """Score each node: plain node-order scores + batch scores.  A node-order
     plugin that fails on the task: no node (the failure is the task's fit error)."""
     try:
         return _prioritize_nodes(ssn, task, nodes)
@@ -215,18 +214,13 @@ def _prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> di
             for node, s in zip(nodes, fast.tolist()):
                 by_score.setdefault(s, []).append(node)
             return by_score
-    plugin_scores: dict[str, list[list]] = {}
     order_scores: dict[str, float] = {}
     for node in nodes:
-        maps, order = ssn.node_order_map_fn(task, node)
-        for plugin, s in maps.items():
-            plugin_scores.setdefault(plugin, []).append([node.name, math.floor(s)])
-        order_scores[node.name] = order
-    reduced = ssn.node_order_reduce_fn(task, plugin_scores)
+        order_scores[node.name] = ssn.node_order_fn(task, node)
     batch = ssn.batch_node_order_fn(task, nodes)
     out: dict[float, list[NodeInfo]] = {}
     for node in nodes:
-        s = reduced.get(node.name, 0.0) + order_scores.get(node.name, 0.0) + batch.get(node.name, 0.0)
+        s = 0.0 + order_scores.get(node.name, 0.0) + batch.get(node.name, 0.0)
         out.setdefault(s, []).append(node)
     return out
 
@@ -241,9 +235,10 @@ def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str
 
 
 def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
-    """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score.
-    None when a node-order plugin fails on the task (then that is the task's fit error)."""
-    if kernels.USE_KERNELS and not ssn.has("best_node"):
+    """The node for ``task`` among ``nodes``: the highest score (ties drawn from the session's seeded
+    random source).  None when a node-order plugin fails on the task (then that is the task's fit
+    error).  (Volcano's BestNodeFn point is not offered: no plugin here has one.)"""
+    if kernels.USE_KERNELS:
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             done, best = select.pick_unless_nan(ssn, nodes, fast)
@@ -251,12 +246,10 @@ def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo
                 return best
     try:
         scores = _prioritize_nodes(ssn, task, nodes)
-        best = ssn.best_node_fn(task, scores)
     except plugin_errors.PluginFailed as e:
         _task_failed(ssn, task, e)
         return None
-    if best is None:
-        best, _ = select_best_node(ssn, scores)
+    best, _ = select_best_node(ssn, scores)
     return best
 
 

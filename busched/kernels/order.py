@@ -2,7 +2,7 @@
 
 Replaces calling ``Session.job_order_fn`` (every job-order plugin in tier
 order, the first non-zero answer, then creation time, then uid) at each heap
-comparison: when every job-order callback carries a key (`busched.kernels.batch.Keyed`),
+comparison: when every job-order callback has a key twin (`busched.framework.points`),
 the tuple of their keys followed by (created, uid) compares exactly as the
 callbacks do.  Only for heaps whose jobs do not change while they wait
 (allocate's and enqueue's: a job changes only in its own turn).
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from busched import kernels
-from busched.kernels.batch import key_of
+from busched.framework import points
 
 __all__ = ["job_order_key", "task_order_key"]
 
@@ -23,12 +23,10 @@ def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
     if not kernels.USE_KERNELS:
         return None
     keys = []
-    for row in ssn._tiers("job_order"):
-        for _, fn in row:
-            k = key_of(fn)
-            if k is None:
-                return None
-            keys.append(k)
+    for _, _, k in ssn.hooks.with_twins(points.JOB_ORDER):
+        if k is None:
+            return None
+        keys.append(k)
 
     def key(job: Any) -> tuple:
         return (*[k(job) for k in keys], job.created, job.uid)
@@ -47,18 +45,16 @@ def task_order_key(ssn: Any, tasks: list[Any]) -> Callable[[Any], tuple] | None:
     """
     if not kernels.USE_KERNELS:
         return None
-    from busched.framework.session import _pod_index
+    from busched.framework.orders import pod_index
 
     keys = []
-    for row in ssn._tiers("task_order"):
-        for _, fn in row:
-            k = key_of(fn)
-            if k is None:
-                return None
-            keys.append(k)
+    for _, _, k in ssn.hooks.with_twins(points.TASK_ORDER):
+        if k is None:
+            return None
+        keys.append(k)
     index: dict[str, int] = {}
     for t in tasks:
-        i = _pod_index(t.name)
+        i = pod_index(t.name)
         if i is not None:
             index[t.uid] = i
     if not index:

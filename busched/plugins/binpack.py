@@ -26,9 +26,9 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.session import Session
 from busched.kernels import binpack as kernel
-from busched.kernels.batch import with_batch
 
 __all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE", "arg_int"]
 
@@ -113,7 +113,7 @@ class BinpackPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         if self.weights.weight != 0:
-            ssn.add_fn("node_order", self.name, with_batch(self.score, self.score_batch))
+            ssn.add_fn(points.NODE_ORDER, self.name, self.score, twin=self.score_batch)
 
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return binpack_score(task, node, self.weights)

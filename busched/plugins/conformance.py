@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.session import Session
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
@@ -24,5 +25,5 @@ class ConformancePlugin:
                        if t.priority_class_name not in CRITICAL_CLASSES and t.namespace != SYSTEM_NAMESPACE]
             return victims, 1
 
-        ssn.add_fn("preemptable", self.name, evictable)
-        ssn.add_fn("reclaimable", self.name, evictable)
+        ssn.add_fn(points.PREEMPTABLE, self.name, evictable)
+        ssn.add_fn(points.RECLAIMABLE, self.name, evictable)

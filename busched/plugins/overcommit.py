@@ -19,6 +19,7 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
+from busched.framework import points
 from busched.framework import reuse
 from busched.framework.session import Session
 
@@ -75,8 +76,8 @@ class OvercommitPlugin:
         self.idle = ssn.total_resource.clone().multi(self.factor).sub(used)
         self.inqueue = reuse.summed(ssn, "overcommit.inqueue", list(ssn.jobs.values()), _inqueue_at_open).clone()
 
-        ssn.add_fn("job_enqueueable", self.name, self.enqueueable)
-        ssn.add_fn("job_enqueued", self.name, self.enqueued)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, self.enqueueable)
+        ssn.add_fn(points.JOB_ENQUEUED, self.name, self.enqueued)
 
     def enqueueable(self, job: JobInfo) -> int:
         if job.min_resources is None:

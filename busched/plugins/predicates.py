@@ -40,10 +40,10 @@ import numpy as np
 from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus, parse_bool
+from busched.framework import points
 from busched.framework import reuse
 from busched.framework.session import EventHandler, Session
 from busched.kernels import predicates as kernel
-from busched.kernels.batch import with_batch
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
 
@@ -549,8 +549,8 @@ class PredicatesPlugin:
         self.cache = {}
         self._states = {}
         ssn.add_event_handler(EventHandler(allocate=self.view.add, deallocate=self.view.remove))
-        ssn.add_fn("pre_predicate", self.name, self.pre_predicate)
-        ssn.add_fn("predicate", self.name, with_batch(self.predicate, self.predicate_batch))
+        ssn.add_fn(points.PRE_PREDICATE, self.name, self.pre_predicate)
+        ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=self.predicate_batch)
 
     def on_session_close(self, ssn: Session) -> None:
         self._states = {}

@@ -44,6 +44,7 @@ from busched.api.duration import DurationError, parse_duration
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.session import Session
 from busched.plugins.plugin_state import state_of
 
@@ -203,4 +204,4 @@ class ReschedulingPlugin:
             if name == LOW_NODE_UTILIZATION:
                 conf = LowNodeUtilizationConf.parse(params.get(name))
                 fns.append(lambda tasks, conf=conf: low_node_utilization_victims(ssn, conf, tasks))
-        ssn.add_fn("victim_tasks", self.name, fns)
+        ssn.add_fn(points.VICTIM_TASKS, self.name, fns)

@@ -37,6 +37,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, StateWatch
 from busched.cache.cache import Cache
+from busched.framework import points
 from busched.framework.config import (
     DEFAULT_CONFIG,
     PluginOption,
@@ -88,7 +89,7 @@ class _FeedbackPlugin:
                 raise fit_error(task, node, f"node {node.name} refused this task recently", self.name,
                                 Code.UnschedulableAndUnresolvable)
 
-        ssn.add_fn("predicate", self.name, predicate)
+        ssn.add_fn(points.PREDICATE, self.name, predicate)
 
 
 
