@@ -46,7 +46,11 @@ def compare_task_index(l: TaskInfo, r: TaskInfo) -> bool:
 def sort_tasks(ssn: Session, tasks: Iterable[TaskInfo]) -> list[TaskInfo]:
     """``tasks`` in the session's task order."""
     less = ssn.task_order_fn
-    return sorted(tasks, key=functools.cmp_to_key(lambda a, b: -1 if less(a, b) else (1 if less(b, a) else 0)))
+
+    def compare(a: TaskInfo, b: TaskInfo) -> int:
+        return -1 if less(a, b) else (1 if less(b, a) else 0)
+
+    return sorted(tasks, key=functools.cmp_to_key(compare))
 
 
 def victims_queue(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue[TaskInfo]:
