@@ -30,7 +30,7 @@ about.  The tests in tests/test_kernels_*.py hold twins to their callbacks.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -215,7 +215,7 @@ SUB_JOB_ORDER: Point[SubJobOrderFn, None] = Point("sub_job_order", yaml="enabled
                                                   combine=tw.first_decision)
 PREEMPTABLE: Point[VictimsFn, None] = Point("preemptable", yaml="enablePreemptable", combine=tw.intersect_victims)
 RECLAIMABLE: Point[VictimsFn, None] = Point("reclaimable", yaml="enableReclaimable", combine=tw.intersect_victims)
-VICTIM_TASKS: Point[list[VictimTasksFn], None] = Point("victim_tasks", yaml="enabledVictim",
+VICTIM_TASKS: Point[Sequence[VictimTasksFn], None] = Point("victim_tasks", yaml="enabledVictim",
                                                        combine=tw.union_victims)
 JOB_READY: Point[JobCheckFn, None] = Point("job_ready", yaml="enableJobReady", combine=tw.all_pass)
 JOB_PIPELINED: Point[JobVoteFn, None] = Point("job_pipelined", yaml="enableJobPipelined", combine=tw.vote)
