@@ -9,19 +9,29 @@ switch for the point) and in which order (tiers, then plugins as configured).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from busched.api.task import TaskInfo
 from busched.framework import points
 from busched.framework import tiers as tw
 from busched.framework.config import Tier
 from busched.framework.points import Point
 
-__all__ = ["Hooks", "UnknownPoint"]
+__all__ = ["EventHandler", "Hooks", "UnknownPoint"]
 
 F = TypeVar("F")
 W = TypeVar("W")
 _KNOWN: frozenset[Point[Any, Any]] = frozenset(points.POINTS)
+
+
+@dataclass
+class EventHandler:
+    """Plugins that keep running totals (drf, proportion, capacity) follow allocations with these."""
+
+    allocate: Callable[[TaskInfo], None] | None = None
+    deallocate: Callable[[TaskInfo], None] | None = None
 
 
 class UnknownPoint(ValueError):

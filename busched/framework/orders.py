@@ -19,7 +19,7 @@ from busched.framework.pqueue import PriorityQueue
 if TYPE_CHECKING:
     from busched.framework.session import Session
 
-__all__ = ["pod_index", "compare_task_index", "sort_tasks", "victims_queue"]
+__all__ = ["compare_task_index", "pod_index", "sort_tasks", "victims_queue"]
 
 
 def pod_index(name: str) -> int | None:

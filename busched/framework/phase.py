@@ -13,7 +13,7 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.task import TaskStatus
 from busched.framework import reuse
 
-__all__ = ["pod_group_phase", "is_steady", "unschedulable"]
+__all__ = ["is_steady", "pod_group_phase", "unschedulable"]
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from busched.api.task import TaskInfo
     from busched.kernels.fit import NodeArrays
 
-__all__ = ["Point", "POINTS", "SWITCHES", "OTHER_SWITCHES", "switch_name", "ValidateResult"]
+__all__ = ["OTHER_SWITCHES", "POINTS", "SWITCHES", "Point", "ValidateResult", "switch_name"]
 
 F = TypeVar("F")
 W = TypeVar("W")
@@ -194,7 +194,7 @@ class Point(Generic[F, W]):
     """One extension point: callbacks of type ``F`` (twins of type ``W``), combined by ``combine``,
     on for a plugin whose switch ``yaml`` is (None: always on)."""
 
-    __slots__ = ("name", "yaml", "switch", "combine")
+    __slots__ = ("combine", "name", "switch", "yaml")
 
     def __init__(self, name: str, *, yaml: str | None, combine: Callable[..., Any]) -> None:
         self.name = name

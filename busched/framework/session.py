@@ -24,33 +24,27 @@ from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
+from busched.api.snapshot import ClusterSnapshot
 from busched.api.subjob import SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import hypernodes as topology
-from busched.framework import orders, phase, plugin_errors, points
-from busched.framework import reuse
+from busched.framework import orders, phase, plugin_errors, points, reuse
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
-from busched.framework.hooks import Hooks
+from busched.framework.hooks import EventHandler, Hooks
 from busched.framework.phase import is_steady as _is_steady
 from busched.framework.phase import pod_group_phase
 from busched.framework.points import Point, PredicateTwin, ValidateResult
 from busched.framework.pqueue import PriorityQueue
-from busched.api.snapshot import ClusterSnapshot
 from busched.kernels.fit import NodeArrays
 
-__all__ = ["Session", "Decision", "EventHandler", "ValidateResult", "SessionError", "fit_error", "pod_group_phase"]
+__all__ = ["Decision", "EventHandler", "Session", "SessionError", "ValidateResult", "fit_error", "pod_group_phase"]
 
 F = TypeVar("F")
 W = TypeVar("W")
-
-
-@dataclass
-class EventHandler:
-    """Plugins that keep running totals (drf, proportion, capacity) follow allocations with these."""
-
-    allocate: Callable[[TaskInfo], None] | None = None
-    deallocate: Callable[[TaskInfo], None] | None = None
+# the fit error codes that make a node unusable, for allocate and for preempt / reclaim
+_ALLOCATE_CODES = (Code.Unschedulable, Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait)
+_PREEMPT_CODES = (Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait)
 
 
 @dataclass
@@ -299,21 +293,19 @@ class Session:
         tw.first_failure(self._lists[points.PREDICATE], self._failed, task, node)
 
     def predicate_for_allocate(self, task: TaskInfo, node: NodeInfo) -> None:
-        try:
-            self.predicate_fn(task, node)
-        except FitError as e:
-            if e.has(Code.Unschedulable, Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait):
-                raise
-        except Exception as e:  # a plugin bug must not kill the cycle: the node is just unusable
-            raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
+        self._predicate_failing_on(_ALLOCATE_CODES, task, node)
 
     def predicate_for_preempt(self, task: TaskInfo, node: NodeInfo) -> None:
+        self._predicate_failing_on(_PREEMPT_CODES, task, node)
+
+    def _predicate_failing_on(self, codes: tuple[Code, ...], task: TaskInfo, node: NodeInfo) -> None:
+        """`predicate_fn`, a FitError kept only when it has one of ``codes``."""
         try:
             self.predicate_fn(task, node)
         except FitError as e:
-            if e.has(Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait):
+            if e.has(*codes):
                 raise
-        except Exception as e:
+        except Exception as e:  # a plugin bug must not kill the cycle: the node is just unusable
             raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
 
     def node_order_fn(self, task: TaskInfo, node: NodeInfo) -> float:

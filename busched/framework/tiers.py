@@ -23,9 +23,9 @@ from busched.api.fit import FitError
 if TYPE_CHECKING:
     from busched.framework.config import Tier
 
-__all__ = ["Tiers", "Fail", "resolve", "first_decision", "all_pass", "any_true", "vote", "starving_vote",
-           "intersect_victims", "union_victims", "first_failure", "sum_scores", "sum_maps", "first_invalid",
-           "call_all", "first_plugin", "by_plugin"]
+__all__ = ["Fail", "Tiers", "all_pass", "any_true", "by_plugin", "call_all", "first_decision", "first_failure",
+           "first_invalid", "first_plugin", "intersect_victims", "resolve", "starving_vote", "sum_maps",
+           "sum_scores", "union_victims", "vote"]
 
 T = TypeVar("T")
 Tiers = list[list[tuple[str, Any]]]
