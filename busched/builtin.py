@@ -20,7 +20,12 @@ from busched.framework.session import Session
 from busched.plugins import PLUGINS
 
 __all__ = ["ACTIONS", "PLUGINS", "open_session", "run_actions", "run_cycle", "close_session", "finish_cycle",
-           "paused_gc", "QuietCycles"]
+           "paused_gc", "QuietCycles", "quiet_cycles"]
+
+
+def quiet_cycles(config: SchedulerConfig, plugins: Registry | None = None) -> QuietCycles:
+    """The quiet-cycle gate over ``plugins`` (the built-in plugins by default)."""
+    return QuietCycles(config, PLUGINS if plugins is None else plugins)
 
 
 def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Registry | None = None,

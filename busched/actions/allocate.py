@@ -37,7 +37,6 @@ from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 from busched.fastpath import unfit
-from busched.fastpath.order import task_order_key
 
 
 class AllocateAction:
@@ -72,7 +71,7 @@ class AllocateAction:
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
             # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
-            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=task_order_key(ssn, waiting))
+            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=ssn.task_order_key(waiting))
             for t in waiting:
                 tasks.push(t)
             if job.queue not in jobs_by_queue:

@@ -153,3 +153,14 @@ class TaskInfo:
 
     def __repr__(self) -> str:
         return f"Task({self.key} {self.status.name} node={self.node_name!r} req={self.resreq})"
+
+
+def pod_index(name: str) -> int | None:
+    """The index a controller gives a pod at the end of its name (``job-task-3``), if any."""
+    parts = name.split("-")
+    if len(parts) >= 3:
+        try:
+            return int(parts[-1])
+        except ValueError:
+            return None
+    return None

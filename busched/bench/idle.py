@@ -28,7 +28,7 @@ from busched.bench import cluster as cl
 from busched.bench.driver import apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
 from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
-from busched.framework.cycle import QuietCycles
+from busched.builtin import quiet_cycles
 
 DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 
@@ -67,7 +67,7 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
     del ssn
     collect_garbage()
     times, cpus, phases, gcs = [], [], [], []
-    gate = QuietCycles(cfg)
+    gate = quiet_cycles(cfg)
     for i in range(max(1, cycles)):
         before = cache.generation
         ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")

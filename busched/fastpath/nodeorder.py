@@ -160,7 +160,7 @@ def image_locality(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarra
     return out
 
 
-def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray | None:
+def node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray:
     """The twin of NodeOrderPlugin.node_order (image locality times its weight)."""
     w = plugin.weights["imagelocality.weight"]
     if not w:

@@ -2,7 +2,7 @@
 
 Replaces calling ``Session.job_order_fn`` (every job-order plugin in tier
 order, the first non-zero answer, then creation time, then uid) at each heap
-comparison: when every job-order callback carries a key (`busched.kernels.batch.Keyed`),
+comparison: when every job-order callback has a key twin (registered with the callback, `Session.add_fn`),
 the tuple of their keys followed by (created, uid) compares exactly as the
 callbacks do.  Only for heaps whose jobs do not change while they wait
 (allocate's and enqueue's: a job changes only in its own turn).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from busched.kernels.batch import key_of
+from busched.api.task import pod_index
 
 __all__ = ["job_order_key", "task_order_key"]
 
@@ -22,12 +22,10 @@ def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
     if ssn.fast is None:
         return None
     keys = []
-    for row in ssn._tiers("job_order"):
-        for _, fn in row:
-            k = key_of(fn)
-            if k is None:
-                return None
-            keys.append(k)
+    for _, _, k in ssn.job_order_twins():
+        if k is None:
+            return None
+        keys.append(k)
 
     def key(job: Any) -> tuple:
         return (*[k(job) for k in keys], job.created, job.uid)
@@ -46,18 +44,14 @@ def task_order_key(ssn: Any, tasks: list[Any]) -> Callable[[Any], tuple] | None:
     """
     if ssn.fast is None:
         return None
-    from busched.framework.session import _pod_index
-
     keys = []
-    for row in ssn._tiers("task_order"):
-        for _, fn in row:
-            k = key_of(fn)
-            if k is None:
-                return None
-            keys.append(k)
+    for _, _, k in ssn.task_order_twins():
+        if k is None:
+            return None
+        keys.append(k)
     index: dict[str, int] = {}
     for t in tasks:
-        i = _pod_index(t.name)
+        i = pod_index(t.name)
         if i is not None:
             index[t.uid] = i
     if not index:

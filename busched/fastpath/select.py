@@ -7,14 +7,14 @@ These replace per-node loops in `busched.framework.nodeselect` and
   (error cache, hard shard, resource fit on future idle, then the session's
   predicates, in rotated scan order until enough feasible nodes are found).
   It answers only when every predicate plugin has a batch twin
-  (`busched.kernels.batch`); the per-node walk still records each failing
+  (registered with the callback, `Session.add_fn`); the per-node walk still records each failing
   node's exact `FitError`.
-* `scores` replaces the per-node sum in `prioritize_nodes` (map, floor,
-  reduce, plain node-order and batch node-order scores, added in the same
-  order so the floats are identical).
-* `pick` replaces building the ``{score: [nodes]}`` map and `select_best_node`
-  when no plugin offers a best-node callback: the highest score, ties broken
-  by the session's seeded random source over the tied nodes in node order.
+* `scores` replaces the per-node sum in `prioritize_nodes` (plain node-order
+  and batch node-order scores, added in the same order so the floats are
+  identical).
+* `pick` replaces building the ``{score: [nodes]}`` map and `select_best_node`:
+  the highest score, ties broken by the session's seeded random source over
+  the tied nodes in node order.
 * `gradients` replaces the idle / future-idle bucketing loop of allocate's
   ``best_node``.
 
@@ -34,7 +34,6 @@ import numpy as np
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
-from busched.kernels.batch import batch_of
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
 __all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
@@ -95,28 +94,21 @@ def _top(values: np.ndarray) -> float:
     return values[values.argmax()]
 
 
-def _is_method(fn: Any, obj: Any, name: str) -> bool:
-    return getattr(fn, "__self__", None) is obj and getattr(fn, "__name__", "") == name
-
-
 def predicate_mask(ssn: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
                    fn: Callable[[TaskInfo, NodeInfo], None]) -> np.ndarray | None:
     """Where ``fn`` (the session's ``predicate_for_allocate``) raises nothing, from the plugins' batch twins.
 
     None when ``fn`` is something else or a predicate plugin has no twin (or declines this task).
     """
-    if not _is_method(fn, ssn, "predicate_for_allocate"):
+    twins = ssn.predicate_twins(fn)
+    if twins is None:
         return None
     mask: np.ndarray | None = None
-    for row in ssn._tiers("predicate"):
-        for _, cb in row:
-            batch = batch_of(cb)
-            if batch is None:
-                return None
-            m = batch(task, arrays, rows)
-            if m is None:
-                return None
-            mask = m if mask is None else (mask & m)
+    for batch in twins:
+        m = batch(task, arrays, rows)
+        if m is None:
+            return None
+        mask = m if mask is None else (mask & m)
     if mask is None:
         return np.ones(len(rows), dtype=bool)
     return mask
@@ -216,30 +208,22 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
     return Scan(found, processed, failed, rows, fit)
 
 
-def _score_plan(ssn: Any, arrays: NodeArrays) -> tuple[list, list, list] | None:
-    """The session's node-order twins in the order `scores` calls them (tier, plugin; the
-    node-order callback before the map one), its reduce and batch rows; None when a node-order
-    or map callback has no twin.  Callbacks are registered at session open: kept per session."""
+def _score_plan(ssn: Any, arrays: NodeArrays) -> tuple[list[Callable[..., Any]], list[tuple[str, Any, Any]]] | None:
+    """The session's node-order twins in the order `scores` calls them and its batch node-order
+    callbacks with their twins; None when a node-order callback has no twin.  Callbacks are
+    registered at session open: kept per session."""
     key = ("score-plan", id(ssn))
     got = arrays.cache.get(key)
     if got is not None:
         return got[0]
-    order_fns = ssn._fns["node_order"]
-    map_fns = ssn._fns["node_map"]
-    steps: list[tuple[str, bool, Callable[..., Any]]] = []
-    plan: tuple[list, list, list] | None = None
-    for tier in ssn.tiers:
-        for p in tier.plugins:
-            if not p.enabled("node_order"):
-                continue
-            for fns, is_map in ((order_fns, False), (map_fns, True)):
-                if p.name in fns:
-                    batch = batch_of(fns[p.name])
-                    if batch is None:
-                        arrays.cache[key] = (None, ssn)
-                        return None
-                    steps.append((p.name, is_map, batch))
-    plan = (steps, ssn._tiers("node_reduce"), ssn._tiers("batch_node_order"))
+    steps: list[Callable[..., Any]] = []
+    plan: tuple[list[Callable[..., Any]], list[tuple[str, Any, Any]]] | None = None
+    for _, _, twin in ssn.node_order_twins():
+        if twin is None:
+            break
+        steps.append(twin)
+    else:
+        plan = (steps, ssn.batch_node_order_twins())
     arrays.cache[key] = (plan, ssn)  # the session is kept with it: its id stays its own
     return plan
 
@@ -255,52 +239,23 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
     plan = _score_plan(ssn, arrays)
     if plan is None:
         return None
-    # The reference sums from 0.0 (order, reduced, batch, each added in turn); starting from the
-    # first vector instead gives the same floats (0.0 + x is x, up to the sign of a zero, which no
+    # The reference sums from 0.0 (order, then batch, each added in turn); starting from the first
+    # vector instead gives the same floats (0.0 + x is x, up to the sign of a zero, which no
     # comparison sees) with fewer passes over the nodes.  Sums make new arrays: twins may hand back
     # vectors they keep.
-    order: np.ndarray | None = None
-    maps: dict[str, np.ndarray] = {}
-    for name, is_map, batch in plan[0]:
-        if is_map:
-            maps[name] = np.floor(batch(task, arrays, rows))
-        else:
-            vec = batch(task, arrays, rows)
-            order = vec if order is None else order + vec
-    reduced: np.ndarray | None = None
-    for row in plan[1]:
-        for name, fn in row:
-            m = maps.get(name)
-            if m is None:
-                fn(task, [])
-                continue
-            batch = batch_of(fn)
-            if batch is not None:
-                vec = batch(task, m)
-            else:
-                # no twin: the per-node reduce over the list form, read back by node name
-                lst = [[n.name, int(s)] for n, s in zip(nodes, m.tolist())]
-                fn(task, lst)
-                got: dict[str, float] = {}
-                for name_, s in lst:
-                    got[name_] = got.get(name_, 0.0) + s
-                vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
-            reduced = vec if reduced is None else reduced + vec
-    if reduced is None:
-        total = order
-    else:
-        total = reduced if order is None else reduced + order
-    # the batch scores are summed apart and then added, as the reference does: (r + o) + (b1 + b2)
-    # is not always ((r + o) + b1) + b2 in floating point
+    total: np.ndarray | None = None
+    for batch in plan[0]:
+        vec = batch(task, arrays, rows)
+        total = vec if total is None else total + vec
+    # the batch scores are summed apart and then added, as the reference does: o + (b1 + b2)
+    # is not always (o + b1) + b2 in floating point
     batch_total: np.ndarray | None = None
-    for row in plan[2]:
-        for _, fn in row:
-            twin = batch_of(fn)
-            vec = twin(task, arrays, rows, nodes) if twin is not None else None
-            if vec is None:
-                got = fn(task, list(nodes))
-                vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
-            batch_total = vec if batch_total is None else batch_total + vec
+    for _, fn, twin in plan[1]:
+        vec = twin(task, arrays, rows, nodes) if twin is not None else None
+        if vec is None:
+            got = fn(task, list(nodes))
+            vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
+        batch_total = vec if batch_total is None else batch_total + vec
     if batch_total is not None:
         total = batch_total if total is None else total + batch_total
     if total is None:

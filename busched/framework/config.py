@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from busched.framework.arguments import Arguments
+from busched.framework import points
 
 __all__ = ["ConfigError", "SchedulerConfig", "PluginOption", "Tier", "SearchOptions", "SWITCHES", "parse_config",
            "load_config", "DEFAULT_CONFIG"]
@@ -38,34 +39,8 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the field."""
 
 
-# YAML switch name -> attribute name.  The mix of enable/enabled is Volcano's own.
-SWITCHES: dict[str, str] = {
-    "enableJobOrder": "job_order",
-    "enableHierarchy": "hierarchy",
-    "enableJobReady": "job_ready",
-    "enableJobPipelined": "job_pipelined",
-    "enableTaskOrder": "task_order",
-    "enablePreemptable": "preemptable",
-    "enableReclaimable": "reclaimable",
-    "enablePreemptive": "preemptive",
-    "enableQueueOrder": "queue_order",
-    "enabledClusterOrder": "cluster_order",
-    "enablePredicate": "predicate",
-    "enableBestNode": "best_node",
-    "enableNodeOrder": "node_order",
-    "enableTargetJob": "target_job",
-    "enableReservedNodes": "reserved_nodes",
-    "enableJobEnqueued": "job_enqueued",
-    "enabledVictim": "victim",
-    "enableJobStarving": "job_starving",
-    "enabledOverused": "overused",
-    "enabledAllocatable": "allocatable",
-    "enabledHyperNodeOrder": "hyper_node_order",
-    "enabledSubJobReady": "sub_job_ready",
-    "enabledSubJobPipelined": "sub_job_pipelined",
-    "enabledSubJobOrder": "sub_job_order",
-    "enabledHyperNodeGradient": "hyper_node_gradient",
-}
+# YAML switch name -> attribute name: built from the points table (busched.framework.points)
+SWITCHES: dict[str, str] = points.SWITCHES
 
 # Volcano's ApplyPluginConfDefaults leaves these nil when absent, and nil means disabled.
 DEFAULT_OFF: frozenset[str] = frozenset({"hierarchy", "cluster_order"})

@@ -34,9 +34,7 @@ class QuietCycles:
     generation_at_snapshot, cache.generation)``.
     """
 
-    def __init__(self, config: SchedulerConfig, plugins: Registry | None = None) -> None:
-        if plugins is None:
-            from busched.plugins import PLUGINS as plugins  # noqa: N811
+    def __init__(self, config: SchedulerConfig, plugins: Registry) -> None:
         self.enabled = not any(plugins.reads_clock(p.name) for t in config.tiers for p in t.plugins
                                if p.name in plugins)
         self._quiet_at: int | None = None
@@ -87,6 +85,7 @@ def open_session(snapshot: ClusterSnapshot, config: SchedulerConfig, plugins: Re
                 ssn.plugins[opt.name] = plugin
                 plugin.on_session_open(ssn)
                 timings["plugins"].append((opt.name, "OnSessionOpen", perf_counter() - t1))
+        ssn.freeze()  # every plugin has registered: each point's callback lists, resolved once
     except BaseException:
         ssn.abandon()  # what it lent is assembled afresh (busched.fastpath.lending)
         raise

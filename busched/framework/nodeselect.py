@@ -4,14 +4,13 @@
 future idle holds the request, with Volcano's predicate error cache (keyed by
 job and task role) and feasible-node sampling: the session's fast path decides
 with masks (`busched.fastpath.search`), the plain walk (`Search.walk`) is the
-reference.  `prioritize_nodes` sums map/reduce, plain and batch
+reference.  `prioritize_nodes` sums the plain and batch
 node-order scores; `select_best_node` takes the highest, ties broken by the
 session's seeded random source.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -176,7 +175,7 @@ class Search:
 
 
 def prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[float, list[NodeInfo]]:
-    """Score each node: reduce(map scores) + plain node-order scores + batch scores.  A node-order
+    """Score each node: plain node-order scores + batch scores.  A node-order
     plugin that fails on the task: no node (the failure is the task's fit error)."""
     try:
         return _prioritize_nodes(ssn, task, nodes)
@@ -212,18 +211,13 @@ def _prioritize_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> di
             for node, s in zip(nodes, fast.tolist()):
                 by_score.setdefault(s, []).append(node)
             return by_score
-    plugin_scores: dict[str, list[list]] = {}
     order_scores: dict[str, float] = {}
     for node in nodes:
-        maps, order = ssn.node_order_map_fn(task, node)
-        for plugin, s in maps.items():
-            plugin_scores.setdefault(plugin, []).append([node.name, math.floor(s)])
-        order_scores[node.name] = order
-    reduced = ssn.node_order_reduce_fn(task, plugin_scores)
+        order_scores[node.name] = ssn.node_order_fn(task, node)
     batch = ssn.batch_node_order_fn(task, nodes)
     out: dict[float, list[NodeInfo]] = {}
     for node in nodes:
-        s = reduced.get(node.name, 0.0) + order_scores.get(node.name, 0.0) + batch.get(node.name, 0.0)
+        s = 0.0 + order_scores.get(node.name, 0.0) + batch.get(node.name, 0.0)
         out.setdefault(s, []).append(node)
     return out
 
@@ -238,9 +232,10 @@ def node_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str
 
 
 def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
-    """The node for ``task`` among ``nodes``: a plugin's best-node answer, else the highest score.
-    None when a node-order plugin fails on the task (then that is the task's fit error)."""
-    if ssn.fast is not None and not ssn.has("best_node"):
+    """The node for ``task`` among ``nodes``: the highest score (ties drawn from the session's seeded
+    random source).  None when a node-order plugin fails on the task (then that is the task's fit
+    error).  (Volcano's BestNodeFn point is not offered: no plugin here has one.)"""
+    if ssn.fast is not None:
         fast = _fast_scores(ssn, task, nodes)
         if fast is not None:
             done, best = ssn.fast.pick_unless_nan(ssn, nodes, fast)
@@ -248,12 +243,10 @@ def choose_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo
                 return best
     try:
         scores = _prioritize_nodes(ssn, task, nodes)
-        best = ssn.best_node_fn(task, scores)
     except plugin_errors.PluginFailed as e:
         _task_failed(ssn, task, e)
         return None
-    if best is None:
-        best, _ = select_best_node(ssn, scores)
+    best, _ = select_best_node(ssn, scores)
     return best
 
 

@@ -1,82 +1,53 @@
 """One scheduling cycle's world: the snapshot, the plugins' callbacks, and the decisions made.
 
 A session opens over a `ClusterSnapshot`, lets each configured plugin register
-callbacks on named extension points, and offers actions one method per point
-(``job_order_fn``, ``predicate_fn``, ``job_ready`` ...).  Each method walks the
-tiers with one combine policy from `busched.framework.tiers`.  Actions never see
-plugins.  Decisions (binds, evictions) are recorded on the session; closing it
-recomputes podgroup status.
+callbacks on the typed extension points of `busched.framework.points`, freezes
+them into per-point tier lists once every plugin is open (`Session.freeze`),
+and offers actions one method per point (``job_order_fn``, ``predicate_fn``,
+``job_ready`` ...), each the point's combine policy from
+`busched.framework.tiers` over those lists.  Actions never see plugins; the
+fast paths (busched.fastpath) and explain read the lists and the plugins'
+vectorised twins through ``ssn.hooks`` (`busched.framework.hooks`).  Decisions (binds,
+evictions) are recorded on the session; closing it recomputes podgroup status
+(`busched.framework.phase`).
 """
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from busched import fastpath
 from busched.api.fit import Code, FitError, Status
-from busched.api.job import JobInfo, PodGroupPhase, unsettled
+from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
+from busched.api.snapshot import ClusterSnapshot
+from busched.api.subjob import SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus
-from busched import fastpath
-from busched.framework import hypernodes as topology
-from busched.framework import plugin_errors
 from busched.fastpath import memo as reuse
+from busched.fastpath import order as fastpath_order
+from busched.fastpath.fit import NodeArrays
+from busched.framework import hypernodes as topology
+from busched.framework import orders, phase, plugin_errors, points
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
+from busched.framework.hooks import EventHandler, Hooks
+from busched.framework.phase import is_steady as _is_steady
+from busched.framework.phase import pod_group_phase
+from busched.framework.points import Point, PredicateTwin, ValidateResult
 from busched.framework.pqueue import PriorityQueue
-from busched.api.snapshot import ClusterSnapshot
-from busched.fastpath.fit import NodeArrays
 
-__all__ = ["Session", "POINTS", "Decision", "EventHandler"]
+__all__ = ["Decision", "EventHandler", "Session", "SessionError", "ValidateResult", "fit_error", "pod_group_phase"]
 
-# extension point -> the plugin switch that enables it (None: always on)
-POINTS: dict[str, str | None] = {
-    "job_order": "job_order",
-    "queue_order": "queue_order",
-    "victim_queue_order": None,
-    "cluster_order": "cluster_order",
-    "task_order": "task_order",
-    "sub_job_order": "sub_job_order",
-    "preemptable": "preemptable",
-    "reclaimable": "reclaimable",
-    "job_ready": "job_ready",
-    "job_pipelined": "job_pipelined",
-    "sub_job_ready": "sub_job_ready",
-    "sub_job_pipelined": "sub_job_pipelined",
-    "predicate": "predicate",
-    "pre_predicate": "predicate",
-    "best_node": "best_node",
-    "node_order": "node_order",
-    "batch_node_order": "node_order",
-    "node_map": "node_order",
-    "node_reduce": "node_order",
-    "hyper_node_order": "hyper_node_order",
-    "overused": "overused",
-    "preemptive": "preemptive",
-    "allocatable": "allocatable",
-    "job_valid": None,
-    "job_enqueueable": "job_enqueued",
-    "job_enqueued": "job_enqueued",
-    "target_job": "target_job",
-    "reserved_nodes": "reserved_nodes",
-    "victim_tasks": "victim",
-    "job_starving": "job_starving",
-    "hyper_node_gradient_for_job": "hyper_node_gradient",
-    "hyper_node_gradient_for_sub_job": "hyper_node_gradient",
-}
-
-
-@dataclass
-class EventHandler:
-    """Plugins that keep running totals (drf, proportion, capacity) follow allocations with these."""
-
-    allocate: Callable[[TaskInfo], None] | None = None
-    deallocate: Callable[[TaskInfo], None] | None = None
+F = TypeVar("F")
+W = TypeVar("W")
+# the fit error codes that make a node unusable, for allocate and for preempt / reclaim
+_ALLOCATE_CODES = (Code.Unschedulable, Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait)
+_PREEMPT_CODES = (Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait)
 
 
 @dataclass
@@ -85,13 +56,6 @@ class Decision:
     task: str  # "namespace/name"
     node: str
     reason: str = ""
-
-
-@dataclass
-class ValidateResult:
-    passed: bool
-    reason: str = ""
-    message: str = ""
 
 
 class SessionError(RuntimeError):
@@ -126,8 +90,8 @@ class Session:
         self.event_handlers: list[EventHandler] = []
         self.plugins: dict[str, Any] = {}
         self.enqueue_enabled = config.has_action("enqueue")
-        self._fns: dict[str, dict[str, Any]] = {p: {} for p in POINTS}
-        self._resolved: dict[str, tw.Tiers] = {}
+        self.hooks = Hooks(self.tiers)  # the plugins' callbacks (busched.framework.hooks)
+        self._lists = self.hooks.lists  # point -> its callbacks by tier, for the dispatchers
         self.cycle_state: dict[str, dict[str, Any]] = {}  # per-task scratch, keyed by task uid
         # state several plugins share for this session only (the predicates' pod view); it lives and
         # dies with the session (a global map keyed by session would keep every session alive)
@@ -168,50 +132,73 @@ class Session:
     split = reuse.split
     summed = reuse.summed
 
-    # -- registration (plugins) ---------------------------------------------------
-    def add_fn(self, point: str, plugin: str, fn: Any) -> None:
-        if point not in POINTS:
-            raise SessionError(f"unknown extension point {point!r}")
-        self._fns[point][plugin] = fn
-        self._resolved.pop(point, None)
+    # -- registration (plugins) and the resolved lists (actions, fast paths) -----------
+    def add_fn(self, point: Point[F, W], plugin: str, fn: F, twin: W | None = None) -> None:
+        """Register ``plugin``'s callback on ``point``, with its vectorised twin or sort key if it has one."""
+        self.hooks.add(point, plugin, fn, twin)
 
     def add_event_handler(self, handler: EventHandler) -> None:
         self.event_handlers.append(handler)
 
-    def _tiers(self, point: str) -> tw.Tiers:
-        r = self._resolved.get(point)
-        if r is None:
-            r = self._resolved[point] = tw.resolve(self.tiers, self._fns[point], POINTS[point])
-        return r
+    def freeze(self) -> None:
+        """Resolve every point's lists once every plugin has registered (`open_session` calls it)."""
+        self.hooks.freeze()
 
-    def has(self, point: str) -> bool:
-        return any(self._tiers(point))
+    def has(self, point: Point[Any, Any]) -> bool:
+        return any(self._lists[point])
+
+    def predicate_twins(self, fn: Callable[[TaskInfo, NodeInfo], None]) -> list[PredicateTwin] | None:
+        """The twins answering for ``fn`` when ``fn`` is this session's allocate predicate (it raises
+        exactly where a predicate plugin does) and every predicate plugin has one; else None."""
+        if fn != self.predicate_for_allocate:
+            return None
+        out: list[PredicateTwin] = []
+        for _, _, twin in self.hooks.with_twins(points.PREDICATE):
+            if twin is None:
+                return None
+            out.append(twin)
+        return out
+
+    # what the fast path reads (it never names a point): each callback of a point it vectorises, in
+    # tier order, with its twin (None: the callback has none)
+    def job_order_twins(self) -> list[tuple[str, points.JobOrderFn, points.JobKey | None]]:
+        return self.hooks.with_twins(points.JOB_ORDER)
+
+    def task_order_twins(self) -> list[tuple[str, points.TaskOrderFn, points.TaskKey | None]]:
+        return self.hooks.with_twins(points.TASK_ORDER)
+
+    def node_order_twins(self) -> list[tuple[str, points.NodeOrderFn, points.NodeOrderTwin | None]]:
+        return self.hooks.with_twins(points.NODE_ORDER)
+
+    def batch_node_order_twins(self) -> list[tuple[str, points.BatchNodeOrderFn, points.BatchNodeOrderTwin | None]]:
+        return self.hooks.with_twins(points.BATCH_NODE_ORDER)
 
     def switch_on(self, plugin: str, switch: str) -> bool:
         """Whether ``plugin`` is configured with ``switch`` (an attribute name of SWITCHES) on."""
-        for tier in self.tiers:
-            for p in tier.plugins:
-                if p.name == plugin:
-                    return p.enabled(switch)
-        return False
+        return self.hooks.switch_on(plugin, switch)
 
     def simulates_evictions(self) -> bool:
         """Whether a plugin with pre-predicate state follows trial evictions (Volcano calls its
         simulate hooks only for plugins whose preemptable or allocatable switch is on)."""
-        pre = self._fns["pre_predicate"]
-        return any(p.name in pre and (p.enabled("preemptable") or p.enabled("allocatable"))
-                   for tier in self.tiers for p in tier.plugins)
+        return self.hooks.simulates_evictions()
 
-    # -- orders ------------------------------------------------------------------
+    def _failed(self, plugin: str, args: tuple[Any, ...], error: Exception) -> Exception:
+        """A callback raised something not a FitError: the task fails, naming the plugin."""
+        node = args[1] if len(args) > 1 else None
+        return plugin_errors.failed(plugin, args[0], node.name if isinstance(node, NodeInfo) else "", error, self)
+
+    # -- orders (fallbacks and the victims queue: busched.framework.orders) -------------
     def job_order_compare(self, l: JobInfo, r: JobInfo) -> int:
-        return tw.first_decision(self._tiers("job_order"), l, r)
+        return tw.first_decision(self._lists[points.JOB_ORDER], l, r)
 
-    def job_order_key(self) -> Callable[[JobInfo], tuple] | None:
+    def job_order_key(self) -> Callable[[JobInfo], tuple[Any, ...]] | None:
         """A sort key equal to `job_order_fn` when every job-order plugin offers one, else None.
         Only for a queue whose jobs do not change while they wait (busched.fastpath.order)."""
-        from busched.fastpath.order import job_order_key
+        return fastpath_order.job_order_key(self)
 
-        return job_order_key(self)
+    def task_order_key(self, tasks: list[TaskInfo]) -> Callable[[TaskInfo], tuple[Any, ...]] | None:
+        """A sort key equal to `task_order_fn` over ``tasks``, or None (busched.fastpath.order)."""
+        return fastpath_order.task_order_key(self, tasks)
 
     def job_order_fn(self, l: JobInfo, r: JobInfo) -> bool:
         c = self.job_order_compare(l, r)
@@ -222,7 +209,7 @@ class Session:
         return l.uid < r.uid
 
     def queue_order_fn(self, l: QueueInfo, r: QueueInfo) -> bool:
-        c = tw.first_decision(self._tiers("queue_order"), l, r)
+        c = tw.first_decision(self._lists[points.QUEUE_ORDER], l, r)
         if c:
             return c < 0
         if l.created != r.created:
@@ -230,74 +217,59 @@ class Session:
         return l.uid < r.uid
 
     def victim_queue_order_fn(self, l: QueueInfo, r: QueueInfo, preemptor: QueueInfo) -> bool:
-        c = tw.first_decision(self._tiers("victim_queue_order"), l, r, preemptor)
+        c = tw.first_decision(self._lists[points.VICTIM_QUEUE_ORDER], l, r, preemptor)
         if c:
             return c < 0
         return not self.queue_order_fn(l, r)
 
     def task_order_compare(self, l: TaskInfo, r: TaskInfo) -> int:
-        return tw.first_decision(self._tiers("task_order"), l, r)
+        return tw.first_decision(self._lists[points.TASK_ORDER], l, r)
 
     def task_order_fn(self, l: TaskInfo, r: TaskInfo) -> bool:
         c = self.task_order_compare(l, r)
         if c:
             return c < 0
-        return _compare_task_index(l, r)
+        return orders.compare_task_index(l, r)
 
     def sort_tasks(self, tasks: Iterable[TaskInfo]) -> list[TaskInfo]:
-        return sorted(tasks, key=functools.cmp_to_key(lambda a, b: -1 if self.task_order_fn(a, b)
-                                                      else (1 if self.task_order_fn(b, a) else 0)))
+        return orders.sort_tasks(self, tasks)
 
     def build_victims_queue(self, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue[TaskInfo]:
-        """Victims in eviction order: queue, job and task order reversed (BuildVictimsPriorityQueue)."""
-
-        def job_then_task(lj: JobInfo, rj: JobInfo, l: TaskInfo, r: TaskInfo) -> bool:
-            c = self.job_order_compare(lj, rj)
-            if c:
-                return c > 0
-            return not self.task_order_fn(l, r)
-
-        def less(l: TaskInfo, r: TaskInfo) -> bool:
-            if l.job == r.job:
-                return not self.task_order_fn(l, r)
-            lj, rj = self.jobs.get(l.job), self.jobs.get(r.job)
-            pj = self.jobs.get(preemptor.job)
-            if lj is None or rj is None:
-                if lj is None and rj is None:
-                    return not self.task_order_fn(l, r)
-                return lj is None
-            if pj is None:
-                return job_then_task(lj, rj, l, r)
-            if lj.queue != rj.queue:
-                return self.victim_queue_order_fn(self.queues[lj.queue], self.queues[rj.queue],
-                                                  self.queues[pj.queue])
-            return job_then_task(lj, rj, l, r)
-
-        return PriorityQueue(less, victims)
+        return orders.victims_queue(self, victims, preemptor)
 
     # -- job predicates --------------------------------------------------------------
     def job_ready(self, job: JobInfo) -> bool:
-        return tw.all_pass(self._tiers("job_ready"), job)
+        return tw.all_pass(self._lists[points.JOB_READY], job)
 
     def job_pipelined(self, job: JobInfo) -> bool:
-        return tw.vote(self._tiers("job_pipelined"), job)
+        return tw.vote(self._lists[points.JOB_PIPELINED], job)
 
     def job_starving(self, job: JobInfo) -> bool:
-        return tw.starving_vote(self._tiers("job_starving"), job)
+        return tw.starving_vote(self._lists[points.JOB_STARVING], job)
+
+    def job_valid(self, job: JobInfo) -> ValidateResult | None:
+        vr: ValidateResult | None = tw.first_invalid(self._lists[points.JOB_VALID], job)
+        return vr
+
+    def job_enqueueable(self, job: JobInfo) -> bool:
+        return tw.vote(self._lists[points.JOB_ENQUEUEABLE], job)
+
+    def job_enqueued(self, job: JobInfo) -> None:
+        tw.call_all(self._lists[points.JOB_ENQUEUED], job)
 
     # -- sub-jobs and hypernodes (busched.api.subjob, busched.framework.hypernodes) -------
-    def sub_job_ready(self, job: JobInfo, sub_job: Any) -> bool:
+    def sub_job_ready(self, job: JobInfo, sub_job: SubJobInfo) -> bool:
         if not job.contains_sub_job_policy():
             return self.job_ready(job)
-        return tw.all_pass(self._tiers("sub_job_ready"), sub_job)
+        return tw.all_pass(self._lists[points.SUB_JOB_READY], sub_job)
 
-    def sub_job_pipelined(self, job: JobInfo, sub_job: Any) -> bool:
+    def sub_job_pipelined(self, job: JobInfo, sub_job: SubJobInfo) -> bool:
         if not job.contains_sub_job_policy():
             return self.job_pipelined(job)
-        return tw.vote(self._tiers("sub_job_pipelined"), sub_job)
+        return tw.vote(self._lists[points.SUB_JOB_PIPELINED], sub_job)
 
-    def sub_job_order_fn(self, l: Any, r: Any) -> bool:
-        c = tw.first_decision(self._tiers("sub_job_order"), l, r)
+    def sub_job_order_fn(self, l: SubJobInfo, r: SubJobInfo) -> bool:
+        c = tw.first_decision(self._lists[points.SUB_JOB_ORDER], l, r)
         if c:
             return c < 0
         if l.match_index != r.match_index:
@@ -307,182 +279,71 @@ class Session:
     def hyper_node_gradient_for_job_fn(self, job: JobInfo, hypernode: Any,
                                        purpose: str = "allocate") -> list[list[Any]]:
         """Hypernodes to try for a job, in gradients; the first plugin with an answer decides."""
-        for row in self._tiers("hyper_node_gradient_for_job"):
-            for _, fn in row:
-                return fn(job, hypernode, purpose)
-        return [[hypernode]]
+        return tw.first_plugin(self._lists[points.HYPER_NODE_GRADIENT_FOR_JOB], [[hypernode]], job, hypernode,
+                               purpose)
 
-    def hyper_node_gradient_for_sub_job_fn(self, sub_job: Any, hypernode: Any,
+    def hyper_node_gradient_for_sub_job_fn(self, sub_job: SubJobInfo, hypernode: Any,
                                            purpose: str = "allocate") -> list[list[Any]]:
-        for row in self._tiers("hyper_node_gradient_for_sub_job"):
-            for _, fn in row:
-                return fn(sub_job, hypernode, purpose)
-        return [[hypernode]]
+        return tw.first_plugin(self._lists[points.HYPER_NODE_GRADIENT_FOR_SUB_JOB], [[hypernode]], sub_job,
+                               hypernode, purpose)
 
-    def hyper_node_order_map_fn(self, sub_job: Any,
+    def hyper_node_order_map_fn(self, sub_job: SubJobInfo,
                                 hypernodes: dict[str, list[NodeInfo]]) -> dict[str, dict[str, float]]:
         """Each hypernode-order plugin's scores: plugin -> hypernode -> score."""
-        out: dict[str, dict[str, float]] = {}
-        for row in self._tiers("hyper_node_order"):
-            for name, fn in row:
-                out[name] = fn(sub_job, hypernodes)
-        return out
-
-    def job_valid(self, job: JobInfo) -> ValidateResult | None:
-        for row in self._tiers("job_valid"):
-            for _, fn in row:
-                vr = fn(job)
-                if vr is not None and not vr.passed:
-                    return vr
-        return None
-
-    def job_enqueueable(self, job: JobInfo) -> bool:
-        return tw.vote(self._tiers("job_enqueueable"), job)
-
-    def job_enqueued(self, job: JobInfo) -> None:
-        for row in self._tiers("job_enqueued"):
-            for _, fn in row:
-                fn(job)
-
-    def target_job(self, jobs: list[JobInfo]) -> JobInfo | None:
-        for row in self._tiers("target_job"):
-            for _, fn in row:
-                return fn(jobs)
-        return None
-
-    def reserved_nodes(self) -> None:
-        for row in self._tiers("reserved_nodes"):
-            for _, fn in row:
-                fn()
+        return tw.by_plugin(self._lists[points.HYPER_NODE_ORDER], sub_job, hypernodes)
 
     # -- queue predicates -------------------------------------------------------------
     def overused(self, queue: QueueInfo) -> bool:
-        return tw.any_true(self._tiers("overused"), queue)
+        return tw.any_true(self._lists[points.OVERUSED], queue)
 
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return tw.all_pass(self._tiers("allocatable"), queue, task)
+        return tw.all_pass(self._lists[points.ALLOCATABLE], queue, task)
 
     def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return tw.all_pass(self._tiers("preemptive"), queue, task)
+        return tw.all_pass(self._lists[points.PREEMPTIVE], queue, task)
 
     # -- victims -----------------------------------------------------------------------
     def preemptable(self, preemptor: TaskInfo, preemptees: list[TaskInfo]) -> list[TaskInfo]:
-        return tw.intersect_victims(self._tiers("preemptable"), preemptor, preemptees) or []
+        return tw.intersect_victims(self._lists[points.PREEMPTABLE], preemptor, preemptees) or []
 
     def reclaimable(self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> list[TaskInfo]:
-        return tw.intersect_victims(self._tiers("reclaimable"), reclaimer, reclaimees) or []
+        return tw.intersect_victims(self._lists[points.RECLAIMABLE], reclaimer, reclaimees) or []
 
     def victim_tasks(self, tasks: list[TaskInfo]) -> list[TaskInfo]:
-        return tw.union_victims(self._tiers("victim_tasks"), tasks)
+        return tw.union_victims(self._lists[points.VICTIM_TASKS], tasks)
 
     # -- node selection ---------------------------------------------------------------------
     # (a callback that raises anything but a FitError fails the task, naming the plugin:
     # busched.framework.plugin_errors; the try costs nothing until something raises)
     def pre_predicate_fn(self, task: TaskInfo) -> None:
         """Raise `FitError` when a task can fit no node at all."""
-        for row in self._tiers("pre_predicate"):
-            for name, fn in row:
-                try:
-                    fn(task)
-                except FitError:
-                    raise
-                except Exception as e:
-                    raise plugin_errors.failed(name, task, "", e, self) from e
+        tw.first_failure(self._lists[points.PRE_PREDICATE], self._failed, task)
 
     def predicate_fn(self, task: TaskInfo, node: NodeInfo) -> None:
         """Raise the first failing plugin's `FitError`."""
-        for row in self._tiers("predicate"):
-            for name, fn in row:
-                try:
-                    fn(task, node)
-                except FitError:
-                    raise
-                except Exception as e:
-                    raise plugin_errors.failed(name, task, node.name, e, self) from e
+        tw.first_failure(self._lists[points.PREDICATE], self._failed, task, node)
 
     def predicate_for_allocate(self, task: TaskInfo, node: NodeInfo) -> None:
+        self._predicate_failing_on(_ALLOCATE_CODES, task, node)
+
+    def predicate_for_preempt(self, task: TaskInfo, node: NodeInfo) -> None:
+        self._predicate_failing_on(_PREEMPT_CODES, task, node)
+
+    def _predicate_failing_on(self, codes: tuple[Code, ...], task: TaskInfo, node: NodeInfo) -> None:
+        """`predicate_fn`, a FitError kept only when it has one of ``codes``."""
         try:
             self.predicate_fn(task, node)
         except FitError as e:
-            if e.has(Code.Unschedulable, Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait):
+            if e.has(*codes):
                 raise
         except Exception as e:  # a plugin bug must not kill the cycle: the node is just unusable
             raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
 
-    def predicate_for_preempt(self, task: TaskInfo, node: NodeInfo) -> None:
-        try:
-            self.predicate_fn(task, node)
-        except FitError as e:
-            if e.has(Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait):
-                raise
-        except Exception as e:
-            raise FitError(task.key, node.name, [Status(Code.Error, str(e))]) from e
-
     def node_order_fn(self, task: TaskInfo, node: NodeInfo) -> float:
-        total: float = 0  # (as sum() gave it)
-        for row in self._tiers("node_order"):
-            for name, fn in row:
-                try:
-                    total += fn(task, node)
-                except Exception as e:
-                    raise plugin_errors.failed(name, task, node.name, e, self) from e
-        return total
+        return tw.sum_scores(self._lists[points.NODE_ORDER], self._failed, task, node)
 
     def batch_node_order_fn(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for row in self._tiers("batch_node_order"):
-            for plugin, fn in row:
-                try:
-                    scores = fn(task, nodes)
-                except Exception as e:
-                    raise plugin_errors.failed(plugin, task, "", e, self) from e
-                for name, s in scores.items():
-                    out[name] = out.get(name, 0.0) + s
-        return out
-
-    def node_order_map_fn(self, task: TaskInfo, node: NodeInfo) -> tuple[dict[str, float], float]:
-        """Per plugin map scores (for a later reduce) and the summed plain node-order score."""
-        maps: dict[str, float] = {}
-        order = 0.0
-        order_fns = self._fns["node_order"]
-        map_fns = self._fns["node_map"]
-        for tier in self.tiers:
-            for p in tier.plugins:
-                if not p.enabled("node_order"):
-                    continue
-                try:
-                    if p.name in order_fns:
-                        order += order_fns[p.name](task, node)
-                    if p.name in map_fns:
-                        maps[p.name] = map_fns[p.name](task, node)
-                except Exception as e:
-                    raise plugin_errors.failed(p.name, task, node.name, e, self) from e
-        return maps, order
-
-    def node_order_reduce_fn(self, task: TaskInfo, plugin_scores: dict[str, list[list[Any]]]) -> dict[str, float]:
-        """Each reduce callback may rewrite its plugin's ``[[node, score], ...]`` list in place."""
-        out: dict[str, float] = {}
-        for row in self._tiers("node_reduce"):
-            for name, fn in row:
-                scores = plugin_scores.get(name, [])
-                try:
-                    fn(task, scores)
-                except Exception as e:
-                    raise plugin_errors.failed(name, task, "", e, self) from e
-                for node, s in scores:
-                    out[node] = out.get(node, 0.0) + s
-        return out
-
-    def best_node_fn(self, task: TaskInfo, node_scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
-        for row in self._tiers("best_node"):
-            for name, fn in row:
-                try:
-                    r = fn(task, node_scores)
-                except Exception as e:
-                    raise plugin_errors.failed(name, task, "", e, self) from e
-                if r is not None:
-                    return r
-        return None
+        return tw.sum_maps(self._lists[points.BATCH_NODE_ORDER], self._failed, task, nodes)
 
     # -- state changes ---------------------------------------------------------------------
     def _on_allocate(self, task: TaskInfo) -> None:
@@ -579,50 +440,11 @@ class Session:
             self._lease.in_session = False
 
     def _unschedulable(self, conds: list[dict[str, Any]]) -> bool:
-        return any(c.get("type") == "Unschedulable" and c.get("status") == "True"
-                   and c.get("transitionID") == self.uid for c in conds)
-
-
-def _is_steady(job: JobInfo) -> bool:
-    return (job.has_podgroup and not job.written
-            and reuse.job_value(job, ("phase", job.phase, False), lambda j: pod_group_phase(j, False)) == job.phase)
+        return phase.unschedulable(conds, self.uid)
 
 
 def _allocatable(n: NodeInfo) -> Resource:
     return n.allocatable
-
-
-def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:
-    if job.count(TaskStatus.Running) and unschedulable:
-        return PodGroupPhase.Unknown
-    scheduled = job.scheduled_task_num() + job.releasing_scheduled_task_num()
-    if scheduled >= job.min_available:
-        if scheduled == job.completed_task_num():
-            return PodGroupPhase.Completed
-        return PodGroupPhase.Running
-    if job.phase != PodGroupPhase.Inqueue:
-        return PodGroupPhase.Pending
-    return job.phase
-
-
-def _pod_index(name: str) -> int | None:
-    parts = name.split("-")
-    if len(parts) >= 3:
-        try:
-            return int(parts[-1])
-        except ValueError:
-            return None
-    return None
-
-
-def _compare_task_index(l: TaskInfo, r: TaskInfo) -> bool:
-    """Volcano's CompareTask: pod index from the name, then creation order, then uid."""
-    li, ri = _pod_index(l.name), _pod_index(r.name)
-    if li is None or ri is None or li == ri:
-        if l.created != r.created:
-            return l.created < r.created
-        return l.uid < r.uid
-    return li < ri
 
 
 def fit_error(task: TaskInfo, node: NodeInfo, reason: str, plugin: str = "",

@@ -1,27 +1,38 @@
 """The tier walk, written once, and the ways Volcano combines plugin answers.
 
-Every extension point is a map plugin-name -> callback, filled by plugins when
-the session opens.  `resolve` turns one point into a list of tiers, each a
-list of callbacks in configuration order, keeping only plugins whose switch
-for that point is on.  The combine functions below are the handful of
-policies Volcano's ``session_plugins.go`` repeats per point.
+Every extension point (`busched.framework.points`) is a map plugin-name ->
+callback, filled by plugins when the session opens.  `resolve` turns one point
+into a list of tiers, each a list of ``(plugin, callback)`` in configuration
+order, keeping only plugins whose switch for that point is on.  The combine
+functions below are the policies Volcano's ``session_plugins.go`` repeats per
+point; every session dispatcher is one of them over the resolved tiers, and
+each point names its own in the points table.
+
+The walkers that call plugin code on behalf of a task (predicates, node
+order) take ``fail(plugin, args, error) -> Exception``: a callback that raises
+anything but a `FitError` is reported as that plugin's failure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from busched.framework.config import Tier
+from busched.api.fit import FitError
 
-__all__ = ["resolve", "first_decision", "all_pass", "any_true", "vote", "starving_vote", "intersect_victims",
-           "union_victims", "sum_scores", "first_answer"]
+if TYPE_CHECKING:
+    from busched.framework.config import Tier
+
+__all__ = ["Fail", "Tiers", "all_pass", "any_true", "by_plugin", "call_all", "first_decision", "first_failure",
+           "first_invalid", "first_plugin", "intersect_victims", "resolve", "starving_vote", "sum_maps",
+           "sum_scores", "union_victims", "vote"]
 
 T = TypeVar("T")
-Tiers = list[list[tuple[str, Callable[..., Any]]]]
+Tiers = list[list[tuple[str, Any]]]
+Fail = Callable[[str, tuple[Any, ...], Exception], Exception]
 
 
-def resolve(tiers: Sequence[Tier], fns: dict[str, Callable[..., Any]], switch: str | None) -> Tiers:
+def resolve(tiers: Sequence[Tier], fns: dict[str, Any], switch: str | None) -> Tiers:
     """Callbacks of one extension point grouped by tier; ``switch`` None means always on."""
     out: Tiers = []
     for tier in tiers:
@@ -40,7 +51,7 @@ def first_decision(tiers: Tiers, *args: Any) -> int:
     """Order comparators: the first non-zero answer decides (JobOrderFn, TaskOrderFn...)."""
     for row in tiers:
         for _, fn in row:
-            r = fn(*args)
+            r: int = fn(*args)
             if r:
                 return r
     return 0
@@ -120,7 +131,8 @@ def _identity(v: Any) -> Any:
 
 
 def union_victims(tiers: Tiers, tasks: list[T]) -> list[T]:
-    """VictimTasks: the union of every plugin's picks; the first tier with any pick decides."""
+    """VictimTasks: the union of every plugin's picks (each plugin registers a list of callbacks);
+    the first tier with any pick decides."""
     for row in tiers:
         picked: dict[int, T] = {}
         for _, fns in row:
@@ -132,16 +144,75 @@ def union_victims(tiers: Tiers, tasks: list[T]) -> list[T]:
     return []
 
 
-def sum_scores(tiers: Tiers, *args: Any) -> float:
-    """NodeOrder: the sum of every plugin's score."""
-    return sum(fn(*args) for row in tiers for _, fn in row)
+def first_failure(tiers: Tiers, fail: Fail, *args: Any) -> None:
+    """PrePredicate, Predicate: every callback runs until one raises; a `FitError` is the answer,
+    anything else the plugin's failure (``fail``)."""
+    for row in tiers:
+        for name, fn in row:
+            try:
+                fn(*args)
+            except FitError:
+                raise
+            except Exception as e:
+                raise fail(name, args, e) from e
 
 
-def first_answer(tiers: Tiers, *args: Any) -> Any:
-    """BestNode, TargetJob: the first callback that answers (not None) decides."""
+def sum_scores(tiers: Tiers, fail: Fail, *args: Any) -> float:
+    """NodeOrder: the sum of every plugin's score (from an int 0, as Go's sum of float64 reads)."""
+    total: float = 0
+    for row in tiers:
+        for name, fn in row:
+            try:
+                total += fn(*args)
+            except Exception as e:
+                raise fail(name, args, e) from e
+    return total
+
+
+def sum_maps(tiers: Tiers, fail: Fail, *args: Any) -> dict[str, float]:
+    """BatchNodeOrder: every plugin's ``{node: score}`` summed per node."""
+    out: dict[str, float] = {}
+    for row in tiers:
+        for plugin, fn in row:
+            try:
+                scores = fn(*args)
+            except Exception as e:
+                raise fail(plugin, args, e) from e
+            for name, s in scores.items():
+                out[name] = out.get(name, 0.0) + s
+    return out
+
+
+def first_invalid(tiers: Tiers, *args: Any) -> Any:
+    """JobValid: the first answer that did not pass, else None."""
     for row in tiers:
         for _, fn in row:
-            r = fn(*args)
-            if r is not None:
-                return r
+            vr = fn(*args)
+            if vr is not None and not vr.passed:
+                return vr
     return None
+
+
+def call_all(tiers: Tiers, *args: Any) -> None:
+    """JobEnqueued: a notification every callback hears."""
+    for row in tiers:
+        for _, fn in row:
+            fn(*args)
+
+
+def first_plugin(tiers: Tiers, default: T, *args: Any) -> T:
+    """HyperNodeGradientFor(Sub)Job: the first callback's answer, whatever it is; ``default`` when none."""
+    for row in tiers:
+        for _, fn in row:
+            r: T = fn(*args)
+            return r
+    return default
+
+
+def by_plugin(tiers: Tiers, *args: Any) -> dict[str, Any]:
+    """HyperNodeOrder: every callback's answer, by plugin."""
+    out: dict[str, Any] = {}
+    for row in tiers:
+        for name, fn in row:
+            out[name] = fn(*args)
+    return out

@@ -29,7 +29,7 @@ from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 from busched.fastpath import binpack as kernel
-from busched.kernels.batch import with_batch
+from busched.framework import points
 
 __all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE"]
 
@@ -107,7 +107,7 @@ class BinpackPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         if self.weights.weight != 0:
-            ssn.add_fn("node_order", self.name, with_batch(self.score, self.score_batch))
+            ssn.add_fn(points.NODE_ORDER, self.name, self.score, twin=self.score_batch)
 
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return binpack_score(task, node, self.weights)

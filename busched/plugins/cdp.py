@@ -22,6 +22,7 @@ from typing import Any
 
 from busched.api.duration import DurationError, parse_duration
 from busched.api.task import TaskInfo, TaskStatus
+from busched.framework import points
 from busched.framework.session import Session
 
 __all__ = ["CdpPlugin", "COOLDOWN_TIME_KEY", "cooldown_of", "cooling_down"]
@@ -66,5 +67,5 @@ class CdpPlugin:
         def victims(_: TaskInfo, candidates: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             return [t for t in candidates if not cooling_down(t, ssn.now)], PERMIT
 
-        ssn.add_fn("preemptable", self.name, victims)
-        ssn.add_fn("reclaimable", self.name, victims)
+        ssn.add_fn(points.PREEMPTABLE, self.name, victims)
+        ssn.add_fn(points.RECLAIMABLE, self.name, victims)

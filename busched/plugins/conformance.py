@@ -7,6 +7,7 @@ from typing import Any
 
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
@@ -26,5 +27,5 @@ class ConformancePlugin:
                        if t.priority_class_name not in CRITICAL_CLASSES and t.namespace != SYSTEM_NAMESPACE]
             return victims, 1
 
-        ssn.add_fn("preemptable", self.name, evictable)
-        ssn.add_fn("reclaimable", self.name, evictable)
+        ssn.add_fn(points.PREEMPTABLE, self.name, evictable)
+        ssn.add_fn(points.RECLAIMABLE, self.name, evictable)

@@ -28,7 +28,7 @@ from busched.framework.arguments import Arguments
 from busched.fastpath.memo import Pairs
 from busched.framework.session import EventHandler, Session
 from busched.framework.shares import calculate_share
-from busched.kernels.batch import with_key
+from busched.framework import points
 
 __all__ = ["DrfPlugin"]
 
@@ -236,11 +236,12 @@ class DrfPlugin:
                 self.total_allocated.add(attr.allocated)
                 self._update_hierarchical_share(self.root, self.total_allocated, job, attr, queue)
 
-        ssn.add_fn("preemptable", self.name, self._preemptable)
-        ssn.add_fn("job_order", self.name, with_key(self._job_order, lambda j: self.share(j.uid)))
+        ssn.add_fn(points.PREEMPTABLE, self.name, self._preemptable)
+        ssn.add_fn(points.JOB_ORDER, self.name, self._job_order,
+                   twin=lambda j: self.share(j.uid))
         if self.hierarchy:
-            ssn.add_fn("queue_order", self.name, self._queue_order)
-            ssn.add_fn("reclaimable", self.name, lambda r, cands: self._reclaimable(ssn, r, cands))
+            ssn.add_fn(points.QUEUE_ORDER, self.name, self._queue_order)
+            ssn.add_fn(points.RECLAIMABLE, self.name, lambda r, cands: self._reclaimable(ssn, r, cands))
 
         def on_allocate(task: TaskInfo) -> None:
             self._on_event(ssn, task, +1)

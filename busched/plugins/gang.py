@@ -14,8 +14,8 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session, ValidateResult
-from busched.kernels.batch import with_key
 
 NOT_ENOUGH_PODS_OF_TASK = "NotEnoughPodsOfTask"
 NOT_ENOUGH_PODS = "NotEnoughTasks"
@@ -44,7 +44,7 @@ class GangPlugin:
                                       f"min: {job.min_available}")
             return None
 
-        ssn.add_fn("job_valid", self.name, valid)
+        ssn.add_fn(points.JOB_VALID, self.name, valid)
 
         def evictable(_: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             occupied: dict[str, int] = {}
@@ -60,8 +60,8 @@ class GangPlugin:
                     victims.append(t)
             return victims, 1
 
-        ssn.add_fn("preemptable", self.name, evictable)
-        ssn.add_fn("reclaimable", self.name, evictable)
+        ssn.add_fn(points.PREEMPTABLE, self.name, evictable)
+        ssn.add_fn(points.RECLAIMABLE, self.name, evictable)
 
         def job_order(l: JobInfo, r: JobInfo) -> int:
             lr, rr = l.is_ready(), r.is_ready()
@@ -69,17 +69,17 @@ class GangPlugin:
                 return 0
             return 1 if lr else -1
 
-        ssn.add_fn("job_order", self.name, with_key(job_order, lambda j: 1 if j.is_ready() else 0))
-        ssn.add_fn("job_ready", self.name,
+        ssn.add_fn(points.JOB_ORDER, self.name, job_order, twin=lambda j: 1 if j.is_ready() else 0)
+        ssn.add_fn(points.JOB_READY, self.name,
                    lambda j: j.check_task_ready() and j.check_sub_job_ready() and j.is_ready())
-        ssn.add_fn("job_pipelined", self.name,
+        ssn.add_fn(points.JOB_PIPELINED, self.name,
                    lambda j: 1 if j.check_task_pipelined() and j.check_sub_job_pipelined() and j.is_pipelined()
                    else -1)
         # sub-jobs (busched.api.subjob): the same gang rules, one sub-job at a time
-        ssn.add_fn("sub_job_order", self.name, lambda l, r: job_order(l, r))
-        ssn.add_fn("sub_job_ready", self.name, lambda sj: sj.is_ready())
-        ssn.add_fn("sub_job_pipelined", self.name, lambda sj: 1 if sj.is_pipelined() else -1)
-        ssn.add_fn("job_starving", self.name, lambda j: j.is_starving())
+        ssn.add_fn(points.SUB_JOB_ORDER, self.name, lambda l, r: job_order(l, r))
+        ssn.add_fn(points.SUB_JOB_READY, self.name, lambda sj: sj.is_ready())
+        ssn.add_fn(points.SUB_JOB_PIPELINED, self.name, lambda sj: 1 if sj.is_pipelined() else -1)
+        ssn.add_fn(points.JOB_STARVING, self.name, lambda j: j.is_starving())
 
     def on_session_close(self, ssn: Session) -> None:
         # one dict, and one list, for every ready job: conditions are replaced, never changed in place

@@ -46,6 +46,7 @@ from busched.api.resource import CPU, MEMORY, Resource
 from busched.api.subjob import JOB_ALLOCATED_HYPERNODE, SubJobInfo, hard_topology
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.hypernodes import HyperNodeInfo, Topology
 from busched.framework.session import EventHandler, Session
 
@@ -142,8 +143,8 @@ class NetworkTopologyAwarePlugin:
                 self.usage[hn].used.sub(task.resreq)
 
         ssn.add_event_handler(EventHandler(allocate=on_allocate, deallocate=on_deallocate))
-        ssn.add_fn("hyper_node_order", self.name, lambda sj, hns: self.hyper_node_order(ssn, sj, hns))
-        ssn.add_fn("batch_node_order", self.name, lambda task, nodes: self.batch_node_order(ssn, task, nodes))
+        ssn.add_fn(points.HYPER_NODE_ORDER, self.name, lambda sj, hns: self.hyper_node_order(ssn, sj, hns))
+        ssn.add_fn(points.BATCH_NODE_ORDER, self.name, lambda task, nodes: self.batch_node_order(ssn, task, nodes))
 
         def job_gradient(job: JobInfo, hn: HyperNodeInfo, purpose: str) -> list[list[HyperNodeInfo]]:
             hard, tier = job.is_hard_topology_mode()
@@ -157,8 +158,8 @@ class NetworkTopologyAwarePlugin:
                 return [[hn]]
             return self._gradients(topo, hn, tier, sj.allocated_hypernode, sj.get_min_resources(), purpose)
 
-        ssn.add_fn("hyper_node_gradient_for_job", self.name, job_gradient)
-        ssn.add_fn("hyper_node_gradient_for_sub_job", self.name, sub_job_gradient)
+        ssn.add_fn(points.HYPER_NODE_GRADIENT_FOR_JOB, self.name, job_gradient)
+        ssn.add_fn(points.HYPER_NODE_GRADIENT_FOR_SUB_JOB, self.name, sub_job_gradient)
 
     # -- gradients --------------------------------------------------------------------------
     def _gradients(self, topo: Topology, hn: HyperNodeInfo, highest_tier: int, allocated: str,

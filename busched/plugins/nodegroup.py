@@ -42,6 +42,7 @@ from busched.api.queue import QueueInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo, allocated_status
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import EventHandler, Session, fit_error
 
 __all__ = ["NodeGroupPlugin", "NODE_GROUP_NAME_KEY", "NODE_GROUP_RESOURCE_LIMITS_KEY"]
@@ -205,8 +206,8 @@ class NodeGroupPlugin:
                 if allocated_status(status):
                     for t in tasks.values():
                         self._account(attr, t, +1)
-        ssn.add_fn("node_order", self.name, self._node_order)
-        ssn.add_fn("predicate", self.name, self._predicate)
+        ssn.add_fn(points.NODE_ORDER, self.name, self._node_order)
+        ssn.add_fn(points.PREDICATE, self.name, self._predicate)
         ssn.add_event_handler(EventHandler(allocate=lambda t: self._on_event(t, +1),
                                            deallocate=lambda t: self._on_event(t, -1)))
 

@@ -31,12 +31,12 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.podview import (SessionPods, count_matching, non_zero_requests, pod_requests, pod_terms,
                                         session_pods)
 from busched.framework.session import Session
 from busched.fastpath import nodeorder as kernel
-from busched.kernels.batch import with_batch
 from busched.api import k8s
 
 __all__ = ["NodeOrderPlugin", "weights_from", "DEFAULT_WEIGHTS"]
@@ -314,11 +314,10 @@ class NodeOrderPlugin:
     def on_session_open(self, ssn: Session) -> None:
         self.view = session_pods(ssn)
         # each callback carries its vectorised twin (busched.fastpath.nodeorder)
-        ssn.add_fn("node_order", self.name,
-                   with_batch(self.node_order, lambda t, arrays, rows: kernel.node_order(self, t, arrays, rows)))
-        ssn.add_fn("batch_node_order", self.name,
-                   with_batch(self.batch_node_order,
-                              lambda t, arrays, rows, nodes: kernel.batch_node_order(self, t, arrays, rows, nodes)))
+        ssn.add_fn(points.NODE_ORDER, self.name, self.node_order,
+                   twin=lambda t, arrays, rows: kernel.node_order(self, t, arrays, rows))
+        ssn.add_fn(points.BATCH_NODE_ORDER, self.name, self.batch_node_order,
+                   twin=lambda t, arrays, rows, nodes: kernel.batch_node_order(self, t, arrays, rows, nodes))
 
     def node_order(self, task: TaskInfo, node: NodeInfo) -> float:
         w = self.weights["imagelocality.weight"]

@@ -20,6 +20,7 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session
 
 __all__ = ["OvercommitPlugin", "DEFAULT_OVERCOMMIT_FACTOR"]
@@ -68,8 +69,8 @@ class OvercommitPlugin:
         self.idle = ssn.total_resource.clone().multi(self.factor).sub(used)
         self.inqueue = ssn.summed("overcommit.inqueue", list(ssn.jobs.values()), _inqueue_at_open).clone()
 
-        ssn.add_fn("job_enqueueable", self.name, self.enqueueable)
-        ssn.add_fn("job_enqueued", self.name, self.enqueued)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, self.enqueueable)
+        ssn.add_fn(points.JOB_ENQUEUED, self.name, self.enqueued)
 
     def enqueueable(self, job: JobInfo) -> int:
         if job.min_resources is None:

@@ -37,6 +37,7 @@ from typing import Any
 from busched.api.disruption import PdbError, PodDisruptionBudget, parse_pdb  # noqa: F401 (re-exported)
 from busched.api.task import TaskInfo, TaskStatus, completed_status
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session
 
 __all__ = ["PdbPlugin", "PodDisruptionBudget", "parse_pdb", "disruptions_allowed", "PdbError", "PDBS_KEY"]
@@ -119,6 +120,6 @@ class PdbPlugin:
         def vote(_: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             return self.filter(preemptees), PERMIT
 
-        ssn.add_fn("victim_tasks", self.name, [self.filter])
-        ssn.add_fn("reclaimable", self.name, vote)
-        ssn.add_fn("preemptable", self.name, vote)
+        ssn.add_fn(points.VICTIM_TASKS, self.name, [self.filter])
+        ssn.add_fn(points.RECLAIMABLE, self.name, vote)
+        ssn.add_fn(points.PREEMPTABLE, self.name, vote)

@@ -43,7 +43,7 @@ from busched.framework.arguments import Arguments
 from busched.framework.podview import SessionPods, count_matching, pod_terms, session_pods
 from busched.framework.session import EventHandler, Session
 from busched.fastpath import predicates as kernel
-from busched.kernels.batch import with_batch
+from busched.framework import points
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
 
@@ -205,8 +205,8 @@ class PredicatesPlugin:
         self.cache = {}
         self._states = {}
         ssn.add_event_handler(EventHandler(allocate=self.view.add, deallocate=self.view.remove))
-        ssn.add_fn("pre_predicate", self.name, self.pre_predicate)
-        ssn.add_fn("predicate", self.name, with_batch(self.predicate, self.predicate_batch))
+        ssn.add_fn(points.PRE_PREDICATE, self.name, self.pre_predicate)
+        ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=self.predicate_batch)
 
     def on_session_close(self, ssn: Session) -> None:
         self._states = {}

@@ -8,8 +8,8 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session
-from busched.kernels.batch import with_key
 
 PERMIT = 1
 
@@ -26,11 +26,11 @@ class PriorityPlugin:
         self.arguments = Arguments.of(arguments)
 
     def on_session_open(self, ssn: Session) -> None:
-        ssn.add_fn("task_order", self.name,
-                   with_key(lambda l, r: _desc(l.priority, r.priority), lambda t: -t.priority))
-        ssn.add_fn("job_order", self.name,
-                   with_key(lambda l, r: _desc(l.priority, r.priority), lambda j: -j.priority))
-        ssn.add_fn("sub_job_order", self.name, lambda l, r: _desc(l.priority, r.priority))
+        ssn.add_fn(points.TASK_ORDER, self.name, lambda l, r: _desc(l.priority, r.priority),
+                   twin=lambda t: -t.priority)
+        ssn.add_fn(points.JOB_ORDER, self.name, lambda l, r: _desc(l.priority, r.priority),
+                   twin=lambda j: -j.priority)
+        ssn.add_fn(points.SUB_JOB_ORDER, self.name, lambda l, r: _desc(l.priority, r.priority))
 
         def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             pj = ssn.jobs.get(preemptor.job)
@@ -50,9 +50,9 @@ class PriorityPlugin:
                     victims.append(t)
             return victims, PERMIT
 
-        ssn.add_fn("preemptable", self.name, preemptable)
+        ssn.add_fn(points.PREEMPTABLE, self.name, preemptable)
 
         def starving(job: JobInfo) -> bool:
             return job.ready_task_num() + job.waiting_task_num() < len(job.tasks)
 
-        ssn.add_fn("job_starving", self.name, starving)
+        ssn.add_fn(points.JOB_STARVING, self.name, starving)

@@ -33,6 +33,7 @@ from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import EventHandler, Session
 from busched.framework.shares import calculate_share, queue_usage
 
@@ -153,14 +154,14 @@ class ProportionPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         self.build(ssn)
-        ssn.add_fn("queue_order", self.name, self.queue_order)
-        ssn.add_fn("reclaimable", self.name, lambda r, cands: self.reclaimable(ssn, r, cands))
-        ssn.add_fn("overused", self.name, self.overused)
-        ssn.add_fn("allocatable", self.name, self.task_allocatable)
-        ssn.add_fn("preemptive", self.name,
+        ssn.add_fn(points.QUEUE_ORDER, self.name, self.queue_order)
+        ssn.add_fn(points.RECLAIMABLE, self.name, lambda r, cands: self.reclaimable(ssn, r, cands))
+        ssn.add_fn(points.OVERUSED, self.name, self.overused)
+        ssn.add_fn(points.ALLOCATABLE, self.name, self.task_allocatable)
+        ssn.add_fn(points.PREEMPTIVE, self.name,
                    lambda q, ts: self.queue_allocatable(q, list(ts) if isinstance(ts, (list, tuple)) else [ts]))
-        ssn.add_fn("job_enqueueable", self.name, lambda j: self.enqueueable(ssn, j))
-        ssn.add_fn("job_enqueued", self.name, self.enqueued)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, lambda j: self.enqueueable(ssn, j))
+        ssn.add_fn(points.JOB_ENQUEUED, self.name, self.enqueued)
         ssn.add_event_handler(EventHandler(allocate=lambda t: self._on_event(ssn, t, +1),
                                            deallocate=lambda t: self._on_event(ssn, t, -1)))
 

@@ -45,6 +45,7 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
 from busched.framework.plugin_state import state_of
+from busched.framework import points
 from busched.framework.session import Session
 
 __all__ = ["ReschedulingPlugin", "LowNodeUtilizationConf", "parse_arguments", "low_node_utilization_victims",
@@ -198,4 +199,4 @@ class ReschedulingPlugin:
             if name == LOW_NODE_UTILIZATION:
                 conf = LowNodeUtilizationConf.parse(params.get(name))
                 fns.append(lambda tasks, conf=conf: low_node_utilization_victims(ssn, conf, tasks))
-        ssn.add_fn("victim_tasks", self.name, fns)
+        ssn.add_fn(points.VICTIM_TASKS, self.name, fns)

@@ -41,6 +41,7 @@ from typing import Any
 from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.arguments import (ArgumentError, Arguments, decode_bool, decode_field, decode_float, decode_int,
                                          decode_mapping, decode_str)
 from busched.framework.session import Session, fit_error
@@ -255,9 +256,9 @@ class ResourceStrategyFitPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         if self.proportional is not None:
-            ssn.add_fn("predicate", self.name, self.predicate)
+            ssn.add_fn(points.PREDICATE, self.name, self.predicate)
         if self.strategy.weight > 0 or self.sra.weight > 0:
-            ssn.add_fn("node_order", self.name, self.score)
+            ssn.add_fn(points.NODE_ORDER, self.name, self.score)
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> None:
         assert self.proportional is not None

@@ -18,6 +18,7 @@ from busched.api.job import JobInfo
 from busched.api.quantity import QuantityError, parse_quantity
 from busched.api.resource import CPU, MEMORY, PODS
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session
 
 __all__ = ["ResourceQuotaPlugin", "ResourceList"]
@@ -92,8 +93,8 @@ class ResourceQuotaPlugin:
             ns = rq.get("namespace") or "default"
             entry = (rq.get("name", ""), to_list(rq.get("hard")), to_list(rq.get("used")))
             self.quotas.setdefault(ns, []).append(entry)
-        ssn.add_fn("job_enqueueable", self.name, self._enqueueable)
-        ssn.add_fn("job_enqueued", self.name, self._enqueued)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, self._enqueueable)
+        ssn.add_fn(points.JOB_ENQUEUED, self.name, self._enqueued)
 
     def _enqueueable(self, job: JobInfo) -> int:
         requests = job_min_resources(job)

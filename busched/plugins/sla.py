@@ -13,6 +13,7 @@ from typing import Any
 from busched.api.duration import DurationError, parse_duration
 from busched.api.job import JobInfo
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import Session
 
 WAITING_TIME_KEY = "sla-waiting-time"
@@ -62,6 +63,6 @@ class SlaPlugin:
                 return ABSTAIN
             return PERMIT
 
-        ssn.add_fn("job_order", self.name, job_order)
-        ssn.add_fn("job_enqueueable", self.name, permit)
-        ssn.add_fn("job_pipelined", self.name, permit)
+        ssn.add_fn(points.JOB_ORDER, self.name, job_order)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, permit)
+        ssn.add_fn(points.JOB_PIPELINED, self.name, permit)

@@ -42,6 +42,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TASK_SPEC_KEY, TaskInfo, TaskStatus
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import EventHandler, Session
 
 __all__ = ["TaskTopologyPlugin", "JobManager", "Bucket", "TaskTopology", "read_topology", "TopologyError"]
@@ -356,8 +357,8 @@ class TaskTopologyPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         self._init_buckets(ssn)
-        ssn.add_fn("task_order", self.name, self.task_order)
-        ssn.add_fn("node_order", self.name, self.node_order)
+        ssn.add_fn(points.TASK_ORDER, self.name, self.task_order)
+        ssn.add_fn(points.NODE_ORDER, self.name, self.node_order)
         ssn.add_event_handler(EventHandler(allocate=self._allocated))
 
     def on_session_close(self, ssn: Session) -> None:

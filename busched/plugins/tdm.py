@@ -45,6 +45,7 @@ from busched.api.node import NodeInfo
 from busched.api.task import PREEMPTABLE_KEY, TaskInfo, TaskStatus, parse_bool
 from busched.framework.arguments import Arguments
 from busched.framework.plugin_state import state_of
+from busched.framework import points
 from busched.framework.session import Session, fit_error
 
 __all__ = ["TdmPlugin", "zone_window", "task_revocable_zone", "node_revocable_zone", "max_pod_evict_num",
@@ -245,10 +246,10 @@ class TdmPlugin:
         def job_starving(job: JobInfo) -> bool:
             return not job.preemptable and job.count(TaskStatus.Pending) > 0
 
-        ssn.add_fn("predicate", self.name, predicate)
-        ssn.add_fn("node_order", self.name, node_order)
-        ssn.add_fn("preemptable", self.name, preemptable)
-        ssn.add_fn("victim_tasks", self.name, [victims])
-        ssn.add_fn("job_order", self.name, job_order)
-        ssn.add_fn("job_pipelined", self.name, job_pipelined)
-        ssn.add_fn("job_starving", self.name, job_starving)
+        ssn.add_fn(points.PREDICATE, self.name, predicate)
+        ssn.add_fn(points.NODE_ORDER, self.name, node_order)
+        ssn.add_fn(points.PREEMPTABLE, self.name, preemptable)
+        ssn.add_fn(points.VICTIM_TASKS, self.name, [victims])
+        ssn.add_fn(points.JOB_ORDER, self.name, job_order)
+        ssn.add_fn(points.JOB_PIPELINED, self.name, job_pipelined)
+        ssn.add_fn(points.JOB_STARVING, self.name, job_starving)

@@ -50,6 +50,7 @@ from busched.api.node import NodeInfo
 from busched.api.quantity import QuantityError, milli_value, value
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import EventHandler, Session, fit_error
 
 __all__ = ["UsagePlugin", "UsageArgs", "ShadowLoad", "metrics_fresh", "node_score", "composite",
@@ -255,5 +256,5 @@ class UsagePlugin:
             return node_score(*self._composites(shadow, node), a)
 
         ssn.add_event_handler(EventHandler(allocate=allocated, deallocate=deallocated))
-        ssn.add_fn("predicate", self.name, predicate)
-        ssn.add_fn("node_order", self.name, node_order)
+        ssn.add_fn(points.PREDICATE, self.name, predicate)
+        ssn.add_fn(points.NODE_ORDER, self.name, node_order)

@@ -23,6 +23,7 @@ from busched.api.fit import Code
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus
+from busched.framework import points
 from busched.framework.session import Session, fit_error
 
 __all__ = ["TEST_PLUGINS", "VictimByPriorityPlugin", "DeviceFitAfterEvictionPlugin", "RejecterPlugin"]
@@ -61,7 +62,7 @@ class VictimByPriorityPlugin:
         def victims(tasks: list[TaskInfo]) -> list[TaskInfo]:
             return [t for t in tasks if t.priority == self.priority]
 
-        ssn.add_fn("victim_tasks", self.name, [victims])
+        ssn.add_fn(points.VICTIM_TASKS, self.name, [victims])
 
 
 class DeviceFitAfterEvictionPlugin:
@@ -81,7 +82,7 @@ class DeviceFitAfterEvictionPlugin:
                 if t.name == self.blocking_task and t.status != TaskStatus.Releasing:
                     raise fit_error(task, node, self.reason, self.name, Code.Unschedulable)
 
-        ssn.add_fn("predicate", self.name, predicate)
+        ssn.add_fn(points.PREDICATE, self.name, predicate)
 
 
 class RejecterPlugin:
@@ -94,7 +95,7 @@ class RejecterPlugin:
         def enqueueable(job: JobInfo) -> int:
             return -1 if job.name == self.job else 1
 
-        ssn.add_fn("job_enqueueable", self.name, enqueueable)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, enqueueable)
 
 
 TEST_PLUGINS: dict[str, Callable[[Mapping[str, Any]], Any]] = {

@@ -28,8 +28,10 @@ from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
 from busched.framework.nodeselect import insufficient_reason
+from busched.framework.points import Point
 from busched.framework.session import Session
 from busched.api.snapshot import ClusterSnapshot
 
@@ -192,23 +194,23 @@ def _job_level(inp: Inputs, ssn: Session, jkey: str, spec: Any) -> dict[str, Any
     if vr is not None and not vr.passed:
         return _answer("GangMinMemberUnreachable", f"job {jkey}: {vr.message or vr.reason}", job=jkey)
     if job.is_pending() and ssn.enqueue_enabled and job.min_resources is not None and not ssn.job_enqueueable(job):
-        voters = _voters(ssn, "job_enqueueable", lambda fn: fn(job) < 0)
+        voters = _voters(ssn, points.JOB_ENQUEUEABLE, lambda fn: fn(job) < 0)
         code = "QueueCapabilityExhausted" if _about_capability(ssn, voters) or not voters else "QueueOverused"
         return _answer(code, f"job {jkey} not enqueued: job-enqueueable rejected by {', '.join(voters) or '?'}: "
                              f"its minResources {_res(job.get_min_resources())} do not fit what queue "
                              f"{spec.queue} has left{_capability(queue)}", job=jkey)
     q = ssn.queues.get(spec.queue)
     if q is not None and ssn.overused(q):
-        voters = _voters(ssn, "overused", lambda fn: bool(fn(q)))
+        voters = _voters(ssn, points.OVERUSED, lambda fn: bool(fn(q)))
         return _answer("QueueOverused", f"queue {spec.queue} is overused (its allocation reached its deserved "
                                         f"share): {', '.join(voters)}", job=jkey)
     return None
 
 
-def _voters(ssn: Session, point: str, rejects: Any) -> list[str]:
+def _voters(ssn: Session, point: Point[Any, Any], rejects: Any) -> list[str]:
     """The plugins whose callback at ``point`` says no (the session's resolved tier walk)."""
     out = []
-    for row in ssn._tiers(point):  # the same resolved lists the session's hooks walk
+    for row in ssn.hooks.callbacks(point):  # the same resolved lists the session's hooks walk
         for plugin, fn in row:
             if rejects(fn):
                 out.append(plugin)
@@ -262,7 +264,7 @@ def _explain_task(inp: Inputs, ssn: Session, key: str) -> dict[str, Any]:
         return _answer("Unschedulable", f"task {key} is not in this scheduler's view of the cluster", **where)
     q = ssn.queues.get(job.queue)
     if q is not None and not ssn.allocatable(q, task):
-        voters = _voters(ssn, "allocatable", lambda fn: not fn(q, task))
+        voters = _voters(ssn, points.ALLOCATABLE, lambda fn: not fn(q, task))
         code = "QueueCapabilityExhausted" if _about_capability(ssn, voters) else "QueueOverused"
         return _answer(code, f"queue {job.queue} cannot take task {key} ({_res(task.resreq)}): rejected by "
                              f"{', '.join(voters) or '?'}{_capability(inp.queues[job.queue])}", **where)
@@ -361,24 +363,14 @@ def node_code(fe: FitErrors) -> str:
 
 def best_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo], top: int = TOP_NODES
                ) -> dict[str, dict[str, float]]:
-    """Each node's score by plugin (plain node-order, map then reduce, batch), the best ``top`` by total."""
+    """Each node's score by plugin (plain node-order, batch), the best ``top`` by total."""
     per: dict[str, dict[str, float]] = {n.name: {} for n in nodes}
     try:
-        for row in ssn._tiers("node_order"):  # the session's resolved hook lists, walked one plugin at a time
+        for row in ssn.hooks.callbacks(points.NODE_ORDER):  # the session's resolved lists, one plugin at a time
             for plugin, fn in row:
                 for n in nodes:
                     per[n.name][plugin] = per[n.name].get(plugin, 0.0) + fn(task, n)
-        maps: dict[str, list[list[Any]]] = {}
-        for row in ssn._tiers("node_map"):
-            for plugin, fn in row:
-                maps[plugin] = [[n.name, math.floor(fn(task, n))] for n in nodes]
-        for row in ssn._tiers("node_reduce"):
-            for plugin, fn in row:
-                scores = maps.get(plugin, [])
-                fn(task, scores)
-                for name, s in scores:
-                    per[name][plugin] = per[name].get(plugin, 0.0) + s
-        for row in ssn._tiers("batch_node_order"):
+        for row in ssn.hooks.callbacks(points.BATCH_NODE_ORDER):
             for plugin, fn in row:
                 for name, s in fn(task, nodes).items():
                     if name in per:

@@ -37,6 +37,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, StateWatch
 from busched.cache.cache import Cache
+from busched.framework import points
 from busched.framework.config import (
     DEFAULT_CONFIG,
     PluginOption,
@@ -44,7 +45,7 @@ from busched.framework.config import (
     Tier,
     load_config,
 )
-from busched.builtin import QuietCycles, finish_cycle, paused_gc, run_actions
+from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import history, volcano_metrics
 from busched.scheduler.agents import Agents
@@ -88,7 +89,7 @@ class _FeedbackPlugin:
                 raise fit_error(task, node, f"node {node.name} refused this task recently", self.name,
                                 Code.UnschedulableAndUnresolvable)
 
-        ssn.add_fn("predicate", self.name, predicate)
+        ssn.add_fn(points.PREDICATE, self.name, predicate)
 
 
 
@@ -150,7 +151,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._background: set[Any] = set()
         self._reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost
         self._held_partition = False
-        self._gate = QuietCycles(self.config)
+        self._gate = quiet_cycles(self.config, self.plugins)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
         self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics

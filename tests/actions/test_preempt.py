@@ -7,6 +7,7 @@ import pytest
 from busched.actions.preempt import Candidate, PreemptAction, num_candidates, pick_candidate, select_victims_on_node
 from busched.actions.util import TrialEvictions, victims_cover
 from busched.api.task import TaskStatus
+from busched.framework import points
 from busched.framework.session import EventHandler
 from busched.api.snapshot import Shard
 
@@ -413,7 +414,7 @@ def test_empty_intersection_in_a_tier_does_not_decide():
             self.name, self.pick = name, pick
 
         def on_session_open(self, ssn):
-            ssn.add_fn("preemptable", self.name, lambda p, cands: ([c for c in cands if c.name in self.pick], 1))
+            ssn.add_fn(points.PREEMPTABLE, self.name, lambda p, cands: ([c for c in cands if c.name in self.pick], 1))
 
     plugins = {"va": lambda a: Vote("va", {"a"}), "vb": lambda a: Vote("vb", {"b"}),
                "vc": lambda a: Vote("vc", {"a", "b"})}

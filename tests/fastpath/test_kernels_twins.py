@@ -15,10 +15,10 @@ import pytest
 
 from busched.api.fit import FitError
 from busched.api.task import TaskStatus
+from busched.framework import points
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import open_session
 from busched.fastpath import select
-from busched.kernels.batch import batch_of
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
 from busched.fastpath.order import job_order_key
 from busched.fastpath.podview import pod_view_arrays
@@ -52,8 +52,8 @@ def land_some(rng, ssn, k: int = 5) -> None:
             stmt.allocate(task, rng.choice(fitting).name)
 
 
-def twins(ssn, point: str):
-    return [(name, fn) for row in ssn._tiers(point) for name, fn in row]
+def twins(ssn, point):
+    return ssn.hooks.with_twins(point)
 
 
 @pytest.mark.parametrize("config", [DEFAULT_CONFIG, WEIGHTED], ids=["default", "weighted"])
@@ -65,12 +65,12 @@ def test_node_order_twins(seed, config):
         for task in rng.sample(pending(ssn), min(6, len(pending(ssn)))):
             rows = np.array(sorted(rng.sample(range(len(ssn.node_list)), rng.randint(1, len(ssn.node_list)))))
             nodes = [ssn.node_list[i] for i in rows]
-            for name, fn in twins(ssn, "node_order"):
-                got = batch_of(fn)(task, arrays, rows)
+            for name, fn, twin in twins(ssn, points.NODE_ORDER):
+                got = twin(task, arrays, rows)
                 assert got.tolist() == [float(fn(task, n)) for n in nodes], name
-            for name, fn in twins(ssn, "batch_node_order"):
+            for name, fn, twin in twins(ssn, points.BATCH_NODE_ORDER):
                 want = fn(task, nodes)
-                got = batch_of(fn)(task, arrays, rows, nodes)
+                got = twin(task, arrays, rows, nodes)
                 assert got.tolist() == [want.get(n.name, 0.0) for n in nodes], name
         land_some(rng, ssn)
 
@@ -81,8 +81,8 @@ def test_predicate_twin(seed):
     arrays = ssn.arrays
     for _ in range(3):
         for task in pending(ssn)[:10]:
-            for name, fn in twins(ssn, "predicate"):
-                mask = batch_of(fn)(task, arrays, arrays.all_rows)
+            for name, fn, twin in twins(ssn, points.PREDICATE):
+                mask = twin(task, arrays, arrays.all_rows)
                 if mask is None:
                     continue
                 want = []

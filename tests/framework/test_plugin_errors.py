@@ -10,6 +10,7 @@ import pytest
 from busched.fastpath import FastPathSettings
 from busched.api.fit import Code, FitError
 from busched.framework import plugin_errors
+from busched.framework import points
 from busched.framework.config import PluginOption, Tier, load_config
 from busched.builtin import finish_cycle, run_actions
 from busched.plugins import PLUGINS
@@ -20,7 +21,7 @@ from busched.cache.cache import Cache
 class Boom:
     """Raises (not a FitError) for the task named ``bad`` at one extension point."""
 
-    point = "predicate"
+    point = points.PREDICATE
 
     def __init__(self, arguments: Any = None) -> None:
         pass
@@ -35,11 +36,11 @@ class Boom:
                 raise KeyError("no score")
             return 0.0
 
-        ssn.add_fn(self.point, "boom", predicate if self.point == "predicate" else node_order)
+        ssn.add_fn(self.point, "boom", predicate if self.point is points.PREDICATE else node_order)
 
 
 class BoomScore(Boom):
-    point = "node_order"
+    point = points.NODE_ORDER
 
 
 def run(plugin: type, fast: FastPathSettings | None = None) -> Any:

@@ -9,6 +9,7 @@ import pytest
 
 from busched.api.objects import ClusterSpec
 from busched.cache.cache import Cache
+from busched.framework import points
 from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
@@ -92,9 +93,9 @@ def test_overflow_on_any_resource_scores_zero():
 
 def test_zero_weight_registers_no_node_order():
     ssn = session(cluster({"cpu": "4"}, {}, {"cpu": "1"}), [{"name": "binpack", "arguments": {"binpack.weight": 0}}])
-    assert not ssn.has("node_order")
+    assert not ssn.has(points.NODE_ORDER)
     on = session(cluster({"cpu": "4"}, {}, {"cpu": "1"}), [{"name": "binpack"}])
-    assert on.has("node_order")
+    assert on.has(points.NODE_ORDER)
 
 
 def test_node_order_switch_off_disables_scoring():

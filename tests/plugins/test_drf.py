@@ -11,6 +11,7 @@ import pytest
 from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
 from busched.cache.cache import Cache
+from busched.framework import points
 from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
@@ -112,9 +113,9 @@ def test_event_handlers_track_allocation_and_undo():
 
 def test_hierarchy_is_off_unless_enabled():
     off = session(flat())
-    assert not off.has("queue_order") and not off.has("reclaimable")
+    assert not off.has(points.QUEUE_ORDER) and not off.has(points.RECLAIMABLE)
     on = session(flat(), [{"name": "drf", "enableHierarchy": True}])
-    assert on.has("queue_order") and on.has("reclaimable")
+    assert on.has(points.QUEUE_ORDER) and on.has(points.RECLAIMABLE)
 
 
 def hdrf_cluster(a_tasks: list[dict[str, Any]], b_tasks: list[dict[str, Any]]) -> dict[str, Any]:

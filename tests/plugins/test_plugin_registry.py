@@ -9,7 +9,7 @@ from typing import Any
 from busched.api.snapshot import ClusterSnapshot
 from busched.framework.arguments import Arguments
 from busched.framework.config import load_config
-from busched.builtin import QuietCycles, open_session
+from busched.builtin import open_session, quiet_cycles
 from busched.framework.plugin_state import state_of
 from busched.plugins import PLUGINS
 
@@ -30,9 +30,9 @@ def test_every_plugin_declares_reads_clock() -> None:
 
 
 def test_quiet_cycles_asks_the_registry() -> None:
-    assert QuietCycles(_config("priority", "gang", "predicates")).enabled
+    assert quiet_cycles(_config("priority", "gang", "predicates")).enabled
     for name in CLOCK_READERS:
-        assert not QuietCycles(_config("priority", name)).enabled, name
+        assert not quiet_cycles(_config("priority", name)).enabled, name
 
     class Ticking:
         name = "ticking"
@@ -47,8 +47,8 @@ def test_quiet_cycles_asks_the_registry() -> None:
     registry = PLUGINS.with_entries({"ticking": Ticking})
     config = load_config('actions: "allocate"\ntiers:\n- plugins:\n  - name: priority\n  - name: ticking\n',
                          known_plugins=registry)
-    assert not QuietCycles(config, registry).enabled
-    assert QuietCycles(_config("priority"), registry).enabled
+    assert not quiet_cycles(config, registry).enabled
+    assert quiet_cycles(_config("priority"), registry).enabled
 
 
 def test_the_registry_hands_plugins_arguments() -> None:

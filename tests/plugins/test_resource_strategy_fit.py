@@ -13,6 +13,7 @@ from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.cache.cache import Cache
+from busched.framework import points
 from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
@@ -156,7 +157,7 @@ def test_sra_keeps_plain_tasks_off_scarce_nodes():
 
 def test_zero_weights_register_no_node_order():
     ssn = session(SRA_NODES, [{"name": "p", "requests": {"cpu": "1"}}], {"resourceStrategyFitWeight": 0})
-    assert not ssn.has("node_order") and not ssn.has("predicate")
+    assert not ssn.has(points.NODE_ORDER) and not ssn.has(points.PREDICATE)
     assert isinstance(ssn.plugins["resource-strategy-fit"], ResourceStrategyFitPlugin)
 
 

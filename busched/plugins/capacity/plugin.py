@@ -37,6 +37,7 @@ from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo
 from busched.framework.arguments import Arguments
+from busched.framework import points
 from busched.framework.session import EventHandler, Session
 from busched.plugins.capacity import tree as ct
 
@@ -79,14 +80,14 @@ class CapacityPlugin:
             self.ready = True
 
         if self.ready:
-            ssn.add_fn("queue_order", self.name, self._queue_order)
+            ssn.add_fn(points.QUEUE_ORDER, self.name, self._queue_order)
             if self.hierarchy:
-                ssn.add_fn("victim_queue_order", self.name, self._victim_queue_order)
-        ssn.add_fn("reclaimable", self.name, self._reclaimable)
-        ssn.add_fn("preemptive", self.name, self._preemptive)
-        ssn.add_fn("allocatable", self.name, self._allocatable)
-        ssn.add_fn("job_enqueueable", self.name, self._job_enqueueable)
-        ssn.add_fn("job_enqueued", self.name, self._job_enqueued)
+                ssn.add_fn(points.VICTIM_QUEUE_ORDER, self.name, self._victim_queue_order)
+        ssn.add_fn(points.RECLAIMABLE, self.name, self._reclaimable)
+        ssn.add_fn(points.PREEMPTIVE, self.name, self._preemptive)
+        ssn.add_fn(points.ALLOCATABLE, self.name, self._allocatable)
+        ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, self._job_enqueueable)
+        ssn.add_fn(points.JOB_ENQUEUED, self.name, self._job_enqueued)
         ssn.add_event_handler(EventHandler(allocate=self._on_allocate, deallocate=self._on_deallocate))
 
     def on_session_close(self, ssn: Session) -> None:

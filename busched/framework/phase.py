@@ -1,0 +1,41 @@
+"""A podgroup's phase from its tasks, as Volcano's jobStatus computes it when a session closes.
+
+`busched.framework.session.Session.close` applies it to every job; a steady
+job's phase is kept from session to session (`busched.fastpath.memo`), which
+`is_steady` tells.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.task import TaskStatus
+from busched.fastpath import memo as reuse
+
+__all__ = ["is_steady", "pod_group_phase", "unschedulable"]
+
+
+def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:
+    if job.count(TaskStatus.Running) and unschedulable:
+        return PodGroupPhase.Unknown
+    scheduled = job.scheduled_task_num() + job.releasing_scheduled_task_num()
+    if scheduled >= job.min_available:
+        if scheduled == job.completed_task_num():
+            return PodGroupPhase.Completed
+        return PodGroupPhase.Running
+    if job.phase != PodGroupPhase.Inqueue:
+        return PodGroupPhase.Pending
+    return job.phase
+
+
+def is_steady(job: JobInfo) -> bool:
+    """A lent job whose phase is what its tasks give when it is not unschedulable."""
+    return (job.has_podgroup and not job.written
+            and reuse.job_value(job, ("phase", job.phase, False), lambda j: pod_group_phase(j, False)) == job.phase)
+
+
+def unschedulable(conds: list[dict[str, Any]], session_uid: str) -> bool:
+    """Whether the session ``session_uid`` marked these podgroup conditions Unschedulable."""
+    return any(c.get("type") == "Unschedulable" and c.get("status") == "True"
+               and c.get("transitionID") == session_uid for c in conds)
