@@ -2,7 +2,8 @@
 
     python scripts/structure.py [--root DIR] [--json] [--no-mypy]
 
-Prints: import cycles between modules (function-level imports count), imports that go
+Prints: import cycles between modules (function-level imports count; imports made only for the type
+checker do not), imports that go
 upward against the layer order below, the mypy error count (whole package, and strict on the
 layers the issue asks to be strict), and the largest modules and functions.  ``--root`` points
 at another checkout (an A/B from outside the working tree).
@@ -47,6 +48,9 @@ def import_figures(root: Path) -> dict[str, object]:
     # grimp finds the package where Python would; `main` puts --root first on the path before anything
     # imports busched (a caller inside a test process must not have its modules unloaded under it)
     graph = grimp.build_graph("busched", cache_dir=None)
+    # cycles are counted on the imports that run (function-level ones included); an import under
+    # `if TYPE_CHECKING:` only names a type for the checker (Session and Statement naming each other)
+    runtime = grimp.build_graph("busched", cache_dir=None, exclude_type_checking_imports=True)
     modules = sorted(graph.modules)
     # strongly connected components of the module graph (Tarjan, iterative)
     index: dict[str, int] = {}
@@ -58,7 +62,7 @@ def import_figures(root: Path) -> dict[str, object]:
     for start in modules:
         if start in index:
             continue
-        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+        work = [(start, iter(sorted(runtime.find_modules_directly_imported_by(start))))]
         index[start] = low[start] = counter
         counter += 1
         stack.append(start)
@@ -71,7 +75,7 @@ def import_figures(root: Path) -> dict[str, object]:
                     counter += 1
                     stack.append(w)
                     on.add(w)
-                    work.append((w, iter(sorted(graph.find_modules_directly_imported_by(w)))))
+                    work.append((w, iter(sorted(runtime.find_modules_directly_imported_by(w)))))
                     break
                 if w in on:
                     low[v] = min(low[v], index[w])

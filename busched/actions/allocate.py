@@ -117,7 +117,7 @@ class AllocateAction:
     def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo],
                        nodes: list[NodeInfo]) -> Statement | None:
         ssn = self.ssn
-        stmt: Statement = ssn.statement()
+        stmt: Statement = Statement(ssn)
         # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate.
         self.helper = PredicateHelper(ssn, self.error_cache)
         node_names = ssn.nodes if nodes is ssn.node_list else {n.name for n in nodes}

@@ -228,7 +228,7 @@ class TopologyAllocator:
                 continue
             best = _best(solutions, lambda v: v[2])
             saved, trial, _ = solutions[best]
-            final: Statement = ssn.statement()
+            final: Statement = Statement(ssn)
             final.recover(saved)
             ws.take(trial)
             self.recorder.save_job_decision(job.uid, best)
@@ -257,7 +257,7 @@ class TopologyAllocator:
             if not best:
                 return None, 0.0
             saved, trial = solutions[best]
-            final: Statement = ssn.statement()
+            final: Statement = Statement(ssn)
             final.recover(saved)
             sj.allocated_hypernode = topo.lca(sj.allocated_hypernode, best)
             ws.tasks = trial.tasks
@@ -285,7 +285,7 @@ class TopologyAllocator:
         if not nodes:
             return None
         node_names = ssn.topology.real_nodes_set.get(hypernode, frozenset())
-        stmt: Statement = ssn.statement()
+        stmt: Statement = Statement(ssn)
         helper = PredicateHelper(ssn, self.action.error_cache)
         allocated_hn = sj.allocated_hypernode
         while not tasks.empty():

@@ -19,6 +19,7 @@ from busched.actions.util import predicate_error_cache
 from busched.framework.nodeselect import PredicateHelper, choose_node
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
+from busched.framework.statement import Statement
 
 
 class BackfillAction:
@@ -85,7 +86,7 @@ class BackfillAction:
                     tasks.setdefault(job.uid, PriorityQueue(ssn.task_order_fn)).push(t)
             for t in job.tasks_in(TaskStatus.Pipelined):
                 if t.best_effort:
-                    ssn.statement().unpipeline(t)
+                    Statement(ssn).unpipeline(t)
                     tasks.setdefault(job.uid, PriorityQueue(ssn.task_order_fn)).push(t)
             if job.uid not in tasks:
                 continue

@@ -170,7 +170,7 @@ class PreemptAction:
             jobs_q = preemptors.get(queue.uid)
             while jobs_q is not None and not jobs_q.empty():
                 job = jobs_q.pop()
-                stmt: Statement = ssn.statement()
+                stmt: Statement = Statement(ssn)
                 tasks_q = preemptor_tasks[job.uid]
                 while ssn.job_starving(job) and not tasks_q.empty():
                     preemptor = tasks_q.pop()
@@ -185,7 +185,7 @@ class PreemptAction:
                 intra = PriorityQueue(ssn.task_order_fn, _pending_tasks(job))
                 while not intra.empty():
                     preemptor = intra.pop()
-                    stmt = ssn.statement()
+                    stmt = Statement(ssn)
                     if not self._preempt(ssn, stmt, preemptor, _same_job(preemptor), helper):
                         stmt.discard()
                         break
@@ -222,7 +222,7 @@ class PreemptAction:
             if not victims_cover(preemptor, node, victims):
                 continue
             victims_q = ssn.build_victims_queue([session_task(ssn, v) for v in victims], preemptor)
-            node_stmt: Statement = ssn.statement()
+            node_stmt: Statement = Statement(ssn)
             preempted = Resource()
             fits = fits_on_node(ssn, queue, preemptor, node)
             while not fits and not victims_q.empty():
@@ -247,7 +247,7 @@ class PreemptAction:
         best = pick_candidate(self._find_candidates(ssn, preemptor, queue, keep, nodes))
         if best is None:
             return False
-        tmp: Statement = ssn.statement()
+        tmp: Statement = Statement(ssn)
         for victim in best.victims:
             tmp.evict(victim, "preempt")
         try:

@@ -83,7 +83,7 @@ class ReclaimAction:
             jobs_q = reclaimers.get(queue.uid)
             while jobs_q is not None and not jobs_q.empty():
                 job = jobs_q.pop()
-                stmt: Statement = ssn.statement()
+                stmt: Statement = Statement(ssn)
                 tasks_q = reclaimer_tasks.get(job.uid)
                 while ssn.job_starving(job):
                     if tasks_q is None or tasks_q.empty():
@@ -131,7 +131,7 @@ class ReclaimAction:
             need = task.init_resreq.clone()
             available = node.future_idle()
             reclaimed = Resource()
-            node_stmt: Statement = ssn.statement()
+            node_stmt: Statement = Statement(ssn)
             eviction_occurred = False
             while not victims_q.empty():
                 if need.less_equal(available, ZERO):

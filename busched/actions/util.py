@@ -28,6 +28,7 @@ from busched.api.resource import ZERO
 from busched.api.task import TaskInfo, TaskStatus, preemptable_status
 from busched.framework.config import SchedulerConfig
 from busched.framework.session import Session
+from busched.framework.statement import Statement
 
 __all__ = ["PREEMPT_NEVER", "preemption_ineligibility", "candidate_node_groups", "victims_cover", "fits_on_node",
            "session_task", "node_candidates", "contains_network_topology",
@@ -165,7 +166,7 @@ class TrialEvictions:
         if task.uid in self._open:
             return
         self._saved.setdefault(task.uid, (task.last_status, task.last_node))
-        stmt = self.ssn.statement()
+        stmt = Statement(self.ssn)
         stmt.evict(task, reason)
         self._open[task.uid] = stmt
 

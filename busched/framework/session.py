@@ -356,11 +356,6 @@ class Session:
             if eh.deallocate is not None:
                 eh.deallocate(task)
 
-    def statement(self) -> Any:
-        from busched.framework.statement import Statement
-
-        return Statement(self)
-
     def pipeline(self, task: TaskInfo, hostname: str) -> None:
         job = self.jobs[task.job]
         job.update_task_status(task, TaskStatus.Pipelined)

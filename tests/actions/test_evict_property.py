@@ -21,6 +21,7 @@ from busched.actions.reclaim import ReclaimAction
 from busched.actions.util import basic_preemptee
 from busched.api.task import TaskStatus, preemptable_status
 from busched.framework.nodeselect import PredicateHelper
+from busched.framework.statement import Statement
 
 from tests.actions.evict_helpers import PREEMPT_TIER, RECLAIM_TIER, config, overcommitted, session, spec, state
 
@@ -136,7 +137,7 @@ def test_reclaim_never_overcommits(cluster: Any) -> None:
 def test_discarded_statement_restores_everything(cluster: Any, ops: list[tuple[bool, int, int]]) -> None:
     ssn = session(cluster, config("preempt", TIER))
     before = full_state(ssn)
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     for is_evict, i, n in ops:
         tasks = [t for j in ssn.jobs.values() for t in j.tasks.values()]
         if is_evict:
@@ -161,7 +162,7 @@ def test_discarded_preemption_attempt_restores_everything(cluster: Any, topo: bo
     action = PreemptAction()
     action._parse_arguments(ssn)
     helper = PredicateHelper(ssn, True)
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     for job in list(ssn.jobs.values()):
         for p in job.tasks_in(TaskStatus.Pending):
             if p.status == TaskStatus.Pending:

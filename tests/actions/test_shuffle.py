@@ -8,6 +8,7 @@ from busched.actions.shuffle import ShuffleAction
 from busched.api.fit import Code, FitError
 from busched.api.task import TaskStatus
 from busched.scenario.testplugins import TEST_PLUGINS, PluginArgumentError
+from busched.framework.statement import Statement
 
 from tests.actions.evict_helpers import config, evicted, job, node, pending, running, session, spec
 
@@ -48,7 +49,7 @@ def test_device_fit_plugin_blocks_until_the_blocking_task_releases():
     with pytest.raises(FitError) as e:
         ssn.predicate_fn(d, ssn.nodes["n2"])
     assert e.value.code == Code.Unschedulable
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.evict(c, "preempt")
     ssn.predicate_fn(d, ssn.nodes["n2"])  # the blocking task is Releasing now
     stmt.discard()

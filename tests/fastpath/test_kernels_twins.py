@@ -22,6 +22,7 @@ from busched.fastpath import select
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
 from busched.fastpath.order import job_order_key
 from busched.fastpath.podview import pod_view_arrays
+from busched.framework.statement import Statement
 
 from tests.kernel_cases import cache_of, random_cluster
 
@@ -48,7 +49,7 @@ def land_some(rng, ssn, k: int = 5) -> None:
     for task in rng.sample(pending(ssn), min(k, len(pending(ssn)))):
         fitting = [n for n in ssn.node_list if task.init_resreq.less_equal(n.idle)]
         if fitting:
-            stmt = ssn.statement()
+            stmt = Statement(ssn)
             stmt.allocate(task, rng.choice(fitting).name)
 
 
@@ -186,7 +187,7 @@ def test_pod_view_kept_sums_equal_fresh_sums(seed):
         for task in rng.sample(pending(ssn), min(8, len(pending(ssn)))):
             fitting = [n for n in ssn.node_list if task.init_resreq.less_equal(n.idle)]
             if fitting:
-                stmt = ssn.statement()
+                stmt = Statement(ssn)
                 stmt.allocate(task, rng.choice(fitting).name)
                 stmts.append(stmt)
         if stmts and rng.random() < 0.5:

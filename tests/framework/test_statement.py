@@ -3,6 +3,7 @@
 import copy
 
 from busched.api.task import TaskStatus
+from busched.framework.statement import Statement
 
 from tests.helpers import cluster, session
 
@@ -37,7 +38,7 @@ def test_discard_leaves_no_trace():
     s = session(spec())
     before = state(s)
     j1, j2 = s.jobs["ns/j1"], s.jobs["ns/j2"]
-    stmt = s.statement()
+    stmt = Statement(s)
     stmt.evict(j1.tasks["ns-run1"], "preempted")
     stmt.allocate(j2.tasks["ns-p1"], "n2")
     stmt.pipeline(j2.tasks["ns-p2"], "n1")
@@ -52,7 +53,7 @@ def test_discard_leaves_no_trace():
 def test_commit_binds_allocated_and_evicts():
     s = session(spec())
     j1, j2 = s.jobs["ns/j1"], s.jobs["ns/j2"]
-    stmt = s.statement()
+    stmt = Statement(s)
     stmt.evict(j1.tasks["ns-run1"], "preempted")
     stmt.allocate(j2.tasks["ns-p1"], "n2")
     stmt.pipeline(j2.tasks["ns-p2"], "n1")
@@ -70,7 +71,7 @@ def test_commit_binds_allocated_and_evicts():
 def test_node_accounting_invariant_after_mixed_operations():
     s = session(spec())
     j2 = s.jobs["ns/j2"]
-    stmt = s.statement()
+    stmt = Statement(s)
     stmt.allocate(j2.tasks["ns-p1"], "n1")
     stmt.discard()
     stmt.allocate(j2.tasks["ns-p1"], "n2")

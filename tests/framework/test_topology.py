@@ -20,6 +20,7 @@ from busched.framework.hypernodes import CLUSTER_TOP, build_topology
 from busched.framework.session import Session
 from busched.plugins.network_topology_aware import NetworkTopologyAwarePlugin, search_root
 from busched.scenario.runner import check_report
+from busched.framework.statement import Statement
 
 NTA = {"name": "network-topology-aware", "enableNodeOrder": True, "enabledHyperNodeOrder": True,
        "enabledHyperNodeGradient": True}
@@ -140,7 +141,7 @@ def test_sub_job_index_follows_status_changes() -> None:
     job = ssn.jobs["c1/pg1"]
     sj = job.sub_jobs["c1/pg1/grp-a"]
     assert not sj.is_ready() and not job.check_sub_job_ready()
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     for t in list(job.tasks.values()):
         stmt.allocate(t, "n1" if t.name == "p1" else "n2")
     assert sj.ready_task_num() == 2 and sj.is_ready() and job.check_sub_job_ready()

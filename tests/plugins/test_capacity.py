@@ -16,6 +16,7 @@ from busched.framework.session import Session
 from busched.framework import shares
 from busched.plugins.capacity import tree as ct
 from busched.plugins.capacity import CapacityPlugin
+from busched.framework.statement import Statement
 
 GI = 2**30
 
@@ -168,7 +169,7 @@ def test_allocate_events_update_queue_usage() -> None:
         "tasks": [pod("t1", "b", "1", "1Gi"), pod("t2", "b", "1", "1Gi"), pod("t3", "b", "1", "1Gi")],
     })
     attr = cap(ssn).attrs["q"]
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(task(ssn, "ns/t1"), "n1")
     assert attr.allocated.cpu == 1000
     assert attr.share == pytest.approx(0.5)
@@ -296,7 +297,7 @@ def test_hierarchical_usage_rolls_up_to_ancestors() -> None:
     assert attrs["eng"].allocated.cpu == 3000
     assert attrs["root"].allocated.cpu == 4000
     assert attrs["train"].ancestors == ["root", "eng"]
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.evict(task(ssn, "ns/s1"), "test")
     assert attrs["serve"].allocated.cpu == 0
     assert attrs["eng"].allocated.cpu == 1000

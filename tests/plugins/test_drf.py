@@ -16,6 +16,7 @@ from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.framework.shares import calculate_share, calculate_share_reference, share_of
+from busched.framework.statement import Statement
 
 
 def session(c: dict[str, Any], plugins: list[dict[str, Any]] | None = None) -> Session:
@@ -101,7 +102,7 @@ def test_event_handlers_track_allocation_and_undo():
     ssn = session(flat())
     drf = ssn.plugins["drf"]
     task = ssn.jobs["ns/c"].tasks["ns-c1"]
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(task, "n1")
     assert drf.share("ns/c") == pytest.approx(0.1)
     stmt.discard()

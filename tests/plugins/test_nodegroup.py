@@ -13,6 +13,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
+from busched.framework.statement import Statement
 from busched.plugins.nodegroup import (ERR_AFFINITY_NOT_FOUND, ERR_LABEL_NOT_FOUND, ERR_LIMIT_EXCEEDED,
                                        ERR_LIMIT_INVALID, ERR_UNSATISFIED, LimitAnnotationError, parse_limits)
 
@@ -144,7 +145,7 @@ def test_resource_limit_counts_running_and_newly_placed_tasks_in_the_group() -> 
     assert outcome(ssn, "n1", "big") == ERR_LIMIT_EXCEEDED  # 1 + 3 > 3
     assert outcome(ssn, "n2", "big") == "ok"  # no limit for g2
     assert outcome(ssn, "n1", "s") == "ok"
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(pending(ssn, "p"), "n1")  # g1 now holds 3 cpu
     assert outcome(ssn, "n1", "s") == ERR_LIMIT_EXCEEDED
     assert outcome(ssn, "n2", "s") == "ok"

@@ -14,6 +14,7 @@ from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.nodeorder import DEFAULT_WEIGHTS, weights_from
+from busched.framework.statement import Statement
 
 HOST = "kubernetes.io/hostname"
 ALL_OFF = {k: 0 for k in DEFAULT_WEIGHTS}
@@ -188,6 +189,6 @@ def test_scores_see_session_allocations_only_through_predicates(with_predicates,
     ssn = session([node("n1", "2", "2Gi")], [task("a", requests={"cpu": "1", "memory": "1Gi"}),
                                               task("p", requests={"cpu": "1", "memory": "1Gi"})],
                   {"leastrequested.weight": 1}, with_predicates)
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(ssn.jobs["ns/j"].tasks["ns-a"], "n1")
     assert scores(ssn) == {"n1": want}

@@ -16,6 +16,7 @@ from busched.framework.session import Session
 from busched.api import k8s
 from busched.framework.arguments import Arguments
 from busched.plugins.predicates import PredicatesPlugin
+from busched.framework.statement import Statement
 
 HOST = "kubernetes.io/hostname"
 
@@ -247,7 +248,7 @@ def test_affinity_counts_are_taken_at_pre_predicate():
                                  task("new", labels={"role": "worker"}, affinity=ANTI_WORKER)])
     t, n1 = the_task(ssn, "new"), ssn.nodes["n1"]
     ssn.pre_predicate_fn(t)
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.evict(the_task(ssn, "w1"), "test")
     with pytest.raises(FitError):  # the eviction is not seen until the next pre-predicate
         ssn.predicate_fn(t, n1)
@@ -262,7 +263,7 @@ def test_affinity_counts_are_taken_at_pre_predicate():
 def test_tasks_allocated_in_session_count_and_discard_forgets_them():
     ssn = session([node("n1", pods=2)], [task("a", labels={"role": "worker"}),
                                          task("b", labels={"role": "worker"}, affinity=ANTI_WORKER)])
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(the_task(ssn, "a"), "n1")
     assert status(ssn, "b", "n1") == "Unschedulable"
     stmt.discard()

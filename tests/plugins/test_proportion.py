@@ -14,6 +14,7 @@ from busched.framework.config import parse_config
 from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.api.resource import exceeded_part, res_max as go_max
+from busched.framework.statement import Statement
 
 GI = 1024**3
 
@@ -205,7 +206,7 @@ def test_event_handlers_update_allocated_and_share():
     ssn = two_big({}, {})
     attr = ssn.plugins["proportion"].queue_opts["q1"]
     assert attr.share == 0.0
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     t = ssn.jobs["ns/j1"].tasks["ns-t1"]
     stmt.allocate(t, "n1")
     assert attr.allocated.cpu == pytest.approx(12000)

@@ -11,6 +11,7 @@ from busched.api.job import JobInfo
 from busched.api.task import TaskStatus
 from busched.framework.session import Session
 from busched.plugins.task_topology import TaskTopology, TopologyError, read_topology
+from busched.framework.statement import Statement
 
 from tests.helpers import cluster, session
 
@@ -176,7 +177,7 @@ def test_node_order_weight_and_out_of_bucket_task():
 def test_allocation_moves_task_to_node_and_anti_affinity_repels():
     ssn = session(ps_worker_spec(), conf())
     ps0, ps1, w0 = by_name(ssn, "job1-ps-0"), by_name(ssn, "job1-ps-1"), by_name(ssn, "job1-worker-0")
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(ps0, "n1")
     m = ssn.plugins["task-topology"].managers["default/job1"]
     assert m.buckets[0].node == {"n1": 1} and ps0.uid not in m.buckets[0].tasks

@@ -16,6 +16,7 @@ from busched.cache.cache import Cache
 from busched.framework.config import load_config
 from busched.builtin import open_session
 from busched.framework.session import Session
+from busched.framework.statement import Statement
 from busched.plugins.usage import (CPU_EXTEND, MEMORY_EXTEND, UsageArgs, composite, estimate_task, in_shadow,
                                    node_score)
 
@@ -217,7 +218,7 @@ def test_allocations_in_the_session_are_counted_once_and_taken_back_exactly():
     p1, p2 = (ssn.jobs["c1/pg1"].tasks[u] for u in ("c1-p1", "c1-p2"))
     before = score(ssn, "n1", "c1/p2")
     assert before == pytest.approx(500.0)
-    stmt = ssn.statement()
+    stmt = Statement(ssn)
     stmt.allocate(p1, "n1")
     after = score(ssn, "n1", "c1/p2")
     cpu, mem = 0.7 * 1000 / 4000, 0.7 * GI / (8 * GI)
@@ -234,13 +235,13 @@ def test_risk_factor_applies_from_the_risk_threshold():
     # n1: composite 0.6 exactly (the risk threshold) -> an allocation is estimated at 1.2x
     ssn = open_with([node("n1", 60, 60)], [task("p1"), task("p2")])
     p1 = ssn.jobs["c1/pg1"].tasks["c1-p1"]
-    ssn.statement().allocate(p1, "n1")
+    Statement(ssn).allocate(p1, "n1")
     cpu = 0.6 + 0.7 * 1.2 * 1000 / 4000
     mem = 0.6 + 0.7 * 1.2 * GI / (8 * GI)
     assert score(ssn, "n1", "c1/p2") == pytest.approx((1 - cpu + 1 - mem) / 2 * 500)
     # below it: 1x
     ssn = open_with([node("n1", 59, 59)], [task("p1"), task("p2")])
-    ssn.statement().allocate(ssn.jobs["c1/pg1"].tasks["c1-p1"], "n1")
+    Statement(ssn).allocate(ssn.jobs["c1/pg1"].tasks["c1-p1"], "n1")
     cpu = 0.59 + 0.7 * 1000 / 4000
     mem = 0.59 + 0.7 * GI / (8 * GI)
     assert score(ssn, "n1", "c1/p2") == pytest.approx((1 - cpu + 1 - mem) / 2 * 500)
