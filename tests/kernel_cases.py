@@ -6,8 +6,8 @@ import random
 from typing import Any
 
 from busched.api import objects as o
-from busched.fastpath import FastPathSettings
 from busched.cache.cache import Cache
+from busched.fastpath import FastPathSettings
 
 GPU = "nvidia.com/gpu"
 

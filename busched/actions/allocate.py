@@ -32,11 +32,11 @@ from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
+from busched.fastpath import unfit
 from busched.framework.nodeselect import PredicateHelper, choose_node, gradients
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
-from busched.fastpath import unfit
 
 
 class AllocateAction:

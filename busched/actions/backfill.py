@@ -10,12 +10,12 @@ and ``ssn.allocate`` directly, without a statement.
 
 from __future__ import annotations
 
+from busched.actions.util import predicate_error_cache
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
-from busched.actions.util import predicate_error_cache
 from busched.framework.nodeselect import PredicateHelper, choose_node
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session

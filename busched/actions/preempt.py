@@ -57,6 +57,18 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from busched.actions.util import (
+    PREDICATE_ERROR_CACHE_KEY,
+    TrialEvictions,
+    basic_preemptee,
+    candidate_node_groups,
+    contains_network_topology,
+    fits_on_node,
+    node_candidates,
+    preemption_ineligibility,
+    session_task,
+    victims_cover,
+)
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
@@ -66,10 +78,6 @@ from busched.framework.nodeselect import PredicateHelper, prioritize_nodes
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
-
-from busched.actions.util import (PREDICATE_ERROR_CACHE_KEY, TrialEvictions, basic_preemptee,
-                                  candidate_node_groups, contains_network_topology, fits_on_node, node_candidates,
-                                  preemption_ineligibility, session_task, victims_cover)
 
 __all__ = ["PreemptAction", "Candidate", "pick_candidate", "num_candidates"]
 

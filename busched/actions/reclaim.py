@@ -30,6 +30,13 @@ Algorithm, in session hooks:
 
 from __future__ import annotations
 
+from busched.actions.util import (
+    PREEMPT_NEVER,
+    candidate_node_groups,
+    predicate_error_cache,
+    session_task,
+    victims_cover,
+)
 from busched.api.job import JobInfo
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo, TaskStatus
@@ -37,9 +44,6 @@ from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
-
-from busched.actions.util import (PREEMPT_NEVER, candidate_node_groups, predicate_error_cache,
-                                  session_task, victims_cover)
 
 __all__ = ["ReclaimAction"]
 

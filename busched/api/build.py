@@ -9,17 +9,15 @@ from typing import Any
 
 import msgspec
 
-from busched.api import k8s_specs
-from busched.api import limits
+from busched.api import k8s_specs, limits, subjob
 from busched.api import objects as o
-from busched.api import subjob
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo, NodeUsage
 from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
-from busched.api.task import TaskInfo, TaskStatus, TASK_PRIORITY_KEY, status_from_phase, status_named
-from busched.api.timestamp import Timestamp, TimeError, parse_time
+from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase, status_named
+from busched.api.timestamp import TimeError, Timestamp, parse_time
 
 __all__ = ["SpecError", "validate", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
            "resources"]

@@ -23,8 +23,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from busched.api.limits import (MAX_ITEMS, MAX_MESSAGE, LabelKey, Labels, NonNegInt32, PosInt32, ShortStr,
-                                Strings)
+from busched.api.limits import MAX_ITEMS, MAX_MESSAGE, LabelKey, Labels, NonNegInt32, PosInt32, ShortStr, Strings
 
 __all__ = ["LabelSelectorRequirement", "LabelSelector", "NodeSelectorRequirement", "NodeSelectorTerm", "NodeSelector",
            "PreferredSchedulingTerm", "NodeAffinity", "PodAffinityTerm", "WeightedPodAffinityTerm", "PodAffinity",

@@ -11,11 +11,21 @@ from typing import Annotated, Any
 
 import msgspec
 
-from busched.api.timestamp import Timestamp
-
 from busched.api import k8s_specs as k
-from busched.api.limits import (MAX_ITEMS, MAX_MEMBERS, Annotations, Int32, Labels, NonNegInt32, Port,
-                                QuantityText, ShortStr, Size, Strings)
+from busched.api.limits import (
+    MAX_ITEMS,
+    MAX_MEMBERS,
+    Annotations,
+    Int32,
+    Labels,
+    NonNegInt32,
+    Port,
+    QuantityText,
+    ShortStr,
+    Size,
+    Strings,
+)
+from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
            "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList"]

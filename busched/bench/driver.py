@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
+from busched.builtin import close_session, open_session, paused_gc
 from busched.cache.cache import Cache
 from busched.framework.config import SchedulerConfig, load_config
-from busched.builtin import close_session, open_session, paused_gc
 from busched.framework.session import Session
 
 __all__ = ["CycleTiming", "timed_cycle", "collect_garbage", "apply_decisions", "bench_config", "rss_mb",
@@ -61,7 +61,8 @@ def bench_config(text: str) -> tuple[SchedulerConfig, list[str], list[str]]:
     missing_actions = [a for a in cfg.actions if not _loads(ACTIONS, a, None)]
     if not missing_plugins and not missing_actions:
         return cfg, [], []
-    from busched.framework.config import SchedulerConfig as SC, Tier
+    from busched.framework.config import SchedulerConfig as SC
+    from busched.framework.config import Tier
 
     tiers = tuple(Tier(plugins=tuple(p for p in t.plugins if p.name not in missing_plugins)) for t in cfg.tiers)
     actions = tuple(a for a in cfg.actions if a not in missing_actions)

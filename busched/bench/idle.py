@@ -26,9 +26,9 @@ from typing import Any
 
 from busched.bench import cluster as cl
 from busched.bench.driver import apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
+from busched.builtin import quiet_cycles
 from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
-from busched.builtin import quiet_cycles
 
 DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import msgspec
 
+from busched.api import build
 from busched.api.objects import ClusterSpec
 from busched.api.timestamp import Timestamp
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
-from busched.api import build
 
 __all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster", "ClusterFileError",
            "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created", "missing_references",

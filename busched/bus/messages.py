@@ -29,8 +29,16 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-from busched.api.objects import (HyperNodeSpec, JobSpec, NodeSpec, PriorityClassSpec, QueueSpec, ResourceList,
-                                 ResourceQuotaSpec, TaskSpec)
+from busched.api.objects import (
+    HyperNodeSpec,
+    JobSpec,
+    NodeSpec,
+    PriorityClassSpec,
+    QueueSpec,
+    ResourceList,
+    ResourceQuotaSpec,
+    TaskSpec,
+)
 
 __all__ = [
     "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",

@@ -13,17 +13,17 @@ from typing import Any
 
 import msgspec
 
+from busched import fastpath
+from busched.api import build
 from busched.api import objects as o
 from busched.api.disruption import PdbError, parse_pdb
 from busched.api.job import JobInfo
-from busched.api.queue import PriorityClass
-from busched import fastpath
 from busched.api.node import NodeInfo
+from busched.api.queue import PriorityClass
+from busched.api.snapshot import ClusterSnapshot, Shard
 from busched.api.task import TaskInfo, completed_status
-from busched.api import build
 from busched.fastpath import unfit
 from busched.fastpath.lending import SharedMemo
-from busched.api.snapshot import ClusterSnapshot, Shard
 
 __all__ = ["Cache", "KINDS"]
 

@@ -18,8 +18,8 @@ log = logging.getLogger("busched.up")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from busched.cli.connection import add_nats_arguments
     from busched.cli.agent import add_fleet_arguments
+    from busched.cli.connection import add_nats_arguments
     from busched.cli.run import add_scheduler_arguments
 
     p = sub.add_parser("up", help="start nats-server, the scheduler, a simulated fleet and a demo workload",
@@ -139,9 +139,9 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.bus.apply import apply_cluster
     from busched.bus.auth import AuthDir, AuthError, prepare_agent_consumer
     from busched.bus.connect import NatsOptions
-    from busched.cli.connection import options_from_args
     from busched.bus.server import NatsServer, NatsServerError, free_port, port_in_use
     from busched.cli.agent import nodes_from_args
+    from busched.cli.connection import options_from_args
     from busched.cli.run import load_scheduler_config, settings_from_args
     from busched.scheduler import Scheduler
     from busched.web.server import parse_listen, start_http

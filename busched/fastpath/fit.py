@@ -14,10 +14,9 @@ it replaces.  `fits` keeps that answer per request shape across tasks.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
-
-import operator
 
 import numpy as np
 

@@ -64,11 +64,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from busched.api import build
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
-from busched.api import build
 from busched.fastpath.verify import SharedStateMutated, check, fingerprint_job, fingerprint_node
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]

@@ -49,7 +49,7 @@ def cached(store: dict[Any, Any], key: Hashable, logs: Sequence[list[int]], size
         if n == p:
             return vec
         pos[0] = n
-        if n - p == 1 and 8 <= size:
+        if n - p == 1 and size >= 8:
             r = log[p]
             vec[r] = one(r)
             return vec

@@ -25,8 +25,8 @@ the reference loops instead.
 from __future__ import annotations
 
 import math
-from operator import itemgetter
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np

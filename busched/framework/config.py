@@ -28,8 +28,8 @@ from typing import Any
 
 import msgspec
 
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 
 __all__ = ["ConfigError", "SchedulerConfig", "PluginOption", "Tier", "SearchOptions", "SWITCHES", "parse_config",
            "load_config", "DEFAULT_CONFIG"]

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
+from busched.api.snapshot import ClusterSnapshot
 from busched.framework.config import SchedulerConfig
 from busched.framework.registry import Registry
 from busched.framework.session import Session
-from busched.api.snapshot import ClusterSnapshot
 
 __all__ = ["open_session", "close_session", "run_cycle", "run_actions", "finish_cycle", "paused_gc", "QuietCycles"]
 

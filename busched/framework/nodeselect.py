@@ -14,15 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-
 from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
-from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
            "select_best_node", "choose_node", "gradients", "insufficient_reason"]

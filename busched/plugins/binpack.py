@@ -26,10 +26,10 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
-from busched.framework.arguments import Arguments
-from busched.framework.session import Session
 from busched.fastpath import binpack as kernel
 from busched.framework import points
+from busched.framework.arguments import Arguments
+from busched.framework.session import Session
 
 __all__ = ["BinpackPlugin", "BinpackWeights", "binpack_score", "resource_binpack_score", "MAX_NODE_SCORE"]
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from busched.api.task import TaskInfo
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})

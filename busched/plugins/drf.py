@@ -24,11 +24,11 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, allocated_status
-from busched.framework.arguments import Arguments
 from busched.fastpath.memo import Pairs
+from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 from busched.framework.shares import calculate_share
-from busched.framework import points
 
 __all__ = ["DrfPlugin"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session, ValidateResult
 
 NOT_ENOUGH_PODS_OF_TASK = "NotEnoughPodsOfTask"

@@ -45,8 +45,8 @@ from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, Resource
 from busched.api.subjob import JOB_ALLOCATED_HYPERNODE, SubJobInfo, hard_topology
 from busched.api.task import TaskInfo
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.hypernodes import HyperNodeInfo, Topology
 from busched.framework.session import EventHandler, Session
 

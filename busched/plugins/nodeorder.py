@@ -28,16 +28,22 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from busched.api import k8s
 from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
+from busched.fastpath import nodeorder as kernel
 from busched.framework import points
 from busched.framework.arguments import Arguments
-from busched.framework.podview import (SessionPods, count_matching, non_zero_requests, pod_requests, pod_terms,
-                                        session_pods)
+from busched.framework.podview import (
+    SessionPods,
+    count_matching,
+    non_zero_requests,
+    pod_requests,
+    pod_terms,
+    session_pods,
+)
 from busched.framework.session import Session
-from busched.fastpath import nodeorder as kernel
-from busched.api import k8s
 
 __all__ = ["NodeOrderPlugin", "weights_from", "DEFAULT_WEIGHTS"]
 

@@ -19,8 +19,8 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 __all__ = ["OvercommitPlugin", "DEFAULT_OVERCOMMIT_FACTOR"]

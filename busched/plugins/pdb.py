@@ -36,8 +36,8 @@ from typing import Any
 
 from busched.api.disruption import PdbError, PodDisruptionBudget, parse_pdb  # noqa: F401 (re-exported)
 from busched.api.task import TaskInfo, TaskStatus, completed_status
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 __all__ = ["PdbPlugin", "PodDisruptionBudget", "parse_pdb", "disruptions_allowed", "PdbError", "PDBS_KEY"]

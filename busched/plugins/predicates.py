@@ -36,16 +36,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from busched.api import k8s
 from busched.api.fit import Code, FitError, Status
+from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
+from busched.fastpath import predicates as kernel
+from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.podview import SessionPods, count_matching, pod_terms, session_pods
 from busched.framework.session import EventHandler, Session
-from busched.fastpath import predicates as kernel
-from busched.framework import points
-from busched.api import k8s
-from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests  # noqa: F401
 
 __all__ = ["PredicatesPlugin", "SessionPods", "session_pods"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 PERMIT = 1

@@ -32,8 +32,8 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 from busched.framework.shares import calculate_share, queue_usage
 

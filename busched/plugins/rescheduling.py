@@ -43,9 +43,9 @@ from typing import Any
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.plugin_state import state_of
-from busched.framework import points
 from busched.framework.session import Session
 
 __all__ = ["ReschedulingPlugin", "LowNodeUtilizationConf", "parse_arguments", "low_node_utilization_victims",

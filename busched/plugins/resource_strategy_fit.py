@@ -42,8 +42,16 @@ from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
 from busched.framework import points
-from busched.framework.arguments import (ArgumentError, Arguments, decode_bool, decode_field, decode_float, decode_int,
-                                         decode_mapping, decode_str)
+from busched.framework.arguments import (
+    ArgumentError,
+    Arguments,
+    decode_bool,
+    decode_field,
+    decode_float,
+    decode_int,
+    decode_mapping,
+    decode_str,
+)
 from busched.framework.session import Session, fit_error
 
 __all__ = ["ResourceStrategyFitPlugin", "StrategyConfig", "SraConfig", "parse_arguments", "strategy_score",

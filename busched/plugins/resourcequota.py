@@ -17,8 +17,8 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.quantity import QuantityError, parse_quantity
 from busched.api.resource import CPU, MEMORY, PODS
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 __all__ = ["ResourceQuotaPlugin", "ResourceList"]

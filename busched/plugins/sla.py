@@ -12,8 +12,8 @@ from typing import Any
 
 from busched.api.duration import DurationError, parse_duration
 from busched.api.job import JobInfo
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import Session
 
 WAITING_TIME_KEY = "sla-waiting-time"

@@ -41,8 +41,8 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TASK_SPEC_KEY, TaskInfo, TaskStatus
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 
 __all__ = ["TaskTopologyPlugin", "JobManager", "Bucket", "TaskTopology", "read_topology", "TopologyError"]

@@ -49,8 +49,8 @@ from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.quantity import QuantityError, milli_value, value
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session, fit_error
 
 __all__ = ["UsagePlugin", "UsageArgs", "ShadowLoad", "metrics_fresh", "node_score", "composite",

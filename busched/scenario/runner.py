@@ -17,18 +17,18 @@ from typing import Any
 
 import msgspec
 
+from busched.api.build import SpecError
 from busched.api.fit import FitError
 from busched.api.objects import ClusterSpec
+from busched.api.snapshot import Shard
 from busched.api.task import TaskStatus
 from busched.api.timestamp import TimeError, parse_time
-from busched.api.build import SpecError
+from busched.builtin import run_cycle
 from busched.cache.cache import Cache
 from busched.framework.config import ConfigError, SchedulerConfig, parse_config
-from busched.builtin import run_cycle
 from busched.framework.nodeselect import prioritize_nodes
 from busched.framework.registry import Registry
 from busched.framework.session import Session
-from busched.api.snapshot import Shard
 
 __all__ = ["ScenarioError", "Scenario", "load_scenario", "run_scenario", "check_report"]
 

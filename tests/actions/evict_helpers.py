@@ -9,9 +9,9 @@ from typing import Any
 import msgspec
 
 from busched.api.objects import ClusterSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins import PLUGINS
 

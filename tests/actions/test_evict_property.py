@@ -22,7 +22,6 @@ from busched.actions.util import basic_preemptee
 from busched.api.task import TaskStatus, preemptable_status
 from busched.framework.nodeselect import PredicateHelper
 from busched.framework.statement import Statement
-
 from tests.actions.evict_helpers import PREEMPT_TIER, RECLAIM_TIER, config, overcommitted, session, spec, state
 
 PCS = [{"name": "high", "value": 1000}, {"name": "mid", "value": 100}, {"name": "low", "value": 10}]

@@ -6,13 +6,23 @@ import pytest
 
 from busched.actions.preempt import Candidate, PreemptAction, num_candidates, pick_candidate, select_victims_on_node
 from busched.actions.util import TrialEvictions, victims_cover
+from busched.api.snapshot import Shard
 from busched.api.task import TaskStatus
 from busched.framework import points
 from busched.framework.session import EventHandler
-from busched.api.snapshot import Shard
-
-from tests.actions.evict_helpers import (PREEMPT_TIER, config, evicted, job, node, pending, pipelined, running, session,
-                                         spec, state)
+from tests.actions.evict_helpers import (
+    PREEMPT_TIER,
+    config,
+    evicted,
+    job,
+    node,
+    pending,
+    pipelined,
+    running,
+    session,
+    spec,
+    state,
+)
 
 PCS = [{"name": "high", "value": 1000}, {"name": "mid", "value": 500}, {"name": "low", "value": 10}]
 

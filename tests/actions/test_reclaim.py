@@ -5,11 +5,21 @@ from __future__ import annotations
 import pytest
 
 from busched.actions.reclaim import ReclaimAction
-from busched.api.task import TaskStatus
 from busched.api.snapshot import Shard
-
-from tests.actions.evict_helpers import (RECLAIM_TIER, config, evicted, job, node, pending, pipelined, running, session,
-                                         spec, state)
+from busched.api.task import TaskStatus
+from tests.actions.evict_helpers import (
+    RECLAIM_TIER,
+    config,
+    evicted,
+    job,
+    node,
+    pending,
+    pipelined,
+    running,
+    session,
+    spec,
+    state,
+)
 
 PCS = [{"name": "high", "value": 1000}, {"name": "low", "value": 10}]
 QUEUES = [{"name": "q1"}, {"name": "q2"}]

@@ -7,9 +7,8 @@ import pytest
 from busched.actions.shuffle import ShuffleAction
 from busched.api.fit import Code, FitError
 from busched.api.task import TaskStatus
-from busched.scenario.testplugins import TEST_PLUGINS, PluginArgumentError
 from busched.framework.statement import Statement
-
+from busched.scenario.testplugins import TEST_PLUGINS, PluginArgumentError
 from tests.actions.evict_helpers import config, evicted, job, node, pending, running, session, spec
 
 

@@ -10,11 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from busched.api import k8s_specs, limits
+from busched.api import build, k8s_specs, limits
 from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskSpec
 from busched.bus import messages as m
 from busched.bus.apply import ClusterFileError, apply_cluster, check_cluster, load_cluster, load_cluster_file
-from busched.api import build
 from busched.cache.cache import Cache
 from busched.cli.main import main
 
@@ -197,7 +196,7 @@ def test_apply_refuses_a_file_with_an_invalid_object_before_publishing(tmp_path:
     rc = main(["apply", "-f", str(f), "--nats", "nats://127.0.0.1:1"])
     assert rc == 2
     err = capsys.readouterr().err
-    assert f'task bad/t: requests.cpu: must not be negative (got "-8")' in err
+    assert 'task bad/t: requests.cpu: must not be negative (got "-8")' in err
     shape = tmp_path / "shape.yaml"
     shape.write_text("tasks: [{name: t, affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
                      "{nodeSelectorTerms: x}}}}]\n")

@@ -13,7 +13,6 @@ from busched.bus import subjects as S
 from busched.bus.apply import load_cluster_file, missing_references
 from busched.cli.main import main
 
-
 Q1 = {"name": "q1", "weight": 1}
 J1 = {"name": "j1", "namespace": "ns", "queue": "q1", "minMember": 1}
 T1 = {"name": "t1", "namespace": "ns", "job": "j1", "requests": {"cpu": "1", "memory": "1Gi"}}

@@ -20,9 +20,9 @@ from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.bus.auth import AuthDir, Credential, agent_permissions, prepare_agent_consumer, render_authorization
 from busched.bus.connect import NatsOptions
-from busched.cli.connection import options_from_args
 from busched.bus.server import NatsServer
 from busched.cli.agent import connect_options, nodes_from_args
+from busched.cli.connection import options_from_args
 from busched.cli.get import fetch
 from busched.cli.main import build_parser
 from busched.scheduler import Scheduler, SchedulerSettings

@@ -10,8 +10,7 @@ import pytest
 
 from busched.agent import Agent, fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
-from busched.bus import Bus
-from busched.bus import auth
+from busched.bus import Bus, auth
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster

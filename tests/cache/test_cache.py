@@ -2,10 +2,9 @@
 
 import pytest
 
-from busched.api.task import TaskStatus
 from busched.api.build import SpecError
+from busched.api.task import TaskStatus
 from busched.cache.cache import Cache
-
 from tests.helpers import cluster
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from busched.api import build
 from busched.api import objects as o
 from busched.api.task import TaskStatus
 from busched.api.timestamp import TimeError, parse_time
-from busched.api import build
 from busched.scenario.runner import ScenarioError, load_scenario, run_scenario
 
 

@@ -5,12 +5,12 @@ import dataclasses
 
 import pytest
 
+from busched.api import build
 from busched.api import objects as o
 from busched.api.job import JobInfo
 from busched.api.queue import PriorityClass
 from busched.api.resource import Resource
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase
-from busched.api import build
 
 PCS = {"high": PriorityClass("high", 1000, "Never", False)}
 

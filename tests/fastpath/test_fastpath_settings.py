@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 
 from busched import fastpath
+from busched.builtin import run_cycle
 from busched.fastpath import FastPath, FastPathSettings
 from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.builtin import run_cycle
-
 from tests.kernel_cases import cache_of, random_cluster
+
 
 def test_settings_from_the_environment() -> None:
     assert FastPathSettings.from_env({}) == FastPathSettings(kernels=True, verify=False)

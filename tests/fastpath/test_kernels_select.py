@@ -12,13 +12,11 @@ import random
 
 import pytest
 
-from busched.fastpath import FastPath, FastPathSettings
-from busched.fastpath import select
-from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.builtin import open_session, run_cycle
-from busched.framework.nodeselect import PredicateHelper, choose_node, gradients, prioritize_nodes
 from busched.api.task import TaskStatus
-
+from busched.builtin import open_session, run_cycle
+from busched.fastpath import FastPath, FastPathSettings, select
+from busched.framework.config import DEFAULT_CONFIG, load_config
+from busched.framework.nodeselect import PredicateHelper, choose_node, gradients, prioritize_nodes
 from tests.kernel_cases import cache_of, random_cluster
 
 CONFIGS = {

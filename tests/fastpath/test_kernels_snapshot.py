@@ -15,10 +15,9 @@ import msgspec
 import pytest
 
 from busched.api import objects as o
+from busched.builtin import run_cycle
 from busched.fastpath import FastPathSettings
 from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.builtin import run_cycle
-
 from tests.kernel_cases import cache_of, random_cluster
 
 

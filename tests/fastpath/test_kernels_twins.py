@@ -15,15 +15,14 @@ import pytest
 
 from busched.api.fit import FitError
 from busched.api.task import TaskStatus
-from busched.framework import points
-from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import open_session
 from busched.fastpath import select
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask_reference, fits
 from busched.fastpath.order import job_order_key
 from busched.fastpath.podview import pod_view_arrays
+from busched.framework import points
+from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.statement import Statement
-
 from tests.kernel_cases import cache_of, random_cluster
 
 WEIGHTED = DEFAULT_CONFIG.replace("  - name: binpack\n", """  - name: binpack
@@ -273,8 +272,8 @@ def test_task_order_key_pops_as_the_comparator(seed):
     """allocate's task heap with the key pops the same tasks in the same order as with the comparator."""
     import dataclasses
 
-    from busched.framework.pqueue import PriorityQueue
     from busched.fastpath.order import task_order_key
+    from busched.framework.pqueue import PriorityQueue
 
     rng, ssn = session(seed)
     tasks = [t for job in ssn.jobs.values() for t in job.tasks.values()]

@@ -14,11 +14,10 @@ import random
 import msgspec
 import pytest
 
-from busched.fastpath import FastPathSettings
 from busched.api import objects as o
-from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import run_cycle
-
+from busched.fastpath import FastPathSettings
+from busched.framework.config import DEFAULT_CONFIG, load_config
 from tests.kernel_cases import cache_of, random_cluster
 
 PREEMPT = DEFAULT_CONFIG.replace('"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, backfill"')

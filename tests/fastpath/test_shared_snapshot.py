@@ -17,13 +17,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busched.bench.driver import apply_decisions
 from busched import fastpath
-from busched.fastpath import lending as shared
-from busched.cache.cache import Cache
+from busched.bench.driver import apply_decisions
 from busched.builtin import run_cycle
+from busched.cache.cache import Cache
+from busched.fastpath import lending as shared
 from busched.scenario.runner import _registries, load_scenario
-
 from tests.conformance.test_conformance import LOAD_PARAMS
 
 EXTRA = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
@@ -109,8 +108,8 @@ def test_unflagged_change_is_caught(verify) -> None:
 def test_unopened_snapshot_counts_as_read() -> None:
     """A snapshot no session opened (a query) does not end the lending: the next snapshot lends the
     same objects, and the first can no longer be opened."""
-    from busched.framework.config import DEFAULT_CONFIG, load_config
     from busched.builtin import open_session
+    from busched.framework.config import DEFAULT_CONFIG, load_config
     from busched.framework.session import SessionError
 
     cache = _idle_cache()
@@ -127,8 +126,8 @@ def test_unopened_snapshot_counts_as_read() -> None:
 def test_snapshot_during_a_session_is_apart() -> None:
     """A query's snapshot while a session runs shares nothing with it and does not end the lending:
     the next cycle's snapshot lends again what the session did not write."""
-    from busched.framework.config import DEFAULT_CONFIG, load_config
     from busched.builtin import close_session, open_session
+    from busched.framework.config import DEFAULT_CONFIG, load_config
 
     cache = _idle_cache()
     _cycle(cache)
@@ -241,8 +240,8 @@ def test_template_changed_by_a_session_is_converted_again(verify) -> None:
     next snapshot converts it afresh, so its job and its node see the spec again, as the plain
     conversion does."""
     from busched.api.task import TaskStatus
-    from busched.framework.config import DEFAULT_CONFIG, load_config
     from busched.builtin import close_session, open_session
+    from busched.framework.config import DEFAULT_CONFIG, load_config
 
     cache = _idle_cache()
     snap = cache.snapshot(memo=True)

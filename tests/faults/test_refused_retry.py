@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-
 from busched.agent import Reject, fleet_nodes
 from busched.bus.apply import apply_cluster
 from tests.faults.cluster import check_invariants, wait_for, workload

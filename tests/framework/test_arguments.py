@@ -9,8 +9,16 @@ import pytest
 from busched.actions.preempt import PreemptAction
 from busched.actions.reclaim import ReclaimAction
 from busched.actions.util import PREDICATE_ERROR_CACHE_KEY, predicate_error_cache
-from busched.framework.arguments import (ArgumentError, Arguments, decode_bool, decode_field, decode_float, decode_int,
-                                         decode_mapping, decode_str)
+from busched.framework.arguments import (
+    ArgumentError,
+    Arguments,
+    decode_bool,
+    decode_field,
+    decode_float,
+    decode_int,
+    decode_mapping,
+    decode_str,
+)
 from busched.framework.config import SchedulerConfig, parse_config
 
 

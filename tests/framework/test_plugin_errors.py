@@ -7,15 +7,14 @@ from typing import Any
 
 import pytest
 
-from busched.fastpath import FastPathSettings
 from busched.api.fit import Code, FitError
-from busched.framework import plugin_errors
-from busched.framework import points
-from busched.framework.config import PluginOption, Tier, load_config
 from busched.builtin import finish_cycle, run_actions
+from busched.cache.cache import Cache
+from busched.fastpath import FastPathSettings
+from busched.framework import plugin_errors, points
+from busched.framework.config import PluginOption, Tier, load_config
 from busched.plugins import PLUGINS
 from tests.helpers import cluster
-from busched.cache.cache import Cache
 
 
 class Boom:

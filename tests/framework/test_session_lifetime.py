@@ -8,10 +8,9 @@ import gc
 import random
 import weakref
 
-from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.builtin import run_cycle
 from busched.fastpath.fit import NodeArrays
-
+from busched.framework.config import DEFAULT_CONFIG, load_config
 from tests.kernel_cases import cache_of, random_cluster
 
 

@@ -4,7 +4,6 @@ import copy
 
 from busched.api.task import TaskStatus
 from busched.framework.statement import Statement
-
 from tests.helpers import cluster, session
 
 

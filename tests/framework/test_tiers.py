@@ -1,10 +1,10 @@
 """Each of Volcano's ways of combining plugin answers, through the session's tier walk."""
 
+from busched.api.snapshot import ClusterSnapshot
 from busched.framework import points
+from busched.framework import tiers as tw
 from busched.framework.config import load_config
 from busched.framework.session import Session
-from busched.api.snapshot import ClusterSnapshot
-from busched.framework import tiers as tw
 
 CONF = """
 actions: ""

@@ -13,14 +13,14 @@ from busched.api.objects import ClusterSpec
 from busched.api.queue import HyperNode
 from busched.api.resource import Resource
 from busched.api.task import TaskStatus
+from busched.builtin import open_session, run_cycle
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.builtin import open_session, run_cycle
 from busched.framework.hypernodes import CLUSTER_TOP, build_topology
 from busched.framework.session import Session
+from busched.framework.statement import Statement
 from busched.plugins.network_topology_aware import NetworkTopologyAwarePlugin, search_root
 from busched.scenario.runner import check_report
-from busched.framework.statement import Statement
 
 NTA = {"name": "network-topology-aware", "enableNodeOrder": True, "enabledHyperNodeOrder": True,
        "enabledHyperNodeGradient": True}

@@ -8,10 +8,10 @@ import msgspec
 import pytest
 
 from busched.api.objects import ClusterSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework import points
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.binpack import BinpackPlugin, BinpackWeights, resource_binpack_score
 

@@ -9,14 +9,14 @@ import pytest
 
 from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource, exceeded_part, res_max
-from busched.cache.cache import Cache
-from busched.framework.config import parse_config
 from busched.builtin import open_session
-from busched.framework.session import Session
+from busched.cache.cache import Cache
 from busched.framework import shares
-from busched.plugins.capacity import tree as ct
-from busched.plugins.capacity import CapacityPlugin
+from busched.framework.config import parse_config
+from busched.framework.session import Session
 from busched.framework.statement import Statement
+from busched.plugins.capacity import CapacityPlugin
+from busched.plugins.capacity import tree as ct
 
 GI = 2**30
 
@@ -562,7 +562,6 @@ def test_queue_usage_first_sum_is_the_task_by_task_sum(seed) -> None:
     import random
 
     from busched.framework.config import DEFAULT_CONFIG, load_config
-
     from tests.kernel_cases import cache_of, random_cluster
 
     rng = random.Random(seed)

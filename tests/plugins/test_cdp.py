@@ -9,9 +9,9 @@ import pytest
 
 from busched.actions import ACTIONS
 from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.cdp import COOLDOWN_TIME_KEY, cooldown_of
 

@@ -10,10 +10,10 @@ import pytest
 
 from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework import points
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.framework.shares import calculate_share, calculate_share_reference, share_of
 from busched.framework.statement import Statement

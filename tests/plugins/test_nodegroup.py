@@ -9,13 +9,20 @@ import pytest
 
 from busched.api.fit import Code, FitError
 from busched.api.objects import ClusterSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.framework.statement import Statement
-from busched.plugins.nodegroup import (ERR_AFFINITY_NOT_FOUND, ERR_LABEL_NOT_FOUND, ERR_LIMIT_EXCEEDED,
-                                       ERR_LIMIT_INVALID, ERR_UNSATISFIED, LimitAnnotationError, parse_limits)
+from busched.plugins.nodegroup import (
+    ERR_AFFINITY_NOT_FOUND,
+    ERR_LABEL_NOT_FOUND,
+    ERR_LIMIT_EXCEEDED,
+    ERR_LIMIT_INVALID,
+    ERR_UNSATISFIED,
+    LimitAnnotationError,
+    parse_limits,
+)
 
 LABEL = "volcano.sh/nodegroup-name"
 LIMITS = "volcano.sh/nodegroup-resource-limits"

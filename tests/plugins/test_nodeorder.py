@@ -9,12 +9,12 @@ import msgspec
 import pytest
 
 from busched.api.objects import ClusterSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
-from busched.plugins.nodeorder import DEFAULT_WEIGHTS, weights_from
 from busched.framework.statement import Statement
+from busched.plugins.nodeorder import DEFAULT_WEIGHTS, weights_from
 
 HOST = "kubernetes.io/hostname"
 ALL_OFF = {k: 0 for k in DEFAULT_WEIGHTS}

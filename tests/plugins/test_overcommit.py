@@ -7,13 +7,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from busched.api.job import QUEUE_ALLOCATION_GATE
 from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
-from busched.api.job import QUEUE_ALLOCATION_GATE
 
 GI = 1024**3
 

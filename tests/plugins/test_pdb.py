@@ -8,12 +8,11 @@ import pytest
 
 from busched.actions import ACTIONS
 from busched.api.objects import PriorityClassSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.pdb import PdbError, disruptions_allowed, parse_pdb
-
 from tests.helpers import cluster
 
 WEB = {"app": "web"}

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from busched.api.snapshot import ClusterSnapshot
+from busched.builtin import open_session, quiet_cycles
 from busched.framework.arguments import Arguments
 from busched.framework.config import load_config
-from busched.builtin import open_session, quiet_cycles
 from busched.framework.plugin_state import state_of
 from busched.plugins import PLUGINS
 

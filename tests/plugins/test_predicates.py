@@ -7,16 +7,16 @@ from typing import Any
 import msgspec
 import pytest
 
+from busched.api import k8s
 from busched.api.fit import Code, FitError
 from busched.api.objects import ClusterSpec
-from busched.cache.cache import Cache
-from busched.framework.config import parse_config
 from busched.builtin import open_session
-from busched.framework.session import Session
-from busched.api import k8s
+from busched.cache.cache import Cache
 from busched.framework.arguments import Arguments
-from busched.plugins.predicates import PredicatesPlugin
+from busched.framework.config import parse_config
+from busched.framework.session import Session
 from busched.framework.statement import Statement
+from busched.plugins.predicates import PredicatesPlugin
 
 HOST = "kubernetes.io/hostname"
 

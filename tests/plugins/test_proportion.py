@@ -8,12 +8,12 @@ import msgspec
 import pytest
 
 from busched.api.objects import ClusterSpec
-from busched.api.resource import Resource
+from busched.api.resource import Resource, exceeded_part
+from busched.api.resource import res_max as go_max
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
-from busched.api.resource import exceeded_part, res_max as go_max
 from busched.framework.statement import Statement
 
 GI = 1024**3

@@ -8,12 +8,11 @@ import pytest
 
 from busched.actions import ACTIONS
 from busched.api.task import TaskStatus
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.rescheduling import LowNodeUtilizationConf, node_utilization, parse_arguments
-
 from tests.helpers import cluster
 
 LNU = """

@@ -12,10 +12,10 @@ from busched.api.node import NodeInfo
 from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework import points
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.resource_strategy_fit import (
     LEAST_ALLOCATED,

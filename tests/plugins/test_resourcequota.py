@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 
 from busched.api.objects import ClusterSpec
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import parse_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.resourcequota import add, exceeded, job_min_resources, mask, to_list
 

@@ -10,9 +10,8 @@ from busched.actions import ACTIONS
 from busched.api.job import JobInfo
 from busched.api.task import TaskStatus
 from busched.framework.session import Session
-from busched.plugins.task_topology import TaskTopology, TopologyError, read_topology
 from busched.framework.statement import Statement
-
+from busched.plugins.task_topology import TaskTopology, TopologyError, read_topology
 from tests.helpers import cluster, session
 
 AFF, ANTI, ORDER = ("volcano.sh/task-topology-affinity", "volcano.sh/task-topology-anti-affinity",

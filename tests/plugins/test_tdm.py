@@ -10,12 +10,11 @@ import pytest
 from busched.actions import ACTIONS
 from busched.api.fit import Code, FitError
 from busched.api.task import TaskStatus
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.plugins.tdm import max_pod_evict_num, parse_int_or_percent, zone_window
-
 from tests.helpers import cluster
 
 DAY0 = calendar.timegm((2024, 5, 17, 0, 0, 0))  # a UTC midnight

@@ -12,13 +12,12 @@ from busched.actions import ACTIONS
 from busched.api.fit import Code, FitError
 from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskSpec
 from busched.api.task import TaskStatus
+from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
-from busched.builtin import open_session
 from busched.framework.session import Session
 from busched.framework.statement import Statement
-from busched.plugins.usage import (CPU_EXTEND, MEMORY_EXTEND, UsageArgs, composite, estimate_task, in_shadow,
-                                   node_score)
+from busched.plugins.usage import CPU_EXTEND, MEMORY_EXTEND, UsageArgs, composite, estimate_task, in_shadow, node_score
 
 NOW = 1_772_360_220.0  # 2026-03-01T10:17:00Z
 GI = 1024 ** 3

@@ -16,7 +16,6 @@ import pytest
 from busched.cli.main import main
 from busched.replay import export as E
 from busched.scenario.runner import check_report, load_scenario, run_scenario
-
 from tests.replay.test_replay import live_run, read_all
 
 

@@ -36,8 +36,8 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo
-from busched.framework.arguments import Arguments
 from busched.framework import points
+from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 from busched.plugins.capacity import tree as ct
 
