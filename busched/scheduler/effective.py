@@ -80,8 +80,11 @@ class Effective:
             await asyncio.sleep(0)
 
     def snapshot(self) -> Any:
+        """The cache's snapshot, with the nodes each task is kept off (as of the last `_update_refusals`)."""
         self.sync_cache()
-        return self.cache.snapshot()
+        snap = self.cache.snapshot()
+        snap.refused = self._refused
+        return snap
 
     def _refresh_node(self, key: str, strict: bool = False) -> None:
         spec = self.specs["node"].get(key)

@@ -14,8 +14,10 @@ conditions changed (written in the background, `busched.scheduler.statuses`).  A
 (`QuietCycles`).  Records that must reach the state stream wait in an outbox
 (subject -> latest record) until published.
 
-A task a node refused recently is kept off that node by an extra plugin (`_FeedbackPlugin`) added to
-the configuration for that cycle only.
+A task a node refused recently is kept off that node by the busched-agent-feedback predicate
+(`busched.plugins.refused_nodes`), added to the configuration once, at construction; the nodes each
+task is kept off are an input of the snapshot (``ClusterSnapshot.refused``), brought up to date at
+the start of every cycle (`Scheduler._update_refusals`).
 
 The rest of the class is assembled from the other modules of the package, one concern each (see
 `busched.scheduler`); they share the state set up in `Scheduler.__init__`.
@@ -32,7 +34,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from busched.api.fit import Code
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, StateWatch
@@ -46,6 +47,7 @@ from busched.framework.config import (
 )
 from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_actions
 from busched.metrics import SchedulerMetrics
+from busched.plugins.refused_nodes import RefusedNodesPlugin
 from busched.scheduler import history, volcano_metrics
 from busched.scheduler.agents import Agents
 from busched.scheduler.bindings import Bindings
@@ -67,29 +69,6 @@ from busched.scheduler.records import (
 )
 
 log = logging.getLogger("busched.scheduler")
-
-
-class _FeedbackPlugin:
-    """Keeps a task off nodes whose agent refused it (or never took it) recently."""
-
-    name = FEEDBACK_PLUGIN
-
-    def __init__(self, excluded: dict[str, frozenset[str]]) -> None:
-        self.excluded = excluded
-
-    def on_session_open(self, ssn: Any) -> None:
-        from busched.framework.session import fit_error
-
-        excluded = self.excluded
-
-        def predicate(task: Any, node: Any) -> None:
-            nodes = excluded.get(task.key)
-            if nodes and node.name in nodes:
-                raise fit_error(task, node, f"node {node.name} refused this task recently", self.name,
-                                Code.UnschedulableAndUnresolvable)
-
-        ssn.add_fn("predicate", self.name, predicate)
-
 
 
 class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries):
@@ -153,6 +132,13 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._gate = QuietCycles(self.config)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
+        self._refused: dict[str, frozenset[str]] = {}  # task -> nodes it is kept off, for the next snapshot
+        # the configuration and registry cycles run with: the configured ones and the refusals predicate
+        from busched.plugins import PLUGINS
+
+        base = plugins if plugins is not None else PLUGINS
+        self._run_plugins = base if FEEDBACK_PLUGIN in base else base.with_entries({FEEDBACK_PLUGIN: RefusedNodesPlugin})
+        self._run_config = (self.config, with_refusals(self.config))
         self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
         self.collector = CollectorPolicy()
         self._wake = asyncio.Event()  # new work arrived, or stop
@@ -309,30 +295,32 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         return report
 
     def _cycle_config(self) -> tuple[SchedulerConfig, Any]:
+        """The configuration and plugin registry a cycle runs with (the configured ones and the
+        busched-agent-feedback predicate last, made once per configuration, not per cycle), after
+        bringing the refusals in force up to date (`_update_refusals`)."""
+        self._update_refusals()
+        if self._run_config[0] is not self.config:  # the replayer swaps configurations
+            self._run_config = (self.config, with_refusals(self.config))
+        return self._run_config[1], self._run_plugins
+
+    def _update_refusals(self) -> None:
+        """The nodes each task is kept off now (refusals whose time is up dropped), as the next snapshot's
+        ``refused``; an exclusion ending or shrinking may let a task fit where it could not, so it counts as a
+        change of the cache (the memo of unfit jobs and the quiet gate read the cache)."""
         now = self.clock()
-        excluded: dict[str, frozenset[str]] = {}
+        refused: dict[str, frozenset[str]] = {}
         for key, nodes in list(self.excluded.items()):
             keep = {n: t for n, t in nodes.items() if t > now}
             if keep:
                 self.excluded[key] = keep
-                excluded[key] = frozenset(keep)
+                refused[key] = frozenset(keep)
             else:
                 del self.excluded[key]
-        key = frozenset(excluded.items())
+        key = frozenset(refused.items())
         if any(item not in key for item in self._excluded_key):
-            # an exclusion ended or shrank: the task may fit where it could not (the memo of unfit jobs and the
-            # quiet gate read the cache, which this changes)
             self.cache.room_made()
         self._excluded_key = key
-        if not excluded:
-            return self.config, self.plugins
-        from busched.plugins import PLUGINS
-
-        base = self.plugins if self.plugins is not None else PLUGINS
-        plugins = base.with_entries({FEEDBACK_PLUGIN: lambda args: _FeedbackPlugin(excluded)})
-        config = dataclasses.replace(self.config,
-                                     tiers=self.config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
-        return config, plugins
+        self._refused = refused
 
     async def _flush_outbox(self) -> None:
         """Write the queued records; binding records on condition that their subject is where we last saw it."""
@@ -374,3 +362,10 @@ class _NoSession:
 
 
 _NO_SESSION: Any = _NoSession()
+
+
+def with_refusals(config: SchedulerConfig) -> SchedulerConfig:
+    """``config`` with the busched-agent-feedback predicate in a tier of its own, last."""
+    if any(p.name == FEEDBACK_PLUGIN for t in config.tiers for p in t.plugins):
+        return config
+    return dataclasses.replace(config, tiers=config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
