@@ -217,7 +217,7 @@ class Replayer:
         binds = [(d.task, d.node) for d in ssn.decisions if d.kind == "bind"]
         evicts = [(d.task, d.node, d.reason or "") for d in ssn.decisions if d.kind == "evict"]
         finish_cycle(ssn)
-        await sched._collect_podgroups(ssn)
+        await sched.statuses.collect(ssn)
         phases = sorted(Hs.changed_statuses(sched))
         pipelined = Hs.pipelined(ssn)
         self.pg_from_stream = False

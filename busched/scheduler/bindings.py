@@ -262,9 +262,9 @@ class Bindings:
     async def _expire(self, report: CycleReport) -> None:
         now = self.clock()
         st = self.settings
-        calm = self._bus_calm(now)
+        calm = self.liveness.calm(now)
         if calm:
-            self._check_liveness(now, report)
+            self.liveness.check(now, report)
         # binds an alive agent has not taken within the lease: released if provably never delivered, else stopped
         expired: list[tuple[str, Binding, NodeLive]] = []
         for key, b in self.bindings.items():  # nothing changes them in this loop
@@ -302,13 +302,6 @@ class Bindings:
         else:
             self._stop_attempt(key, reason, "lease", bind_deleted=bool(b.seq))
         report.released.append((key, "lease"))
-
-    def _bus_calm(self, now: float) -> bool:
-        """Whether silence means anything: not while we are cut off from the bus ourselves, nor before every
-        agent has had a heartbeat timeout to be heard again after we reconnected."""
-        if not self.bus.connected:
-            return False
-        return now - self._reconnected_at > self.settings.heartbeat_timeout or self._reconnected_at == 0.0
 
     def _release(self, key: str, reason: str, kind: str, *, exclude: bool = False, backoff: bool | None = None) -> None:
         """Send a task back to Pending (its attempt is known stopped): record why, and hold it back for a while

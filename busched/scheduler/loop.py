@@ -49,14 +49,14 @@ from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_ac
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
 from busched.scheduler import history, volcano_metrics
-from busched.scheduler.agents import Agents
+from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import Bindings
 from busched.scheduler.effective import Effective
 from busched.scheduler.events import Events
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
-from busched.scheduler.statuses import PodGroups
-from busched.scheduler.trigger import Trigger
+from busched.scheduler.statuses import PodGroupStatuses
+from busched.scheduler.trigger import CycleTrigger
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
@@ -71,7 +71,7 @@ from busched.scheduler.records import (
 log = logging.getLogger("busched.scheduler")
 
 
-class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries):
+class Scheduler(Events, Bindings, Effective, Queries):
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -96,17 +96,11 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
         self.bindings: dict[str, Binding] = {}
         self.results: dict[str, Result] = {}
-        self.pg_status: dict[str, m.PodGroupStatus] = {}
-        self.live: dict[str, NodeLive] = {}
         self.backoff_until: dict[str, float] = {}
         self.failures: dict[str, int] = {}  # consecutive failed attempts, for backoff
         self.excluded: dict[str, dict[str, float]] = {}  # task -> node -> until
         self.reasons: dict[str, str] = {}  # task -> last reason it went back to Pending
         self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
-        self._statuses: dict[str, m.PodGroupStatus] = {}  # subject -> latest podgroup status to write
-        self._status_writer: asyncio.Task[None] | None = None
-        self._statuses_since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
-        self._stale_evicts: set[tuple[str, str, int]] = set()
         self._unpublished: set[str] = set()  # tasks whose bind/evict decision still has to go out
         self.watch: StateWatch | None = None
         self.cycle = 0
@@ -127,8 +121,6 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._last_refusal = ""
         self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
         self._background: set[Any] = set()
-        self._reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost
-        self._held_partition = False
         self._gate = QuietCycles(self.config)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
@@ -141,9 +133,20 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self._run_config = (self.config, with_refusals(self.config))
         self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
         self.collector = CollectorPolicy()
-        self._wake = asyncio.Event()  # new work arrived, or stop
-        self._work_since: float | None = None  # monotonic time of the first work no cycle has taken yet
-        self._work_last = 0.0
+        # the owned parts
+        self.trigger = CycleTrigger(self.settings, clock, pending=self._stream_pending)
+        self._new_work = self.trigger.new_work
+        self.statuses = PodGroupStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
+                                         job_specs=self.specs["job"], next_version=self._next_version,
+                                         refresh_job=self._refresh_job, on_error=self._record_not_written)
+        self.pg_status = self.statuses.recorded  # job -> its last podgroup status
+        self.liveness = Liveness(self.settings, clock, bindings=self.bindings, results=self.results,
+                                 stop_attempt=self._stop_attempt, release=self._release,
+                                 connected=lambda: self.bus.connected, ready=lambda: self.ready,
+                                 refresh_node=self._refresh_node, new_work=self._new_work,
+                                 send_evict=self._queue_record, next_version=self._next_version,
+                                 reject=self._reject, on_heartbeat=self.metrics.heartbeats.inc)
+        self.live = self.liveness.live  # node -> its agent's liveness
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -151,7 +154,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         t0 = time.perf_counter()
         self.started_at = self.clock()
         await self.bus.ensure_streams(self.settings.streams)
-        self.bus.connection_listeners.append(self._on_connection)
+        self.bus.connection_listeners.append(self.liveness.on_connection)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
         await self.bus.serve(S.API_GET, self._serve_get)
         with paused_gc():  # the whole catch-up, between batches too
@@ -180,18 +183,18 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
 
     async def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self.trigger.stop()
         self.ready = False
         self.metrics.ready.set(0)
         if self.watch is not None:
             await self.watch.stop()
         try:
             await self._flush_outbox()
-            await self._flush_statuses()
+            await self.statuses.flush()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
-        if self._on_connection in self.bus.connection_listeners:
-            self.bus.connection_listeners.remove(self._on_connection)
+        if self.liveness.on_connection in self.bus.connection_listeners:
+            self.bus.connection_listeners.remove(self.liveness.on_connection)
 
     async def run_forever(self) -> None:
         if not self.ready:
@@ -208,7 +211,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                     self.metrics.cycle_errors.inc()
                 # the agents are about to answer a cycle's binds: its garbage waits for the next cycle
                 self.collector.after_cycle(defer=binds)
-                await self._wait_next_cycle(self.clock(), time.monotonic())
+                await self.trigger.wait(self.clock(), time.monotonic())
         finally:
             self.collector.exit()
 
@@ -225,14 +228,14 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             report = CycleReport(self.cycle, now=self.wall_clock())
             t0 = time.perf_counter()
             await self._flush_outbox()
-            self._write_statuses_soon()
+            self.statuses.write_soon()
             await self._expire(report)
             await self._flush_outbox()  # records of what the clock stopped, before their decisions
             await self._republish()
             await self._flush_purges()
             with paused_gc():
                 await self.sync_cache_yielding()
-            self._cycle_taken()  # from here to the snapshot nothing else is handled
+            self.trigger.taken()  # from here to the snapshot nothing else is handled
             config, plugins = self._cycle_config()
             excluded_key = self._excluded_key
             if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
@@ -264,13 +267,13 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                     return self._failed(report, e)
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
-            await self._collect_podgroups(ssn)
+            await self.statuses.collect(ssn)
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
             await self._republish()
-            self._write_statuses_soon()
+            self.statuses.write_soon()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
             self.metrics.cycle_seconds.observe(report.seconds)
@@ -280,6 +283,21 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)
             return report
+
+    def handle_heartbeat(self, subject: str, data: bytes) -> None:
+        """A heartbeat message (busched.scheduler.agents)."""
+        self.liveness.handle_heartbeat(subject, data)
+
+    def _queue_record(self, subject: str, msg: m.Msg, mid: str | None) -> None:
+        """Queue a message for the stream (the latest per subject is written at the next flush)."""
+        self._outbox[subject] = (msg, mid)
+
+    def _stream_pending(self) -> int:
+        """Messages waiting on the state stream, not yet handled."""
+        return self.watch.pending if self.watch is not None else 0
+
+    def _record_not_written(self) -> None:
+        self.metrics.publish_errors.labels("record").inc()
 
     async def _in_cycle(self, fn: Any, *args: Any, **kw: Any) -> Any:
         """A part of the session's work: in a worker thread (the event loop goes on meanwhile) or here."""
