@@ -81,7 +81,7 @@ def test_min_interval_after_the_last_cycle() -> None:
 
 
 def test_trigger_off_leaves_the_timer_alone() -> None:
-    t, c = trigger(Settings(trigger=False))
+    t, _ = trigger(Settings(trigger=False))
     t.new_work()
     assert t.next_timeout(ended=100.0, ended_mono=500.0) == 10.0
 

@@ -22,7 +22,14 @@ from typing import Protocol
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.scheduler.records import TERMINAL, Binding, CycleReport, NodeLive, Result, _field_error
+from busched.scheduler.records import (
+    TERMINAL,
+    Binding,
+    CycleReport,
+    NodeLive,
+    Result,
+    _field_error,
+)
 
 log = logging.getLogger("busched.scheduler")
 

@@ -31,13 +31,14 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.scheduler import events_log
 from busched.scheduler.records import TERMINAL, Binding, CycleReport, NodeLive
+from busched.scheduler.state import SchedulerState
 
 log = logging.getLogger("busched.scheduler")
 
 WRITE_AHEAD_CHUNK = 500  # binds whose records are written (and acknowledged) before their decisions go out
 
 
-class Bindings:
+class Bindings(SchedulerState):
     async def _publish_binds(self, binds: list[Any], report: CycleReport) -> None:
         now = self.clock()
         todo: list[tuple[str, Binding]] = []
@@ -351,8 +352,8 @@ class Bindings:
         await self.replay_rejected()
         self._caught_up = True  # results are applied as during normal operation from here
         orphans, self._orphans = self._orphans, {}
-        for key, r in orphans.items():
-            self._replay_result(key, r)
+        for key, orphan in orphans.items():
+            self._replay_result(key, orphan)
         now = self.clock()
         todo = []
         for key, b in list(self.bindings.items()):

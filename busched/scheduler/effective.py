@@ -22,11 +22,12 @@ from busched.api import objects as o
 from busched.api.task import TaskStatus, status_from_phase
 from busched.api.build import SpecError
 from busched.scheduler.records import BACKOFF_GATE, TERMINAL, NodeLive
+from busched.scheduler.state import SchedulerState
 
 log = logging.getLogger("busched.scheduler")
 
 
-class Effective:
+class Effective(SchedulerState):
     # == effective objects ============================================================================================
     def _refresh(self, kind: str, key: str) -> None:
         if kind == "task":

@@ -35,13 +35,14 @@ from busched.scheduler.records import (
     _field_error,
     _task_key,
 )
+from busched.scheduler.state import SchedulerState
 
 REJECTIONS = frozenset({"oversized", "malformed", "invalid", "mismatch", "identity"})
 
 log = logging.getLogger("busched.scheduler")
 
 
-class Events:
+class Events(SchedulerState):
     # == inbound: the state stream ====================================================================================
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
         """Apply one state-stream message; returns what happened ("applied", "stale", or a rejection reason)."""
@@ -388,8 +389,9 @@ class Events:
 
     def _replay_result(self, key: str, r: Result) -> None:
         ns, name = key.split("/", 1)
+        msg: m.BindAccepted | m.BindRejected | m.TaskPhaseChanged
         if r.what == "accepted":
-            msg: m.Msg = m.BindAccepted(namespace=ns, name=name, node=r.node, attempt=r.attempt, boot=r.boot)
+            msg = m.BindAccepted(namespace=ns, name=name, node=r.node, attempt=r.attempt, boot=r.boot)
         elif r.what == "rejected":
             msg = m.BindRejected(namespace=ns, name=name, node=r.node, attempt=r.attempt, reason=r.reason,
                                  boot=r.boot)

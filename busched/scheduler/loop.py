@@ -334,10 +334,10 @@ class Scheduler(Events, Bindings, Effective, Queries):
                 refused[key] = frozenset(keep)
             else:
                 del self.excluded[key]
-        key = frozenset(refused.items())
-        if any(item not in key for item in self._excluded_key):
+        now_key = frozenset(refused.items())
+        if any(item not in now_key for item in self._excluded_key):
             self.cache.room_made()
-        self._excluded_key = key
+        self._excluded_key = now_key
         self._refused = refused
 
     async def _flush_outbox(self) -> None:

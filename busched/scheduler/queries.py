@@ -20,23 +20,24 @@ from busched.bus import messages as m
 from busched.bus.resources import resource_list
 from busched.scheduler import events_log, explain
 from busched.scheduler.records import TERMINAL, NodeLive, _field_error
+from busched.scheduler.state import SchedulerState
 
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
-class Queries:
+class Queries(SchedulerState):
     # == views ========================================================================================================
     def _update_gauges(self) -> None:
         counts: dict[str, int] = {}
         for key in self.specs["task"]:
-            s = self.task_status(key)
-            counts[s] = counts.get(s, 0) + 1
+            name = self.task_status(key)
+            counts[name] = counts.get(name, 0) + 1
         for s in TaskStatus:
             self.metrics.tasks.labels(s.name).set(counts.get(s.name, 0))
         ns: dict[str, int] = {"alive": 0, "lost": 0, "unknown": 0}
         for key in self.specs["node"]:
-            st = self.live.get(key, NodeLive()).state
-            ns[st] = ns.get(st, 0) + 1
+            state = self.live.get(key, NodeLive()).state
+            ns[state] = ns.get(state, 0) + 1
         for k, v in ns.items():
             self.metrics.nodes.labels(k).set(v)
         phases: dict[str, int] = {}

@@ -94,5 +94,5 @@ class CycleTrigger:
                 return
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
