@@ -157,7 +157,7 @@ ROWS = [
     Row("task deleted while running -> stopped, kept until stopped", bound,
         [result("Running"), lambda s: s.handle_state(S.state_subject("task", KEY), m.encode(
             m.TaskDelete(name="a", namespace="t")), 200)],
-        "evicting", "Releasing", extra=lambda s: (KEY in s._deleting and KEY in s.specs["task"])
+        "evicting", "Releasing", extra=lambda s: (KEY in s.table.deleting and KEY in s.specs["task"])
         or pytest.fail("not kept while stopping")),
     Row("deleted task stopped -> gone, subjects purged", bound,
         [result("Running"), lambda s: s.handle_state(S.state_subject("task", KEY), m.encode(

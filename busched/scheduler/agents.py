@@ -49,7 +49,7 @@ class Liveness:
     that a node came alive; ``send_evict`` queues a stale evict (subject, decision, message id);
     ``reject`` counts and logs a refused heartbeat; ``ready`` says whether the scheduler has caught up."""
 
-    def __init__(self, settings: LivenessSettings, clock: Callable[[], float], *,
+    def __init__(self, settings: LivenessSettings, clock: Callable[[], float], *, live: dict[str, NodeLive] | None = None,
                  bindings: Mapping[str, Binding], results: Mapping[str, Result],
                  stop_attempt: Callable[[str, str, str], None], release: Callable[[str, str, str], None],
                  connected: Callable[[], bool], ready: Callable[[], bool],
@@ -70,7 +70,7 @@ class Liveness:
         self.next_version = next_version
         self.reject = reject
         self.on_heartbeat = on_heartbeat
-        self.live: dict[str, NodeLive] = {}
+        self.live: dict[str, NodeLive] = live if live is not None else {}
         self.reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost
         self.held_partition = False
         self.stale_evicts: set[tuple[str, str, int]] = set()

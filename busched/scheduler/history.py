@@ -82,7 +82,7 @@ def inputs(sched: Any) -> CycleInputs | None:
     if not enabled(sched):
         return None
     seq = sched.watch.last_seq if sched.watch is not None else 0
-    own = sched._max_rec_seq  # kept as records are stored or heard: no pass over every binding per cycle
+    own = sched.table.max_rec_seq  # kept as records are stored or heard: no pass over every binding per cycle
     unready: list[str] = []
     if sched.settings.require_heartbeat:
         live = sched.live

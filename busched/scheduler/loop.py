@@ -6,7 +6,7 @@ in-flight binds and from then on follows only what others write on the stream; `
 cycle ended (`busched.scheduler.trigger`), collecting garbage between cycles
 (`busched.scheduler.memory`).  One cycle reads the wall clock once, at its start (``wall_clock``,
 the session's ``now`` and ``CycleReport.now``; nothing inside a session reads a clock), applies what
-the monotonic clock changed (`Bindings._expire`) and
+the monotonic clock changed (`Scheduler._expire`: liveness, then the binding table) and
 the changes gathered since the last cycle (`Effective.sync_cache_yielding`), takes a snapshot of
 the cache, runs the configured actions (`run_actions`, in a worker thread), publishes binds and
 evicts, closes the session (`finish_cycle`) and queues podgroup statuses for the jobs whose phase or
@@ -50,7 +50,7 @@ from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
 from busched.scheduler import history, volcano_metrics
 from busched.scheduler.agents import Liveness
-from busched.scheduler.bindings import Bindings
+from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import Effective
 from busched.scheduler.events import Events
 from busched.scheduler.memory import CollectorPolicy
@@ -60,10 +60,8 @@ from busched.scheduler.trigger import CycleTrigger
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
-    Binding,
     CycleReport,
     NodeLive,
-    Result,
     SchedulerSettings,
     _version_clock,
 )
@@ -71,7 +69,7 @@ from busched.scheduler.records import (
 log = logging.getLogger("busched.scheduler")
 
 
-class Scheduler(Events, Bindings, Effective, Queries):
+class Scheduler(Events, Effective, Queries):
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -88,20 +86,13 @@ class Scheduler(Events, Bindings, Effective, Queries):
         self.actions = actions
         self.clock = clock  # monotonic: leases, heartbeats, backoffs, when cycles run
         self.wall_clock = wall_clock  # epoch seconds: a cycle's `now` (sla, tdm, rescheduling), read once per cycle
-        self.boot = uuid.uuid4().hex[:8]
+        boot = uuid.uuid4().hex[:8]
         self.cache = Cache()
         self._next_version = _version_clock()
         # what we know, beside the cache
         self.specs: dict[str, dict[str, Any]] = {k: {} for k in m.UPSERTS}
         self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
-        self.bindings: dict[str, Binding] = {}
-        self.results: dict[str, Result] = {}
-        self.backoff_until: dict[str, float] = {}
-        self.failures: dict[str, int] = {}  # consecutive failed attempts, for backoff
-        self.excluded: dict[str, dict[str, float]] = {}  # task -> node -> until
-        self.reasons: dict[str, str] = {}  # task -> last reason it went back to Pending
         self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
-        self._unpublished: set[str] = set()  # tasks whose bind/evict decision still has to go out
         self.watch: StateWatch | None = None
         self.cycle = 0
         self.started_at = 0.0
@@ -111,16 +102,11 @@ class Scheduler(Events, Bindings, Effective, Queries):
         self._stop = asyncio.Event()
         self._dirty_tasks: set[str] = set()
         self._dirty_jobs: set[str] = set()
-        self._orphans: dict[str, Result] = {}  # results replayed before their binding record
-        self._caught_up = False
         self._rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
         self._quiet = False  # replaying history: refusals were counted already
-        self._deleting: set[str] = set()  # deleted tasks whose attempt is being stopped
-        self._max_rec_seq = 0  # the highest state-stream sequence of a binding record known (cycle records)
         self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
         self._last_refusal = ""
         self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
-        self._background: set[Any] = set()
         self._gate = QuietCycles(self.config)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
@@ -140,13 +126,58 @@ class Scheduler(Events, Bindings, Effective, Queries):
                                          job_specs=self.specs["job"], next_version=self._next_version,
                                          refresh_job=self._refresh_job, on_error=self._record_not_written)
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
-        self.liveness = Liveness(self.settings, clock, bindings=self.bindings, results=self.results,
-                                 stop_attempt=self._stop_attempt, release=self._release,
+        live: dict[str, NodeLive] = {}  # node -> its agent's liveness: kept by liveness, read by the table
+        self.table = BindingTable(self.settings, clock, bus, boot=boot, metrics=self.metrics,
+                                  next_version=self._next_version, task_specs=self.specs["task"],
+                                  node_specs=self.specs["node"], live=live, outbox=self._outbox,
+                                  refresh_task=self._refresh_task, new_work=self._new_work,
+                                  finish_delete=self._finish_delete, purge_object=self._purge_object,
+                                  reject=self._reject, count=self._count, ready=lambda: self.ready, journal=self)
+        self.bindings = self.table.bindings  # task -> its latest bind attempt
+        self.results = self.table.results  # task -> what its agent last said
+        self.failures = self.table.failures
+        self.reasons = self.table.reasons
+        self.liveness = Liveness(self.settings, clock, live=live, bindings=self.bindings, results=self.results,
+                                 stop_attempt=self.table.stop_attempt, release=self.table.release,
                                  connected=lambda: self.bus.connected, ready=lambda: self.ready,
                                  refresh_node=self._refresh_node, new_work=self._new_work,
                                  send_evict=self._queue_record, next_version=self._next_version,
                                  reject=self._reject, on_heartbeat=self.metrics.heartbeats.inc)
-        self.live = self.liveness.live  # node -> its agent's liveness
+        self.live = live
+
+    # the binding table's, as the scheduler always showed them (the replayer sets some)
+    @property
+    def boot(self) -> str:
+        """This scheduler's incarnation: the writer of its binding records."""
+        return self.table.boot
+
+    @boot.setter
+    def boot(self, value: str) -> None:
+        self.table.boot = value
+
+    @property
+    def backoff_until(self) -> dict[str, float]:
+        return self.table.backoff_until
+
+    @backoff_until.setter
+    def backoff_until(self, value: dict[str, float]) -> None:
+        self.table.backoff_until = value
+
+    @property
+    def excluded(self) -> dict[str, dict[str, float]]:
+        return self.table.excluded
+
+    @excluded.setter
+    def excluded(self, value: dict[str, dict[str, float]]) -> None:
+        self.table.excluded = value
+
+    @property
+    def _caught_up(self) -> bool:
+        return self.table.caught_up
+
+    @_caught_up.setter
+    def _caught_up(self, value: bool) -> None:
+        self.table.caught_up = value
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -164,7 +195,8 @@ class Scheduler(Events, Bindings, Effective, Queries):
             except asyncio.TimeoutError:
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
-            await self._recover()
+            await self.replay_rejected()  # the objects whose last message was refused, first
+            await self.table.recover()
             # from here the podgroup records on the stream are our own echoes: leave them out (binding records
             # are followed: another scheduler's must not be missed; ours are skipped by sequence)
             await self.watch.narrow(S.followed_subjects())
@@ -231,7 +263,7 @@ class Scheduler(Events, Bindings, Effective, Queries):
             self.statuses.write_soon()
             await self._expire(report)
             await self._flush_outbox()  # records of what the clock stopped, before their decisions
-            await self._republish()
+            await self.table.republish()
             await self._flush_purges()
             with paused_gc():
                 await self.sync_cache_yielding()
@@ -259,8 +291,8 @@ class Scheduler(Events, Bindings, Effective, Queries):
                 # what the cycle left
                 binds = [d for d in ssn.decisions if d.kind == "bind"]
                 evicts = [d for d in ssn.decisions if d.kind == "evict"]
-                await self._publish_binds(binds, report)
-                await self._publish_evicts(evicts, report)
+                await self.table.publish_binds(binds, report)
+                await self.table.publish_evicts(evicts, report)
                 try:
                     await self._in_cycle(finish_cycle, ssn)
                 except Exception as e:  # noqa: BLE001
@@ -272,7 +304,7 @@ class Scheduler(Events, Bindings, Effective, Queries):
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
-            await self._republish()
+            await self.table.republish()
             self.statuses.write_soon()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
@@ -283,6 +315,15 @@ class Scheduler(Events, Bindings, Effective, Queries):
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)
             return report
+
+    async def _expire(self, report: CycleReport) -> None:
+        """Apply what the clock changed: agents silent too long (only while silence means something), binds
+        not taken within their lease, backoffs that ended."""
+        now = self.clock()
+        calm = self.liveness.calm(now)
+        if calm:
+            self.liveness.check(now, report)
+        await self.table.expire(report, now, calm)
 
     def handle_heartbeat(self, subject: str, data: bytes) -> None:
         """A heartbeat message (busched.scheduler.agents)."""
@@ -351,7 +392,7 @@ class Scheduler(Events, Bindings, Effective, Queries):
         for subj, (msg, mid) in items:
             if type(msg) is m.BindingRecord:
                 key = f"{msg.namespace}/{msg.name}"
-                b = self.bindings.get(key)
+                b = self.table.bindings.get(key)
                 out.append((subj, msg, mid, b.rec_seq if b is not None else 0))
                 keys.append(key)
             else:
@@ -362,16 +403,16 @@ class Scheduler(Events, Bindings, Effective, Queries):
         for (subj, rec), key, ack in zip(items, keys, acks):
             if ack.ok:
                 if key:
-                    b = self.bindings.get(key)
+                    b = self.table.bindings.get(key)
                     if b is not None:
-                        self._record_stored(b, ack.seq)
+                        self.table.record_stored(b, ack.seq)
             elif ack.conflict and key:
                 lost.append(key)
             else:
                 self.metrics.publish_errors.labels("record").inc()
                 self._outbox.setdefault(subj, rec)
         if lost:
-            await self._lost_race(lost)
+            await self.table.lost_race(lost)
 
 
 

@@ -1,10 +1,10 @@
 """The state the state feed, the binding table and the queries still share, declared in one place.
 
-`events`, `bindings`, `effective` and `queries` are still parts of one `Scheduler` object (the
-trigger, the podgroup statuses and agent liveness are classes of their own, built with what they
-need).  Until the binding table and the state feed own their state too, this class says what those
-four read and write on ``self``, with its type, and which of their methods the others call: each
-inherits it, so a typo or a wrong type is an error for the type checker instead of a surprise at run
+`events`, `effective` and `queries` (the state feed in, the effective objects, the answers out) are
+still parts of one `Scheduler` object; the binding table, the trigger, the podgroup statuses and
+agent liveness are classes of their own, built with what they need.  Until the feed and the queries
+own their state too, this class says what those three read and write on ``self``, with its type, and
+which of their methods the others call: each inherits it, so a typo or a wrong type is an error for the type checker instead of a surprise at run
 time.  Nothing here runs: `Scheduler.__init__` sets the attributes, the parts define the methods
 (they come first in the method resolution order; the bodies below are never called).
 """
@@ -21,6 +21,7 @@ from busched.bus.client import Bus, StateWatch
 from busched.cache.cache import Cache
 from busched.metrics import SchedulerMetrics
 from busched.scheduler.agents import Liveness
+from busched.scheduler.bindings import BindingTable
 from busched.scheduler.records import Binding, NodeLive, Result, SchedulerSettings
 
 
@@ -44,7 +45,8 @@ class SchedulerState:
     refused: dict[tuple[str, str], str]
     pg_status: dict[str, m.PodGroupStatus]
     live: dict[str, NodeLive]
-    # the binding table's
+    # the binding table (`busched.scheduler.bindings`) and its dicts, as the scheduler shows them
+    table: BindingTable
     bindings: dict[str, Binding]
     results: dict[str, Result]
     backoff_until: dict[str, float]
@@ -52,14 +54,8 @@ class SchedulerState:
     excluded: dict[str, dict[str, float]]
     reasons: dict[str, str]
     _outbox: dict[str, tuple[m.Msg, str | None]]
-    _unpublished: set[str]
-    _deleting: set[str]
-    _orphans: dict[str, Result]
-    _max_rec_seq: int
     _purges: list[tuple[str, int | None]]
-    _background: set[Any]
     # the state feed's
-    _caught_up: bool
     _rejected_at_catchup: dict[str, int]
     _quiet: bool
     _last_refusal: str
@@ -87,18 +83,9 @@ class SchedulerState:
     def task_status(self, key: str) -> str:
         raise NotImplementedError
 
-    def _record_stored(self, b: Binding, seq: int) -> None:
-        raise NotImplementedError
 
-    def _write_binding(self, key: str, b: Binding) -> None:
-        raise NotImplementedError
 
-    def _stop_attempt(self, key: str, reason: str, why: str, *, bind_deleted: bool = False) -> None:
-        raise NotImplementedError
 
-    def _release(self, key: str, reason: str, kind: str, *, exclude: bool = False,
-                 backoff: bool | None = None) -> None:
-        raise NotImplementedError
 
     def _reject(self, reason: str, kind: str, text: str) -> str:
         raise NotImplementedError
@@ -106,14 +93,6 @@ class SchedulerState:
     def _purge_object(self, kind: str, key: str) -> None:
         raise NotImplementedError
 
-    def _apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str:
-        raise NotImplementedError
 
-    def _finish_delete(self, key: str) -> None:
-        raise NotImplementedError
 
-    def _replay_result(self, key: str, r: Result) -> None:
-        raise NotImplementedError
 
-    async def replay_rejected(self) -> None:
-        raise NotImplementedError
