@@ -19,8 +19,11 @@ A task a node refused recently is kept off that node by the busched-agent-feedba
 task is kept off are an input of the snapshot (``ClusterSnapshot.refused``), brought up to date at
 the start of every cycle (`Scheduler._update_refusals`).
 
-The rest of the class is assembled from the other modules of the package, one concern each (see
-`busched.scheduler`); they share the state set up in `Scheduler.__init__`.
+`Scheduler` is the composition root: it builds the owned parts (the binding table, liveness, the
+podgroup statuses, the trigger) with their collaborators and wires them; the state feed, the
+effective objects and the queries are still mixed in (`busched.scheduler.state` declares what they
+share).  A little over 400 lines: the wiring and the compatibility properties (attributes the
+replayer, the CLI and the tests read or set) are kept with the lifecycle they serve.
 """
 
 from __future__ import annotations
