@@ -51,9 +51,10 @@ protocols or callables, and the clock), wires them, and keeps the lifecycle and 
 - `events`: the state feed: the state stream in, decoding, validating and applying each message (binding
   records and results handed to the table), and stream hygiene (purges);
 - `effective`: the effective objects in the cache (a spec overlaid with what the scheduler knows);
-- `queries`: the answers to `busched get` (request/reply) and the gauges;
-- `state`: the state `events`, `effective` and `queries` still share on the `Scheduler` object, declared
-  and typed in one place (they are the parts not yet made classes of their own);
+- `queries`: `Queries` (``Scheduler.queries``; ``Scheduler.view`` and ``lookup`` ask it): the answers to
+  `busched get`, `describe` and `explain` (request/reply) and the gauges;
+- `state`: the state `events` and `effective` still share on the `Scheduler` object, declared and typed
+  in one place (they are the parts not yet made classes of their own);
 - `memory`: when the process collects garbage (between cycles).
 """
 

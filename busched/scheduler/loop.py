@@ -20,8 +20,8 @@ task is kept off are an input of the snapshot (``ClusterSnapshot.refused``), bro
 the start of every cycle (`Scheduler._update_refusals`).
 
 `Scheduler` is the composition root: it builds the owned parts (the binding table, liveness, the
-podgroup statuses, the trigger) with their collaborators and wires them; the state feed, the
-effective objects and the queries are still mixed in (`busched.scheduler.state` declares what they
+podgroup statuses, the trigger, the queries) with their collaborators and wires them; the state
+feed and the effective objects are still mixed in (`busched.scheduler.state` declares what they
 share).  A little over 400 lines: the wiring and the compatibility properties (attributes the
 replayer, the CLI and the tests read or set) are kept with the lifecycle they serve.
 """
@@ -51,15 +51,13 @@ from busched.framework.config import (
 from busched.framework.cycle import QuietCycles, finish_cycle, paused_gc, run_actions
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import history, volcano_metrics
+from busched.scheduler import explain, history, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import Effective
 from busched.scheduler.events import Events
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
-from busched.scheduler.statuses import PodGroupStatuses
-from busched.scheduler.trigger import CycleTrigger
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
@@ -68,11 +66,13 @@ from busched.scheduler.records import (
     SchedulerSettings,
     _version_clock,
 )
+from busched.scheduler.statuses import PodGroupStatuses
+from busched.scheduler.trigger import CycleTrigger
 
 log = logging.getLogger("busched.scheduler")
 
 
-class Scheduler(Events, Effective, Queries):
+class Scheduler(Events, Effective):
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -147,6 +147,20 @@ class Scheduler(Events, Effective, Queries):
                                  send_evict=self._queue_record, next_version=self._next_version,
                                  reject=self._reject, on_heartbeat=self.metrics.heartbeats.inc)
         self.live = live
+        self.queries = Queries(specs=self.specs, table=self.table, live=live, pg_status=self.pg_status,
+                               refused=self.refused, effective_task=self.effective_task,
+                               task_status=self.task_status, snapshot=self.snapshot,
+                               gather=lambda name: explain.gather(self, name), metrics=self.metrics,
+                               max_payload=lambda: self.bus.max_payload, lock=self._lock,
+                               in_thread=self.settings.cycle_in_thread, journal=self)
+
+    def view(self, kind: str) -> list[dict[str, Any]]:
+        """What `busched get` shows (`busched.scheduler.queries`)."""
+        return self.queries.view(kind)
+
+    def lookup(self, kind: str, name: str, *, describe: bool = False) -> dict[str, Any]:
+        """One object's `view` row; with ``describe`` also its spec and its recent events."""
+        return self.queries.lookup(kind, name, describe=describe)
 
     # the binding table's, as the scheduler always showed them (the replayer sets some)
     @property
@@ -190,7 +204,7 @@ class Scheduler(Events, Effective, Queries):
         await self.bus.ensure_streams(self.settings.streams)
         self.bus.connection_listeners.append(self.liveness.on_connection)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
-        await self.bus.serve(S.API_GET, self._serve_get)
+        await self.bus.serve(S.API_GET, self.queries.serve_get)
         with paused_gc():  # the whole catch-up, between batches too
             self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
             try:
@@ -312,7 +326,7 @@ class Scheduler(Events, Effective, Queries):
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
             self.metrics.cycle_seconds.observe(report.seconds)
-            self._update_gauges()
+            self.queries.update_gauges()
             volcano_metrics.observe(self, ssn, report)
             if report.binds or report.evicts or report.released:
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),

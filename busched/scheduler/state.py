@@ -1,10 +1,10 @@
 """The state the state feed, the binding table and the queries still share, declared in one place.
 
-`events`, `effective` and `queries` (the state feed in, the effective objects, the answers out) are
-still parts of one `Scheduler` object; the binding table, the trigger, the podgroup statuses and
-agent liveness are classes of their own, built with what they need.  Until the feed and the queries
-own their state too, this class says what those three read and write on ``self``, with its type, and
-which of their methods the others call: each inherits it, so a typo or a wrong type is an error for the type checker instead of a surprise at run
+`events` and `effective` (the state feed in, and the effective objects in the cache) are still parts
+of one `Scheduler` object; the binding table, liveness, the podgroup statuses, the trigger and the
+queries are classes of their own, built with what they need.  Until the feed owns its state too,
+this class says what those two read and write on ``self``, with its type, and which of their methods
+the other calls: each inherits it, so a typo or a wrong type is an error for the type checker instead of a surprise at run
 time.  Nothing here runs: `Scheduler.__init__` sets the attributes, the parts define the methods
 (they come first in the method resolution order; the bodies below are never called).
 """
