@@ -163,7 +163,7 @@ ROWS = [
         [result("Running"), lambda s: s.handle_state(S.state_subject("task", KEY), m.encode(
             m.TaskDelete(name="a", namespace="t")), 200), result("Failed", seq=201)],
         "", "", written=False, extra=lambda s: (KEY not in s.specs["task"] and (S.binding_subject(KEY), None) in
-                                                 s._purges) or pytest.fail("not gone and purged")),
+                                                 s.feed.purges) or pytest.fail("not gone and purged")),
     Row("another writer's record -> adopted", bound,
         [lambda s: s.handle_state(S.binding_subject(KEY), m.encode(m.BindingRecord(
             namespace="t", name="a", attempt=2, node="n2", writer="other")), 300)],

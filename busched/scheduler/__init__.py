@@ -48,13 +48,12 @@ protocols or callables, and the clock), wires them, and keeps the lifecycle and 
 - `statuses`: `PodGroupStatuses` (``Scheduler.statuses``): the podgroup statuses a cycle changed, written
   to the stream in the background;
 - `trigger`: `CycleTrigger` (``Scheduler.trigger``): when the next cycle starts (new work settled, or the period);
-- `events`: the state feed: the state stream in, decoding, validating and applying each message (binding
-  records and results handed to the table), and stream hygiene (purges);
-- `effective`: the effective objects in the cache (a spec overlaid with what the scheduler knows);
+- `events`: `StateFeed` (``Scheduler.feed``): the state stream in, decoding, validating and applying each
+  message (binding records and results handed to the table), and stream hygiene (purges);
+- `effective`: `EffectiveObjects` (``Scheduler.effective``): the effective objects in the cache (a spec
+  overlaid with what the scheduler knows), brought up to date lazily, once per cycle;
 - `queries`: `Queries` (``Scheduler.queries``; ``Scheduler.view`` and ``lookup`` ask it): the answers to
   `busched get`, `describe` and `explain` (request/reply) and the gauges;
-- `state`: the state `events` and `effective` still share on the `Scheduler` object, declared and typed
-  in one place (they are the parts not yet made classes of their own);
 - `memory`: when the process collects garbage (between cycles).
 """
 

@@ -22,33 +22,78 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from busched.api.build import JOB_PHASES, SpecError
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.api.build import JOB_PHASES, SpecError
+from busched.cache.cache import Cache
 from busched.framework.cycle import paused_gc
+from busched.metrics import SchedulerMetrics
+from busched.scheduler.bindings import BindingTable
+from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.records import (
     _DECODE,
     NodeLive,
+    SchedulerSettings,
     _describe,
     _field_error,
     _task_key,
 )
-from busched.scheduler.state import SchedulerState
 
 REJECTIONS = frozenset({"oversized", "malformed", "invalid", "mismatch", "identity"})
 
 log = logging.getLogger("busched.scheduler")
 
 
-class Events(SchedulerState):
+class HistoryBus(Protocol):
+    """What the feed needs of `busched.bus.client.Bus` (the stream's history, purges)."""
+
+    async def subject_history(self, subject: str) -> list[tuple[int, bytes]]: ...
+
+    async def purge_state(self, subject: str, before_seq: int | None = None) -> Any: ...
+
+
+class StateFeed:
+    """Applies the state stream.  Owns what it learnt per object beside the specs (``seqs``: the stream sequence
+    last applied; ``refused``: why its last change was refused), the refusals to replay after a catch-up and
+    the purges due; hands binding records, results and deletions of bound tasks to the binding ``table``,
+    and keeps the ``effective`` objects up to date.  ``specs``, ``live``, ``pg_status`` and ``outbox`` are the
+    scheduler's shared dicts; ``new_work`` tells the trigger."""
+
+    def __init__(self, settings: SchedulerSettings, clock: Callable[[], float], bus: HistoryBus, *,
+                 cache: Cache, specs: dict[str, dict[str, Any]], table: BindingTable, effective: EffectiveObjects,
+                 live: dict[str, NodeLive], pg_status: dict[str, m.PodGroupStatus],
+                 outbox: dict[str, tuple[m.Msg, str | None]], new_work: Callable[[], None],
+                 metrics: SchedulerMetrics) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.bus = bus
+        self.cache = cache
+        self.specs = specs
+        self.table = table
+        self.effective = effective
+        self.live = live
+        self.pg_status = pg_status
+        self.outbox = outbox
+        self.new_work = new_work
+        self.metrics = metrics
+        self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
+        self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
+        self.last_refusal = ""
+        self.rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
+        self.quiet = False  # replaying history: refusals were counted already
+        self.counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
+        self.purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
+
     # == inbound: the state stream ====================================================================================
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
         """Apply one state-stream message; returns what happened ("applied", "stale", or a rejection reason)."""
         try:
-            return self._handle_one(subject, data, seq)
+            return self.handle_one(subject, data, seq)
         finally:
-            self._flush_counts()
+            self.flush_counts()
 
     def handle_state_batch(self, items: list[tuple[str, bytes, int]]) -> None:
         """Apply state-stream messages in stream order, as `handle_state` does one by one.
@@ -62,114 +107,114 @@ class Events(SchedulerState):
             try:
                 for subject, data, seq in items:
                     try:
-                        self._handle_one(subject, data, seq)
+                        self.handle_one(subject, data, seq)
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch
                         log.exception("state message on %s (seq %d) failed", subject, seq)
             finally:
-                self._flush_counts()
+                self.flush_counts()
 
-    def _handle_one(self, subject: str, data: bytes, seq: int) -> str:
+    def handle_one(self, subject: str, data: bytes, seq: int) -> str:
         kind, key = S.parse_state_subject(subject)
         if kind == "binding":
-            b = self.bindings.get(key)
+            b = self.table.bindings.get(key)
             if b is not None and 0 < seq <= b.rec_seq:
                 return "own"  # our own record, already acknowledged (or an older one)
-        what = self._handle_decoded(subject, kind, key, data, seq)
+        what = self.handle_decoded(subject, kind, key, data, seq)
         if what in REJECTIONS:
             if not self.table.caught_up:
-                self._rejected_at_catchup[subject] = seq
+                self.rejected_at_catchup[subject] = seq
             if key in self.specs.get(kind, ()):
                 # the object stays as it was; it says why its last change was refused (`busched get`)
-                self.refused[(kind, key)] = self._last_refusal
+                self.refused[(kind, key)] = self.last_refusal
         return what
 
-    def _handle_decoded(self, subject: str, kind: str, key: str, data: bytes, seq: int) -> str:
+    def handle_decoded(self, subject: str, kind: str, key: str, data: bytes, seq: int) -> str:
         if len(data) > self.settings.max_event_bytes:
-            return self._reject("oversized", kind, f"{_describe(kind, key)}: payload of {len(data)} bytes exceeds "
+            return self.reject("oversized", kind, f"{_describe(kind, key)}: payload of {len(data)} bytes exceeds "
                                                    f"the limit of {self.settings.max_event_bytes} (subject {subject})")
         try:
             msg = _DECODE(data)
         except (m.DecodeError, RecursionError) as e:
-            return self._reject("malformed", kind,
+            return self.reject("malformed", kind,
                                 f"{_describe(kind, key)}: {_field_error(e)} (subject {subject}, seq {seq})")
         try:
-            return self._apply(kind, key, msg, "", seq)
+            return self.apply(kind, key, msg, "", seq)
         except SpecError as e:
-            return self._reject("invalid", kind, f"{e} (subject {subject}, seq {seq})")
+            return self.reject("invalid", kind, f"{e} (subject {subject}, seq {seq})")
 
     async def replay_rejected(self) -> None:
         """After a catch-up: for every subject whose last message was refused, apply its retained history
         up to that message, so the object is what the live scheduler kept when it refused it."""
-        todo, self._rejected_at_catchup = self._rejected_at_catchup, {}
+        todo, self.rejected_at_catchup = self.rejected_at_catchup, {}
         for subject, bad_seq in todo.items():
             try:
                 history = await self.bus.subject_history(subject)
             except Exception as e:  # noqa: BLE001 - the object stays as the catch-up left it
                 log.warning("cannot read the history of %s: %s", subject, e)
                 continue
-            self._quiet = True
+            self.quiet = True
             try:
                 kind, key = S.parse_state_subject(subject)
                 for seq, data in history:
                     if seq >= bad_seq:
                         break
-                    self._handle_decoded(subject, kind, key, data, seq)
+                    self.handle_decoded(subject, kind, key, data, seq)
             finally:
-                self._quiet = False
+                self.quiet = False
             log.info("%s: its last message was refused; rebuilt from %d earlier messages", subject,
                      sum(1 for q, _ in history if q < bad_seq))
 
-    def _count(self, kind: str, what: str) -> None:
+    def count(self, kind: str, what: str) -> None:
         k = (kind, what)
-        self._counts[k] = self._counts.get(k, 0) + 1
+        self.counts[k] = self.counts.get(k, 0) + 1
 
-    def _flush_counts(self) -> None:
-        if not self._counts:
+    def flush_counts(self) -> None:
+        if not self.counts:
             return
-        counts, self._counts = self._counts, {}
+        counts, self.counts = self.counts, {}
         for (kind, what), n in counts.items():
             if what == "stale":
                 self.metrics.events_rejected.labels("stale", kind).inc(n)
             else:
                 self.metrics.events.labels(kind, what).inc(n)
 
-    def _reject(self, reason: str, kind: str, text: str) -> str:
-        self._last_refusal = f"{reason}: {text}"
-        if self._quiet:
+    def reject(self, reason: str, kind: str, text: str) -> str:
+        self.last_refusal = f"{reason}: {text}"
+        if self.quiet:
             return reason
         self.metrics.events_rejected.labels(reason, kind or "unknown").inc()
         log.warning("rejected %s message: %s", reason, text)
         return reason
 
-    def _apply(self, kind: str, key: str, msg: m.Msg, what: str, seq: int = 0) -> str:
+    def apply(self, kind: str, key: str, msg: m.Msg, what: str, seq: int = 0) -> str:
         okind = m.object_kind(msg)
         if okind is not None:
             if okind != kind or m.object_key(msg) != key:
                 what = what or _describe(kind, key)
-                return self._reject("mismatch", kind, f"{what}: payload is a {type(msg).__name__} for "
+                return self.reject("mismatch", kind, f"{what}: payload is a {type(msg).__name__} for "
                                                       f"{okind} {m.object_key(msg)}")
-            return self._apply_object(okind, key, msg, seq)
+            return self.apply_object(okind, key, msg, seq)
         if kind == "binding" and isinstance(msg, m.BindingRecord):
             if _task_key(msg.namespace, msg.name) != key:
-                return self._reject("mismatch", kind, f"{_describe(kind, key)}: record for {msg.namespace}/{msg.name}")
+                return self.reject("mismatch", kind, f"{_describe(kind, key)}: record for {msg.namespace}/{msg.name}")
             return self.table.apply_binding(key, msg, seq)
         if kind == "podgroup" and isinstance(msg, m.PodGroupStatus):
-            return self._apply_pg_status(key, msg)
+            return self.apply_pg_status(key, msg)
         if kind == "result" and isinstance(msg, (m.BindAccepted, m.BindRejected, m.TaskPhaseChanged)):
             node, _, tkey = key.partition("/")
             if msg.node != node or _task_key(msg.namespace, msg.name) != tkey:
                 what = what or _describe(kind, key)
-                return self._reject("mismatch", kind, f"{what}: result for {msg.namespace}/{msg.name} on "
+                return self.reject("mismatch", kind, f"{what}: result for {msg.namespace}/{msg.name} on "
                                                       f"{msg.node}")
             return self.table.apply_result(tkey, msg, seq)
         what = what or _describe(kind, key)
-        return self._reject("mismatch", kind, f"{what}: unexpected {type(msg).__name__} on this subject")
+        return self.reject("mismatch", kind, f"{what}: unexpected {type(msg).__name__} on this subject")
 
-    def _apply_object(self, kind: str, key: str, msg: m.Msg, seq: int = 0) -> str:
+    def apply_object(self, kind: str, key: str, msg: m.Msg, seq: int = 0) -> str:
         vkey = (kind, key)
         last = self.seqs.get(vkey)
         if last is not None and seq and seq <= last:
-            self._count(kind, "stale")
+            self.count(kind, "stale")
             return "stale"  # delivered twice
         # by exact type (`_apply_object` gets only the types `m.object_kind` knows): a set lookup,
         # a tenth of isinstance over seven msgspec types
@@ -180,17 +225,17 @@ class Events(SchedulerState):
             if old is not None and not (kind == "task" and self.table.stopping_delete(key)):
                 self.specs[kind].pop(key, None)
                 self.cache.delete(kind, key)
-                self._on_deleted(kind, key)
-                self._new_work()
+                self.on_deleted(kind, key)
+                self.new_work()
             if old is None and self.settings.purge:
-                self._purge_object(kind, key)
-            self._count(kind, "delete")
+                self.purge_object(kind, key)
+            self.count(kind, "delete")
             return "applied"
         spec = getattr(msg, m.SPEC_FIELD[kind])
         old = self.specs[kind].get(key)
         self.specs[kind][key] = spec
         try:
-            self._refresh(kind, key)
+            self.effective.refresh(kind, key)
         except SpecError:
             if old is None:
                 self.specs[kind].pop(key, None)
@@ -200,13 +245,13 @@ class Events(SchedulerState):
         self.seqs[vkey] = seq
         if kind == "task":
             self.table.deleting.discard(key)  # created again while its old attempt stops: it is placed once stopped
-        self._count(kind, "upsert")
+        self.count(kind, "upsert")
         if kind == "node":
             self.live.setdefault(key, NodeLive(since=self.clock()))
-        self._new_work()
+        self.new_work()
         return "applied"
 
-    def _on_deleted(self, kind: str, key: str) -> None:
+    def on_deleted(self, kind: str, key: str) -> None:
         if kind == "task":
             self.table.forget(key)
         elif kind == "job":
@@ -214,40 +259,40 @@ class Events(SchedulerState):
         elif kind == "node":
             self.table.node_deleted(key)
         if self.settings.purge:
-            self._purge_object(kind, key)
+            self.purge_object(kind, key)
 
-    def _purge_object(self, kind: str, key: str) -> None:
+    def purge_object(self, kind: str, key: str) -> None:
         """Stream hygiene: a deleted object's subjects go (up to its delete), with its records."""
         seq = self.seqs.get((kind, key), 0)
-        self._purges.append((S.state_subject(kind, key), seq + 1 if seq else None))
+        self.purges.append((S.state_subject(kind, key), seq + 1 if seq else None))
         if kind == "task":
-            self._purges.append((S.binding_subject(key), None))
-            self._purges.append((S.task_results(key), None))
+            self.purges.append((S.binding_subject(key), None))
+            self.purges.append((S.task_results(key), None))
         elif kind == "job":
-            self._purges.append((S.podgroup_subject(key), None))
+            self.purges.append((S.podgroup_subject(key), None))
 
-    def _apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
+    def apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
         if st.phase not in JOB_PHASES:
-            return self._reject("invalid", "podgroup", f"podgroup {key}: phase: unknown phase {st.phase!r} "
+            return self.reject("invalid", "podgroup", f"podgroup {key}: phase: unknown phase {st.phase!r} "
                                                        f"(one of {', '.join(sorted(p for p in JOB_PHASES if p))})")
         self.pg_status[key] = st
-        self._refresh_job(key)
+        self.effective.refresh_job(key)
         return "applied"
 
-    def _finish_delete(self, key: str) -> None:
+    def finish_delete(self, key: str) -> None:
         """A deleted task whose attempt is known stopped: it goes, with its subjects."""
         self.table.deleting.discard(key)
         if key in self.specs["task"]:
             self.specs["task"].pop(key, None)
             self.cache.delete("task", key)
-        self._on_deleted("task", key)
-        self._new_work()
+        self.on_deleted("task", key)
+        self.new_work()
 
-    async def _flush_purges(self) -> None:
+    async def flush_purges(self) -> None:
         """Stream hygiene: purge what deleted objects left behind (after their last record is written)."""
-        if not self._purges:
+        if not self.purges:
             return
-        purges, self._purges = self._purges, []
+        purges, self.purges = self.purges, []
         for subject, before in purges:
-            self._outbox.pop(subject, None)
+            self.outbox.pop(subject, None)
         await asyncio.gather(*(self.bus.purge_state(subject, before) for subject, before in purges))

@@ -7,7 +7,7 @@ cycle ended (`busched.scheduler.trigger`), collecting garbage between cycles
 (`busched.scheduler.memory`).  One cycle reads the wall clock once, at its start (``wall_clock``,
 the session's ``now`` and ``CycleReport.now``; nothing inside a session reads a clock), applies what
 the monotonic clock changed (`Scheduler._expire`: liveness, then the binding table) and
-the changes gathered since the last cycle (`Effective.sync_cache_yielding`), takes a snapshot of
+the changes gathered since the last cycle (`EffectiveObjects.sync_cache_yielding`), takes a snapshot of
 the cache, runs the configured actions (`run_actions`, in a worker thread), publishes binds and
 evicts, closes the session (`finish_cycle`) and queues podgroup statuses for the jobs whose phase or
 conditions changed (written in the background, `busched.scheduler.statuses`).  A cycle that could not decide anything is skipped
@@ -19,11 +19,12 @@ A task a node refused recently is kept off that node by the busched-agent-feedba
 task is kept off are an input of the snapshot (``ClusterSnapshot.refused``), brought up to date at
 the start of every cycle (`Scheduler._update_refusals`).
 
-`Scheduler` is the composition root: it builds the owned parts (the binding table, liveness, the
-podgroup statuses, the trigger, the queries) with their collaborators and wires them; the state
-feed and the effective objects are still mixed in (`busched.scheduler.state` declares what they
-share).  A little over 400 lines: the wiring and the compatibility properties (attributes the
-replayer, the CLI and the tests read or set) are kept with the lifecycle they serve.
+`Scheduler` is the composition root: it builds the owned parts (the state feed, the effective
+objects, the binding table, liveness, the podgroup statuses, the trigger, the queries) with their
+collaborators, wires them, and keeps the lifecycle and the cycle.  A little over 400 lines: the
+wiring and the entry points and properties the replayer, the CLI and the tests use (``view``,
+``task_status``, ``handle_state``, ``bindings``, ``backoff_until``...) are kept with the lifecycle
+they serve.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ from busched.plugins.refused_nodes import RefusedNodesPlugin
 from busched.scheduler import explain, history, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
-from busched.scheduler.effective import Effective
-from busched.scheduler.events import Events
+from busched.scheduler.effective import EffectiveObjects
+from busched.scheduler.events import StateFeed
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
 from busched.scheduler.records import (
@@ -72,7 +73,7 @@ from busched.scheduler.trigger import CycleTrigger
 log = logging.getLogger("busched.scheduler")
 
 
-class Scheduler(Events, Effective):
+class Scheduler:
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -94,7 +95,6 @@ class Scheduler(Events, Effective):
         self._next_version = _version_clock()
         # what we know, beside the cache
         self.specs: dict[str, dict[str, Any]] = {k: {} for k in m.UPSERTS}
-        self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
         self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
         self.watch: StateWatch | None = None
         self.cycle = 0
@@ -103,13 +103,6 @@ class Scheduler(Events, Effective):
         self.catchup_seconds = 0.0
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
-        self._dirty_tasks: set[str] = set()
-        self._dirty_jobs: set[str] = set()
-        self._rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
-        self._quiet = False  # replaying history: refusals were counted already
-        self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
-        self._last_refusal = ""
-        self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
         self._gate = QuietCycles(self.config)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
@@ -120,39 +113,74 @@ class Scheduler(Events, Effective):
         base = plugins if plugins is not None else PLUGINS
         self._run_plugins = base if FEEDBACK_PLUGIN in base else base.with_entries({FEEDBACK_PLUGIN: RefusedNodesPlugin})
         self._run_config = (self.config, with_refusals(self.config))
-        self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
         self.collector = CollectorPolicy()
         # the owned parts
         self.trigger = CycleTrigger(self.settings, clock, pending=self._stream_pending)
         self._new_work = self.trigger.new_work
         self.statuses = PodGroupStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
                                          job_specs=self.specs["job"], next_version=self._next_version,
-                                         refresh_job=self._refresh_job, on_error=self._record_not_written)
+                                         refresh_job=lambda key: self.effective.refresh_job(key),
+                                         on_error=self._record_not_written)
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
         live: dict[str, NodeLive] = {}  # node -> its agent's liveness: kept by liveness, read by the table
         self.table = BindingTable(self.settings, clock, bus, boot=boot, metrics=self.metrics,
                                   next_version=self._next_version, task_specs=self.specs["task"],
                                   node_specs=self.specs["node"], live=live, outbox=self._outbox,
-                                  refresh_task=self._refresh_task, new_work=self._new_work,
-                                  finish_delete=self._finish_delete, purge_object=self._purge_object,
-                                  reject=self._reject, count=self._count, ready=lambda: self.ready, journal=self)
+                                  refresh_task=lambda key: self.effective.refresh_task(key),
+                                  new_work=self._new_work, finish_delete=lambda key: self.feed.finish_delete(key),
+                                  purge_object=lambda kind, key: self.feed.purge_object(kind, key),
+                                  reject=lambda reason, kind, text: self.feed.reject(reason, kind, text),
+                                  count=lambda kind, what: self.feed.count(kind, what), ready=lambda: self.ready,
+                                  journal=self)
         self.bindings = self.table.bindings  # task -> its latest bind attempt
         self.results = self.table.results  # task -> what its agent last said
         self.failures = self.table.failures
         self.reasons = self.table.reasons
+        self.effective = EffectiveObjects(self.settings, self.cache, self.specs, table=self.table, live=live,
+                                          pg_status=self.pg_status)
+        self.feed = StateFeed(self.settings, clock, bus, cache=self.cache, specs=self.specs, table=self.table,
+                              effective=self.effective, live=live, pg_status=self.pg_status, outbox=self._outbox,
+                              new_work=self._new_work, metrics=self.metrics)
+        self.seqs = self.feed.seqs
+        self.refused = self.feed.refused  # (kind, key) -> why the object's last change was refused
         self.liveness = Liveness(self.settings, clock, live=live, bindings=self.bindings, results=self.results,
                                  stop_attempt=self.table.stop_attempt, release=self.table.release,
                                  connected=lambda: self.bus.connected, ready=lambda: self.ready,
-                                 refresh_node=self._refresh_node, new_work=self._new_work,
+                                 refresh_node=self.effective.refresh_node, new_work=self._new_work,
                                  send_evict=self._queue_record, next_version=self._next_version,
-                                 reject=self._reject, on_heartbeat=self.metrics.heartbeats.inc)
+                                 reject=self.feed.reject, on_heartbeat=self.metrics.heartbeats.inc)
         self.live = live
         self.queries = Queries(specs=self.specs, table=self.table, live=live, pg_status=self.pg_status,
-                               refused=self.refused, effective_task=self.effective_task,
-                               task_status=self.task_status, snapshot=self.snapshot,
+                               refused=self.refused, effective_task=self.effective.effective_task,
+                               task_status=self.effective.task_status, snapshot=self.snapshot,
                                gather=lambda name: explain.gather(self, name), metrics=self.metrics,
                                max_payload=lambda: self.bus.max_payload, lock=self._lock,
                                in_thread=self.settings.cycle_in_thread, journal=self)
+
+    # the state feed's and the effective objects' entry points, as the scheduler always had them
+    def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
+        """Apply one state-stream message (`busched.scheduler.events`)."""
+        return self.feed.handle_state(subject, data, seq)
+
+    def handle_state_batch(self, items: list[tuple[str, bytes, int]]) -> None:
+        self.feed.handle_state_batch(items)
+
+    def sync_cache(self) -> None:
+        self.effective.sync_cache()
+
+    def snapshot(self) -> Any:
+        """The cache's snapshot, with the nodes each task is kept off (as of the last `_update_refusals`)."""
+        self.effective.sync_cache()
+        snap = self.cache.snapshot()
+        snap.refused = self._refused
+        return snap
+
+    def effective_task(self, key: str, spec: Any) -> Any:
+        return self.effective.effective_task(key, spec)
+
+    def task_status(self, key: str) -> str:
+        """Volcano's task status name as `busched get tasks` shows it."""
+        return self.effective.task_status(key)
 
     def view(self, kind: str) -> list[dict[str, Any]]:
         """What `busched get` shows (`busched.scheduler.queries`)."""
@@ -212,7 +240,7 @@ class Scheduler(Events, Effective):
             except asyncio.TimeoutError:
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
-            await self.replay_rejected()  # the objects whose last message was refused, first
+            await self.feed.replay_rejected()  # the objects whose last message was refused, first
             await self.table.recover()
             # from here the podgroup records on the stream are our own echoes: leave them out (binding records
             # are followed: another scheduler's must not be missed; ours are skipped by sequence)
@@ -281,9 +309,9 @@ class Scheduler(Events, Effective):
             await self._expire(report)
             await self._flush_outbox()  # records of what the clock stopped, before their decisions
             await self.table.republish()
-            await self._flush_purges()
+            await self.feed.flush_purges()
             with paused_gc():
-                await self.sync_cache_yielding()
+                await self.effective.sync_cache_yielding()
             self.trigger.taken()  # from here to the snapshot nothing else is handled
             config, plugins = self._cycle_config()
             excluded_key = self._excluded_key
