@@ -4,23 +4,26 @@ no nats-server and no Scheduler."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.bus.client import Ack
 from busched.cache.cache import Cache
 from busched.metrics import SchedulerMetrics
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.events import StateFeed
 from busched.scheduler.records import BACKOFF_GATE, NodeLive, SchedulerSettings
-from tests.test_binding_table import FakeBus
 
 
-class History(FakeBus):
+class History:
+    """The bus as the feed and the table use it here: every write stored, the history and purges kept."""
+
     def __init__(self) -> None:
-        super().__init__()
+        self.seq = 0
         self.history: dict[str, list[tuple[int, bytes]]] = {}
         self.purged: list[tuple[str, int | None]] = []
 
@@ -30,6 +33,25 @@ class History(FakeBus):
     async def purge_state(self, subject: str, before_seq: int | None = None) -> bool:
         self.purged.append((subject, before_seq))
         return True
+
+    async def publish_all(self, items: Iterable[tuple[Any, ...]]) -> list[Ack]:
+        acks = []
+        for _ in items:
+            self.seq += 1
+            acks.append(Ack(seq=self.seq))
+        return acks
+
+    async def last_state(self, subject: str) -> tuple[int, bytes] | None:
+        return None
+
+    async def last_decision(self, subject: str) -> tuple[int, bytes] | None:
+        return None
+
+    async def delete_decision(self, seq: int) -> bool:
+        return True
+
+    async def consumer_delivered(self, consumer: str) -> int | None:
+        return None
 
 
 class Parts:
