@@ -40,6 +40,9 @@ class ClusterSnapshot:
     lease: Any = None
     # the jobs for which `busched.api.job.unsettled` holds, in job order (None: the session finds them)
     unsettled: list[JobInfo] | None = None
+    # task key -> the nodes that refused it recently (their agent rejected the bind or never took it): the
+    # scheduler's feedback, read by the busched-agent-feedback predicate (busched.plugins.refused_nodes)
+    refused: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def release(self) -> None:
         """Give the lent objects back without a session (a reader that only looked: it must not have

@@ -77,6 +77,7 @@ class Session:
         self.hypernodes = snapshot.hypernodes
         self.resource_quotas = snapshot.resource_quotas
         self.others = snapshot.others
+        self.refused: dict[str, frozenset[str]] = snapshot.refused  # task -> nodes that refused it recently
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))

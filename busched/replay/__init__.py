@@ -188,12 +188,12 @@ class Replayer:
 
                 lv = sched.live.setdefault(node, NodeLive())
                 lv.state = want
-                sched._refresh_node(node)
+                sched.effective.refresh_node(node)
         old = set(sched.backoff_until)
         new = set(r.backoff)
         sched.backoff_until = {k: INF for k in new}
         for k in old ^ new:
-            sched._refresh_task(k)
+            sched.effective.refresh_task(k)
         sched.excluded = {t: {n: INF for n in nodes} for t, nodes in r.excl.items()}
         cfg = config if config is not None else self.configs.get(r.cfg)
         if cfg is None:
@@ -217,7 +217,7 @@ class Replayer:
         binds = [(d.task, d.node) for d in ssn.decisions if d.kind == "bind"]
         evicts = [(d.task, d.node, d.reason or "") for d in ssn.decisions if d.kind == "evict"]
         finish_cycle(ssn)
-        await sched._collect_podgroups(ssn)
+        await sched.statuses.collect(ssn)
         phases = sorted(Hs.changed_statuses(sched))
         pipelined = Hs.pipelined(ssn)
         self.pg_from_stream = False

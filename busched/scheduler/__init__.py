@@ -32,20 +32,29 @@ provably never delivered it, see `busched.scheduler.bindings`).
 Time: a monotonic clock drives leases, heartbeats and backoff, outside any
 session; a session never reads a clock.
 
-The package, by what each part does (one `Scheduler` class, assembled in `loop` from the parts):
+The package, by what each part does.  `Scheduler` (in `loop`) is the composition root: it builds the
+owned parts below, each a class with its own state and the collaborators it is given (narrow
+protocols or callables, and the clock), wires them, and keeps the lifecycle and the cycle:
 
 - `records`: the settings and the bookkeeping records (`Binding`, `Result`, `NodeLive`, `CycleReport`),
   constants, and small helpers shared by the others;
-- `loop`: `Scheduler` itself: lifecycle (`start`, `stop`), `run_forever`, `run_once` (one cycle) and the
-  outbox of records a cycle writes besides decisions;
-- `bindings`: binds and evicts out to agents, leases, release and backoff, and recovery after a restart;
-- `agents`: heartbeats in, agent liveness, and a node's agent being lost;
-- `events`: the state stream in: decoding, validating and applying each message;
-- `effective`: the effective objects in the cache (a spec overlaid with what the scheduler knows);
-- `statuses`: the podgroup statuses a cycle changed, written to the stream in the background;
-- `trigger`: when the next cycle starts (new work settled, or the period);
-- `memory`: when the process collects garbage (between cycles);
-- `queries`: the answers to `busched get` (request/reply) and the gauges.
+- `loop`: `Scheduler` itself: lifecycle (`start`, `stop`), `run_forever`, `run_once` (one cycle), the
+  outbox of records a cycle writes besides decisions, and the refusals handed to the snapshot
+  (``ClusterSnapshot.refused``, read by the busched-agent-feedback predicate, `busched.plugins.refused_nodes`);
+- `bindings`: `BindingTable` (``Scheduler.table``), the bind life cycle above as one state machine: binds
+  and evicts out to agents, conditional records, leases, stops, release and backoff, binding records and
+  results applied, and recovery after a restart;
+- `agents`: `Liveness` (``Scheduler.liveness``): heartbeats in, agents alive, unreachable, lost;
+- `statuses`: `PodGroupStatuses` (``Scheduler.statuses``): the podgroup statuses a cycle changed, written
+  to the stream in the background;
+- `trigger`: `CycleTrigger` (``Scheduler.trigger``): when the next cycle starts (new work settled, or the period);
+- `events`: `StateFeed` (``Scheduler.feed``): the state stream in, decoding, validating and applying each
+  message (binding records and results handed to the table), and stream hygiene (purges);
+- `effective`: `EffectiveObjects` (``Scheduler.effective``): the effective objects in the cache (a spec
+  overlaid with what the scheduler knows), brought up to date lazily, once per cycle;
+- `queries`: `Queries` (``Scheduler.queries``; ``Scheduler.view`` and ``lookup`` ask it): the answers to
+  `busched get`, `describe` and `explain` (request/reply) and the gauges;
+- `memory`: when the process collects garbage (between cycles).
 """
 
 from busched.scheduler.loop import Scheduler

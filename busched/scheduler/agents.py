@@ -9,7 +9,7 @@ holds that is no longer bound to it gets a stale evict.
 Silence is read carefully, as Kubernetes' node lifecycle does: no heartbeat for
 ``heartbeat_timeout`` makes a node *unreachable* (no new binds; its tasks keep their resources), and
 only ``node_lost_grace`` later is it *lost* and are its tasks released.  Nothing is declared while
-the scheduler itself is cut off from the bus or has just reconnected (`Bindings._bus_calm`), nor
+the scheduler itself is cut off from the bus or has just reconnected (`Liveness.calm`), nor
 while more than ``lost_hold_fraction`` of the fleet is silent at once: that is a partition or a bus
 problem, and re-running most of the fleet's work would not help.
 """
@@ -17,26 +17,75 @@ problem, and re-running most of the fleet's work would not help.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.scheduler.records import TERMINAL, CycleReport, NodeLive, _field_error
+from busched.scheduler.records import (
+    TERMINAL,
+    Binding,
+    CycleReport,
+    NodeLive,
+    Result,
+    _field_error,
+)
 
 log = logging.getLogger("busched.scheduler")
 
 
-class Agents:
+class LivenessSettings(Protocol):
+    heartbeat_timeout: float
+    node_lost_grace: float
+    lost_hold_fraction: float
+    lost_hold_min_nodes: int
+
+
+class Liveness:
+    """Every node's agent liveness (``live``: node -> `NodeLive`), from heartbeats and silence.
+
+    ``bindings`` and ``results`` are the binding table's (read only here); ``stop_attempt`` (key, reason,
+    why) stops the attempts of a rebooted agent and ``release`` (key, reason, kind) frees those of a lost one; ``refresh_node`` is told a node's readiness changed, ``new_work``
+    that a node came alive; ``send_evict`` queues a stale evict (subject, decision, message id);
+    ``reject`` counts and logs a refused heartbeat; ``ready`` says whether the scheduler has caught up."""
+
+    def __init__(self, settings: LivenessSettings, clock: Callable[[], float], *, live: dict[str, NodeLive] | None = None,
+                 bindings: Mapping[str, Binding], results: Mapping[str, Result],
+                 stop_attempt: Callable[[str, str, str], None], release: Callable[[str, str, str], None],
+                 connected: Callable[[], bool], ready: Callable[[], bool],
+                 refresh_node: Callable[[str], None], new_work: Callable[[], None],
+                 send_evict: Callable[[str, m.EvictDecision, str], None], next_version: Callable[[], int],
+                 reject: Callable[[str, str, str], object], on_heartbeat: Callable[[], None]) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.bindings = bindings
+        self.results = results
+        self.stop_attempt = stop_attempt
+        self.release = release
+        self.connected = connected
+        self.ready = ready
+        self.refresh_node = refresh_node
+        self.new_work = new_work
+        self.send_evict = send_evict
+        self.next_version = next_version
+        self.reject = reject
+        self.on_heartbeat = on_heartbeat
+        self.live: dict[str, NodeLive] = live if live is not None else {}
+        self.reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost
+        self.held_partition = False
+        self.stale_evicts: set[tuple[str, str, int]] = set()
+
     # == inbound: heartbeats ==========================================================================================
     def handle_heartbeat(self, subject: str, data: bytes) -> None:
         try:
             hb = m.decode(data)
         except (m.DecodeError, RecursionError) as e:
-            self._reject("malformed", "heartbeat", f"heartbeat on {subject}: {_field_error(e)}")
+            self.reject("malformed", "heartbeat", f"heartbeat on {subject}: {_field_error(e)}")
             return
         if not isinstance(hb, m.NodeHeartbeat) or S.heartbeat_subject(hb.node) != subject:
-            self._reject("mismatch", "heartbeat", f"heartbeat on {subject}: not a heartbeat of this node")
+            self.reject("mismatch", "heartbeat", f"heartbeat on {subject}: not a heartbeat of this node")
             return
-        self.metrics.heartbeats.inc()
+        self.on_heartbeat()
         now = self.clock()
         lv = self.live.setdefault(hb.node, NodeLive(since=now))
         rebooted = bool(lv.boot) and hb.boot != lv.boot
@@ -49,9 +98,9 @@ class Agents:
         if was != "alive":
             if was in ("lost", "unreachable"):
                 log.info("node %s is back", hb.node)
-            self._refresh_node(hb.node)
-            self._new_work()
-        if not self.ready:
+            self.refresh_node(hb.node)
+            self.new_work()
+        if not self.ready():
             return
         if rebooted:
             log.warning("the agent of %s restarted (boot %s -> %s)", hb.node, old_boot, hb.boot)
@@ -62,38 +111,50 @@ class Agents:
                     continue
                 r = self.results.get(key)
                 answered = r is not None and r.attempt == b.attempt
-                if answered and r.what in TERMINAL:
+                if r is not None and answered and r.what in TERMINAL:
                     continue
                 if answered or (b.seq and b.seq <= old_through):
-                    self._stop_attempt(key, f"agent of {hb.node} restarted", "restart")
+                    self.stop_attempt(key, f"agent of {hb.node} restarted", "restart")
         for key, attempt in hb.holding.items():
-            b = self.bindings.get(key)
-            if b is not None and b.live and b.attempt == attempt and b.node == hb.node:
+            cur = self.bindings.get(key)
+            if cur is not None and cur.live and cur.attempt == attempt and cur.node == hb.node:
                 continue
             mark = (hb.node, key, attempt)
-            if mark in self._stale_evicts:
+            if mark in self.stale_evicts:
                 continue
-            self._stale_evicts.add(mark)
+            self.stale_evicts.add(mark)
             ns, _, name = key.partition("/")
-            ev = m.EvictDecision(version=self._next_version(), namespace=ns, name=name, node=hb.node,
+            ev = m.EvictDecision(version=self.next_version(), namespace=ns, name=name, node=hb.node,
                                  attempt=attempt, reason="stale: the task is no longer bound here")
             log.warning("node %s holds %s attempt %d, which is no longer bound there: evicting it", hb.node, key,
                         attempt)
-            self._outbox[S.decision_subject(hb.node, "evict", key)] = (ev, f"evict:{key}:{attempt}:stale")
+            self.send_evict(S.decision_subject(hb.node, "evict", key), ev, f"evict:{key}:{attempt}:stale")
 
-    def _on_connection(self, connected: bool) -> None:
+    def on_connection(self, connected: bool) -> None:
         """Our own link to the bus: while it is down nobody's silence counts; once it is back, every agent gets a
         fresh heartbeat window."""
         now = self.clock()
         if connected:
-            self._reconnected_at = now
+            self.reconnected_at = now
             for lv in self.live.values():
                 lv.last_seen = max(lv.last_seen, now)
                 lv.since = max(lv.since, now)
         else:
             log.warning("scheduler disconnected from NATS: no node is declared unreachable or lost until it is back")
 
-    def _check_liveness(self, now: float, report: CycleReport) -> None:
+    def calm(self, now: float) -> bool:
+        """Whether silence means anything: not while we are cut off from the bus ourselves, nor before every
+        agent has had a heartbeat timeout to be heard again after we reconnected."""
+        if not self.connected():
+            return False
+        return now - self.reconnected_at > self.settings.heartbeat_timeout or self.reconnected_at == 0.0
+
+    def alive(self, node: str) -> bool:
+        lv = self.live.get(node)
+        return lv is not None and lv.state == "alive"
+
+    def check(self, now: float, report: CycleReport) -> None:
+        """Silent nodes become unreachable, and lost after the grace period (unless too many are silent)."""
         st = self.settings
         silent: list[tuple[str, float]] = []
         holding: set[str] | None = None  # nodes with live binds, made once if needed (not per silent node)
@@ -110,7 +171,7 @@ class Agents:
                     continue  # never heard and nothing there: nothing to do
             silent.append((node, quiet))
         if not silent:
-            self._held_partition = False
+            self.held_partition = False
             return
         for node, quiet in silent:
             lv = self.live[node]
@@ -118,34 +179,34 @@ class Agents:
                 log.warning("node %s unreachable: no heartbeat for %.1fs; no new binds there", node, quiet)
                 lv.state = "unreachable"
                 lv.unreachable_since = now
-                self._refresh_node(node)
+                self.refresh_node(node)
         known = sum(1 for lv in self.live.values() if lv.state != "unknown" or lv.last_seen)
         out = sum(1 for lv in self.live.values() if lv.state in ("unreachable", "lost"))
         if known >= st.lost_hold_min_nodes and out > st.lost_hold_fraction * known:
-            if not self._held_partition:
+            if not self.held_partition:
                 log.warning("%d of %d nodes are silent at once: holding their tasks (a partition or a bus problem "
                             "is likelier than so many node failures)", out, known)
-                self._held_partition = True
+                self.held_partition = True
             return
-        self._held_partition = False
+        self.held_partition = False
         for node, quiet in silent:
             lv = self.live[node]
             if lv.state == "unreachable" and now - lv.unreachable_since >= st.node_lost_grace:
-                self._node_lost(node, f"node {node} lost: no heartbeat for {quiet:.1f}s", report)
+                self.node_lost(node, f"node {node} lost: no heartbeat for {quiet:.1f}s", report)
 
-    def _node_lost(self, node: str, reason: str, report: CycleReport | None = None) -> None:
+    def node_lost(self, node: str, reason: str, report: CycleReport | None = None) -> None:
         lv = self.live.setdefault(node, NodeLive())
         if lv.state != "lost":
             log.warning("%s; its tasks go back to Pending", reason)
         lv.state = "lost"
         lv.holding = {}
-        self._refresh_node(node)
+        self.refresh_node(node)
         for key, b in list(self.bindings.items()):
             if b.node != node or not b.live:
                 continue
             r = self.results.get(key)
             if r is not None and r.attempt == b.attempt and r.what in TERMINAL:
                 continue
-            self._release(key, reason, "node_lost")
+            self.release(key, reason, "node_lost")
             if report is not None:
                 report.released.append((key, "node_lost"))

@@ -3,7 +3,7 @@
 A task as the session must see it: where it was bound, the phase its agent reported, deleting while
 evicted, and the backoff scheduling gate.  A node is ready only while its agent is alive (when
 heartbeats are required); a job carries its podgroup status.  A new spec is refreshed at once (to
-validate it); other task and job changes are gathered and applied once per cycle (`sync_cache`, or
+validate it); other task and job changes are gathered and applied once per cycle (`EffectiveObjects.sync_cache`, or
 `sync_cache_yielding` at the start of a cycle, which lets the event loop handle what arrived every
 few milliseconds: thousands of results and podgroup changes cost a few hundred milliseconds of
 cache upserts, during which agents' answers would otherwise wait).
@@ -14,89 +14,118 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import msgspec
 
 from busched.api import objects as o
-from busched.api.task import TaskStatus, status_from_phase
 from busched.api.build import SpecError
-from busched.scheduler.records import BACKOFF_GATE, TERMINAL, NodeLive
+from busched.api.task import TaskStatus, status_from_phase
+from busched.bus import messages as m
+from busched.cache.cache import Cache
+from busched.scheduler.records import (
+    BACKOFF_GATE,
+    TERMINAL,
+    Binding,
+    NodeLive,
+    Result,
+    SchedulerSettings,
+)
 
 log = logging.getLogger("busched.scheduler")
 
 
-class Effective:
+class TaskTable(Protocol):
+    """What the effective objects read of the binding table (`busched.scheduler.bindings.BindingTable`)."""
+
+    bindings: dict[str, Binding]
+    results: dict[str, Result]
+    backoff_until: dict[str, float]
+
+
+class EffectiveObjects:
+    """Keeps the cache's objects effective.  Reads the ``specs``, the binding ``table``, the nodes' ``live``ness
+    and the podgroup statuses (``pg_status``: one that does not fit its job is dropped from it); owns the tasks
+    and jobs whose cache copy is due (``dirty_tasks``, ``dirty_jobs``)."""
+
+    def __init__(self, settings: SchedulerSettings, cache: Cache, specs: dict[str, dict[str, Any]], *,
+                 table: TaskTable, live: Mapping[str, NodeLive], pg_status: dict[str, m.PodGroupStatus]) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.specs = specs
+        self.table = table
+        self.live = live
+        self.pg_status = pg_status
+        self.dirty_tasks: set[str] = set()
+        self.dirty_jobs: set[str] = set()
+
     # == effective objects ============================================================================================
-    def _refresh(self, kind: str, key: str) -> None:
+    def refresh(self, kind: str, key: str) -> None:
         if kind == "task":
-            self._refresh_task(key, strict=True)
+            self.refresh_task(key, strict=True)
         elif kind == "node":
-            self._refresh_node(key, strict=True)
+            self.refresh_node(key, strict=True)
         elif kind == "job":
-            self._refresh_job(key, strict=True)
+            self.refresh_job(key, strict=True)
         else:
             self.cache.upsert(kind, self.specs[kind][key], key)
 
-    def _refresh_task(self, key: str, strict: bool = False) -> None:
+    def refresh_task(self, key: str, strict: bool = False) -> None:
         """Bring the cache's copy of a task up to date: now for a new spec (to validate it), else lazily."""
         if not strict:
-            self._dirty_tasks.add(key)
+            self.dirty_tasks.add(key)
             return
         spec = self.specs["task"].get(key)
         if spec is None:
             return
-        self._dirty_tasks.discard(key)
-        self._upsert("task", self.effective_task(key, spec), strict, key)
+        self.dirty_tasks.discard(key)
+        self.upsert("task", self.effective_task(key, spec), strict, key)
 
     def sync_cache(self) -> None:
         """Apply the task and job changes gathered since the last cycle (several results of one task cost one
         upsert)."""
-        dirty, self._dirty_tasks = self._dirty_tasks, set()
+        dirty, self.dirty_tasks = self.dirty_tasks, set()
         for key in dirty:
             spec = self.specs["task"].get(key)
             if spec is not None:
-                self._upsert("task", self.effective_task(key, spec), False, key)
-        jobs, self._dirty_jobs = self._dirty_jobs, set()
+                self.upsert("task", self.effective_task(key, spec), False, key)
+        jobs, self.dirty_jobs = self.dirty_jobs, set()
         for key in jobs:
-            self._refresh_job(key, now=True)
+            self.refresh_job(key, now=True)
 
     async def sync_cache_yielding(self, slice_seconds: float = 0.005) -> None:
         """`sync_cache`, handing the event loop back every ``slice_seconds``; what changes meanwhile is
         applied too, before this returns."""
         tasks = self.specs["task"]
-        while self._dirty_tasks or self._dirty_jobs:
+        while self.dirty_tasks or self.dirty_jobs:
             end = time.perf_counter() + slice_seconds
             n = 0
-            while (self._dirty_tasks or self._dirty_jobs) and (n & 63 or time.perf_counter() < end):
+            while (self.dirty_tasks or self.dirty_jobs) and (n & 63 or time.perf_counter() < end):
                 n += 1
-                if self._dirty_tasks:
-                    key = self._dirty_tasks.pop()
+                if self.dirty_tasks:
+                    key = self.dirty_tasks.pop()
                     spec = tasks.get(key)
                     if spec is not None:
-                        self._upsert("task", self.effective_task(key, spec), False, key)
+                        self.upsert("task", self.effective_task(key, spec), False, key)
                 else:
-                    self._refresh_job(self._dirty_jobs.pop(), now=True)
+                    self.refresh_job(self.dirty_jobs.pop(), now=True)
             await asyncio.sleep(0)
 
-    def snapshot(self) -> Any:
-        self.sync_cache()
-        return self.cache.snapshot()
-
-    def _refresh_node(self, key: str, strict: bool = False) -> None:
+    def refresh_node(self, key: str, strict: bool = False) -> None:
         spec = self.specs["node"].get(key)
         if spec is None:
             return
         ready = spec.ready and (not self.settings.require_heartbeat
                                 or self.live.get(key, NodeLive()).state == "alive")
-        self._upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict, key)
+        self.upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict, key)
 
-    def _refresh_job(self, key: str, strict: bool = False, *, now: bool = False) -> None:
+    def refresh_job(self, key: str, strict: bool = False, *, now: bool = False) -> None:
         """Bring the cache's copy of a job up to date: now for a new spec (to validate it), else lazily."""
         if not (strict or now):
-            self._dirty_jobs.add(key)
+            self.dirty_jobs.add(key)
             return
-        self._dirty_jobs.discard(key)
+        self.dirty_jobs.discard(key)
         spec = self.specs["job"].get(key)
         if spec is None:
             return
@@ -112,9 +141,9 @@ class Effective:
                 # a status record that does not fit the job must not take the job away: the spec alone holds
                 log.warning("job %s: its podgroup status is not valid, left out: %s", key, e)
                 self.pg_status.pop(key, None)
-        self._upsert("job", spec, strict, key)
+        self.upsert("job", spec, strict, key)
 
-    def _upsert(self, kind: str, spec: Any, strict: bool, key: str) -> None:
+    def upsert(self, kind: str, spec: Any, strict: bool, key: str) -> None:
         try:
             self.cache.upsert(kind, spec, key)
         except SpecError:
@@ -124,9 +153,9 @@ class Effective:
 
     def effective_task(self, key: str, spec: o.TaskSpec) -> o.TaskSpec:
         """The task as the scheduler must see it: where we bound it and what its agent said."""
-        b = self.bindings.get(key)
+        b = self.table.bindings.get(key)
         gates = spec.scheduling_gates
-        if key in self.backoff_until and BACKOFF_GATE not in gates:
+        if key in self.table.backoff_until and BACKOFF_GATE not in gates:
             gates = [*gates, BACKOFF_GATE]
         if b is None:
             if spec.phase in TERMINAL and spec.node:
@@ -137,7 +166,7 @@ class Effective:
             # done: it ended; failed: its attempts are exhausted; both for good
             phase = b.outcome if b.state == "done" else "Failed" if b.state == "failed" else "Pending"
             return msgspec.structs.replace(spec, node="", phase=phase, deleting=False, scheduling_gates=gates)
-        r = self.results.get(key)
+        r = self.table.results.get(key)
         phase = "Pending"
         if r is not None and r.attempt == b.attempt and r.what in ("Running", "Succeeded", "Failed"):
             phase = r.what
@@ -150,7 +179,7 @@ class Effective:
         spec = self.specs["task"].get(key)
         if spec is None:
             return ""
-        b = self.bindings.get(key)
+        b = self.table.bindings.get(key)
         if b is not None and b.state == "failed":
             return TaskStatus.Failed.name
         if b is not None and b.state == "done":
@@ -160,7 +189,7 @@ class Effective:
             return status_from_phase(s.phase, s.node, s.deleting).name
         if b.state == "evicting":
             return TaskStatus.Releasing.name
-        r = self.results.get(key)
+        r = self.table.results.get(key)
         if r is None or r.attempt != b.attempt:
             return TaskStatus.Binding.name
         if r.what == "accepted":

@@ -13,24 +13,30 @@ Results are believed only from the node that holds the task's current binding, f
 and from the agent boot that took it; a result for an attempt that was never bound, from another
 node, or from another incarnation claiming to run it is refused (``identity``) and counted.  Terminal
 results are final.  During catch-up a result may come before the binding record it answers: it is
-kept as an orphan and settled by `Bindings._recover`.
+kept as an orphan and settled by `BindingTable.recover`.  Binding records and results are applied by
+the binding table (`busched.scheduler.bindings.BindingTable.apply_binding`, ``apply_result``): the
+feed decodes and checks them, and says where they belong.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from busched.api.build import JOB_PHASES, SpecError
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.api.build import JOB_PHASES, SpecError
+from busched.cache.cache import Cache
 from busched.framework.cycle import paused_gc
+from busched.metrics import SchedulerMetrics
+from busched.scheduler.bindings import BindingTable
+from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.records import (
     _DECODE,
-    _RESULT_RANK,
-    TERMINAL,
-    Binding,
     NodeLive,
-    Result,
+    SchedulerSettings,
     _describe,
     _field_error,
     _task_key,
@@ -41,14 +47,53 @@ REJECTIONS = frozenset({"oversized", "malformed", "invalid", "mismatch", "identi
 log = logging.getLogger("busched.scheduler")
 
 
-class Events:
+class HistoryBus(Protocol):
+    """What the feed needs of `busched.bus.client.Bus` (the stream's history, purges)."""
+
+    async def subject_history(self, subject: str) -> list[tuple[int, bytes]]: ...
+
+    async def purge_state(self, subject: str, before_seq: int | None = None) -> Any: ...
+
+
+class StateFeed:
+    """Applies the state stream.  Owns what it learnt per object beside the specs (``seqs``: the stream sequence
+    last applied; ``refused``: why its last change was refused), the refusals to replay after a catch-up and
+    the purges due; hands binding records, results and deletions of bound tasks to the binding ``table``,
+    and keeps the ``effective`` objects up to date.  ``specs``, ``live``, ``pg_status`` and ``outbox`` are the
+    scheduler's shared dicts; ``new_work`` tells the trigger."""
+
+    def __init__(self, settings: SchedulerSettings, clock: Callable[[], float], bus: HistoryBus, *,
+                 cache: Cache, specs: dict[str, dict[str, Any]], table: BindingTable, effective: EffectiveObjects,
+                 live: dict[str, NodeLive], pg_status: dict[str, m.PodGroupStatus],
+                 outbox: dict[str, tuple[m.Msg, str | None]], new_work: Callable[[], None],
+                 metrics: SchedulerMetrics) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.bus = bus
+        self.cache = cache
+        self.specs = specs
+        self.table = table
+        self.effective = effective
+        self.live = live
+        self.pg_status = pg_status
+        self.outbox = outbox
+        self.new_work = new_work
+        self.metrics = metrics
+        self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
+        self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
+        self.last_refusal = ""
+        self.rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
+        self.quiet = False  # replaying history: refusals were counted already
+        self.counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
+        self.purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
+
     # == inbound: the state stream ====================================================================================
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
         """Apply one state-stream message; returns what happened ("applied", "stale", or a rejection reason)."""
         try:
-            return self._handle_one(subject, data, seq)
+            return self.handle_one(subject, data, seq)
         finally:
-            self._flush_counts()
+            self.flush_counts()
 
     def handle_state_batch(self, items: list[tuple[str, bytes, int]]) -> None:
         """Apply state-stream messages in stream order, as `handle_state` does one by one.
@@ -62,114 +107,114 @@ class Events:
             try:
                 for subject, data, seq in items:
                     try:
-                        self._handle_one(subject, data, seq)
+                        self.handle_one(subject, data, seq)
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch
                         log.exception("state message on %s (seq %d) failed", subject, seq)
             finally:
-                self._flush_counts()
+                self.flush_counts()
 
-    def _handle_one(self, subject: str, data: bytes, seq: int) -> str:
+    def handle_one(self, subject: str, data: bytes, seq: int) -> str:
         kind, key = S.parse_state_subject(subject)
         if kind == "binding":
-            b = self.bindings.get(key)
+            b = self.table.bindings.get(key)
             if b is not None and 0 < seq <= b.rec_seq:
                 return "own"  # our own record, already acknowledged (or an older one)
-        what = self._handle_decoded(subject, kind, key, data, seq)
+        what = self.handle_decoded(subject, kind, key, data, seq)
         if what in REJECTIONS:
-            if not self._caught_up:
-                self._rejected_at_catchup[subject] = seq
+            if not self.table.caught_up:
+                self.rejected_at_catchup[subject] = seq
             if key in self.specs.get(kind, ()):
                 # the object stays as it was; it says why its last change was refused (`busched get`)
-                self.refused[(kind, key)] = self._last_refusal
+                self.refused[(kind, key)] = self.last_refusal
         return what
 
-    def _handle_decoded(self, subject: str, kind: str, key: str, data: bytes, seq: int) -> str:
+    def handle_decoded(self, subject: str, kind: str, key: str, data: bytes, seq: int) -> str:
         if len(data) > self.settings.max_event_bytes:
-            return self._reject("oversized", kind, f"{_describe(kind, key)}: payload of {len(data)} bytes exceeds "
+            return self.reject("oversized", kind, f"{_describe(kind, key)}: payload of {len(data)} bytes exceeds "
                                                    f"the limit of {self.settings.max_event_bytes} (subject {subject})")
         try:
             msg = _DECODE(data)
         except (m.DecodeError, RecursionError) as e:
-            return self._reject("malformed", kind,
+            return self.reject("malformed", kind,
                                 f"{_describe(kind, key)}: {_field_error(e)} (subject {subject}, seq {seq})")
         try:
-            return self._apply(kind, key, msg, "", seq)
+            return self.apply(kind, key, msg, "", seq)
         except SpecError as e:
-            return self._reject("invalid", kind, f"{e} (subject {subject}, seq {seq})")
+            return self.reject("invalid", kind, f"{e} (subject {subject}, seq {seq})")
 
     async def replay_rejected(self) -> None:
         """After a catch-up: for every subject whose last message was refused, apply its retained history
         up to that message, so the object is what the live scheduler kept when it refused it."""
-        todo, self._rejected_at_catchup = self._rejected_at_catchup, {}
+        todo, self.rejected_at_catchup = self.rejected_at_catchup, {}
         for subject, bad_seq in todo.items():
             try:
                 history = await self.bus.subject_history(subject)
             except Exception as e:  # noqa: BLE001 - the object stays as the catch-up left it
                 log.warning("cannot read the history of %s: %s", subject, e)
                 continue
-            self._quiet = True
+            self.quiet = True
             try:
                 kind, key = S.parse_state_subject(subject)
                 for seq, data in history:
                     if seq >= bad_seq:
                         break
-                    self._handle_decoded(subject, kind, key, data, seq)
+                    self.handle_decoded(subject, kind, key, data, seq)
             finally:
-                self._quiet = False
+                self.quiet = False
             log.info("%s: its last message was refused; rebuilt from %d earlier messages", subject,
                      sum(1 for q, _ in history if q < bad_seq))
 
-    def _count(self, kind: str, what: str) -> None:
+    def count(self, kind: str, what: str) -> None:
         k = (kind, what)
-        self._counts[k] = self._counts.get(k, 0) + 1
+        self.counts[k] = self.counts.get(k, 0) + 1
 
-    def _flush_counts(self) -> None:
-        if not self._counts:
+    def flush_counts(self) -> None:
+        if not self.counts:
             return
-        counts, self._counts = self._counts, {}
+        counts, self.counts = self.counts, {}
         for (kind, what), n in counts.items():
             if what == "stale":
                 self.metrics.events_rejected.labels("stale", kind).inc(n)
             else:
                 self.metrics.events.labels(kind, what).inc(n)
 
-    def _reject(self, reason: str, kind: str, text: str) -> str:
-        self._last_refusal = f"{reason}: {text}"
-        if self._quiet:
+    def reject(self, reason: str, kind: str, text: str) -> str:
+        self.last_refusal = f"{reason}: {text}"
+        if self.quiet:
             return reason
         self.metrics.events_rejected.labels(reason, kind or "unknown").inc()
         log.warning("rejected %s message: %s", reason, text)
         return reason
 
-    def _apply(self, kind: str, key: str, msg: m.Msg, what: str, seq: int = 0) -> str:
+    def apply(self, kind: str, key: str, msg: m.Msg, what: str, seq: int = 0) -> str:
         okind = m.object_kind(msg)
         if okind is not None:
             if okind != kind or m.object_key(msg) != key:
                 what = what or _describe(kind, key)
-                return self._reject("mismatch", kind, f"{what}: payload is a {type(msg).__name__} for "
+                return self.reject("mismatch", kind, f"{what}: payload is a {type(msg).__name__} for "
                                                       f"{okind} {m.object_key(msg)}")
-            return self._apply_object(okind, key, msg, seq)
+            return self.apply_object(okind, key, msg, seq)
         if kind == "binding" and isinstance(msg, m.BindingRecord):
             if _task_key(msg.namespace, msg.name) != key:
-                return self._reject("mismatch", kind, f"{_describe(kind, key)}: record for {msg.namespace}/{msg.name}")
-            return self._apply_binding(key, msg, seq)
+                return self.reject("mismatch", kind, f"{_describe(kind, key)}: record for {msg.namespace}/{msg.name}")
+            return self.table.apply_binding(key, msg, seq)
         if kind == "podgroup" and isinstance(msg, m.PodGroupStatus):
-            return self._apply_pg_status(key, msg)
+            return self.apply_pg_status(key, msg)
         if kind == "result" and isinstance(msg, (m.BindAccepted, m.BindRejected, m.TaskPhaseChanged)):
             node, _, tkey = key.partition("/")
             if msg.node != node or _task_key(msg.namespace, msg.name) != tkey:
                 what = what or _describe(kind, key)
-                return self._reject("mismatch", kind, f"{what}: result for {msg.namespace}/{msg.name} on "
+                return self.reject("mismatch", kind, f"{what}: result for {msg.namespace}/{msg.name} on "
                                                       f"{msg.node}")
-            return self._apply_result(tkey, msg, seq)
+            return self.table.apply_result(tkey, msg, seq)
         what = what or _describe(kind, key)
-        return self._reject("mismatch", kind, f"{what}: unexpected {type(msg).__name__} on this subject")
+        return self.reject("mismatch", kind, f"{what}: unexpected {type(msg).__name__} on this subject")
 
-    def _apply_object(self, kind: str, key: str, msg: m.Msg, seq: int = 0) -> str:
+    def apply_object(self, kind: str, key: str, msg: m.Msg, seq: int = 0) -> str:
         vkey = (kind, key)
         last = self.seqs.get(vkey)
         if last is not None and seq and seq <= last:
-            self._count(kind, "stale")
+            self.count(kind, "stale")
             return "stale"  # delivered twice
         # by exact type (`_apply_object` gets only the types `m.object_kind` knows): a set lookup,
         # a tenth of isinstance over seven msgspec types
@@ -177,20 +222,20 @@ class Events:
         if type(msg) in m.DELETE_TYPES:
             self.seqs[vkey] = seq
             old = self.specs[kind].get(key)
-            if old is not None and not self._stopping_delete(kind, key):
+            if old is not None and not (kind == "task" and self.table.stopping_delete(key)):
                 self.specs[kind].pop(key, None)
                 self.cache.delete(kind, key)
-                self._on_deleted(kind, key)
-                self._new_work()
+                self.on_deleted(kind, key)
+                self.new_work()
             if old is None and self.settings.purge:
-                self._purge_object(kind, key)
-            self._count(kind, "delete")
+                self.purge_object(kind, key)
+            self.count(kind, "delete")
             return "applied"
         spec = getattr(msg, m.SPEC_FIELD[kind])
         old = self.specs[kind].get(key)
         self.specs[kind][key] = spec
         try:
-            self._refresh(kind, key)
+            self.effective.refresh(kind, key)
         except SpecError:
             if old is None:
                 self.specs[kind].pop(key, None)
@@ -199,201 +244,55 @@ class Events:
             raise
         self.seqs[vkey] = seq
         if kind == "task":
-            self._deleting.discard(key)  # created again while its old attempt stops: it is placed once stopped
-        self._count(kind, "upsert")
+            self.table.deleting.discard(key)  # created again while its old attempt stops: it is placed once stopped
+        self.count(kind, "upsert")
         if kind == "node":
             self.live.setdefault(key, NodeLive(since=self.clock()))
-        self._new_work()
+        self.new_work()
         return "applied"
 
-    def _stopping_delete(self, kind: str, key: str) -> bool:
-        """A task deleted while its agent may still run it stays (Releasing, its resources held) until the agent
-        says it stopped or its node is lost; True when that is the case (the evict is on its way)."""
-        if kind != "task":
-            return False
-        b = self.bindings.get(key)
-        r = self.results.get(key)
-        if b is None or not b.live or (r is not None and r.attempt == b.attempt and r.what in TERMINAL):
-            return False
-        self._deleting.add(key)
-        if b.state != "evicting":
-            self._stop_attempt(key, "task deleted", "deleted")
-        else:
-            b.stop = "deleted"
-        return True
-
-    def _on_deleted(self, kind: str, key: str) -> None:
+    def on_deleted(self, kind: str, key: str) -> None:
         if kind == "task":
-            self._deleting.discard(key)
-            for d in (self.bindings, self.results, self.backoff_until, self.failures, self.excluded, self.reasons):
-                d.pop(key, None)
-            self._outbox.pop(S.binding_subject(key), None)
-            self._unpublished.discard(key)
+            self.table.forget(key)
         elif kind == "job":
             self.pg_status.pop(key, None)
         elif kind == "node":
-            for tkey, b in list(self.bindings.items()):
-                if b.node == key and b.live and b.state != "evicting":
-                    self._stop_attempt(tkey, f"node {key} deleted", "node")
+            self.table.node_deleted(key)
         if self.settings.purge:
-            self._purge_object(kind, key)
+            self.purge_object(kind, key)
 
-    def _purge_object(self, kind: str, key: str) -> None:
+    def purge_object(self, kind: str, key: str) -> None:
         """Stream hygiene: a deleted object's subjects go (up to its delete), with its records."""
         seq = self.seqs.get((kind, key), 0)
-        self._purges.append((S.state_subject(kind, key), seq + 1 if seq else None))
+        self.purges.append((S.state_subject(kind, key), seq + 1 if seq else None))
         if kind == "task":
-            self._purges.append((S.binding_subject(key), None))
-            self._purges.append((S.task_results(key), None))
+            self.purges.append((S.binding_subject(key), None))
+            self.purges.append((S.task_results(key), None))
         elif kind == "job":
-            self._purges.append((S.podgroup_subject(key), None))
+            self.purges.append((S.podgroup_subject(key), None))
 
-    def _apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str:
-        cur = self.bindings.get(key)
-        if cur is not None and seq and seq <= cur.rec_seq:
-            return "stale"
-        if self._caught_up and rec.writer and rec.writer == self.boot:
-            # our own record, heard before its acknowledgement
-            if cur is not None:
-                self._record_stored(cur, seq)
-            return "own"
-        # (records carry the writer's epoch; until leader election gives schedulers epochs it is 0 for all, and
-        # the conditional writes alone decide which record stands)
-        # a record written by another scheduler (or replayed by the catch-up): it is what holds
-        b = Binding(attempt=rec.attempt, node=rec.node, state=rec.state, reason=rec.reason, version=rec.version,
-                    backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot)
-        if rec.state == "evicting":
-            b.evict_reason = rec.reason
-            b.stop = rec.stop or "evict"
-        if cur is not None and cur.live and self._caught_up and (cur.attempt, cur.node) != (b.attempt, b.node):
-            log.warning("task %s: another scheduler wrote attempt %d on %s over ours (attempt %d on %s)", key,
-                        b.attempt, b.node, cur.attempt, cur.node)
-        self.bindings[key] = b
-        self._max_rec_seq = max(self._max_rec_seq, seq)
-        self._outbox.pop(S.binding_subject(key), None)  # ours, if any, lost to it
-        self._unpublished.discard(key)
-        if rec.state == "done":
-            b.outcome, b.exit_code = rec.outcome, rec.exit_code
-            self.results[key] = Result(attempt=rec.attempt, node=rec.node, what=rec.outcome, reason=rec.reason,
-                                       boot=rec.boot, version=seq, exit_code=rec.exit_code)
-        if rec.state in ("released", "failed"):
-            self.reasons[key] = rec.reason
-            if rec.backoff > 0 and rec.state == "released":
-                self.backoff_until[key] = self.clock() + rec.backoff
-        if b.node and b.live:
-            self.live.setdefault(b.node, NodeLive(since=self.clock()))
-        self._refresh_task(key)
-        return "applied"
-
-    def _apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
+    def apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
         if st.phase not in JOB_PHASES:
-            return self._reject("invalid", "podgroup", f"podgroup {key}: phase: unknown phase {st.phase!r} "
+            return self.reject("invalid", "podgroup", f"podgroup {key}: phase: unknown phase {st.phase!r} "
                                                        f"(one of {', '.join(sorted(p for p in JOB_PHASES if p))})")
         self.pg_status[key] = st
-        self._refresh_job(key)
+        self.effective.refresh_job(key)
         return "applied"
 
-    def _apply_result(self, key: str, msg: m.BindAccepted | m.BindRejected | m.TaskPhaseChanged, seq: int = 0) -> str:
-        if isinstance(msg, m.BindAccepted):
-            what, reason = "accepted", ""
-        elif isinstance(msg, m.BindRejected):
-            what, reason = "rejected", msg.reason
-        else:
-            what, reason = msg.phase, msg.reason
-            if what not in ("Running", "Succeeded", "Failed"):
-                return self._reject("invalid", "result", f"task {key}: phase: unknown phase {what!r} "
-                                                         "(one of Running, Succeeded, Failed)")
-        r = Result(attempt=msg.attempt, node=msg.node, what=what, reason=reason, boot=msg.boot, version=seq,
-                   exit_code=getattr(msg, "exit_code", None))
-        b = self.bindings.get(key)
-        if b is None or r.attempt > b.attempt or (not self._caught_up and key not in self.specs["task"]):
-            if not self._caught_up:
-                # catching up: the last binding record of this task (or its spec, rebuilt from its history when
-                # its last message was refused) may come later
-                keep = self._orphans.get(key)
-                if keep is None or seq > keep.version:
-                    self._orphans[key] = r
-                return "deferred"
-            if key not in self.specs["task"]:
-                return "stale"
-            bound = "it was never bound" if b is None else f"attempt {b.attempt} is bound to {b.node}"
-            return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
-                                                      f"{r.node}, but {bound}")
-        if r.attempt < b.attempt or not b.live:
-            self._count("result", "stale")
-            return "stale"  # an older attempt, or one that ended (final); a heartbeat still holding it gets an evict
-        if r.node != b.node:
-            return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
-                                                      f"{r.node}, but it is bound to {b.node}")
-        if key not in self.specs["task"] and key not in self._deleting:
-            return "stale"
-        cur = self.results.get(key)
-        if cur is not None and cur.attempt == r.attempt:
-            if cur.what in TERMINAL or cur.what == "rejected" or _RESULT_RANK[what] < _RESULT_RANK[cur.what]:
-                self._count("result", "stale")
-                return "stale"  # terminal states are final; a phase never goes back
-        if b.boot and r.boot != b.boot and what not in ("Failed", "rejected"):
-            # another incarnation of the node's agent: it can only say it does not run the attempt
-            return self._reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from agent "
-                                                      f"boot {r.boot or '?'} of {r.node}, but boot {b.boot} took it")
-        if not b.boot and what != "rejected":
-            b.boot = r.boot
-        self.results[key] = r
-        self.metrics.bind_results.labels(what).inc()
-        if what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt)):
-            if self.ready:
-                self.metrics.bind_latency.observe(max(0.0, self.clock() - b.decided))
-        if what == "rejected":
-            self._release(key, f"rejected by {r.node}: {reason or 'no reason given'}", "rejected", exclude=True)
-        elif b.state == "evicting" and what == "Failed":
-            self._stopped(key, b, r)
-        else:
-            if what in ("Running", "Succeeded"):
-                self.failures.pop(key, None)
-            if what in TERMINAL:
-                # it ended (possibly before an eviction reached it): recorded as final, so neither a late result
-                # nor a restart can rewrite it
-                self._new_work()  # its resources are free
-                if key in self._deleting:
-                    self._finish_delete(key)
-                    return "applied"
-                b.state, b.stop, b.outcome, b.exit_code = "done", "", what, r.exit_code
-                b.reason = reason
-                b.version = self._next_version()
-                self._unpublished.discard(key)
-                self._write_binding(key, b)
-            self._refresh_task(key)
-        return "applied"
-
-    def _stopped(self, key: str, b: Binding, r: Result) -> None:
-        """The agent says an attempt being stopped is stopped: only now may the task be placed again."""
-        if key in self._deleting:
-            self._finish_delete(key)
-            return
-        if b.stop == "lease":
-            self._release(key, b.evict_reason, "lease", exclude=True)
-        elif b.stop in ("restart", "node"):  # its agent restarted, or its node was deleted
-            self._release(key, b.evict_reason, "node_lost")
-        else:
-            self._release(key, f"evicted from {r.node}: {b.evict_reason}", "evicted", backoff=False)
-
-    def _finish_delete(self, key: str) -> None:
+    def finish_delete(self, key: str) -> None:
         """A deleted task whose attempt is known stopped: it goes, with its subjects."""
-        self._deleting.discard(key)
+        self.table.deleting.discard(key)
         if key in self.specs["task"]:
             self.specs["task"].pop(key, None)
             self.cache.delete("task", key)
-        self._on_deleted("task", key)
-        self._new_work()
+        self.on_deleted("task", key)
+        self.new_work()
 
-    def _replay_result(self, key: str, r: Result) -> None:
-        ns, name = key.split("/", 1)
-        if r.what == "accepted":
-            msg: m.Msg = m.BindAccepted(namespace=ns, name=name, node=r.node, attempt=r.attempt, boot=r.boot)
-        elif r.what == "rejected":
-            msg = m.BindRejected(namespace=ns, name=name, node=r.node, attempt=r.attempt, reason=r.reason,
-                                 boot=r.boot)
-        else:
-            msg = m.TaskPhaseChanged(namespace=ns, name=name, node=r.node, attempt=r.attempt, phase=r.what,
-                                     reason=r.reason, boot=r.boot, exit_code=r.exit_code)
-        self._apply_result(key, msg, r.version)
+    async def flush_purges(self) -> None:
+        """Stream hygiene: purge what deleted objects left behind (after their last record is written)."""
+        if not self.purges:
+            return
+        purges, self.purges = self.purges, []
+        for subject, before in purges:
+            self.outbox.pop(subject, None)
+        await asyncio.gather(*(self.bus.purge_state(subject, before) for subject, before in purges))

@@ -2,7 +2,7 @@
 
 The analysis runs on a private copy of the scheduler's cache (``Cache.snapshot(memo=False)``, with
 fresh cross-cycle plugin state and no memo of unfit jobs), in a session opened with the scheduler's
-configuration (plus the feedback plugin for the exclusions in force), so it has no effect on the next
+configuration (plus the busched-agent-feedback predicate, over the exclusions in force), so it has no effect on the next
 cycle.  `gather` takes what it needs from the scheduler (in the event loop, under the cycle lock);
 `explain` is a pure function of that and may run in a worker thread.  `gather_at` is the same from given
 pieces (the moment's ``now``, seed, configuration, exclusions and backoff): `busched.replay.explain` calls
@@ -19,7 +19,6 @@ the queue's share (``overused``, ``allocatable``), the nominated node, then ever
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
 from busched.framework import points
-from busched.framework.config import PluginOption, SchedulerConfig, Tier
+from busched.framework.config import SchedulerConfig
 from busched.framework.nodeselect import insufficient_reason
 from busched.framework.points import Point
 from busched.framework.session import Session
@@ -92,8 +91,7 @@ def gather_at(sched: Any, name: str, *, now: float, seed: int, excluded: dict[st
     clock ``now`` (epoch seconds) and ``seed``, the exclusions in force (task -> node -> seconds left) and the
     tasks under the backoff gate (task -> seconds left; ``math.inf``: in force, for how long unknown, as a cycle
     record says), ``config`` (default: the scheduler's)."""
-    from busched.scheduler.loop import _FeedbackPlugin  # the cycle's own exclusion predicate
-    from busched.scheduler.records import FEEDBACK_PLUGIN
+    from busched.scheduler.loop import with_refusals  # the cycle's own exclusion predicate
 
     specs = sched.specs
     keys = _keys(specs, name)
@@ -102,14 +100,9 @@ def gather_at(sched: Any, name: str, *, now: float, seed: int, excluded: dict[st
     snap.others = {**snap.others, "plugin_state": {}}  # nothing carried to or from the next cycle
     snap.others.pop("unfit", None)
     excluded = {k: dict(excluded[k]) for k in keys if excluded.get(k)}
-    config, plugins = config if config is not None else sched.config, sched.plugins
-    if excluded:
-        from busched.plugins import PLUGINS
-
-        frozen = {k: frozenset(v) for k, v in excluded.items()}
-        plugins = (plugins if plugins is not None else PLUGINS).with_entries(
-            {FEEDBACK_PLUGIN: lambda args: _FeedbackPlugin(frozen)})
-        config = dataclasses.replace(config, tiers=config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
+    snap.refused = {k: frozenset(v) for k, v in excluded.items()}
+    config = with_refusals(config if config is not None else sched.config)
+    plugins = sched._run_plugins
     view = {f"{t['namespace']}/{t['name']}": t for t in _task_rows(sched, keys)}
     return Inputs(snapshot=snap, config=config, plugins=plugins, tasks={k: specs["task"][k] for k in keys},
                   jobs=dict(specs["job"]), queues=dict(specs["queue"]),

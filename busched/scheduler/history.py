@@ -82,7 +82,7 @@ def inputs(sched: Any) -> CycleInputs | None:
     if not enabled(sched):
         return None
     seq = sched.watch.last_seq if sched.watch is not None else 0
-    own = sched._max_rec_seq  # kept as records are stored or heard: no pass over every binding per cycle
+    own = sched.table.max_rec_seq  # kept as records are stored or heard: no pass over every binding per cycle
     unready: list[str] = []
     if sched.settings.require_heartbeat:
         live = sched.live
@@ -95,7 +95,7 @@ def changed_statuses(sched: Any) -> list[tuple[str, str]]:
     """The podgroups whose status the cycle just changed: new entries of the status outbox since the last call
     (holding the previous ones, so a new status is never taken for an old one)."""
     prev: dict[str, Any] = getattr(sched, "_history_statuses", {})
-    cur = dict(sched._statuses)
+    cur = dict(sched.statuses.waiting)
     sched._history_statuses = cur
     return [(f"{st.namespace}/{st.name}", st.phase) for subj, st in cur.items() if prev.get(subj) is not st]
 

@@ -6,19 +6,25 @@ in-flight binds and from then on follows only what others write on the stream; `
 cycle ended (`busched.scheduler.trigger`), collecting garbage between cycles
 (`busched.scheduler.memory`).  One cycle reads the wall clock once, at its start (``wall_clock``,
 the session's ``now`` and ``CycleReport.now``; nothing inside a session reads a clock), applies what
-the monotonic clock changed (`Bindings._expire`) and
-the changes gathered since the last cycle (`Effective.sync_cache_yielding`), takes a snapshot of
+the monotonic clock changed (`Scheduler._expire`: liveness, then the binding table) and
+the changes gathered since the last cycle (`EffectiveObjects.sync_cache_yielding`), takes a snapshot of
 the cache, runs the configured actions (`run_actions`, in a worker thread), publishes binds and
 evicts, closes the session (`finish_cycle`) and queues podgroup statuses for the jobs whose phase or
 conditions changed (written in the background, `busched.scheduler.statuses`).  A cycle that could not decide anything is skipped
 (`QuietCycles`).  Records that must reach the state stream wait in an outbox
 (subject -> latest record) until published.
 
-A task a node refused recently is kept off that node by an extra plugin (`_FeedbackPlugin`) added to
-the configuration for that cycle only.
+A task a node refused recently is kept off that node by the busched-agent-feedback predicate
+(`busched.plugins.refused_nodes`), added to the configuration once, at construction; the nodes each
+task is kept off are an input of the snapshot (``ClusterSnapshot.refused``), brought up to date at
+the start of every cycle (`Scheduler._update_refusals`).
 
-The rest of the class is assembled from the other modules of the package, one concern each (see
-`busched.scheduler`); they share the state set up in `Scheduler.__init__`.
+`Scheduler` is the composition root: it builds the owned parts (the state feed, the effective
+objects, the binding table, liveness, the podgroup statuses, the trigger, the queries) with their
+collaborators, wires them, and keeps the lifecycle and the cycle.  A little over 400 lines: the
+wiring and the entry points and properties the replayer, the CLI and the tests use (``view``,
+``task_status``, ``handle_state``, ``bindings``, ``backoff_until``...) are kept with the lifecycle
+they serve.
 """
 
 from __future__ import annotations
@@ -32,12 +38,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from busched.api.fit import Code
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, StateWatch
 from busched.cache.cache import Cache
-from busched.framework import points
 from busched.framework.config import (
     DEFAULT_CONFIG,
     PluginOption,
@@ -47,53 +51,29 @@ from busched.framework.config import (
 )
 from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
 from busched.metrics import SchedulerMetrics
-from busched.scheduler import history, volcano_metrics
-from busched.scheduler.agents import Agents
-from busched.scheduler.bindings import Bindings
-from busched.scheduler.effective import Effective
-from busched.scheduler.events import Events
+from busched.plugins.refused_nodes import RefusedNodesPlugin
+from busched.scheduler import explain, history, volcano_metrics
+from busched.scheduler.agents import Liveness
+from busched.scheduler.bindings import BindingTable
+from busched.scheduler.effective import EffectiveObjects
+from busched.scheduler.events import StateFeed
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
-from busched.scheduler.statuses import PodGroups
-from busched.scheduler.trigger import Trigger
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
-    Binding,
     CycleReport,
     NodeLive,
-    Result,
     SchedulerSettings,
     _version_clock,
 )
+from busched.scheduler.statuses import PodGroupStatuses
+from busched.scheduler.trigger import CycleTrigger
 
 log = logging.getLogger("busched.scheduler")
 
 
-class _FeedbackPlugin:
-    """Keeps a task off nodes whose agent refused it (or never took it) recently."""
-
-    name = FEEDBACK_PLUGIN
-
-    def __init__(self, excluded: dict[str, frozenset[str]]) -> None:
-        self.excluded = excluded
-
-    def on_session_open(self, ssn: Any) -> None:
-        from busched.framework.session import fit_error
-
-        excluded = self.excluded
-
-        def predicate(task: Any, node: Any) -> None:
-            nodes = excluded.get(task.key)
-            if nodes and node.name in nodes:
-                raise fit_error(task, node, f"node {node.name} refused this task recently", self.name,
-                                Code.UnschedulableAndUnresolvable)
-
-        ssn.add_fn(points.PREDICATE, self.name, predicate)
-
-
-
-class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries):
+class Scheduler:
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -110,26 +90,12 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self.actions = actions
         self.clock = clock  # monotonic: leases, heartbeats, backoffs, when cycles run
         self.wall_clock = wall_clock  # epoch seconds: a cycle's `now` (sla, tdm, rescheduling), read once per cycle
-        self.boot = uuid.uuid4().hex[:8]
+        boot = uuid.uuid4().hex[:8]
         self.cache = Cache()
         self._next_version = _version_clock()
         # what we know, beside the cache
         self.specs: dict[str, dict[str, Any]] = {k: {} for k in m.UPSERTS}
-        self.seqs: dict[tuple[str, str], int] = {}  # (kind, key) -> stream sequence of the last message applied
-        self.bindings: dict[str, Binding] = {}
-        self.results: dict[str, Result] = {}
-        self.pg_status: dict[str, m.PodGroupStatus] = {}
-        self.live: dict[str, NodeLive] = {}
-        self.backoff_until: dict[str, float] = {}
-        self.failures: dict[str, int] = {}  # consecutive failed attempts, for backoff
-        self.excluded: dict[str, dict[str, float]] = {}  # task -> node -> until
-        self.reasons: dict[str, str] = {}  # task -> last reason it went back to Pending
         self._outbox: dict[str, tuple[m.Msg, str | None]] = {}  # subject -> latest record to (re)publish
-        self._statuses: dict[str, m.PodGroupStatus] = {}  # subject -> latest podgroup status to write
-        self._status_writer: asyncio.Task[None] | None = None
-        self._statuses_since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
-        self._stale_evicts: set[tuple[str, str, int]] = set()
-        self._unpublished: set[str] = set()  # tasks whose bind/evict decision still has to go out
         self.watch: StateWatch | None = None
         self.cycle = 0
         self.started_at = 0.0
@@ -137,28 +103,126 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         self.catchup_seconds = 0.0
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
-        self._dirty_tasks: set[str] = set()
-        self._dirty_jobs: set[str] = set()
-        self._orphans: dict[str, Result] = {}  # results replayed before their binding record
-        self._caught_up = False
-        self._rejected_at_catchup: dict[str, int] = {}  # subject -> sequence of its refused last message
-        self._quiet = False  # replaying history: refusals were counted already
-        self._deleting: set[str] = set()  # deleted tasks whose attempt is being stopped
-        self._max_rec_seq = 0  # the highest state-stream sequence of a binding record known (cycle records)
-        self.refused: dict[tuple[str, str], str] = {}  # (kind, key) -> why the object's last change was refused
-        self._last_refusal = ""
-        self._purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
-        self._background: set[Any] = set()
-        self._reconnected_at = 0.0  # when our own connection came back (scheduler's clock), 0 if never lost
-        self._held_partition = False
         self._gate = quiet_cycles(self.config, self.plugins)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
-        self._counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
+        self._refused: dict[str, frozenset[str]] = {}  # task -> nodes it is kept off, for the next snapshot
+        # the configuration and registry cycles run with: the configured ones and the refusals predicate
+        from busched.plugins import PLUGINS
+
+        base = plugins if plugins is not None else PLUGINS
+        self._run_plugins = base if FEEDBACK_PLUGIN in base else base.with_entries({FEEDBACK_PLUGIN: RefusedNodesPlugin})
+        self._run_config = (self.config, with_refusals(self.config))
         self.collector = CollectorPolicy()
-        self._wake = asyncio.Event()  # new work arrived, or stop
-        self._work_since: float | None = None  # monotonic time of the first work no cycle has taken yet
-        self._work_last = 0.0
+        # the owned parts
+        self.trigger = CycleTrigger(self.settings, clock, pending=self._stream_pending)
+        self._new_work = self.trigger.new_work
+        self.statuses = PodGroupStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
+                                         job_specs=self.specs["job"], next_version=self._next_version,
+                                         refresh_job=lambda key: self.effective.refresh_job(key),
+                                         on_error=self._record_not_written)
+        self.pg_status = self.statuses.recorded  # job -> its last podgroup status
+        live: dict[str, NodeLive] = {}  # node -> its agent's liveness: kept by liveness, read by the table
+        self.table = BindingTable(self.settings, clock, bus, boot=boot, metrics=self.metrics,
+                                  next_version=self._next_version, task_specs=self.specs["task"],
+                                  node_specs=self.specs["node"], live=live, outbox=self._outbox,
+                                  refresh_task=lambda key: self.effective.refresh_task(key),
+                                  new_work=self._new_work, finish_delete=lambda key: self.feed.finish_delete(key),
+                                  purge_object=lambda kind, key: self.feed.purge_object(kind, key),
+                                  reject=lambda reason, kind, text: self.feed.reject(reason, kind, text),
+                                  count=lambda kind, what: self.feed.count(kind, what), ready=lambda: self.ready,
+                                  journal=self)
+        self.bindings = self.table.bindings  # task -> its latest bind attempt
+        self.results = self.table.results  # task -> what its agent last said
+        self.failures = self.table.failures
+        self.reasons = self.table.reasons
+        self.effective = EffectiveObjects(self.settings, self.cache, self.specs, table=self.table, live=live,
+                                          pg_status=self.pg_status)
+        self.feed = StateFeed(self.settings, clock, bus, cache=self.cache, specs=self.specs, table=self.table,
+                              effective=self.effective, live=live, pg_status=self.pg_status, outbox=self._outbox,
+                              new_work=self._new_work, metrics=self.metrics)
+        self.seqs = self.feed.seqs
+        self.refused = self.feed.refused  # (kind, key) -> why the object's last change was refused
+        self.liveness = Liveness(self.settings, clock, live=live, bindings=self.bindings, results=self.results,
+                                 stop_attempt=self.table.stop_attempt, release=self.table.release,
+                                 connected=lambda: self.bus.connected, ready=lambda: self.ready,
+                                 refresh_node=self.effective.refresh_node, new_work=self._new_work,
+                                 send_evict=self._queue_record, next_version=self._next_version,
+                                 reject=self.feed.reject, on_heartbeat=self.metrics.heartbeats.inc)
+        self.live = live
+        self.queries = Queries(specs=self.specs, table=self.table, live=live, pg_status=self.pg_status,
+                               refused=self.refused, effective_task=self.effective.effective_task,
+                               task_status=self.effective.task_status, snapshot=self.snapshot,
+                               gather=lambda name: explain.gather(self, name), metrics=self.metrics,
+                               max_payload=lambda: self.bus.max_payload, lock=self._lock,
+                               in_thread=self.settings.cycle_in_thread, journal=self)
+
+    # the state feed's and the effective objects' entry points, as the scheduler always had them
+    def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
+        """Apply one state-stream message (`busched.scheduler.events`)."""
+        return self.feed.handle_state(subject, data, seq)
+
+    def handle_state_batch(self, items: list[tuple[str, bytes, int]]) -> None:
+        self.feed.handle_state_batch(items)
+
+    def sync_cache(self) -> None:
+        self.effective.sync_cache()
+
+    def snapshot(self) -> Any:
+        """The cache's snapshot, with the nodes each task is kept off (as of the last `_update_refusals`)."""
+        self.effective.sync_cache()
+        snap = self.cache.snapshot()
+        snap.refused = self._refused
+        return snap
+
+    def effective_task(self, key: str, spec: Any) -> Any:
+        return self.effective.effective_task(key, spec)
+
+    def task_status(self, key: str) -> str:
+        """Volcano's task status name as `busched get tasks` shows it."""
+        return self.effective.task_status(key)
+
+    def view(self, kind: str) -> list[dict[str, Any]]:
+        """What `busched get` shows (`busched.scheduler.queries`)."""
+        return self.queries.view(kind)
+
+    def lookup(self, kind: str, name: str, *, describe: bool = False) -> dict[str, Any]:
+        """One object's `view` row; with ``describe`` also its spec and its recent events."""
+        return self.queries.lookup(kind, name, describe=describe)
+
+    # the binding table's, as the scheduler always showed them (the replayer sets some)
+    @property
+    def boot(self) -> str:
+        """This scheduler's incarnation: the writer of its binding records."""
+        return self.table.boot
+
+    @boot.setter
+    def boot(self, value: str) -> None:
+        self.table.boot = value
+
+    @property
+    def backoff_until(self) -> dict[str, float]:
+        return self.table.backoff_until
+
+    @backoff_until.setter
+    def backoff_until(self, value: dict[str, float]) -> None:
+        self.table.backoff_until = value
+
+    @property
+    def excluded(self) -> dict[str, dict[str, float]]:
+        return self.table.excluded
+
+    @excluded.setter
+    def excluded(self, value: dict[str, dict[str, float]]) -> None:
+        self.table.excluded = value
+
+    @property
+    def _caught_up(self) -> bool:
+        return self.table.caught_up
+
+    @_caught_up.setter
+    def _caught_up(self, value: bool) -> None:
+        self.table.caught_up = value
 
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
@@ -166,9 +230,9 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         t0 = time.perf_counter()
         self.started_at = self.clock()
         await self.bus.ensure_streams(self.settings.streams)
-        self.bus.connection_listeners.append(self._on_connection)
+        self.bus.connection_listeners.append(self.liveness.on_connection)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
-        await self.bus.serve(S.API_GET, self._serve_get)
+        await self.bus.serve(S.API_GET, self.queries.serve_get)
         with paused_gc():  # the whole catch-up, between batches too
             self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
             try:
@@ -176,7 +240,8 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             except asyncio.TimeoutError:
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
-            await self._recover()
+            await self.feed.replay_rejected()  # the objects whose last message was refused, first
+            await self.table.recover()
             # from here the podgroup records on the stream are our own echoes: leave them out (binding records
             # are followed: another scheduler's must not be missed; ours are skipped by sequence)
             await self.watch.narrow(S.followed_subjects())
@@ -195,18 +260,18 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
 
     async def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self.trigger.stop()
         self.ready = False
         self.metrics.ready.set(0)
         if self.watch is not None:
             await self.watch.stop()
         try:
             await self._flush_outbox()
-            await self._flush_statuses()
+            await self.statuses.flush()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
-        if self._on_connection in self.bus.connection_listeners:
-            self.bus.connection_listeners.remove(self._on_connection)
+        if self.liveness.on_connection in self.bus.connection_listeners:
+            self.bus.connection_listeners.remove(self.liveness.on_connection)
 
     async def run_forever(self) -> None:
         if not self.ready:
@@ -223,7 +288,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                     self.metrics.cycle_errors.inc()
                 # the agents are about to answer a cycle's binds: its garbage waits for the next cycle
                 self.collector.after_cycle(defer=binds)
-                await self._wait_next_cycle(self.clock(), time.monotonic())
+                await self.trigger.wait(self.clock(), time.monotonic())
         finally:
             self.collector.exit()
 
@@ -240,14 +305,14 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
             report = CycleReport(self.cycle, now=self.wall_clock())
             t0 = time.perf_counter()
             await self._flush_outbox()
-            self._write_statuses_soon()
+            self.statuses.write_soon()
             await self._expire(report)
             await self._flush_outbox()  # records of what the clock stopped, before their decisions
-            await self._republish()
-            await self._flush_purges()
+            await self.table.republish()
+            await self.feed.flush_purges()
             with paused_gc():
-                await self.sync_cache_yielding()
-            self._cycle_taken()  # from here to the snapshot nothing else is handled
+                await self.effective.sync_cache_yielding()
+            self.trigger.taken()  # from here to the snapshot nothing else is handled
             config, plugins = self._cycle_config()
             excluded_key = self._excluded_key
             if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
@@ -271,30 +336,54 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
                 # what the cycle left
                 binds = [d for d in ssn.decisions if d.kind == "bind"]
                 evicts = [d for d in ssn.decisions if d.kind == "evict"]
-                await self._publish_binds(binds, report)
-                await self._publish_evicts(evicts, report)
+                await self.table.publish_binds(binds, report)
+                await self.table.publish_evicts(evicts, report)
                 try:
                     await self._in_cycle(finish_cycle, ssn)
                 except Exception as e:  # noqa: BLE001
                     return self._failed(report, e)
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
-            await self._collect_podgroups(ssn)
+            await self.statuses.collect(ssn)
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
-            await self._republish()
-            self._write_statuses_soon()
+            await self.table.republish()
+            self.statuses.write_soon()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
             self.metrics.cycle_seconds.observe(report.seconds)
-            self._update_gauges()
+            self.queries.update_gauges()
             volcano_metrics.observe(self, ssn, report)
             if report.binds or report.evicts or report.released:
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)
             return report
+
+    async def _expire(self, report: CycleReport) -> None:
+        """Apply what the clock changed: agents silent too long (only while silence means something), binds
+        not taken within their lease, backoffs that ended."""
+        now = self.clock()
+        calm = self.liveness.calm(now)
+        if calm:
+            self.liveness.check(now, report)
+        await self.table.expire(report, now, calm)
+
+    def handle_heartbeat(self, subject: str, data: bytes) -> None:
+        """A heartbeat message (busched.scheduler.agents)."""
+        self.liveness.handle_heartbeat(subject, data)
+
+    def _queue_record(self, subject: str, msg: m.Msg, mid: str | None) -> None:
+        """Queue a message for the stream (the latest per subject is written at the next flush)."""
+        self._outbox[subject] = (msg, mid)
+
+    def _stream_pending(self) -> int:
+        """Messages waiting on the state stream, not yet handled."""
+        return self.watch.pending if self.watch is not None else 0
+
+    def _record_not_written(self) -> None:
+        self.metrics.publish_errors.labels("record").inc()
 
     async def _in_cycle(self, fn: Any, *args: Any, **kw: Any) -> Any:
         """A part of the session's work: in a worker thread (the event loop goes on meanwhile) or here."""
@@ -310,30 +399,32 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         return report
 
     def _cycle_config(self) -> tuple[SchedulerConfig, Any]:
+        """The configuration and plugin registry a cycle runs with (the configured ones and the
+        busched-agent-feedback predicate last, made once per configuration, not per cycle), after
+        bringing the refusals in force up to date (`_update_refusals`)."""
+        self._update_refusals()
+        if self._run_config[0] is not self.config:  # the replayer swaps configurations
+            self._run_config = (self.config, with_refusals(self.config))
+        return self._run_config[1], self._run_plugins
+
+    def _update_refusals(self) -> None:
+        """The nodes each task is kept off now (refusals whose time is up dropped), as the next snapshot's
+        ``refused``; an exclusion ending or shrinking may let a task fit where it could not, so it counts as a
+        change of the cache (the memo of unfit jobs and the quiet gate read the cache)."""
         now = self.clock()
-        excluded: dict[str, frozenset[str]] = {}
+        refused: dict[str, frozenset[str]] = {}
         for key, nodes in list(self.excluded.items()):
             keep = {n: t for n, t in nodes.items() if t > now}
             if keep:
                 self.excluded[key] = keep
-                excluded[key] = frozenset(keep)
+                refused[key] = frozenset(keep)
             else:
                 del self.excluded[key]
-        key = frozenset(excluded.items())
-        if any(item not in key for item in self._excluded_key):
-            # an exclusion ended or shrank: the task may fit where it could not (the memo of unfit jobs and the
-            # quiet gate read the cache, which this changes)
+        now_key = frozenset(refused.items())
+        if any(item not in now_key for item in self._excluded_key):
             self.cache.room_made()
-        self._excluded_key = key
-        if not excluded:
-            return self.config, self.plugins
-        from busched.plugins import PLUGINS
-
-        base = self.plugins if self.plugins is not None else PLUGINS
-        plugins = base.with_entries({FEEDBACK_PLUGIN: lambda args: _FeedbackPlugin(excluded)})
-        config = dataclasses.replace(self.config,
-                                     tiers=self.config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
-        return config, plugins
+        self._excluded_key = now_key
+        self._refused = refused
 
     async def _flush_outbox(self) -> None:
         """Write the queued records; binding records on condition that their subject is where we last saw it."""
@@ -346,7 +437,7 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         for subj, (msg, mid) in items:
             if type(msg) is m.BindingRecord:
                 key = f"{msg.namespace}/{msg.name}"
-                b = self.bindings.get(key)
+                b = self.table.bindings.get(key)
                 out.append((subj, msg, mid, b.rec_seq if b is not None else 0))
                 keys.append(key)
             else:
@@ -357,16 +448,16 @@ class Scheduler(Events, Agents, Bindings, Effective, PodGroups, Trigger, Queries
         for (subj, rec), key, ack in zip(items, keys, acks):
             if ack.ok:
                 if key:
-                    b = self.bindings.get(key)
+                    b = self.table.bindings.get(key)
                     if b is not None:
-                        self._record_stored(b, ack.seq)
+                        self.table.record_stored(b, ack.seq)
             elif ack.conflict and key:
                 lost.append(key)
             else:
                 self.metrics.publish_errors.labels("record").inc()
                 self._outbox.setdefault(subj, rec)
         if lost:
-            await self._lost_race(lost)
+            await self.table.lost_race(lost)
 
 
 
@@ -375,3 +466,10 @@ class _NoSession:
 
 
 _NO_SESSION: Any = _NoSession()
+
+
+def with_refusals(config: SchedulerConfig) -> SchedulerConfig:
+    """``config`` with the busched-agent-feedback predicate in a tier of its own, last."""
+    if any(p.name == FEEDBACK_PLUGIN for t in config.tiers for p in t.plugins):
+        return config
+    return dataclasses.replace(config, tiers=config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))

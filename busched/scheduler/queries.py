@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import msgspec
 
@@ -19,24 +19,59 @@ from busched.api.task import TaskStatus
 from busched.bus import messages as m
 from busched.bus.resources import resource_list
 from busched.scheduler import events_log, explain
-from busched.scheduler.records import TERMINAL, NodeLive, _field_error
+from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _field_error
 
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
+class TaskTable(Protocol):
+    """What the answers read of the binding table (`busched.scheduler.bindings.BindingTable`)."""
+
+    bindings: dict[str, Binding]
+    results: dict[str, Result]
+    reasons: dict[str, str]
+    backoff_until: dict[str, float]
+
+
 class Queries:
+    """The answers.  Reads the specs, the binding ``table``, the nodes' ``live``ness, the podgroup statuses
+    (``pg_status``) and ``refused`` (why an object's last change was refused); ``effective_task``,
+    ``task_status`` and ``snapshot`` are the effective objects'; ``gather`` copies what explaining a name
+    needs (`busched.scheduler.explain.gather`); ``journal`` keeps the recent events (`events_log`);
+    ``lock`` is the cycle's (an explanation runs while no cycle does)."""
+
+    def __init__(self, *, specs: Mapping[str, Mapping[str, Any]], table: TaskTable, live: Mapping[str, NodeLive],
+                 pg_status: Mapping[str, m.PodGroupStatus], refused: Mapping[tuple[str, str], str],
+                 effective_task: Callable[[str, Any], Any], task_status: Callable[[str], str],
+                 snapshot: Callable[[], Any], gather: Callable[[str], explain.Inputs], metrics: Any,
+                 max_payload: Callable[[], int], lock: asyncio.Lock, in_thread: bool, journal: Any) -> None:
+        self.specs = specs
+        self.table = table
+        self.live = live
+        self.pg_status = pg_status
+        self.refused = refused
+        self.effective_task = effective_task
+        self.task_status = task_status
+        self.snapshot = snapshot
+        self.gather = gather
+        self.metrics = metrics
+        self.max_payload = max_payload
+        self.lock = lock
+        self.in_thread = in_thread
+        self.journal = journal
+
     # == views ========================================================================================================
-    def _update_gauges(self) -> None:
+    def update_gauges(self) -> None:
         counts: dict[str, int] = {}
         for key in self.specs["task"]:
-            s = self.task_status(key)
-            counts[s] = counts.get(s, 0) + 1
+            name = self.task_status(key)
+            counts[name] = counts.get(name, 0) + 1
         for s in TaskStatus:
             self.metrics.tasks.labels(s.name).set(counts.get(s.name, 0))
         ns: dict[str, int] = {"alive": 0, "lost": 0, "unknown": 0}
         for key in self.specs["node"]:
-            st = self.live.get(key, NodeLive()).state
-            ns[st] = ns.get(st, 0) + 1
+            state = self.live.get(key, NodeLive()).state
+            ns[state] = ns.get(state, 0) + 1
         for k, v in ns.items():
             self.metrics.nodes.labels(k).set(v)
         phases: dict[str, int] = {}
@@ -51,17 +86,18 @@ class Queries:
         """What `busched get` shows."""
         if kind == "tasks":
             out = []
+            table = self.table
             for key, spec in self.specs["task"].items():
-                b = self.bindings.get(key)
+                b = table.bindings.get(key)
                 eff = self.effective_task(key, spec)
                 node = b.node if b is not None and (b.live or b.state == "done") else eff.node
-                r = self.results.get(key)
+                r = table.results.get(key)
                 if b is not None and b.live and r is not None and r.what in TERMINAL:
                     node = r.node
                 out.append({"namespace": spec.namespace, "name": spec.name, "job": spec.job, "node": node,
                             "status": self.task_status(key), "attempt": b.attempt if b is not None else 0,
-                            "reason": self.reasons.get(key, ""), "requests": dict(spec.requests),
-                            "backoff": key in self.backoff_until, "refused": self.refused.get(("task", key), ""),
+                            "reason": table.reasons.get(key, ""), "requests": dict(spec.requests),
+                            "backoff": key in table.backoff_until, "refused": self.refused.get(("task", key), ""),
                             "exitCode": r.exit_code if r is not None else None})
             return out
         if kind == "nodes":
@@ -72,7 +108,7 @@ class Queries:
                 lv = self.live.get(key, NodeLive())
                 info = infos.get(key)
                 used = resource_list(info.used) if info is not None else {}
-                ntasks = sum(1 for b in self.bindings.values() if b.live and b.node == key)
+                ntasks = sum(1 for b in self.table.bindings.values() if b.live and b.node == key)
                 out.append({"name": key, "allocatable": dict(spec.allocatable), "used": used,
                             "state": lv.state, "ready": info is not None, "tasks": ntasks,
                             "labels": dict(spec.labels), "refused": self.refused.get(("node", key), "")})
@@ -103,13 +139,13 @@ class Queries:
             return out
         raise ValueError(f"unknown kind {kind!r} (nodes, queues, jobs, tasks)")
 
-    async def _serve_get(self, data: bytes) -> bytes:
+    async def serve_get(self, data: bytes) -> bytes:
         try:
             req = m.decode(data)
         except m.DecodeError as e:
             return m.encode(m.GetReply(error=f"bad request: {_field_error(e)}"))
         if isinstance(req, m.LookupRequest):
-            return await self._serve_lookup(req)
+            return await self.serve_lookup(req)
         if not isinstance(req, m.GetRequest):
             return m.encode(m.GetReply(error=f"expected a get request, got {type(req).__name__}"))
         try:
@@ -120,20 +156,20 @@ class Queries:
         page = items[req.offset:req.offset + limit]
         nxt = req.offset + limit if req.offset + limit < len(items) else None
         reply = m.encode(m.GetReply(kind=req.kind, items=page, next=nxt))
-        while len(reply) > self.bus.max_payload - 1024 and len(page) > 1:
+        while len(reply) > self.max_payload() - 1024 and len(page) > 1:
             page = page[: len(page) // 2]
             reply = m.encode(m.GetReply(kind=req.kind, items=page, next=req.offset + len(page)))
         return reply
 
     # == one object by name: get, describe, explain ====================================================================
-    async def _serve_lookup(self, req: m.LookupRequest) -> bytes:
+    async def serve_lookup(self, req: m.LookupRequest) -> bytes:
         try:
             if req.op == "explain":
-                async with self._lock:  # no cycle meanwhile: the copy is of a cache at rest
-                    inp = explain.gather(self, req.name)
+                async with self.lock:  # no cycle meanwhile: the copy is of a cache at rest
+                    inp = self.gather(req.name)
                 if not inp.tasks and req.name not in self.specs["job"]:
                     raise KeyError(f"no task or job {req.name!r}")
-                run = asyncio.to_thread if self.settings.cycle_in_thread else _call
+                run: Any = asyncio.to_thread if self.in_thread else _call
                 item = await run(explain.explain, inp, req.name)
             elif req.op in ("get", "describe"):
                 item = self.lookup(req.kind, req.name, describe=req.op == "describe")
@@ -159,22 +195,22 @@ class Queries:
         out = dict(row)
         out["spec"] = msgspec.to_builtins(specs[name])
         if kind == "tasks":
-            events = events_log.of_task(self, name)
+            events = events_log.of_task(self.journal, name)
         elif kind == "jobs":
             ns, job = name.split("/", 1)
-            events = events_log.recent(self, lambda e: e["task"].split("/", 1)[0] == ns and getattr(
+            events = events_log.recent(self.journal, lambda e: e["task"].split("/", 1)[0] == ns and getattr(
                 self.specs["task"].get(e["task"]), "job", None) == job)
         elif kind == "nodes":
-            events = events_log.recent(self, lambda e: e["node"] == name)
+            events = events_log.recent(self.journal, lambda e: e["node"] == name)
         else:
             jobs = {k for k, j in self.specs["job"].items() if j.queue == name}
-            events = events_log.recent(self, lambda e: _job_of(self, e["task"]) in jobs)
+            events = events_log.recent(self.journal, lambda e: _job_of(self.specs, e["task"]) in jobs)
         out["events"] = events
         return out
 
 
-def _job_of(sched: Any, task: str) -> str:
-    spec = sched.specs["task"].get(task)
+def _job_of(specs: Mapping[str, Mapping[str, Any]], task: str) -> str:
+    spec = specs["task"].get(task)
     return f"{spec.namespace}/{spec.job}" if spec is not None else ""
 
 

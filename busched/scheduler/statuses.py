@@ -1,6 +1,6 @@
 """Podgroup statuses: what a cycle changed, and writing it to the state stream in the background.
 
-After a cycle, `_collect_podgroups` compares each job's phase and conditions as the session left
+After a cycle, `PodGroupStatuses.collect` compares each job's phase and conditions as the session left
 them with what was last recorded for it, and only a job whose phase or conditions (type, status,
 reason, message) changed gets a new `podgroup.status`.  That new status counts at once: `busched
 get`, the gauges and the job in the cache (applied with the next cache sync) see it.
@@ -14,7 +14,7 @@ jobs thus hands its binds to the agents without publishing thousands of statuses
 time, and a job that goes Inqueue in one cycle and Running in the next is usually written once.  Nothing depends on reading a status back: a
 restarted scheduler that lost unwritten ones recomputes them in its first cycle (the session
 derives every job's phase) and writes what differs from the stream.  `Scheduler.stop` writes what
-is left.
+is left.  `PodGroupStatuses` owns both the statuses recorded and the ones waiting.
 """
 
 from __future__ import annotations
@@ -22,20 +22,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
+from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
 
 log = logging.getLogger("busched.scheduler")
 
+# publish_all: (subject, message, message id) each -> one acknowledgement each (``.ok``)
+Publish = Callable[[Iterable[tuple[str, m.Msg, str | None]]], Awaitable[list[Any]]]
 
-class PodGroups:
-    async def _collect_podgroups(self, ssn: Any, slice_seconds: float = 0.005) -> None:
+
+class StatusSettings(Protocol):
+    status_interval: float
+
+
+class PodGroupStatuses:
+    """The podgroup statuses: the last recorded per job (``recorded``, job key -> status; the state
+    stream's, or what a cycle changed) and the ones waiting to be written (``waiting``, subject ->
+    latest status).  ``refresh_job`` is told a job's status changed (its cache copy is due);
+    ``on_error`` that a write failed."""
+
+    def __init__(self, settings: StatusSettings, clock: Callable[[], float], publish_all: Publish, *,
+                 job_specs: Mapping[str, o.JobSpec], next_version: Callable[[], int],
+                 refresh_job: Callable[[str], None], on_error: Callable[[], None]) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.publish_all = publish_all
+        self.job_specs = job_specs
+        self.next_version = next_version
+        self.refresh_job = refresh_job
+        self.on_error = on_error
+        self.recorded: dict[str, m.PodGroupStatus] = {}  # job key -> its last status
+        self.waiting: dict[str, m.PodGroupStatus] = {}  # subject -> latest status to write
+        self.writer: asyncio.Task[None] | None = None
+        self.since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
+
+    async def collect(self, ssn: Any, slice_seconds: float = 0.005) -> None:
         """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those),
         handing the event loop back every ``slice_seconds`` (the first cycle after a restart changes every job)."""
-        specs = self.specs["job"]
-        pgs = self.pg_status
+        specs = self.job_specs
+        pgs = self.recorded
         now = 0.0
         end = time.perf_counter() + slice_seconds
         for n, (uid, job) in enumerate(ssn.jobs.items()):
@@ -65,48 +94,48 @@ class PodGroups:
                 prev = old.get(c.type)
                 c.last_transition_time = (prev.last_transition_time if prev is not None and prev.status == c.status
                                           else now)
-            st = m.PodGroupStatus(version=self._next_version(), namespace=spec.namespace, name=spec.name,
+            st = m.PodGroupStatus(version=self.next_version(), namespace=spec.namespace, name=spec.name,
                                   phase=job.phase, conditions=conds)
             if cur_phase != job.phase:
                 log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
             pgs[uid] = st
-            if not self._statuses:
-                self._statuses_since = self.clock()  # the write window opens with the first waiting status
-            self._statuses[S.podgroup_subject(uid)] = st
-            self._refresh_job(uid)
+            if not self.waiting:
+                self.since = self.clock()  # the write window opens with the first waiting status
+            self.waiting[S.podgroup_subject(uid)] = st
+            self.refresh_job(uid)
 
-    def _write_statuses_soon(self) -> None:
+    def write_soon(self) -> None:
         """Start the background write of the waiting statuses once the oldest has waited ``status_interval``
         (unless a write is still under way)."""
-        if not self._statuses or (self._status_writer is not None and not self._status_writer.done()):
+        if not self.waiting or (self.writer is not None and not self.writer.done()):
             return
-        if self.clock() - self._statuses_since < self.settings.status_interval:
+        if self.clock() - self.since < self.settings.status_interval:
             return
-        self._status_writer = asyncio.create_task(self._write_statuses(), name="busched-podgroup-statuses")
+        self.writer = asyncio.create_task(self.write(), name="busched-podgroup-statuses")
 
-    async def _write_statuses(self) -> None:
+    async def write(self) -> None:
         """Publish every waiting status; one that fails waits for the next write, unless a newer one replaced it."""
-        if not self._statuses:
+        if not self.waiting:
             return
-        items = list(self._statuses.items())
-        self._statuses.clear()
+        items = list(self.waiting.items())
+        self.waiting.clear()
         acks: list[Any]
         try:
-            acks = await self.bus.publish_all((subj, st, None) for subj, st in items)
+            acks = await self.publish_all((subj, st, None) for subj, st in items)
         except Exception as e:  # noqa: BLE001 - e.g. the connection closed: keep them for the next write
             acks = [None] * len(items)
             log.warning("podgroup statuses not written (%s); retrying", e)
         for (subj, st), ack in zip(items, acks):
             if ack is None or not ack.ok:
-                self.metrics.publish_errors.labels("record").inc()
-                self._statuses.setdefault(subj, st)
+                self.on_error()
+                self.waiting.setdefault(subj, st)
 
-    async def _flush_statuses(self) -> None:
+    async def flush(self) -> None:
         """Write every waiting status now (on the way out), after a write in progress."""
-        w = self._status_writer
+        w = self.writer
         if w is not None and not w.done():
             await asyncio.wait({w})
-        await self._write_statuses()
+        await self.write()
 
 
 def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> bool:

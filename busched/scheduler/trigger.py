@@ -28,38 +28,71 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 
-class Trigger:
-    def _new_work(self) -> None:
+class TriggerSettings(Protocol):
+    period: float
+    trigger: bool
+    settle: float
+    settle_max: float
+    min_interval: float
+
+
+class CycleTrigger:
+    """Decides when the next cycle starts.  ``clock`` is the scheduler's (the period), ``monotonic`` the
+    real one (settling); ``pending`` says how many messages wait on the state stream unread."""
+
+    def __init__(self, settings: TriggerSettings, clock: Callable[[], float], *,
+                 monotonic: Callable[[], float] = time.monotonic, pending: Callable[[], int] = lambda: 0) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.monotonic = monotonic
+        self.pending = pending
+        self.wake = asyncio.Event()  # new work arrived, or stop
+        self.stopped = False
+        self.work_since: float | None = None  # monotonic time of the first work no cycle has taken yet
+        self.work_last = 0.0
+
+    def new_work(self) -> None:
         """Something arrived that a cycle could act on."""
-        now = time.monotonic()
-        if self._work_since is None:
-            self._work_since = now
-        self._work_last = now
-        self._wake.set()
+        now = self.monotonic()
+        if self.work_since is None:
+            self.work_since = now
+        self.work_last = now
+        self.wake.set()
 
-    def _cycle_taken(self) -> None:
+    def taken(self) -> None:
         """The cycle about to take its snapshot covers every work that arrived so far."""
-        self._work_since = None
+        self.work_since = None
 
-    async def _wait_next_cycle(self, ended: float, ended_mono: float) -> None:
+    def stop(self) -> None:
+        self.stopped = True
+        self.wake.set()
+
+    def next_timeout(self, ended: float, ended_mono: float) -> float:
+        """Seconds until the next cycle is due (<= 0: now), as things stand."""
+        st = self.settings
+        timeout = st.period - (self.clock() - ended)
+        if st.trigger and self.work_since is not None:
+            now = self.monotonic()
+            settled = max(self.work_last + st.settle, ended_mono + st.min_interval)
+            if self.pending() > 0:
+                settled = max(settled, now + st.settle)  # more is waiting on the stream: look again then
+            at = min(settled, max(self.work_since + st.settle_max, ended_mono + st.min_interval))
+            timeout = at - now  # work pending: the timer's cycle waits for it (at most settle_max)
+        return timeout
+
+    async def wait(self, ended: float, ended_mono: float) -> None:
         """Wait until the next cycle is due: new work settled, ``period`` after the last cycle ended
         (``ended`` on the scheduler's clock, ``ended_mono`` on the monotonic one), or stop."""
-        st = self.settings
-        while not self._stop.is_set():
-            self._wake.clear()
-            timeout = st.period - (self.clock() - ended)
-            if st.trigger and self._work_since is not None:
-                now = time.monotonic()
-                settled = max(self._work_last + st.settle, ended_mono + st.min_interval)
-                if self.watch is not None and self.watch.pending > 0:
-                    settled = max(settled, now + st.settle)  # more is waiting on the stream: look again then
-                at = min(settled, max(self._work_since + st.settle_max, ended_mono + st.min_interval))
-                timeout = at - now  # work pending: the timer's cycle waits for it (at most settle_max)
+        while not self.stopped:
+            self.wake.clear()
+            timeout = self.next_timeout(ended, ended_mono)
             if timeout <= 0:
                 return
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except TimeoutError:
                 pass

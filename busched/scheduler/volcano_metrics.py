@@ -135,7 +135,7 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
                     share = x
         shares[(ns, name)] = share
         conds = job.conditions
-        unsched = False
+        unsched: bool | None = False
         if conds:
             unsched = marked.get(id(conds))
             if unsched is None:

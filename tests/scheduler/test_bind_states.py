@@ -152,18 +152,18 @@ ROWS = [
         "evicting", "Releasing"),
     Row("agent restarted but holds the attempt -> kept", bound,
         [result("Running"), heartbeat("boot-new", {KEY: 1})], "binding", "Running", written=False),
-    Row("node lost -> Pending", bound, [result("Running"), lambda s: s._node_lost("n1", "node n1 lost")],
+    Row("node lost -> Pending", bound, [result("Running"), lambda s: s.liveness.node_lost("n1", "node n1 lost")],
         "released", "Pending", extra=released_with("node n1 lost", excluded=False, backoff=False)),
     Row("task deleted while running -> stopped, kept until stopped", bound,
         [result("Running"), lambda s: s.handle_state(S.state_subject("task", KEY), m.encode(
             m.TaskDelete(name="a", namespace="t")), 200)],
-        "evicting", "Releasing", extra=lambda s: (KEY in s._deleting and KEY in s.specs["task"])
+        "evicting", "Releasing", extra=lambda s: (KEY in s.table.deleting and KEY in s.specs["task"])
         or pytest.fail("not kept while stopping")),
     Row("deleted task stopped -> gone, subjects purged", bound,
         [result("Running"), lambda s: s.handle_state(S.state_subject("task", KEY), m.encode(
             m.TaskDelete(name="a", namespace="t")), 200), result("Failed", seq=201)],
         "", "", written=False, extra=lambda s: (KEY not in s.specs["task"] and (S.binding_subject(KEY), None) in
-                                                 s._purges) or pytest.fail("not gone and purged")),
+                                                 s.feed.purges) or pytest.fail("not gone and purged")),
     Row("another writer's record -> adopted", bound,
         [lambda s: s.handle_state(S.binding_subject(KEY), m.encode(m.BindingRecord(
             namespace="t", name="a", attempt=2, node="n2", writer="other")), 300)],
@@ -219,7 +219,7 @@ async def test_silence_is_unreachable_then_lost_after_the_grace_and_never_while_
     await s._expire(CycleReport(1))
     assert s.live["n1"].state == "alive" and s.bindings[KEY].state == "binding"
     s.bus.connected = True  # type: ignore[misc]
-    s._on_connection(True)  # every agent gets a fresh window
+    s.liveness.on_connection(True)  # every agent gets a fresh window
     await s._expire(CycleReport(2))
     assert s.live["n1"].state == "alive"
     clock.now += st.heartbeat_timeout + 1

@@ -55,15 +55,15 @@ async def test_podgroup_statuses_wait_out_the_interval_and_are_written_once_each
         await bus.flush()
         # the clock has not moved: every change so far waits, one status per job, the latest
         assert written == []
-        assert {k: st.version for k, st in sched._statuses.items()} == {
+        assert {k: st.version for k, st in sched.statuses.waiting.items()} == {
             S.podgroup_subject(k): st.version for k, st in sched.pg_status.items()}
-        assert all(st.phase == "Running" for st in sched._statuses.values())
+        assert all(st.phase == "Running" for st in sched.statuses.waiting.values())
         now[0] += 5.0
         await sched.run_once()
         await wait_until(lambda: len(written) == 3, what="the waiting statuses written")
         assert {f"{st.namespace}/{st.name}": st.version for st in written} == {
             k: st.version for k, st in sched.pg_status.items()}
-        assert not sched._statuses
+        assert not sched.statuses.waiting
     finally:
         await sched.stop()
     assert agent.running()
@@ -75,7 +75,7 @@ async def test_stop_writes_the_statuses_still_waiting(harness):
     sched = Scheduler(await harness.bus(), None, SchedulerSettings(**{**FAST, "status_interval": 3600.0}))
     await sched.start(timeout=10)
     st = m.PodGroupStatus(version=7, namespace="p", name="x", phase="Inqueue")
-    sched._statuses[S.podgroup_subject("p/x")] = st
+    sched.statuses.waiting[S.podgroup_subject("p/x")] = st
     await sched.stop()
     got = await bus.read_state(S.podgroup_subject("p/x"))
     assert [m.decode(d) for _, d in got] == [st]
@@ -188,6 +188,9 @@ async def test_new_work_starts_a_cycle_without_waiting_for_the_period(harness):
     await apply_cluster(await harness.bus(), jobs(3, "n"))
     await wait_until(lambda: all(sched.task_status(f"p/n{i}-0") == "Running" for i in range(3)),
                      timeout=30, what="all Running")
+    # the cycle that placed them may still be finishing (its tail yields to the event loop, where the agents'
+    # answers can arrive first): count from once it has returned
+    await wait_until(lambda: sum(len(r.binds) for r in reports) == 3, what="the placing cycle returned")
     # the agents' Running reports are not new work: no cycle follows them within the hour's period
     n = len(reports)
     # kept: the trigger that would start a cycle waits out its settle time on time.monotonic and the event loop's

@@ -501,7 +501,7 @@ async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winne
     # ours, decided from a state that had not seen that record yet
     ours = Binding(attempt=1, node="node-00", rec_seq=0, published=False)
     sched.bindings["t/x"] = ours
-    ready = await sched._record_binds([("t/x", ours)])
+    ready = await sched.table.record_binds([("t/x", ours)])
     assert ready == []  # nothing goes to node-00's agent
     assert sched.metrics.publish_errors.labels("conflict")._value.get() == 1
     b = sched.bindings["t/x"]
