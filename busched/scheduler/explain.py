@@ -26,13 +26,13 @@ from typing import Any
 from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
+from busched.api.snapshot import ClusterSnapshot
 from busched.api.task import TaskInfo
 from busched.framework import points
 from busched.framework.config import SchedulerConfig
 from busched.framework.nodeselect import insufficient_reason
 from busched.framework.points import Point
 from busched.framework.session import Session
-from busched.api.snapshot import ClusterSnapshot
 
 __all__ = ["REASONS", "Inputs", "gather", "gather_at", "explain", "classify"]
 
@@ -91,7 +91,7 @@ def gather_at(sched: Any, name: str, *, now: float, seed: int, excluded: dict[st
     clock ``now`` (epoch seconds) and ``seed``, the exclusions in force (task -> node -> seconds left) and the
     tasks under the backoff gate (task -> seconds left; ``math.inf``: in force, for how long unknown, as a cycle
     record says), ``config`` (default: the scheduler's)."""
-    from busched.scheduler.loop import with_refusals  # the cycle's own exclusion predicate
+    from busched.scheduler.records import with_refusals  # the cycle's own exclusion predicate
 
     specs = sched.specs
     keys = _keys(specs, name)

@@ -30,7 +30,6 @@ they serve.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import logging
 import time
@@ -38,18 +37,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, StateWatch
 from busched.cache.cache import Cache
 from busched.framework.config import (
     DEFAULT_CONFIG,
-    PluginOption,
     SchedulerConfig,
-    Tier,
     load_config,
 )
-from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
 from busched.scheduler import explain, history, volcano_metrics
@@ -66,6 +63,7 @@ from busched.scheduler.records import (
     NodeLive,
     SchedulerSettings,
     _version_clock,
+    with_refusals,
 )
 from busched.scheduler.statuses import PodGroupStatuses
 from busched.scheduler.trigger import CycleTrigger
@@ -466,10 +464,3 @@ class _NoSession:
 
 
 _NO_SESSION: Any = _NoSession()
-
-
-def with_refusals(config: SchedulerConfig) -> SchedulerConfig:
-    """``config`` with the busched-agent-feedback predicate in a tier of its own, last."""
-    if any(p.name == FEEDBACK_PLUGIN for t in config.tiers for p in t.plugins):
-        return config
-    return dataclasses.replace(config, tiers=config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))

@@ -10,6 +10,7 @@ returns.  Nothing here does I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from busched.bus import messages as m
 from busched.bus.client import StreamSettings
+from busched.framework.config import PluginOption, SchedulerConfig, Tier
 
 log = logging.getLogger("busched.scheduler")
 
@@ -164,3 +166,10 @@ def _field_error(e: Exception) -> str:
         path = path.rstrip("`").lstrip(".")
         return f"{path or 'payload'}: {msg[0].lower() + msg[1:]}"
     return f"payload: {text}"
+
+
+def with_refusals(config: SchedulerConfig) -> SchedulerConfig:
+    """``config`` with the busched-agent-feedback predicate in a tier of its own, last."""
+    if any(p.name == FEEDBACK_PLUGIN for t in config.tiers for p in t.plugins):
+        return config
+    return dataclasses.replace(config, tiers=config.tiers + (Tier(plugins=(PluginOption(FEEDBACK_PLUGIN),)),))
