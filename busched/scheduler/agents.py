@@ -45,11 +45,13 @@ class Liveness:
     """Every node's agent liveness (``live``: node -> `NodeLive`), from heartbeats and silence.
 
     ``bindings`` and ``results`` are the binding table's (read only here); ``stop_attempt`` (key, reason,
-    why) stops the attempts of a rebooted agent and ``release`` (key, reason, kind) frees those of a lost one; ``refresh_node`` is told a node's readiness changed, ``new_work``
+    why) stops the attempts of a rebooted agent and ``release`` (key, reason, kind) frees those of a lost
+    one; ``refresh_node`` is told a node's readiness changed, ``new_work``
     that a node came alive; ``send_evict`` queues a stale evict (subject, decision, message id);
     ``reject`` counts and logs a refused heartbeat; ``ready`` says whether the scheduler has caught up."""
 
-    def __init__(self, settings: LivenessSettings, clock: Callable[[], float], *, live: dict[str, NodeLive] | None = None,
+    def __init__(self, settings: LivenessSettings, clock: Callable[[], float], *,
+                 live: dict[str, NodeLive] | None = None,
                  bindings: Mapping[str, Binding], results: Mapping[str, Result],
                  stop_attempt: Callable[[str, str, str], None], release: Callable[[str, str, str], None],
                  connected: Callable[[], bool], ready: Callable[[], bool],

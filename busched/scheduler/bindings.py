@@ -502,10 +502,10 @@ class BindingTable:
         if key not in self.task_specs and key not in self.deleting:
             return "stale"
         cur = self.results.get(key)
-        if cur is not None and cur.attempt == r.attempt:
-            if cur.what in TERMINAL or cur.what == "rejected" or _RESULT_RANK[what] < _RESULT_RANK[cur.what]:
-                self.count("result", "stale")
-                return "stale"  # terminal states are final; a phase never goes back
+        if cur is not None and cur.attempt == r.attempt and (
+                cur.what in TERMINAL or cur.what == "rejected" or _RESULT_RANK[what] < _RESULT_RANK[cur.what]):
+            self.count("result", "stale")
+            return "stale"  # terminal states are final; a phase never goes back
         if b.boot and r.boot != b.boot and what not in ("Failed", "rejected"):
             # another incarnation of the node's agent: it can only say it does not run the attempt
             return self.reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from agent "
@@ -514,9 +514,9 @@ class BindingTable:
             b.boot = r.boot
         self.results[key] = r
         self.metrics.bind_results.labels(what).inc()
-        if what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt)):
-            if self.ready():
-                self.metrics.bind_latency.observe(max(0.0, self.clock() - b.decided))
+        answered = what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt))
+        if answered and self.ready():
+            self.metrics.bind_latency.observe(max(0.0, self.clock() - b.decided))
         if what == "rejected":
             self.release(key, f"rejected by {r.node}: {reason or 'no reason given'}", "rejected", exclude=True)
         elif b.state == "evicting" and what == "Failed":

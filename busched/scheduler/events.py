@@ -293,6 +293,6 @@ class StateFeed:
         if not self.purges:
             return
         purges, self.purges = self.purges, []
-        for subject, before in purges:
+        for subject, _ in purges:
             self.outbox.pop(subject, None)
         await asyncio.gather(*(self.bus.purge_state(subject, before) for subject, before in purges))

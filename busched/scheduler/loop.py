@@ -10,8 +10,8 @@ the monotonic clock changed (`Scheduler._expire`: liveness, then the binding tab
 the changes gathered since the last cycle (`EffectiveObjects.sync_cache_yielding`), takes a snapshot of
 the cache, runs the configured actions (`run_actions`, in a worker thread), publishes binds and
 evicts, closes the session (`finish_cycle`) and queues podgroup statuses for the jobs whose phase or
-conditions changed (written in the background, `busched.scheduler.statuses`).  A cycle that could not decide anything is skipped
-(`QuietCycles`).  Records that must reach the state stream wait in an outbox
+conditions changed (written in the background, `busched.scheduler.statuses`).  A cycle that could not
+decide anything is skipped (`QuietCycles`).  Records that must reach the state stream wait in an outbox
 (subject -> latest record) until published.
 
 A task a node refused recently is kept off that node by the busched-agent-feedback predicate
@@ -109,7 +109,8 @@ class Scheduler:
         from busched.plugins import PLUGINS
 
         base = plugins if plugins is not None else PLUGINS
-        self._run_plugins = base if FEEDBACK_PLUGIN in base else base.with_entries({FEEDBACK_PLUGIN: RefusedNodesPlugin})
+        self._run_plugins = (base if FEEDBACK_PLUGIN in base
+                             else base.with_entries({FEEDBACK_PLUGIN: RefusedNodesPlugin}))
         self._run_config = (self.config, with_refusals(self.config))
         self.collector = CollectorPolicy()
         # the owned parts

@@ -11,10 +11,11 @@ published by a background task, while the loop goes on, once the oldest of them 
 ``SchedulerSettings.status_interval`` seconds (1 s; the check is made at every cycle, so with the
 default period a status reaches the stream within about 2 s).  A cycle that placed thousands of
 jobs thus hands its binds to the agents without publishing thousands of statuses at the same
-time, and a job that goes Inqueue in one cycle and Running in the next is usually written once.  Nothing depends on reading a status back: a
-restarted scheduler that lost unwritten ones recomputes them in its first cycle (the session
-derives every job's phase) and writes what differs from the stream.  `Scheduler.stop` writes what
-is left.  `PodGroupStatuses` owns both the statuses recorded and the ones waiting.
+time, and a job that goes Inqueue in one cycle and Running in the next is usually written once.
+Nothing depends on reading a status back: a restarted scheduler that lost unwritten ones
+recomputes them in its first cycle (the session derives every job's phase) and writes what differs
+from the stream.  `Scheduler.stop` writes what is left.  `PodGroupStatuses` owns both the
+statuses recorded and the ones waiting.
 """
 
 from __future__ import annotations

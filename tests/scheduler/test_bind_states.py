@@ -48,12 +48,11 @@ def make() -> tuple[Scheduler, Clock]:
     s = Scheduler(_NoBus(), settings=SchedulerSettings(max_attempts=3), clock=clock)  # type: ignore[arg-type]
     s.ready = True
     s._caught_up = True
-    seq = 0
-    for kind, spec in (("queue", QueueSpec(name="default")), ("job", JobSpec(name="j", namespace="t", min_member=1)),
-                       ("node", NodeSpec(name="n1", allocatable={"cpu": "4"})),
-                       ("node", NodeSpec(name="n2", allocatable={"cpu": "4"})),
-                       ("task", TaskSpec(name="a", namespace="t", job="j", requests={"cpu": "1"}))):
-        seq += 1
+    specs = (("queue", QueueSpec(name="default")), ("job", JobSpec(name="j", namespace="t", min_member=1)),
+             ("node", NodeSpec(name="n1", allocatable={"cpu": "4"})),
+             ("node", NodeSpec(name="n2", allocatable={"cpu": "4"})),
+             ("task", TaskSpec(name="a", namespace="t", job="j", requests={"cpu": "1"})))
+    for seq, (kind, spec) in enumerate(specs, start=1):
         key = f"{spec.namespace}/{spec.name}" if hasattr(spec, "namespace") else spec.name
         assert s.handle_state(S.state_subject(kind, key), m.encode(m.upsert(kind, spec, 1)), seq) == "applied"
     for n in ("n1", "n2"):

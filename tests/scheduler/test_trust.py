@@ -432,7 +432,7 @@ async def test_item9_most_of_the_fleet_silent_at_once_is_held_not_declared_lost(
 
 # -- item 10: retries always make progress --------------------------------------------------------------------------
 async def test_item10_a_refused_task_is_retried_when_its_exclusion_ends(harness):
-    sched = await harness.scheduler(exclusion_ttl=0.5)
+    await harness.scheduler(exclusion_ttl=0.5)
     refusals: list[int] = []
 
     def on_bind(node: str, bind: m.BindDecision) -> None:
@@ -491,7 +491,8 @@ async def test_item6_a_lost_conditional_write_sends_nothing_and_adopts_the_winne
 
     sched = await harness.scheduler(run=False)
     bus = await harness.bus()
-    await apply_cluster(bus, ClusterSpec(nodes=fleet_nodes(2, cpu="4", memory="8Gi"), queues=[QueueSpec(name="default")],
+    await apply_cluster(bus, ClusterSpec(nodes=fleet_nodes(2, cpu="4", memory="8Gi"),
+                                         queues=[QueueSpec(name="default")],
                                          jobs=[JobSpec(name="j", namespace="t", min_member=1)],
                                          tasks=[TaskSpec(name="x", namespace="t", job="j", requests={"cpu": "1"})]))
     # another scheduler bound it first
