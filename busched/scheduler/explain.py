@@ -363,9 +363,9 @@ def best_nodes(ssn: Session, task: TaskInfo, nodes: list[NodeInfo], top: int = T
             for plugin, fn in row:
                 for n in nodes:
                     per[n.name][plugin] = per[n.name].get(plugin, 0.0) + fn(task, n)
-        for row in ssn.hooks.callbacks(points.BATCH_NODE_ORDER):
-            for plugin, fn in row:
-                for name, s in fn(task, nodes).items():
+        for batch_row in ssn.hooks.callbacks(points.BATCH_NODE_ORDER):
+            for plugin, batch in batch_row:
+                for name, s in batch(task, nodes).items():
                     if name in per:
                         per[name][plugin] = per[name].get(plugin, 0.0) + s
     except Exception as e:  # noqa: BLE001 - a failing plugin: say so instead of scores
