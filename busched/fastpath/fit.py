@@ -90,6 +90,15 @@ class NodeArrays:
         for n in self.nodes:
             n.listeners.append(self)
 
+    @classmethod
+    def kept(cls, nodes: Sequence[NodeInfo], state: dict[str, Any] | None) -> NodeArrays:
+        """Arrays over ``nodes`` seeded from the last session's, kept in the plugin state ``state``
+        (rows copied where the nodes are the same lent objects); these are kept there in turn."""
+        arrays = cls(nodes, like=state.get("node_arrays") if state is not None else None)
+        if state is not None:
+            state["node_arrays"] = arrays
+        return arrays
+
     def carried(self, key: object, row: Any) -> np.ndarray:
         """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's
         spec (and what ``key`` names): taken over from the arrays this one was seeded from, with the

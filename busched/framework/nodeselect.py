@@ -24,7 +24,7 @@ from busched.framework.config import SearchOptions
 from busched.framework.session import Session
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
-           "select_best_node", "choose_node", "gradients", "insufficient_reason"]
+           "select_best_node", "choose_node", "gradients", "insufficient_reason", "unresolvable_filtered_nodes"]
 
 SHARD_ERROR = "node isn't in scheduler node shard"
 
@@ -40,6 +40,19 @@ def num_feasible_nodes_to_find(n: int, opts: SearchOptions) -> int:
 
 def insufficient_reason(names: list[str]) -> str:
     return "Insufficient " + ", ".join(names) if names else "Insufficient resources"
+
+
+def unresolvable_filtered_nodes(ssn: Session, task: TaskInfo) -> list[NodeInfo]:
+    """The session's nodes less those where the task's last fit error was unresolvable
+    (preempt and reclaim look for victims only on the others)."""
+    job = ssn.jobs.get(task.job)
+    fe = job.nodes_fit_errors.get(task.uid) if job else None
+    if fe is None:
+        return ssn.node_list
+    skip = fe.unresolvable_nodes()
+    if not skip:
+        return ssn.node_list
+    return [n for n in ssn.node_list if n.name not in skip]
 
 
 class PredicateHelper:
