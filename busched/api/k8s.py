@@ -15,7 +15,7 @@ namespace selector is matched against an empty label set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,7 +219,7 @@ def tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return op == "Exists"
 
 
-def find_untolerated_taint(taints: Iterable[Mapping[str, Any]], tolerations: list[Mapping[str, Any]],
+def find_untolerated_taint(taints: Iterable[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]],
                            effects: frozenset[str] = DO_NOT_SCHEDULE_EFFECTS) -> Mapping[str, Any] | None:
     """The first taint with one of ``effects`` that no toleration tolerates."""
     for taint in taints:
@@ -319,7 +319,7 @@ def node_has_topology_keys(labels: Mapping[str, str], constraints: Iterable[Spre
 
 
 def inclusion_policies_match(c: SpreadConstraint, affinity_ok: bool, taints: Iterable[Mapping[str, Any]],
-                             tolerations: list[Mapping[str, Any]]) -> bool:
+                             tolerations: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a node counts toward a constraint's domains (nodeAffinityPolicy / nodeTaintsPolicy)."""
     if c.node_affinity_policy == "Honor" and not affinity_ok:
         return False

@@ -33,6 +33,11 @@ FUTURE_IDLE = "future_idle"
 class NodeArrays:
     """Rows follow the node list order; columns are resource names (cpu, memory, then scalars)."""
 
+    columns: dict[str, int]  # resource name -> column
+    row_names: list[tuple[str, ...]]  # each row's scalar names as first filled
+    row: dict[str, int]  # node name -> row
+    first: tuple[np.ndarray, ...]  # allocatable, idle, used, future idle as filled, before any change
+
     def __init__(self, nodes: Sequence[NodeInfo], like: NodeArrays | None = None) -> None:
         # ``like``: the arrays of an earlier session over mostly the same node objects (lent, so
         # unchanged: busched.fastpath.lending); their rows as first filled are copied, changed rows filled

@@ -178,7 +178,8 @@ class SharedMemo:
 
     def forget(self, kind: str, key: str) -> None:
         """An object deleted from the cache: what was kept for it goes too."""
-        memo = {"task": self._tasks, "job": self._jobs, "node": self._nodes}.get(kind)
+        memos: dict[str, dict[str, Any]] = {"task": self._tasks, "job": self._jobs, "node": self._nodes}
+        memo = memos.get(kind)
         if memo is not None:
             memo.pop(key, None)
         if kind == "job":

@@ -39,7 +39,7 @@ from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 __all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
 
 
-class NodeRows(list):
+class NodeRows(list[NodeInfo]):
     """A list of nodes that also knows their rows in the session's `NodeArrays`."""
 
     rows: np.ndarray
@@ -295,7 +295,7 @@ def pick_unless_nan(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray
     return True, nodes[int(tied[ssn.rng.randrange(len(tied))])]
 
 
-def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: bool) -> list[NodeRows] | None:
+def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: bool) -> list[list[NodeInfo]] | None:
     """Allocate's four buckets: fits idle (in shard, elsewhere), fits only future idle (same split)."""
     arrays: NodeArrays = ssn.arrays
     rows = arrays.rows_of(nodes)
@@ -305,7 +305,9 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     idle = fits(arrays, req, IDLE)[rows]
     if not other_shard and np.count_nonzero(idle) == len(idle):
         # the usual case: every node fits on idle, the first gradient is the list itself
-        whole = nodes if getattr(nodes, "rows", None) is rows else NodeRows.take(nodes, list(range(len(nodes))), rows)
+        # (a NodeRows carrying these very rows is handed back as it is)
+        whole: list[NodeInfo] = (nodes if isinstance(nodes, NodeRows) and getattr(nodes, "rows", None) is rows
+                                 else NodeRows.take(nodes, list(range(len(nodes))), rows))
         return [whole, NodeRows(), NodeRows(), NodeRows()]
     future = fits(arrays, req, FUTURE_IDLE)[rows] & ~idle
     if other_shard:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
@@ -95,7 +97,7 @@ class PredicateHelper:
                 got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache)
             except FitError:
                 raise
-            except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
+            except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names it
                 plugin_errors.kernel_failed("predicate", task, e)
                 got = None
         found, processed = got if got is not None else search.walk(nodes)
@@ -205,12 +207,12 @@ def _task_failed(ssn: Session, task: TaskInfo, e: FitError) -> None:
         job.nodes_fit_errors[task.uid] = fe
 
 
-def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: ANN202
+def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> np.ndarray | None:
     fast = ssn.fast
     assert fast is not None  # (called only on the fast path)
     try:
         return fast.scores(ssn, task, nodes)
-    except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
+    except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names the plugin
         plugin_errors.kernel_failed("node order", task, e)
         return None
 
