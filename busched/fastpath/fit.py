@@ -88,7 +88,8 @@ class NodeArrays:
         else:
             futures = [n.future_idle() for n in self.nodes]
             for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                      (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
+                                      (self.idle, [n.idle for n in self.nodes]),
+                                      (self.used, [n.used for n in self.nodes]),
                                       (self.future, futures)):
                 self._fill_column_wise(matrix, resources)
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change

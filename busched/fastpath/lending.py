@@ -54,9 +54,10 @@ may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
 last lending is patched: only the jobs and nodes the cache says changed
-(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``FastPathSettings(verify=True)``, busched.fastpath)
-fingerprints every lent object that is not volatile and, when the lease comes
-back, raises `SharedStateMutated` naming any object changed without its flag.
+(`Cache.take_changes`) and those the session wrote are looked at again.  Verification
+(``FastPathSettings(verify=True)``, busched.fastpath) fingerprints every lent object that is not
+volatile and, when the lease comes back, raises `SharedStateMutated` naming any object changed
+without its flag.
 """
 
 from __future__ import annotations

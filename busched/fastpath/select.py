@@ -36,7 +36,8 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
-__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
+__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick",
+           "pick_unless_nan", "gradients"]
 
 
 class NodeRows(list[NodeInfo]):
@@ -66,10 +67,7 @@ class NodeRows(list[NodeInfo]):
             out = cls(itemgetter(*at)(nodes)) if len(at) > 1 else cls([nodes[p] for p in at])
             out.rows = rows[positions]
             return out
-        if len(positions) > 1:
-            out = cls(itemgetter(*positions)(nodes))
-        else:
-            out = cls([nodes[p] for p in positions])
+        out = cls(itemgetter(*positions)(nodes)) if len(positions) > 1 else cls([nodes[p] for p in positions])
         out.rows = rows[positions] if positions else rows[:0]
         return out
 
@@ -196,10 +194,7 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
         ok = ok & _shard_mask(arrays, in_shard)[rows]
     if skip:
         ok = ok.copy()
-        if rows is arrays.all_rows:
-            where = arrays.row
-        else:
-            where = {n.name: i for i, n in enumerate(nodes)}
+        where = arrays.row if rows is arrays.all_rows else {n.name: i for i, n in enumerate(nodes)}
         for name in skip:
             i = where.get(name)
             if i is not None:

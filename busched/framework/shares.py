@@ -88,11 +88,10 @@ def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
 
 def _add_reserved(attr: Any, job: JobInfo, phase: str) -> None:
     """`add_job_usage`'s reserved and elastic parts, the job accounted in ``phase``."""
-    if job.min_resources is not None:
-        # An admitted job reserves what its minimum still lacks (allocated tasks already count).
-        if phase == PodGroupPhase.Inqueue or (
-                phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
-            attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
+    # An admitted job reserves what its minimum still lacks (allocated tasks already count).
+    if job.min_resources is not None and (phase == PodGroupPhase.Inqueue or (
+            phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available)):
+        attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
     if job.min_resources is None:  # what get_elastic_resources gives, without its intermediates
         attr.elastic.add(_above_zero(job.allocated))
     else:
