@@ -87,7 +87,7 @@ def test_unknown_point_refused() -> None:
 
 
 def test_default_plugins_register_on_table_points_only() -> None:
-    from busched.framework.cycle import open_session
+    from busched.builtin import open_session  # (the framework's own takes the plugin registry)
 
     s = open_session(ClusterSnapshot(), load_config(DEFAULT_CONFIG))
     assert s.has(points.JOB_ORDER) and s.has(points.PREDICATE) and s.has(points.NODE_ORDER)
