@@ -19,7 +19,8 @@ def random_cluster(rng: random.Random, *, nodes: int | None = None, jobs: int | 
     n_nodes = nodes if nodes is not None else rng.choice([3, 8, 40, 150, 260])
     node_specs = []
     for i in range(n_nodes):
-        alloc: dict[str, Any] = {"cpu": rng.choice(["4", "8", "16", "32"]), "memory": rng.choice(["8Gi", "32Gi", "64Gi"]),
+        alloc: dict[str, Any] = {"cpu": rng.choice(["4", "8", "16", "32"]),
+                                 "memory": rng.choice(["8Gi", "32Gi", "64Gi"]),
                                  "pods": rng.choice([4, 20, 110])}
         if rng.random() < 0.25:
             alloc[GPU] = rng.choice([1, 2, 4, 8])

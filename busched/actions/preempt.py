@@ -74,7 +74,7 @@ from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework.nodeselect import PredicateHelper, prioritize_nodes
+from busched.framework.nodeselect import PredicateHelper, prioritize_nodes, unresolvable_filtered_nodes
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
@@ -208,7 +208,7 @@ class PreemptAction:
             ssn.pre_predicate_fn(preemptor)
         except Exception:  # noqa: BLE001 - a failing pre-predicate: the task can go nowhere
             return False
-        nodes, _ = helper.predicate_nodes(preemptor, ssn.unresolvable_filtered_nodes(preemptor),
+        nodes, _ = helper.predicate_nodes(preemptor, unresolvable_filtered_nodes(ssn, preemptor),
                                           ssn.predicate_for_preempt)
         job = ssn.jobs.get(preemptor.job)
         if job is None:

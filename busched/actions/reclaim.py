@@ -40,7 +40,7 @@ from busched.actions.util import (
 from busched.api.job import JobInfo
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework.nodeselect import PredicateHelper
+from busched.framework.nodeselect import PredicateHelper, unresolvable_filtered_nodes
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
@@ -113,7 +113,7 @@ class ReclaimAction:
 
     def _reclaim_for_task(self, ssn: Session, stmt: Statement, task: TaskInfo, job: JobInfo) -> bool:
         helper = PredicateHelper(ssn, self.enable_predicate_error_cache)
-        nodes, _ = helper.predicate_nodes(task, ssn.unresolvable_filtered_nodes(task), ssn.predicate_for_preempt)
+        nodes, _ = helper.predicate_nodes(task, unresolvable_filtered_nodes(ssn, task), ssn.predicate_for_preempt)
         for node in (n for group in candidate_node_groups(ssn, nodes) for n in group):
             reclaimees = []
             for t in node.tasks.values():

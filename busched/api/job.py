@@ -405,7 +405,4 @@ def unsettled(job: JobInfo) -> bool:
         return True
     if job.subgroup_policy or job.network_topology is not None:
         return True
-    for s in job.status_index:
-        if s in _PLACEABLE:
-            return True
-    return False
+    return not _PLACEABLE.isdisjoint(job.status_index)

@@ -15,16 +15,18 @@ namespace selector is matched against an empty label set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from busched.api.resource import PODS
 
-__all__ = ["DEFAULT_MILLI_CPU", "DEFAULT_MEMORY", "pod_requests", "non_zero_requests", "MAX_NODE_SCORE", "HOSTNAME", "Selector", "go_div", "parse_label_selector", "selector_matches",
-           "merge_match_labels", "required_node_affinity_matches", "node_affinity_name_conflict",
+__all__ = ["DEFAULT_MILLI_CPU", "DEFAULT_MEMORY", "pod_requests", "non_zero_requests", "MAX_NODE_SCORE", "HOSTNAME",
+           "Selector", "go_div", "parse_label_selector", "selector_matches", "merge_match_labels",
+           "required_node_affinity_matches", "node_affinity_name_conflict",
            "preferred_node_affinity", "preferred_node_affinity_score", "tolerates", "find_untolerated_taint",
-           "AffinityTerm", "pod_affinity_terms", "pod_affinity_valid", "term_matches", "label_selector_valid", "SpreadConstraint", "spread_constraints",
+           "AffinityTerm", "pod_affinity_terms", "pod_affinity_valid", "term_matches", "label_selector_valid",
+           "SpreadConstraint", "spread_constraints",
            "node_has_topology_keys", "inclusion_policies_match", "host_ports", "ports_conflict",
            "default_normalize", "normalized_image_name"]
 
@@ -219,7 +221,7 @@ def tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return op == "Exists"
 
 
-def find_untolerated_taint(taints: Iterable[Mapping[str, Any]], tolerations: list[Mapping[str, Any]],
+def find_untolerated_taint(taints: Iterable[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]],
                            effects: frozenset[str] = DO_NOT_SCHEDULE_EFFECTS) -> Mapping[str, Any] | None:
     """The first taint with one of ``effects`` that no toleration tolerates."""
     for taint in taints:
@@ -248,7 +250,8 @@ def pod_affinity_terms(affinity: Mapping[str, Any] | None, namespace: str, kind:
     out = []
     for item in _affinity_items(affinity, kind, required):
         term = item if required else (item.get("podAffinityTerm") or {})
-        if not (label_selector_valid(term.get("labelSelector")) and label_selector_valid(term.get("namespaceSelector"))):
+        if not (label_selector_valid(term.get("labelSelector"))
+                and label_selector_valid(term.get("namespaceSelector"))):
             return []  # one term that does not parse drops the pod's whole list, as PodInfo does
         ns_sel_raw = term.get("namespaceSelector")
         names = term.get("namespaces") or []
@@ -319,13 +322,11 @@ def node_has_topology_keys(labels: Mapping[str, str], constraints: Iterable[Spre
 
 
 def inclusion_policies_match(c: SpreadConstraint, affinity_ok: bool, taints: Iterable[Mapping[str, Any]],
-                             tolerations: list[Mapping[str, Any]]) -> bool:
+                             tolerations: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a node counts toward a constraint's domains (nodeAffinityPolicy / nodeTaintsPolicy)."""
     if c.node_affinity_policy == "Honor" and not affinity_ok:
         return False
-    if c.node_taints_policy == "Honor" and find_untolerated_taint(taints, tolerations) is not None:
-        return False
-    return True
+    return not (c.node_taints_policy == "Honor" and find_untolerated_taint(taints, tolerations) is not None)
 
 
 # -- host ports -----------------------------------------------------------------------------------

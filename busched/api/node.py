@@ -135,4 +135,5 @@ class NodeInfo:
         return n
 
     def __repr__(self) -> str:
-        return f"Node({self.name} idle={self.idle} used={self.used} releasing={self.releasing} pipelined={self.pipelined})"
+        return (f"Node({self.name} idle={self.idle} used={self.used} releasing={self.releasing} "
+                f"pipelined={self.pipelined})")

@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # (job.py imports this module: the job type is for the checke
     from busched.api.job import JobInfo
 
 __all__ = ["SubJobInfo", "HARD", "SOFT", "JOB_ALLOCATED_HYPERNODE", "hard_topology", "sub_job_gid", "sub_job_id",
-           "match_values", "init_job", "default_sub_job", "add_task_to_sub_job", "delete_task_from_sub_job", "contains_sub_job_policy",
+           "match_values", "init_job", "default_sub_job", "add_task_to_sub_job", "delete_task_from_sub_job",
+           "contains_sub_job_policy",
            "contains_hard_topology", "contains_network_topology", "check_sub_job_valid",
            "check_sub_job_ready", "check_sub_job_pipelined", "clone_sub_job_status", "fit_failed_roles",
            "task_has_fit_errors", "need_continue_allocating", "reset_sub_job_fit_errors"]
@@ -40,6 +41,8 @@ HARD = "hard"
 SOFT = "soft"
 # task.extra key: the hypernode the task's sub-job occupied when allocate placed the task (node scoring reads it)
 JOB_ALLOCATED_HYPERNODE = "job_allocated_hypernode"
+# the statuses a ready sub-job counts (Volcano's ReadyTaskNum)
+_READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
 
 
 def hard_topology(nt: Mapping[str, Any] | None) -> tuple[bool, int]:
@@ -107,8 +110,7 @@ class SubJobInfo:
 
     # -- gang arithmetic --------------------------------------------------------------
     def ready_task_num(self) -> int:
-        S = TaskStatus
-        return sum(self.count(s) for s in (S.Bound, S.Binding, S.Running, S.Allocated, S.Succeeded))
+        return sum(self.count(s) for s in _READY)
 
     def pending_best_effort_task_num(self) -> int:
         return sum(1 for t in self.status_index.get(TaskStatus.Pending, {}).values() if t.best_effort)
@@ -257,10 +259,8 @@ def _sub_job_for(job: JobInfo, t: TaskInfo) -> SubJobInfo:
 
 
 def add_task_to_sub_job(job: JobInfo, t: TaskInfo) -> None:
-    if job.subgroup_policy and job.has_podgroup:
-        sj = _sub_job_for(job, t)
-    else:  # no policy to match (most jobs): the default sub-job, as `_sub_job_for` gives
-        sj = default_sub_job(job)
+    # no policy to match (most jobs): the default sub-job, as `_sub_job_for` gives
+    sj = _sub_job_for(job, t) if job.subgroup_policy and job.has_podgroup else default_sub_job(job)
     sj.add_task(t)
     job.task_to_sub_job[t.uid] = sj.uid
 

@@ -17,7 +17,7 @@ __all__ = ["WORKLOADS", "workload", "NotAvailable"]
 WORKLOADS: tuple[str, ...] = ("throughput", "gang", "mixed", "preempt", "idle", "restart", "e2e", "trace", "replay")
 
 
-class NotAvailable(RuntimeError):
+class NotAvailable(RuntimeError):  # noqa: N818 - public (busched.bench, the bench CLI): renaming breaks callers
     """A workload that needs a part of busched this build does not have yet."""
 
 

@@ -61,13 +61,13 @@ def bench_config(text: str) -> tuple[SchedulerConfig, list[str], list[str]]:
     missing_actions = [a for a in cfg.actions if not _loads(ACTIONS, a, None)]
     if not missing_plugins and not missing_actions:
         return cfg, [], []
-    from busched.framework.config import SchedulerConfig as SC
     from busched.framework.config import Tier
 
     tiers = tuple(Tier(plugins=tuple(p for p in t.plugins if p.name not in missing_plugins)) for t in cfg.tiers)
     actions = tuple(a for a in cfg.actions if a not in missing_actions)
-    return (SC(actions=actions, tiers=tiers, configurations=cfg.configurations, node_search=cfg.node_search),
-            missing_plugins, missing_actions)
+    fitted = SchedulerConfig(actions=actions, tiers=tiers, configurations=cfg.configurations,
+                             node_search=cfg.node_search)
+    return fitted, missing_plugins, missing_actions
 
 
 def _loads(registry: Any, name: str, arguments: Any) -> bool:

@@ -26,6 +26,7 @@ and cycle records together), ``replay_events_per_second``, ``live_seconds``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import tempfile
 import time
@@ -127,7 +128,7 @@ async def record_run(url: str, *, nodes: int = 10, waves: int = 20, tasks: int =
             if w == waves // 2:  # the second agent goes silent while its nodes hold the wave's tasks
                 await _wait(lambda: any(agents[1].running().values()), 20, "tasks on the second agent")
                 agents[1].pause_heartbeats()
-            await _wait(lambda: done([f"r/{t.name}" for t in spec.tasks]), 60, f"wave {w} done")
+            await _wait(functools.partial(done, [f"r/{t.name}" for t in spec.tasks]), 60, f"wave {w} done")
         lost = [n.name for n in lost_nodes]
         await _wait(lambda: all(sched.live.get(n) is None or sched.live[n].state != "alive" for n in lost), 20,
                     "the second agent's nodes lost")

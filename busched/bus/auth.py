@@ -36,8 +36,8 @@ from busched.bus import subjects as S
 
 __all__ = ["ROLES", "OBJECT_KINDS", "JS_API", "scheduler_permissions", "cli_permissions", "agent_permissions",
            "agent_inbox_prefix", "Credential", "new_credential", "render_authorization", "AuthDir", "AuthError",
-           "find_credential", "auth_search_dirs", "prepare_agent_consumer", "write_private", "DEFAULT_AUTH_DIR", "CLI_INBOX_PREFIX",
-           "SCHEDULER_INBOX_PREFIX"]
+           "find_credential", "auth_search_dirs", "prepare_agent_consumer", "write_private", "DEFAULT_AUTH_DIR",
+           "CLI_INBOX_PREFIX", "SCHEDULER_INBOX_PREFIX"]
 
 ROLES = ("scheduler", "cli", "agent")
 JS_API = "$JS.API"

@@ -45,8 +45,8 @@ __all__ = [
     "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
-    "LookupRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode", "DecodeError",
-    "BINDING_LIVE_STATES", "CycleRecord",
+    "LookupRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode",
+    "DecodeError", "BINDING_LIVE_STATES", "CycleRecord",
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass

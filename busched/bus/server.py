@@ -65,7 +65,8 @@ class NatsServer:
 
     def __init__(self, store_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0,
                  monitor_port: int | None = None, max_payload: int | None = None, log_file: str | None = None,
-                 binary: str | None = None, config: str | None = None, config_file: str | os.PathLike[str] | None = None,
+                 binary: str | None = None, config: str | None = None,
+                 config_file: str | os.PathLike[str] | None = None,
                  pid_file: str | os.PathLike[str] | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
@@ -154,7 +155,8 @@ class NatsServer:
         except OSError:
             since = 0
         # what nats-server says before its log is open (a bad configuration, a bad flag) goes to stderr
-        self._stderr: IO[bytes] | None = tempfile.TemporaryFile()
+        # (kept open while the server runs, closed when it stops: no context manager can hold it)
+        self._stderr: IO[bytes] | None = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=self._stderr,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

@@ -41,8 +41,9 @@ import re
 
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
            "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
-           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS", "APPLY_ORDER",
-           "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results", "node_results"]
+           "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
+           "APPLY_ORDER", "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results",
+           "node_results"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"

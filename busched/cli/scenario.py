@@ -67,7 +67,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             misses = check_report(run_scenario(sc), sc.expect)
         except ScenarioError as e:
             misses = [f"error: {e}"]
-        except Exception as e:  # a crash is a miss with its traceback's last line, not the end of the run
+        except Exception as e:  # noqa: BLE001 - a crash is a miss with its traceback's last line, not the end of the run
             tb = traceback.format_exception_only(type(e), e)[-1].strip()
             misses = [f"crash: {tb}"]
         if misses:

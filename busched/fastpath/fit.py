@@ -33,6 +33,11 @@ FUTURE_IDLE = "future_idle"
 class NodeArrays:
     """Rows follow the node list order; columns are resource names (cpu, memory, then scalars)."""
 
+    columns: dict[str, int]  # resource name -> column
+    row_names: list[tuple[str, ...]]  # each row's scalar names as first filled
+    row: dict[str, int]  # node name -> row
+    first: tuple[np.ndarray, ...]  # allocatable, idle, used, future idle as filled, before any change
+
     def __init__(self, nodes: Sequence[NodeInfo], like: NodeArrays | None = None) -> None:
         # ``like``: the arrays of an earlier session over mostly the same node objects (lent, so
         # unchanged: busched.fastpath.lending); their rows as first filled are copied, changed rows filled
@@ -83,12 +88,22 @@ class NodeArrays:
         else:
             futures = [n.future_idle() for n in self.nodes]
             for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                      (self.idle, [n.idle for n in self.nodes]), (self.used, [n.used for n in self.nodes]),
+                                      (self.idle, [n.idle for n in self.nodes]),
+                                      (self.used, [n.used for n in self.nodes]),
                                       (self.future, futures)):
                 self._fill_column_wise(matrix, resources)
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         for n in self.nodes:
             n.listeners.append(self)
+
+    @classmethod
+    def kept(cls, nodes: Sequence[NodeInfo], state: dict[str, Any] | None) -> NodeArrays:
+        """Arrays over ``nodes`` seeded from the last session's, kept in the plugin state ``state``
+        (rows copied where the nodes are the same lent objects); these are kept there in turn."""
+        arrays = cls(nodes, like=state.get("node_arrays") if state is not None else None)
+        if state is not None:
+            state["node_arrays"] = arrays
+        return arrays
 
     def carried(self, key: object, row: Any) -> np.ndarray:
         """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's

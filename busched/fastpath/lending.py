@@ -54,9 +54,10 @@ may see one consequence of lending: objects of a closed session are the next
 session's, so they show its changes once it runs.  When the last lease came
 back and no job was deleted and no node came, went or changed readiness, the
 last lending is patched: only the jobs and nodes the cache says changed
-(`Cache.take_changes`) and those the session wrote are looked at again.  Verification (``FastPathSettings(verify=True)``, busched.fastpath)
-fingerprints every lent object that is not volatile and, when the lease comes
-back, raises `SharedStateMutated` naming any object changed without its flag.
+(`Cache.take_changes`) and those the session wrote are looked at again.  Verification
+(``FastPathSettings(verify=True)``, busched.fastpath) fingerprints every lent object that is not
+volatile and, when the lease comes back, raises `SharedStateMutated` naming any object changed
+without its flag.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ class SharedMemo:
 
     def forget(self, kind: str, key: str) -> None:
         """An object deleted from the cache: what was kept for it goes too."""
-        memo = {"task": self._tasks, "job": self._jobs, "node": self._nodes}.get(kind)
+        memos: dict[str, dict[str, Any]] = {"task": self._tasks, "job": self._jobs, "node": self._nodes}
+        memo = memos.get(kind)
         if memo is not None:
             memo.pop(key, None)
         if kind == "job":

@@ -119,7 +119,7 @@ def whole(r: Resource) -> bool:
     c, m = r.cpu, r.memory
     if not (c.is_integer() and m.is_integer() and -_EXACT < c < _EXACT and -_EXACT < m < _EXACT):
         return False
-    for v in r.scalars.values():  # (a loop, not all(): a first full build calls this for every part)
+    for v in r.scalars.values():  # noqa: SIM110 - a loop, not all(): a first full build calls this for every part
         if not (v.is_integer() and -_EXACT < v < _EXACT):
             return False
     return True

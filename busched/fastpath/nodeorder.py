@@ -249,9 +249,11 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
                 total = np.full(k, MAX * wt, dtype=np.int64) if total is None else total + MAX * wt
                 continue
             part = _normalize_reverse(raw[rows])
-        elif name == "nodeaffinity.weight" and (
-                not task.affinity or k8s.preferred_node_affinity(task.affinity) is None) or name == "podtopologyspread.weight" and (not task.topology_spread_constraints or not k8s.spread_constraints(
-                task.topology_spread_constraints, task.labels, "ScheduleAnyway")):
+        elif (name == "nodeaffinity.weight"
+              and (not task.affinity or k8s.preferred_node_affinity(task.affinity) is None)
+              or name == "podtopologyspread.weight"
+              and (not task.topology_spread_constraints
+                   or not k8s.spread_constraints(task.topology_spread_constraints, task.labels, "ScheduleAnyway"))):
             part = None
         elif name == "podaffinity.weight" and not task.affinity and not plugin.view.affinity_nodes:
             part = None  # no preferred terms of its own and no pod with affinity anywhere: Skip

@@ -36,10 +36,11 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
-__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick", "pick_unless_nan", "gradients"]
+__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick",
+           "pick_unless_nan", "gradients"]
 
 
-class NodeRows(list):
+class NodeRows(list[NodeInfo]):
     """A list of nodes that also knows their rows in the session's `NodeArrays`."""
 
     rows: np.ndarray
@@ -66,10 +67,7 @@ class NodeRows(list):
             out = cls(itemgetter(*at)(nodes)) if len(at) > 1 else cls([nodes[p] for p in at])
             out.rows = rows[positions]
             return out
-        if len(positions) > 1:
-            out = cls(itemgetter(*positions)(nodes))
-        else:
-            out = cls([nodes[p] for p in positions])
+        out = cls(itemgetter(*positions)(nodes)) if len(positions) > 1 else cls([nodes[p] for p in positions])
         out.rows = rows[positions] if positions else rows[:0]
         return out
 
@@ -196,10 +194,7 @@ def scan(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Task
         ok = ok & _shard_mask(arrays, in_shard)[rows]
     if skip:
         ok = ok.copy()
-        if rows is arrays.all_rows:
-            where = arrays.row
-        else:
-            where = {n.name: i for i, n in enumerate(nodes)}
+        where = arrays.row if rows is arrays.all_rows else {n.name: i for i, n in enumerate(nodes)}
         for name in skip:
             i = where.get(name)
             if i is not None:
@@ -295,7 +290,7 @@ def pick_unless_nan(ssn: Any, nodes: Sequence[NodeInfo], node_scores: np.ndarray
     return True, nodes[int(tied[ssn.rng.randrange(len(tied))])]
 
 
-def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: bool) -> list[NodeRows] | None:
+def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: bool) -> list[list[NodeInfo]] | None:
     """Allocate's four buckets: fits idle (in shard, elsewhere), fits only future idle (same split)."""
     arrays: NodeArrays = ssn.arrays
     rows = arrays.rows_of(nodes)
@@ -305,7 +300,9 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     idle = fits(arrays, req, IDLE)[rows]
     if not other_shard and np.count_nonzero(idle) == len(idle):
         # the usual case: every node fits on idle, the first gradient is the list itself
-        whole = nodes if getattr(nodes, "rows", None) is rows else NodeRows.take(nodes, list(range(len(nodes))), rows)
+        # (a NodeRows carrying these very rows is handed back as it is)
+        whole: list[NodeInfo] = (nodes if isinstance(nodes, NodeRows) and getattr(nodes, "rows", None) is rows
+                                 else NodeRows.take(nodes, list(range(len(nodes))), rows))
         return [whole, NodeRows(), NodeRows(), NodeRows()]
     future = fits(arrays, req, FUTURE_IDLE)[rows] & ~idle
     if other_shard:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["SharedStateMutated", "fingerprint_job", "fingerprint_node", "check"]
 
 
-class SharedStateMutated(AssertionError):
+class SharedStateMutated(AssertionError):  # noqa: N818 - public (lending re-exports it, docs and tests name it)
     """A session changed a lent object without flagging it ``written``."""
 
 

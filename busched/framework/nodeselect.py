@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
@@ -24,7 +26,7 @@ from busched.framework.config import SearchOptions
 from busched.framework.session import Session
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
-           "select_best_node", "choose_node", "gradients", "insufficient_reason"]
+           "select_best_node", "choose_node", "gradients", "insufficient_reason", "unresolvable_filtered_nodes"]
 
 SHARD_ERROR = "node isn't in scheduler node shard"
 
@@ -40,6 +42,19 @@ def num_feasible_nodes_to_find(n: int, opts: SearchOptions) -> int:
 
 def insufficient_reason(names: list[str]) -> str:
     return "Insufficient " + ", ".join(names) if names else "Insufficient resources"
+
+
+def unresolvable_filtered_nodes(ssn: Session, task: TaskInfo) -> list[NodeInfo]:
+    """The session's nodes less those where the task's last fit error was unresolvable
+    (preempt and reclaim look for victims only on the others)."""
+    job = ssn.jobs.get(task.job)
+    fe = job.nodes_fit_errors.get(task.uid) if job else None
+    if fe is None:
+        return ssn.node_list
+    skip = fe.unresolvable_nodes()
+    if not skip:
+        return ssn.node_list
+    return [n for n in ssn.node_list if n.name not in skip]
 
 
 class PredicateHelper:
@@ -82,7 +97,7 @@ class PredicateHelper:
                 got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache)
             except FitError:
                 raise
-            except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
+            except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names it
                 plugin_errors.kernel_failed("predicate", task, e)
                 got = None
         found, processed = got if got is not None else search.walk(nodes)
@@ -192,12 +207,12 @@ def _task_failed(ssn: Session, task: TaskInfo, e: FitError) -> None:
         job.nodes_fit_errors[task.uid] = fe
 
 
-def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]):  # noqa: ANN202
+def _fast_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> np.ndarray | None:
     fast = ssn.fast
     assert fast is not None  # (called only on the fast path)
     try:
         return fast.scores(ssn, task, nodes)
-    except Exception as e:  # a plugin's fast twin failed: the plain path names the plugin
+    except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names the plugin
         plugin_errors.kernel_failed("node order", task, e)
         return None
 

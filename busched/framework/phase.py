@@ -1,19 +1,22 @@
 """A podgroup's phase from its tasks, as Volcano's jobStatus computes it when a session closes.
 
-`busched.framework.session.Session.close` applies it to every job; a steady
-job's phase is kept from session to session (`busched.fastpath.memo`), which
-`is_steady` tells.
+`close_phases` (what `busched.framework.session.Session.close` runs) applies it
+to every job; a steady job's phase is kept from session to session
+(`busched.fastpath.memo`), which `is_steady` tells.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.task import TaskStatus
 from busched.fastpath import memo as reuse
 
-__all__ = ["is_steady", "pod_group_phase", "unschedulable"]
+if TYPE_CHECKING:
+    from busched.framework.session import Session
+
+__all__ = ["close_phases", "is_steady", "pod_group_phase", "unschedulable"]
 
 
 def pod_group_phase(job: JobInfo, unschedulable: bool) -> str:
@@ -39,3 +42,24 @@ def unschedulable(conds: list[dict[str, Any]], session_uid: str) -> bool:
     """Whether the session ``session_uid`` marked these podgroup conditions Unschedulable."""
     return any(c.get("type") == "Unschedulable" and c.get("status") == "True"
                and c.get("transitionID") == session_uid for c in conds)
+
+
+def close_phases(ssn: Session) -> None:
+    """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession).
+
+    A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
+    session to session: busched.fastpath.memo) keeps its phase unless this session wrote it
+    or marked it unschedulable; only those are looked at again."""
+    steady, others = reuse.split(ssn, "close.steady", list(ssn.jobs.values()), is_steady)
+    seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
+    marked = False
+    for job in steady.values():
+        conds = job.conditions
+        if conds is not seen:
+            seen = conds
+            marked = unschedulable(conds, ssn.uid)
+        if marked or job.written:
+            job.phase = pod_group_phase(job, marked)
+    for job in others.values():
+        if job.has_podgroup:
+            job.phase = pod_group_phase(job, unschedulable(job.conditions, ssn.uid))

@@ -27,7 +27,7 @@ _COUNTED: dict[tuple[str, str], int] = {}
 _MAX_REMEMBERED = 10_000
 
 
-class PluginFailed(FitError):
+class PluginFailed(FitError):  # noqa: N818 - public, and a FitError (a task's fit result), not the caller's error
     """A plugin callback raised something other than a `FitError` for a task."""
 
     def __init__(self, task: str, node: str, plugin: str, reason: str) -> None:

@@ -30,4 +30,5 @@ def state_of(ssn: Session, plugin: str) -> dict[str, Any]:
         store = _FRESH.get(ssn)
         if store is None:
             store = _FRESH[ssn] = {}
-    return store.setdefault(plugin, {})
+    mine: dict[str, Any] = store.setdefault(plugin, {})
+    return mine

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.memo import Pairs, node_value
 from busched.framework.session import Session
+
+T = TypeVar("T")
 
 __all__ = ["SessionPods", "PodTerms", "pod_terms", "session_pods", "count_matching", "pod_requests",
            "non_zero_requests"]
@@ -183,7 +185,8 @@ class SessionPods:
 
 def _lent_sums(n: NodeInfo) -> tuple[int, int, int, int, dict[str, int]]:
     """A node's pod sums as lent (its task map as of the open), kept on the node."""
-    return node_value(n, "pods.requested", lambda _: _sum_pods(n.tasks))
+    sums: tuple[int, int, int, int, dict[str, int]] = node_value(n, "pods.requested", lambda _: _sum_pods(n.tasks))
+    return sums
 
 
 def _columns(nodes: list[NodeInfo]) -> tuple[Any, ...]:
@@ -222,10 +225,10 @@ def _put_row(cols: list[np.ndarray], scalars: dict[str, np.ndarray], i: int, k: 
     for col in scalars.values():
         col[i] = 0
     for name, v in s[4].items():
-        col = scalars.get(name)
-        if col is None:
-            col = scalars[name] = np.zeros(k, dtype=np.int64)
-        col[i] = v
+        named = scalars.get(name)
+        if named is None:
+            named = scalars[name] = np.zeros(k, dtype=np.int64)
+        named[i] = v
 
 
 def _sum_pods(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
@@ -262,6 +265,11 @@ class _Pods(Mapping[str, dict[str, TaskInfo]]):
     def __getitem__(self, node: str) -> dict[str, TaskInfo]:
         d = self._own.get(node)
         return d if d is not None else self.opened[node]
+
+    @overload
+    def get(self, node: str) -> dict[str, TaskInfo] | None: ...
+    @overload
+    def get(self, node: str, default: T) -> dict[str, TaskInfo] | T: ...
 
     def get(self, node: str, default: Any = None) -> Any:
         d = self._own.get(node)

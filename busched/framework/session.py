@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from busched import fastpath
@@ -35,8 +34,8 @@ from busched.framework import hypernodes as topology
 from busched.framework import orders, phase, plugin_errors, points
 from busched.framework import tiers as tw
 from busched.framework.config import SchedulerConfig
+from busched.framework.decision import Decision, fit_error
 from busched.framework.hooks import EventHandler, Hooks
-from busched.framework.phase import is_steady as _is_steady
 from busched.framework.phase import pod_group_phase
 from busched.framework.points import Point, PredicateTwin, ValidateResult
 from busched.framework.pqueue import PriorityQueue
@@ -48,14 +47,6 @@ W = TypeVar("W")
 # the fit error codes that make a node unusable, for allocate and for preempt / reclaim
 _ALLOCATE_CODES = (Code.Unschedulable, Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait)
 _PREEMPT_CODES = (Code.UnschedulableAndUnresolvable, Code.Error, Code.Skip, Code.Wait)
-
-
-@dataclass
-class Decision:
-    kind: str  # bind | evict
-    task: str  # "namespace/name"
-    node: str
-    reason: str = ""
 
 
 class SessionError(RuntimeError):
@@ -114,13 +105,8 @@ class Session:
     @property
     def arrays(self) -> NodeArrays:
         """The node x resource matrices, built on first use and kept current by node listeners."""
-        if self._arrays is None:
-            # seeded from the last session's arrays where the nodes are the same lent objects
-            state = self.others.get("plugin_state")
-            like = state.get("node_arrays") if state is not None else None
-            self._arrays = NodeArrays(self.node_list, like=like)
-            if state is not None:
-                state["node_arrays"] = self._arrays
+        if self._arrays is None:  # seeded from the last session's where the nodes are the same lent objects
+            self._arrays = NodeArrays.kept(self.node_list, self.others.get("plugin_state"))
         return self._arrays
 
     # -- work kept from session to session, done again only for what changed (busched.fastpath.memo)
@@ -395,39 +381,12 @@ class Session:
             node.update_task(task)
         self._on_deallocate(task)
 
-    # -- fit errors --------------------------------------------------------------------------
-    def unresolvable_filtered_nodes(self, task: TaskInfo) -> list[NodeInfo]:
-        job = self.jobs.get(task.job)
-        fe = job.nodes_fit_errors.get(task.uid) if job else None
-        if fe is None:
-            return self.node_list
-        skip = fe.unresolvable_nodes()
-        if not skip:
-            return self.node_list
-        return [n for n in self.node_list if n.name not in skip]
-
     # -- close ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Recompute every job's podgroup phase (Volcano's jobStatus at closeSession).
-
-        A *steady* job (lent, its phase what its tasks give when it is not unschedulable, kept from
-        session to session: busched.fastpath.memo) keeps its phase unless this session wrote it
-        or marked it unschedulable; only those are looked at again."""
-        steady, others = reuse.split(self, "close.steady", list(self.jobs.values()), _is_steady)
-        seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
-        unschedulable = False
-        for job in steady.values():
-            conds = job.conditions
-            if conds is not seen:
-                seen = conds
-                unschedulable = self._unschedulable(conds)
-            if unschedulable or job.written:
-                job.phase = pod_group_phase(job, unschedulable)
-        for job in others.values():
-            if job.has_podgroup:
-                job.phase = pod_group_phase(job, self._unschedulable(job.conditions))
+        """Recompute every job's podgroup phase (phase.close_phases); then lend its objects again."""
+        phase.close_phases(self)
         if self._lease is not None:
-            self._lease.closed = True  # the lent jobs and nodes may be lent again
+            self._lease.closed = True
             self._lease.in_session = False
 
     def abandon(self) -> None:
@@ -435,14 +394,6 @@ class Session:
         if self._lease is not None:
             self._lease.in_session = False
 
-    def _unschedulable(self, conds: list[dict[str, Any]]) -> bool:
-        return phase.unschedulable(conds, self.uid)
-
 
 def _allocatable(n: NodeInfo) -> Resource:
     return n.allocatable
-
-
-def fit_error(task: TaskInfo, node: NodeInfo, reason: str, plugin: str = "",
-              code: Code = Code.Unschedulable) -> FitError:
-    return FitError(task.key, node.name, [Status(code, reason, plugin)])

@@ -88,11 +88,10 @@ def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
 
 def _add_reserved(attr: Any, job: JobInfo, phase: str) -> None:
     """`add_job_usage`'s reserved and elastic parts, the job accounted in ``phase``."""
-    if job.min_resources is not None:
-        # An admitted job reserves what its minimum still lacks (allocated tasks already count).
-        if phase == PodGroupPhase.Inqueue or (
-                phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available):
-            attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
+    # An admitted job reserves what its minimum still lacks (allocated tasks already count).
+    if job.min_resources is not None and (phase == PodGroupPhase.Inqueue or (
+            phase == PodGroupPhase.Running and job.allocated_task_num() >= job.min_available)):
+        attr.inqueue.add(job.deduct_sch_gated(job.inqueue_resource(job.allocated)))
     if job.min_resources is None:  # what get_elastic_resources gives, without its intermediates
         attr.elastic.add(_above_zero(job.allocated))
     else:
@@ -167,7 +166,8 @@ class _Queues:
             if job.written:
                 return None
             entry[3] = job_usage(job, entry[2])
-        return entry[3]
+        usage: Usage = entry[3]
+        return usage
 
     def check(self) -> bool:
         """Every job's totals looked at once (the first update): can the sums be kept exactly?"""
@@ -226,9 +226,9 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
             else:
                 add_job_usage(q, job)
             qs.parts.append([job.queue, job, job.phase, u])
-        for q, u in exact.items():
-            sums = qs.sums[q] = [Sum() for _ in range(4)]
-            for total, part in zip(sums, u.parts()):
+        for name, usage in exact.items():
+            sums = qs.sums[name] = [Sum() for _ in range(4)]
+            for total, part in zip(sums, usage.parts()):
                 total.total = part.clone()
         return qs, exact
 
@@ -265,7 +265,8 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
             return None
         return qs, qs.usage()
 
-    return ssn.incremental("queue.usage", list(ssn.jobs.values()), full, update)[1]
+    result: tuple[_Queues, dict[str, Usage]] = ssn.incremental("queue.usage", list(ssn.jobs.values()), full, update)
+    return result[1]
 
 
 def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from busched.api.node import NodeAccountingError
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework.session import Decision, Session
+from busched.framework.decision import Decision
+from busched.framework.session import Session
 
 __all__ = ["Statement", "Operation"]
 

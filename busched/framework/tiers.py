@@ -92,7 +92,7 @@ def starving_vote(tiers: Tiers, *args: Any) -> bool:
     for row in tiers:
         if not row:
             continue
-        for _, fn in row:
+        for _, fn in row:  # noqa: SIM110 - a plain loop: no generator per call on this hot path
             if not fn(*args):
                 return False
         return True

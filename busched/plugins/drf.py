@@ -202,7 +202,7 @@ class DrfPlugin:
 
             # Untouched jobs holding the same allocation share one attr (shared attrs are copied
             # before they change): a big cluster's jobs hold a few different allocations.
-            same: dict[tuple, _Attr] = {}
+            same: dict[tuple[Any, ...], _Attr] = {}
 
             def attr_of(job: JobInfo) -> _Attr:
                 idx = job.status_index

@@ -131,8 +131,8 @@ class NetworkTopologyAwarePlugin:
         self.node_tier_hypernode: dict[str, dict[int, str]] = {}
         for tier in topo.tiers:
             for hn in topo.set_by_tier.get(tier, ()):
-                for node in topo.real_nodes_set.get(hn, ()):
-                    self.node_tier_hypernode.setdefault(node, {}).setdefault(tier, hn)
+                for name in topo.real_nodes_set.get(hn, ()):
+                    self.node_tier_hypernode.setdefault(name, {}).setdefault(tier, hn)
 
         def on_allocate(task: TaskInfo) -> None:
             for hn in node_hypernodes.get(task.node_name, ()):

@@ -43,7 +43,8 @@ from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo, allocated_status
 from busched.framework import points
 from busched.framework.arguments import Arguments
-from busched.framework.session import EventHandler, Session, fit_error
+from busched.framework.decision import fit_error
+from busched.framework.session import EventHandler, Session
 
 __all__ = ["NodeGroupPlugin", "NODE_GROUP_NAME_KEY", "NODE_GROUP_RESOURCE_LIMITS_KEY"]
 

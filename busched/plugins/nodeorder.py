@@ -327,15 +327,18 @@ class NodeOrderPlugin:
 
     def node_order(self, task: TaskInfo, node: NodeInfo) -> float:
         w = self.weights["imagelocality.weight"]
+        assert self.view is not None, "nodeorder: session not open"
         return float(image_locality(self.view, task, node) * w) if w else 0.0
 
     def batch_node_order(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         out: dict[str, float] = {}
+        view = self.view
+        assert view is not None, "nodeorder: session not open"
         for key, scorer in BATCH_SCORERS.items():
             w = self.weights[key]
             if not w or not nodes:
                 continue
-            scores = scorer(self.view, task, nodes)
+            scores = scorer(view, task, nodes)
             if scores is None:
                 continue
             for name, s in scores.items():

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import allocated_status
 from busched.framework import points
@@ -46,7 +47,7 @@ def _inqueue_at_open(job: JobInfo) -> Resource | None:
     return None
 
 
-def _used(node: Any) -> Resource:
+def _used(node: NodeInfo) -> Resource:
     return node.used
 
 

@@ -214,9 +214,11 @@ class PredicatesPlugin:
     # -- callbacks --------------------------------------------------------------------------------------
     def pre_predicate(self, task: TaskInfo) -> None:
         """NodeAffinity PreFilter: required terms that pin node names with no name in common fit nowhere."""
+        view = self.view
+        assert view is not None, "predicates: session not open"
         if not task.affinity and not task.topology_spread_constraints:
             # no terms of its own (most pods): none of the three checks below can fail
-            self._states[task.uid] = self._compute_states(task) if self.view.anti_affinity_nodes else _NO_STATES
+            self._states[task.uid] = self._compute_states(task) if view.anti_affinity_nodes else _NO_STATES
             return
         if self.node_affinity and k8s.node_affinity_name_conflict(task.affinity):
             raise pre_predicate_error(task, "NodeAffinity", REASON_NAME_CONFLICT)
@@ -225,7 +227,7 @@ class PredicatesPlugin:
         if self.topology_spread and not all(k8s.label_selector_valid(c.get("labelSelector"))
                                             for c in task.topology_spread_constraints):
             raise pre_predicate_error(task, "PodTopologySpread", REASON_PARSE)
-        if not task.affinity and not task.topology_spread_constraints and not self.view.anti_affinity_nodes:
+        if not task.affinity and not task.topology_spread_constraints and not view.anti_affinity_nodes:
             # no terms of its own, no hard spread, no pod with anti-affinity: both states are None
             self._states[task.uid] = _NO_STATES
             return
@@ -301,14 +303,17 @@ class PredicatesPlugin:
     def _node_ports(self, task: TaskInfo, node: NodeInfo) -> Status | None:
         if not self.node_ports or not task.host_ports:
             return None
+        assert self.view is not None, "predicates: session not open"
         used = [p for t in self.view.on(node.name).values() for p in k8s.host_ports(t.host_ports)]
         if k8s.ports_conflict(k8s.host_ports(task.host_ports), used):
             return Status(Code.Unschedulable, REASON_NODE_PORTS, "NodePorts")
         return None
 
     def _compute_states(self, task: TaskInfo) -> tuple[Any, Any]:
-        aff = affinity_state(self.view, task) if self.pod_affinity else None
-        spread = spread_state(self.view, task) if self.topology_spread else None
+        view = self.view
+        assert view is not None, "predicates: session not open"
+        aff = affinity_state(view, task) if self.pod_affinity else None
+        spread = spread_state(view, task) if self.topology_spread else None
         return aff, spread
 
     def _filter_states(self, task: TaskInfo) -> tuple[Any, Any]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
@@ -47,7 +47,7 @@ def _same(a: Resource, b: Resource) -> bool:
     return a.cpu == b.cpu and a.memory == b.memory and a.scalars == b.scalars
 
 
-def _given(res: Resource | None, raw: Mapping[str, Any]) -> bool:
+def _given(res: Resource | None, raw: Mapping[str, Any]) -> TypeGuard[Resource]:
     """Was this queue field set in the spec (a non-empty resource list)?"""
     if res is None:
         return False

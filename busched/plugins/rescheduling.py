@@ -35,6 +35,7 @@ thresholds count, and only integer (or float) values are read.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -198,5 +199,5 @@ class ReschedulingPlugin:
         for name, _ in self.strategies:
             if name == LOW_NODE_UTILIZATION:
                 conf = LowNodeUtilizationConf.parse(params.get(name))
-                fns.append(lambda tasks, conf=conf: low_node_utilization_victims(ssn, conf, tasks))
+                fns.append(functools.partial(low_node_utilization_victims, ssn, conf))
         ssn.add_fn(points.VICTIM_TASKS, self.name, fns)

@@ -52,7 +52,8 @@ from busched.framework.arguments import (
     decode_mapping,
     decode_str,
 )
-from busched.framework.session import Session, fit_error
+from busched.framework.decision import fit_error
+from busched.framework.session import Session
 
 __all__ = ["ResourceStrategyFitPlugin", "StrategyConfig", "SraConfig", "parse_arguments", "strategy_score",
            "sra_score", "check_proportional", "ArgumentError"]

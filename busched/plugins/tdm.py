@@ -45,8 +45,9 @@ from busched.api.node import NodeInfo
 from busched.api.task import PREEMPTABLE_KEY, TaskInfo, TaskStatus, parse_bool
 from busched.framework import points
 from busched.framework.arguments import Arguments
+from busched.framework.decision import fit_error
 from busched.framework.plugin_state import state_of
-from busched.framework.session import Session, fit_error
+from busched.framework.session import Session
 
 __all__ = ["TdmPlugin", "zone_window", "task_revocable_zone", "node_revocable_zone", "max_pod_evict_num",
            "parse_int_or_percent", "REVOCABLE_ZONE_KEY"]

@@ -51,7 +51,8 @@ from busched.api.quantity import QuantityError, milli_value, value
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import points
 from busched.framework.arguments import Arguments
-from busched.framework.session import EventHandler, Session, fit_error
+from busched.framework.decision import fit_error
+from busched.framework.session import EventHandler, Session
 
 __all__ = ["UsagePlugin", "UsageArgs", "ShadowLoad", "metrics_fresh", "node_score", "composite",
            "estimate_task", "in_shadow", "PERIOD", "METRICS_ACTIVE_TIME", "CPU_EXTEND", "MEMORY_EXTEND"]

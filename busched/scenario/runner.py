@@ -53,10 +53,11 @@ def _registries() -> tuple[Registry, Registry]:
     from busched.plugins import PLUGINS
 
     try:
-        from busched.scenario.testplugins import TEST_PLUGINS
+        from busched.scenario import testplugins
+        extra = testplugins.TEST_PLUGINS
     except ImportError:  # pragma: no cover - the test-only plugins module is optional
-        TEST_PLUGINS = {}
-    return PLUGINS.with_entries(TEST_PLUGINS), ACTIONS
+        extra = {}
+    return PLUGINS.with_entries(extra), ACTIONS
 
 
 def load_scenario(path: str | Path) -> Scenario:

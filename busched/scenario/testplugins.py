@@ -24,7 +24,8 @@ from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import points
-from busched.framework.session import Session, fit_error
+from busched.framework.decision import fit_error
+from busched.framework.session import Session
 
 __all__ = ["TEST_PLUGINS", "VictimByPriorityPlugin", "DeviceFitAfterEvictionPlugin", "RejecterPlugin"]
 

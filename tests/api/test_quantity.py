@@ -15,7 +15,7 @@ def test_parse_exact(raw, want):
     assert parse_quantity(raw) == want
 
 
-def test_4G_fits_in_4Gi():
+def test_4G_fits_in_4Gi():  # noqa: N802 - the units are case-sensitive: 4G is not 4Gi
     assert value("4G") < value("4Gi")
 
 

@@ -4,7 +4,7 @@ from busched.api.quantity import QuantityError
 from busched.api.resource import INFINITY, MIN_RESOURCE, ZERO, Resource, exceeded_part
 
 
-def R(**kw):
+def R(**kw):  # noqa: N802 - short for the Resource it builds, read in every assertion below
     rl = {k.replace("_", "/") if k == "nvidia_com_gpu" else k: v for k, v in kw.items()}
     if "nvidia_com_gpu" in kw:
         rl = {k: v for k, v in rl.items() if k != "nvidia/com/gpu"}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import aiohttp
 
@@ -47,7 +48,7 @@ class SchedulerProcess:
 
     async def wait_ready(self, timeout: float = 20.0) -> float:
         async def ready() -> bool:
-            assert self.proc.poll() is None, open(self.log_path).read()
+            assert self.proc.poll() is None, Path(self.log_path).read_text()
             try:
                 async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{self.port}/readyz") as r:
                     return r.status == 200
@@ -112,7 +113,7 @@ async def test_scheduler_killed_mid_stream_restarts_without_losing_or_rebinding(
     assert len(binds) == JOBS and set(binds.values()) == {1}, [k for k, v in binds.items() if v > 1]
     assert all(len(a) == 1 for a in published.values()), {k: a for k, a in published.items() if len(a) > 1}
     assert len(published) == JOBS
-    log = open(log_path).read()
+    log = Path(log_path).read_text()
     caught = re.findall(r"caught up with the state stream in ([0-9.]+)s", log)
     assert len(caught) == 2, log
     print(f"\nrestart: ready {ready_after:.2f}s after spawn (catch-up {caught[1]}s); "

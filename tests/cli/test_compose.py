@@ -65,7 +65,8 @@ def test_runs_with_docker_compose_1_29_and_v2(doc):
     # docker-compose 1.29 (Debian's) refuses a top-level name:, compose v2 warns about version:; both read the
     # Compose specification (no version key) with the project name from compose/.env
     assert "name" not in doc and "version" not in doc
-    assert set(doc) <= {"services", "volumes", "networks", "configs", "secrets"} | {k for k in doc if k.startswith("x-")}
+    extensions = {k for k in doc if k.startswith("x-")}
+    assert set(doc) <= {"services", "volumes", "networks", "configs", "secrets"} | extensions
     env = dict(line.split("=", 1) for line in (COMPOSE / ".env").read_text().splitlines()
                if line.strip() and not line.startswith("#"))
     assert env["COMPOSE_PROJECT_NAME"] == "busched"

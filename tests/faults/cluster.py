@@ -435,7 +435,7 @@ class Observer:
 
     async def binding_history(self) -> dict[str, list[m.BindingRecord]]:
         out: dict[str, list[m.BindingRecord]] = defaultdict(list)
-        for subj, data in await self.history(f"{S.STATE_PREFIX}.binding.>"):
+        for _subj, data in await self.history(f"{S.STATE_PREFIX}.binding.>"):
             try:
                 rec = m.decode(data)
             except Exception:  # noqa: BLE001
@@ -453,7 +453,7 @@ class Observer:
 # -- invariants -----------------------------------------------------------------------------------------------------
 async def node_allocatable(obs: Observer) -> dict[str, Resource]:
     out = {}
-    for subj, data in (await obs.state(f"{S.STATE_PREFIX}.node.>")).items():
+    for _subj, data in (await obs.state(f"{S.STATE_PREFIX}.node.>")).items():
         try:
             msg = m.decode(data)
         except Exception:  # noqa: BLE001

@@ -23,7 +23,8 @@ async def _two_nodes(cluster):  # noqa: ANN001, ANN202
     return obs, a.node_names[0], b.node_names[0]
 
 
-# issue 10 item 5: a result on another node's subject with a newer attempt is believed: the real task is evicted / moved (fixed: this test holds it)
+# issue 10 item 5: a result on another node's subject with a newer attempt is believed: the real task is
+# evicted / moved (fixed: this test holds it)
 async def test_forged_running_for_a_task_bound_elsewhere(cluster):  # noqa: ANN001
     obs, node_a, node_b = await _two_nodes(cluster)
     await cluster.apply(workload(NS, 3, duration=600, node_selector={"kubernetes.io/hostname": node_a}))
@@ -43,7 +44,8 @@ async def test_forged_running_for_a_task_bound_elsewhere(cluster):  # noqa: ANN0
     assert obs.attempts(key) == {attempt}, f"attempts seen on the agents: {obs.attempts(key)}"
 
 
-# issue 10 item 5: a Running result for a task never bound is taken as a bind the scheduler lost (fixed: this test holds it)
+# issue 10 item 5: a Running result for a task never bound is taken as a bind the scheduler lost
+# (fixed: this test holds it)
 async def test_forged_running_for_a_task_never_bound(cluster):  # noqa: ANN001
     obs, node_a, node_b = await _two_nodes(cluster)
     # fits nowhere (no node has the label): never bound

@@ -19,7 +19,8 @@ BACKOFF = 0.2
 MARGIN = 4.0
 
 
-# issue 10 item 10: a refused task is not retried when its exclusion ends unless something else changes in the cluster (fixed: this test holds it)
+# issue 10 item 10: a refused task is not retried when its exclusion ends unless something else changes in
+# the cluster (fixed: this test holds it)
 async def test_refused_task_is_retried_after_its_exclusion(cluster):  # noqa: ANN001
     obs = cluster.observer
     h = Harness(cluster.url)

@@ -13,7 +13,8 @@ from tests.faults.cluster import check_invariants, dump, wait_for, workload
 SPREAD = DEFAULT_CONFIG.replace("  - name: binpack\n", "")
 
 
-# issue 10 item 6: two schedulers on one bus bind a task twice, leave tasks Failed as stale and nodes with phantom reservations (fixed: this test holds it)
+# issue 10 item 6: two schedulers on one bus bind a task twice, leave tasks Failed as stale and nodes with
+# phantom reservations (fixed: this test holds it)
 async def test_two_schedulers_on_one_bus_bind_each_task_once(cluster):  # noqa: ANN001
     obs = cluster.observer
     s1 = cluster.scheduler("sched-1", period=0.2)

@@ -156,7 +156,8 @@ def test_get_bool_reads_bools_and_bool_strings_only():
 # -- node filters --------------------------------------------------------------------------------------
 def test_unschedulable_node_unless_tolerated():
     ssn = session([node("n1", unschedulable=True)],
-                  [task("a"), task("b", tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])])
+                  [task("a"),
+                   task("b", tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])])
     assert status(ssn, "a", "n1") == "UnschedulableAndUnresolvable"
     assert status(ssn, "b", "n1") == "Success"
 
@@ -185,7 +186,8 @@ def test_taints_no_schedule_and_no_execute_block_prefer_does_not():
 
 
 def test_pod_count_status_comes_first_and_sets_the_code():
-    ssn = session([node("n1", pods=1, labels={"zone": "a"})], [task("run", "n1"), task("p", nodeSelector={"zone": "b"})])
+    ssn = session([node("n1", pods=1, labels={"zone": "a"})],
+                  [task("run", "n1"), task("p", nodeSelector={"zone": "b"})])
     t = the_task(ssn, "p")
     with pytest.raises(FitError) as e:
         ssn.predicate_fn(t, ssn.nodes["n1"])

@@ -89,18 +89,18 @@ def build_flat(queues: dict[str, QueueInfo], jobs: dict[str, JobInfo], total: Re
     for job in jobs.values():
         attr = attrs.get(job.queue)
         if attr is None:
-            q = queues.get(job.queue)
-            if q is None:
+            queue = queues.get(job.queue)
+            if queue is None:
                 continue
-            attr = QueueAttr(q.uid, q.name, deserved=_res(q.deserved), guarantee=Resource())
-            if q.capability_list:
-                attr.capability = _res(q.capability)
+            attr = QueueAttr(queue.uid, queue.name, deserved=_res(queue.deserved), guarantee=Resource())
+            if queue.capability_list:
+                attr.capability = _res(queue.capability)
                 if attr.capability.cpu <= 0:
                     attr.capability.cpu = MAX_FLOAT
                 if attr.capability.memory <= 0:
                     attr.capability.memory = MAX_FLOAT
-            if q.guarantee_list:
-                attr.guarantee = _res(q.guarantee)
+            if queue.guarantee_list:
+                attr.guarantee = _res(queue.guarantee)
             real = exceeded_part(total, total_guarantee).add(attr.guarantee)
             if attr.capability is None:
                 attr.capability = Resource()
