@@ -27,7 +27,7 @@ import nats.errors
 from busched.bus import feeds, reads
 from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions
-from busched.bus.errors import BusError
+from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import DecisionFeed, Delivery, StateBatchHandler, StateHandler, StateWatch
 from busched.bus.messages import GetReply, Msg, encode
 from busched.bus.publish import Ack, Publisher
@@ -108,10 +108,7 @@ class Bus:
         self._closing = True
         await self._publisher.close()
         for s in self._subs:
-            try:
-                await s.unsubscribe()
-            except Exception:  # noqa: BLE001
-                pass
+            await unsubscribe_quietly(s)
         self._subs.clear()
         if not self.nc.is_closed:
             try:

@@ -20,7 +20,7 @@ import nats.js.errors
 from nats.js import api
 
 from busched.bus import subjects as S
-from busched.bus.errors import BusError
+from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.streams import stream_last_seq
 
 __all__ = ["Delivery", "StateWatch", "DecisionFeed", "watch_state", "open_decision_feed", "stream_position",
@@ -112,10 +112,7 @@ class StateWatch:
     async def stop(self) -> None:
         self._follow = None
         if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - closing anyway
-                pass
+            await unsubscribe_quietly(self._sub)
             self._sub = None
 
 
@@ -189,10 +186,7 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
             cfg.filter_subjects = subjects
         old, w._sub = w._sub, None
         if old is not None:
-            try:
-                await old.unsubscribe()
-            except Exception:  # noqa: BLE001 - it goes anyway
-                pass
+            await unsubscribe_quietly(old)
         w._sub = await js.subscribe(subjects[0], stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
                                     config=cfg, pending_msgs_limit=1_000_000,
                                     pending_bytes_limit=1024 * 1024 * 1024)
@@ -306,10 +300,7 @@ class DecisionFeed:
 
     async def stop(self) -> None:
         if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001
-                pass
+            await unsubscribe_quietly(self._sub)
             self._sub = None
 
 

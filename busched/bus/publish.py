@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
+from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
 __all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE"]
@@ -160,8 +161,5 @@ class Publisher:
     async def close(self) -> None:
         """Drop the acknowledgements' subscription (the connection is closing)."""
         if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001
-                pass
+            await unsubscribe_quietly(self._sub)
             self._sub = None

@@ -16,7 +16,7 @@ import nats.js.errors
 from nats.js import api
 
 from busched.bus import subjects as S
-from busched.bus.errors import BusError
+from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import stream_position, watch_state
 
 __all__ = ["read_state", "last_per_subject", "last_msg", "subject_history", "read_ordered", "purge_state",
@@ -62,10 +62,7 @@ async def last_per_subject(nc: Any, js: Any, subject: str, timeout: float = 10.0
             inactive_threshold=30.0, mem_storage=True))
         await asyncio.wait_for(done.wait(), timeout)
     finally:
-        try:
-            await sub.unsubscribe()
-        except Exception:  # noqa: BLE001
-            pass
+        await unsubscribe_quietly(sub)
         try:
             await js.delete_consumer(S.STATE_STREAM, name)
         except Exception:  # noqa: BLE001 - it goes by itself after inactive_threshold
@@ -119,10 +116,7 @@ async def read_ordered(js: Any, stream: str, subject: str, config: Any, *, until
     try:
         await asyncio.wait_for(done.wait(), timeout)
     finally:
-        try:
-            await sub.unsubscribe()
-        except Exception:  # noqa: BLE001
-            pass
+        await unsubscribe_quietly(sub)
     return out
 
 
