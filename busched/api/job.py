@@ -1,4 +1,8 @@
-"""Jobs (Volcano PodGroups) with their task index and gang arithmetic."""
+"""Jobs (Volcano PodGroups) with their task index and gang arithmetic.
+
+(Just over 400 lines: `JobInfo` is Volcano's job_info.go, whose gang counts (ready, waiting,
+pipelined, starving, valid) read one task index; kept in one class so that every count can be
+checked against the index it reads.)"""
 
 from __future__ import annotations
 

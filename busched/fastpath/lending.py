@@ -57,7 +57,10 @@ last lending is patched: only the jobs and nodes the cache says changed
 (`Cache.take_changes`) and those the session wrote are looked at again.  Verification
 (``FastPathSettings(verify=True)``, busched.fastpath) fingerprints every lent object that is not
 volatile and, when the lease comes back, raises `SharedStateMutated` naming any object changed
-without its flag.
+without its flag (busched.fastpath.verify).
+
+(Over 400 lines on purpose: `SharedMemo` is one protocol, lend / patch / take back, whose steps
+must agree on what a written or volatile object is; the verification lives apart.)
 """
 
 from __future__ import annotations
