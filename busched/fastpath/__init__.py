@@ -1,7 +1,7 @@
 """The fast path: array kernels, lent snapshots and cross-session memos, behind one border.
 
 Everything here only makes the scheduler faster; the framework's plain loops are the
-reference it is tested against (tests/test_kernels*.py, tests/test_shared_snapshot.py).
+reference it is tested against (tests/fastpath/test_kernels*.py, tests/fastpath/test_shared_snapshot.py).
 Whether it runs is a setting, `FastPathSettings`, chosen once: a `Cache` takes it (it lends
 objects only with the kernels on, and verifies the lending when asked), hands it to each
 snapshot, and the session opened over that snapshot holds its `FastPath` as ``ssn.fast``
