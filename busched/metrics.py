@@ -48,6 +48,16 @@ class SchedulerMetrics:
         self.catchup_seconds = Gauge("busched_catchup_seconds", "Time to catch up with the state stream at start",
                                      registry=r)
         self.heartbeats = Counter("busched_heartbeats_total", "Agent heartbeats received", registry=r)
+        # (named after Prometheus' own prometheus_config_last_reload_*)
+        self.config_reloads = Counter("busched_config_reloads_total",
+                                      "Configuration reloads, by result: applied, or refused (the previous "
+                                      "configuration stays in force)", ["result"], registry=r)
+        self.config_reload_ok = Gauge("busched_config_last_reload_successful",
+                                      "1 when the last configuration read was applied, 0 when it was refused",
+                                      registry=r)
+        self.config_reload_ok.set(1)
+        self.config_reload_time = Gauge("busched_config_last_reload_success_timestamp_seconds",
+                                        "When a configuration was last applied (epoch seconds)", registry=r)
         r.register(_PluginErrors())
         self.volcano = VolcanoMetrics(r)
 

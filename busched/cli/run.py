@@ -21,6 +21,10 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scheduler")
     g.add_argument("--config", metavar="FILE", help="scheduler configuration (Volcano's volcano-scheduler.conf "
                                                     "shape); default: the built-in one")
+    g.add_argument("--config-check", type=float, default=5.0, metavar="SECONDS",
+                   help="how often --config FILE is read again; a changed file applies from the next cycle, one "
+                        "that does not load is refused and the previous configuration stays (SIGHUP reads it at "
+                        "once, also with 0: no polling) (default %(default)s)")
     g.add_argument("--period", type=float, default=1.0,
                    help="seconds from the end of a cycle to the next when no new work arrives (default %(default)s)")
     g.add_argument("--no-trigger", action="store_true",
@@ -125,6 +129,7 @@ async def serve(args: argparse.Namespace, config: SchedulerConfig, stop: asyncio
         return 1
     sched = Scheduler(bus, config, settings_from_args(args))
     http = None
+    watcher: asyncio.Task[None] | None = None  # re-reads --config FILE (busched.cli.reload)
     try:
         if args.http:
             host, port = parse_listen(args.http)
@@ -132,6 +137,13 @@ async def serve(args: argparse.Namespace, config: SchedulerConfig, stop: asyncio
                                     healthy=lambda: bus.connected)
             log.info("metrics at %s/metrics (health %s/healthz, readiness %s/readyz)", http.url, http.url, http.url)
         await sched.start()
+        if args.config:
+            from busched.cli.reload import ConfigFile, install_sighup, watch
+
+            cfg = ConfigFile(args.config, load_scheduler_config, sched.use_config, sched.metrics)
+            install_sighup(asyncio.get_running_loop(), cfg)
+            if args.config_check > 0:
+                watcher = asyncio.create_task(watch(cfg, args.config_check, stop))
         loop_task = asyncio.create_task(sched.run_forever())
         stop_task = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({loop_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
@@ -143,6 +155,8 @@ async def serve(args: argparse.Namespace, config: SchedulerConfig, stop: asyncio
         stop_task.cancel()
         return 0
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if http is not None:
             await http.stop()
         await bus.close()

@@ -102,6 +102,7 @@ class Scheduler:
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._gate = quiet_cycles(self.config, self.plugins)
+        self.metrics.config_reload_time.set(wall_clock())  # (the configuration it starts with counts as applied)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
         self._refused: dict[str, frozenset[str]] = {}  # task -> nodes it is kept off, for the next snapshot
@@ -396,6 +397,20 @@ class Scheduler:
         report.error = f"{type(e).__name__}: {e}"
         self._gate.done(_NO_SESSION, 0, 1)  # due again
         return report
+
+    def use_config(self, config: SchedulerConfig) -> None:
+        """Run the next cycles with ``config`` (a reload: `busched.cli.reload`).  A cycle already
+        running keeps the configuration it started with; the quiet-cycle gate is rebuilt (the plugins
+        may differ in reading the clock) and the next cycle is due, so the new configuration decides
+        at once even on an unchanged cluster."""
+        self.config = config
+        self._run_config = (config, with_refusals(config))
+        self._gate = quiet_cycles(config, self.plugins)
+        self._quiet_excluded = None
+        self.metrics.config_reloads.labels("applied").inc()
+        self.metrics.config_reload_ok.set(1)
+        self.metrics.config_reload_time.set(self.wall_clock())
+        self.trigger.new_work()
 
     def _cycle_config(self) -> tuple[SchedulerConfig, Any]:
         """The configuration and plugin registry a cycle runs with (the configured ones and the
