@@ -57,7 +57,8 @@ class SchedulerMetrics:
                                       registry=r)
         self.config_reload_ok.set(1)
         self.config_reload_time = Gauge("busched_config_last_reload_success_timestamp_seconds",
-                                        "When a configuration was last applied (epoch seconds)", registry=r)
+                                        "When a reload last applied a configuration (epoch seconds; 0: "
+                                        "none since the start)", registry=r)
         r.register(_PluginErrors())
         self.volcano = VolcanoMetrics(r)
 

@@ -102,7 +102,6 @@ class Scheduler:
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._gate = quiet_cycles(self.config, self.plugins)
-        self.metrics.config_reload_time.set(wall_clock())  # (the configuration it starts with counts as applied)
         self._excluded_key: frozenset[Any] = frozenset()
         self._quiet_excluded: frozenset[Any] | None = None  # the exclusions of the last cycle
         self._refused: dict[str, frozenset[str]] = {}  # task -> nodes it is kept off, for the next snapshot
