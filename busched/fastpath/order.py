@@ -18,14 +18,17 @@ from busched.api.task import pod_index
 __all__ = ["job_order_key", "task_order_key"]
 
 
-def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
-    if ssn.fast is None:
+def _keys(ssn: Any, twins: list[tuple[str, Any, Any]]) -> list[Callable[[Any], Any]] | None:
+    """The sort key of every order callback, or None when the fast path is off or one has none."""
+    if ssn.fast is None or any(k is None for _, _, k in twins):
         return None
-    keys = []
-    for _, _, k in ssn.job_order_twins():
-        if k is None:
-            return None
-        keys.append(k)
+    return [k for _, _, k in twins]
+
+
+def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
+    keys = _keys(ssn, ssn.job_order_twins())
+    if keys is None:
+        return None
 
     def key(job: Any) -> tuple:
         return (*[k(job) for k in keys], job.created, job.uid)
@@ -42,13 +45,9 @@ def task_order_key(ssn: Any, tasks: list[Any]) -> Callable[[Any], tuple] | None:
     so; when none has one, (plugin keys, created, uid) does; a mix has no key.  Only for heaps
     whose tasks do not change while they wait (allocate's pending tasks of one job).
     """
-    if ssn.fast is None:
+    keys = _keys(ssn, ssn.task_order_twins())
+    if keys is None:
         return None
-    keys = []
-    for _, _, k in ssn.task_order_twins():
-        if k is None:
-            return None
-        keys.append(k)
     index: dict[str, int] = {}
     for t in tasks:
         i = pod_index(t.name)

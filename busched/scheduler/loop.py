@@ -402,10 +402,8 @@ class Scheduler:
         running keeps the configuration it started with; the quiet-cycle gate is rebuilt (the plugins
         may differ in reading the clock) and the next cycle is due, so the new configuration decides
         at once even on an unchanged cluster."""
-        self.config = config
-        self._run_config = (config, with_refusals(config))
-        self._gate = quiet_cycles(config, self.plugins)
-        self._quiet_excluded = None
+        self.config = config  # (`_cycle_config` makes the run configuration of it)
+        self._gate = quiet_cycles(config, self.plugins)  # a new gate: the next cycle is due
         self.metrics.config_reloads.labels("applied").inc()
         self.metrics.config_reload_ok.set(1)
         self.metrics.config_reload_time.set(self.wall_clock())
