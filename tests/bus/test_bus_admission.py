@@ -67,3 +67,22 @@ async def test_bad_specs_are_refused_and_good_tasks_still_placed(harness, caplog
     await asyncio.sleep(0.3)
     assert len(held_by_node(agent)["node-00"]) == 8
     assert_no_overcommit(agent)
+
+
+async def test_quantities_no_kubernetes_parser_takes_are_refused_and_the_cycle_goes_on(harness):
+    sched = await harness.scheduler()
+    await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default")],
+                                         jobs=[JobSpec(name="j", namespace="t", min_member=1)]))
+    odd = ["1e400", "NaN", "1e-400", "0x10", "∞"]  # overflow, not a number, underflow, hex, a symbol
+    acks = await bus.publish_all(
+        (S.state_subject("task", f"t/odd{i}"),
+         upsert("task", '{"name":"odd%d","namespace":"t","job":"j","requests":{"cpu":"%s"}}' % (i, cpu)), None)
+        for i, cpu in enumerate(odd))
+    assert all(a.ok for a in acks)
+    await apply_cluster(bus, ClusterSpec(tasks=[TaskSpec(name="ok", namespace="t", job="j",
+                                                         requests={"cpu": "1"})]))
+    await wait_until(lambda: sched.task_status("t/ok") == "Running", what="the good task placed")
+    assert rejected(sched, "invalid", "task") == len(odd)
+    assert not any(k.startswith("t/odd") for k in sched.specs["task"])
