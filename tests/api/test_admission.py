@@ -18,7 +18,7 @@ from busched.cache.cache import Cache
 from busched.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ROOT.parent / "shared" / "conformance" / "cases"
+CASES = ROOT / "tests" / "conformance" / "cases"  # the repository's copy (scripts/sync_conformance.py)
 
 
 def decode_task(task: dict[str, Any]) -> Any:
