@@ -300,7 +300,7 @@ async def test_up_is_authenticated_and_get_finds_its_credentials(tmp_path):
                                                    stderr=asyncio.subprocess.PIPE)
         gout, gerr = await asyncio.wait_for(get.communicate(), 20)
         assert get.returncode == 0, gerr.decode()
-        tasks = json.loads(gout)
+        tasks = json.loads(gout)["tasks"]
         assert tasks and all(t["namespace"] == "demo" for t in tasks)
         rest, _ = await asyncio.wait_for(proc.communicate(), 30)
         out.append(rest.decode())
