@@ -140,9 +140,10 @@ class Printer:
     """Prints rows as a table (plain or wide), or objects as JSON/YAML; while watching, each printed line or
     document is an event (ADDED, MODIFIED, DELETED) and is flushed at once."""
 
-    def __init__(self, kind: str, output: str, *, watch: bool = False) -> None:
+    def __init__(self, kind: str, output: str, *, watch: bool = False, clock: Any = time.time) -> None:
         self.kind, self.output, self.watch = kind, output, watch
-        self.now = time.time()  # (ages in the wide table; the command line may read the clock)
+        self.clock = clock  # wall clock for the wide table's ages (the command line may read it)
+        self.now = clock()
         cols: list[tuple[str, Any]] = list(COLUMNS[kind])
         if output == "wide":
             have = {h for h, _ in cols}
@@ -165,8 +166,11 @@ class Printer:
         print("  ".join(c.ljust(w) for c, w in zip(cells, self.widths)).rstrip(), flush=self.watch)
 
     def _view(self, row: dict[str, Any]) -> Any:
-        """What a change is judged on: the printed cells, or the printed object."""
-        return tuple(self.cells(row)) if self.output in ("table", "wide") else documents.as_object(self.kind, row)
+        """What a change is judged on: the printed cells but the ages (which grow by themselves), or the
+        printed object."""
+        if self.output not in ("table", "wide"):
+            return documents.as_object(self.kind, row)
+        return tuple(c for (h, _), c in zip(self.cols, self.cells(row)) if h != "AGE")
 
     def first(self, rows: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Any]]:
         if self.output in ("table", "wide"):
@@ -179,7 +183,7 @@ class Printer:
     def changes(self, seen: dict[str, tuple[dict[str, Any], Any]],
                 rows: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Any]]:
         """Print what differs from ``seen`` (key -> (row, view)); the new ``seen``."""
-        self.now = time.time()
+        self.now = self.clock()
         now = {documents.key_of(self.kind, r): (r, self._view(r)) for r in rows}
         for key, (row, view) in now.items():
             if key not in seen:

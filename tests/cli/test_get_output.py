@@ -193,3 +193,19 @@ async def test_watch_timeout_ends_the_watch_and_json_events(harness, tmp_path, c
                      "--nats", harness.url) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(e["type"], e["kind"], e["object"]["name"]) for e in events] == [("ADDED", "jobs", "j")]
+
+
+def test_a_growing_age_is_no_change(capsys):
+    from busched.cli.get import Printer
+
+    now = [1_000_000.0]
+    p = Printer("tasks", "wide", watch=True, clock=lambda: now[0])
+    row = {"namespace": "t", "name": "a", "job": "j", "status": "Running", "node": "n", "attempt": 1,
+           "requests": {"cpu": "1"}, "exitCode": None, "spec": {"name": "a", "created": 999_990.0}}
+    seen = p.first([row])
+    assert capsys.readouterr().out.splitlines()[1].split()[-1] == "10s"
+    now[0] += 600
+    seen = p.changes(seen, [row])
+    assert capsys.readouterr().out == ""
+    p.changes(seen, [{**row, "status": "Succeeded", "exitCode": 0}])
+    assert capsys.readouterr().out.split()[:3] == ["MODIFIED", "t", "a"]
