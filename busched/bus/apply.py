@@ -23,7 +23,8 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
 
-__all__ = ["load_cluster", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster", "ClusterFileError",
+__all__ = ["load_cluster", "without_status", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster",
+           "ClusterFileError",
            "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created", "missing_references",
            "missing_on_bus", "describe_events"]
 
@@ -46,13 +47,27 @@ def load_cluster(doc: Any, where: str = "cluster") -> ClusterSpec:
     if doc is None:
         doc = {}
     try:
-        return msgspec.convert(doc, ClusterSpec)
+        return msgspec.convert(without_status(doc), ClusterSpec)
     except msgspec.ValidationError as e:
         text = str(e)
         if " - at `$" in text:
             msg, _, path = text.partition(" - at `$")
             text = f"{path.rstrip('`').lstrip('.')}: {msg}"
         raise ClusterFileError(f"{where}: {text}") from None
+
+
+def without_status(doc: Any) -> Any:
+    """The cluster block with each object's ``status`` mapping dropped: the live state `busched get -o yaml`
+    prints beside the spec, which `apply` ignores as ``kubectl apply`` does.  Only here: the bus's messages
+    stay strict, and a task's ``status`` string (a Volcano task status name in its spec) is kept."""
+    if not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    for attr, items in doc.items():
+        if isinstance(items, list) and any(isinstance(o, dict) and isinstance(o.get("status"), dict) for o in items):
+            out[attr] = [{k: v for k, v in o.items() if k != "status"}
+                         if isinstance(o, dict) and isinstance(o.get("status"), dict) else o for o in items]
+    return out
 
 
 def load_cluster_file(path: str | Path, text: bytes | None = None) -> ClusterSpec:

@@ -246,6 +246,7 @@ class GetRequest(Msg, tag="get"):
     kind: str  # nodes | queues | jobs | tasks
     offset: int = 0
     limit: int = 500
+    spec: bool = False  # each row also carries the object's spec as applied (`busched get -o wide|json|yaml`)
 
 
 class GetReply(Msg, tag="get.reply"):
@@ -263,6 +264,7 @@ class LookupRequest(Msg, tag="lookup"):
     op: str  # get | describe | explain
     name: str  # ns/name for jobs and tasks, else the name
     kind: str = ""  # nodes | queues | jobs | tasks
+    spec: bool = False  # op get: the row also carries the object's spec as applied (describe always does)
 
 
 # -- history --------------------------------------------------------------------------------------------------------

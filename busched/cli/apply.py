@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (the command imports what it uses when it runs: a fast `busched --help`)
     from busched.api.objects import ClusterSpec
+    from busched.bus import Bus
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,13 +29,34 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="check the files and print what would be published, publish nothing"
                             + (" (the references are also checked against the bus when it answers)"
                                if name == "apply" else ""))
+        if name == "apply":
+            p.add_argument("--prune", action="store_true",
+                           help="after applying, delete each object on the bus whose labels match -l and that no "
+                                "file has (kubectl's apply --prune); only nodes, jobs and tasks carry labels, and "
+                                "only the kinds the files have an object of are pruned: queues, priority classes, "
+                                "hypernodes and quotas never are.  With --dry-run: print what would be deleted")
+            p.add_argument("-l", "--selector", default=None, metavar="SELECTOR",
+                           help="with --prune (required there): k=v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)', "
+                                "comma-separated (all must match)")
         add_nats_arguments(p)
-        p.set_defaults(func=cmd_apply, delete=(name == "delete"))
+        p.set_defaults(func=cmd_apply, delete=(name == "delete"), prune=False, selector=None)
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from busched.api.selectors import SelectorError, parse_selector
     from busched.bus.apply import ClusterFileError, check_cluster, load_cluster_file
 
+    if args.prune and args.selector is None:
+        print("error: --prune needs -l/--selector (which objects the files are the whole of)", file=sys.stderr)
+        return 2
+    if args.selector is not None and not args.prune:
+        print("error: -l/--selector is used with --prune only", file=sys.stderr)
+        return 2
+    try:
+        args.requirements = parse_selector(args.selector) if args.prune else ()
+    except SelectorError as e:
+        print(f"error: -l: {e}", file=sys.stderr)
+        return 2
     clusters: list[tuple[str, ClusterSpec]] = []
     for f in args.filename:  # every file loaded and (to apply) checked before anything is published
         try:
@@ -108,7 +130,40 @@ async def _publish(args: argparse.Namespace, clusters: list[tuple[str, ClusterSp
             for err in errors:
                 print(f"error: {err}", file=sys.stderr)
                 rc = 1
+        if args.prune and bus is None:
+            print("warning: --prune: the bus did not answer, so what would be pruned is not known", file=sys.stderr)
+        elif args.prune and rc:
+            print("error: nothing pruned: not every object was applied", file=sys.stderr)
+        elif args.prune and bus is not None:
+            rc = await _prune(args, bus, [c for _, c in clusters])
     finally:
         if bus is not None:
             await bus.close()
     return rc
+
+
+async def _prune(args: argparse.Namespace, bus: Bus, clusters: list[ClusterSpec]) -> int:
+    """Delete (or, in a dry run, list) what the selector matches on the bus and no file has
+    (`busched.bus.prune`)."""
+    from busched.bus import BusError
+    from busched.bus.apply import apply_cluster, describe_events
+    from busched.bus.prune import to_prune
+
+    try:
+        gone = await to_prune(bus, clusters, args.requirements)
+    except (BusError, TimeoutError) as e:
+        print(f"error: cannot read the bus to prune: {e}", file=sys.stderr)
+        return 1
+    lines = describe_events(gone, delete=True)
+    if args.dry_run:
+        print(f"would prune {len(lines)} objects (dry run: nothing deleted)")
+        for line in lines:
+            print(f"  {line}")
+        return 0
+    n, errors = await apply_cluster(bus, gone, delete=True)
+    print(f"pruned {n} objects")
+    for line in lines:
+        print(f"  {line}")
+    for err in errors:
+        print(f"error: {err}", file=sys.stderr)
+    return 1 if errors else 0

@@ -149,7 +149,7 @@ class Queries:
         if not isinstance(req, m.GetRequest):
             return m.encode(m.GetReply(error=f"expected a get request, got {type(req).__name__}"))
         try:
-            items = self.view(req.kind)
+            items = self.with_specs(req.kind, self.view(req.kind)) if req.spec else self.view(req.kind)
         except ValueError as e:
             return m.encode(m.GetReply(kind=req.kind, error=str(e)))
         limit = max(1, min(req.limit, 5000))
@@ -173,6 +173,8 @@ class Queries:
                 item = await run(explain.explain, inp, req.name)
             elif req.op in ("get", "describe"):
                 item = self.lookup(req.kind, req.name, describe=req.op == "describe")
+                if req.spec and req.op == "get":
+                    item = self.with_specs(req.kind, [item])[0]
             else:
                 raise ValueError(f"unknown op {req.op!r} (get, describe, explain)")
         except KeyError as e:
@@ -180,6 +182,14 @@ class Queries:
         except ValueError as e:
             return m.encode(m.GetReply(kind=req.kind, error=str(e)))
         return m.encode(m.GetReply(kind=req.kind, items=[item]))
+
+    def with_specs(self, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows, each with its object's spec as applied under ``spec`` (what `busched get -o yaml` prints
+        back as an object `busched apply` takes, with the row as its status)."""
+        specs = self.specs[KIND_OF_SPEC[kind]]
+        keyed = kind in ("tasks", "jobs")
+        return [{**r, "spec": msgspec.to_builtins(specs[f"{r['namespace']}/{r['name']}" if keyed else r["name"]])}
+                for r in rows]
 
     def lookup(self, kind: str, name: str, *, describe: bool = False) -> dict[str, Any]:
         """One object's `view` row; with ``describe`` also its spec and its recent events."""

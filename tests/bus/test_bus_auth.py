@@ -14,7 +14,7 @@ from nats.js import api
 
 from busched.agent import Agent, fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
-from busched.bus import Bus, BusError
+from busched.bus import Bus, BusError, prune
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
@@ -130,6 +130,8 @@ async def test_the_cli_credential_applies_and_asks_but_writes_no_records(secured
         await wait_until(lambda: any(t["name"] == "j-0" for t in sched.view("tasks")), what="the applied task")
         tasks = await fetch(cbus, "tasks", timeout=3)  # request/reply: the scheduler answers the cli's own inbox
         assert [t["name"] for t in tasks] == ["j-0"]
+        # what `apply --prune` reads: the objects on the state stream, through an ephemeral consumer
+        assert [t.name for t in await prune.on_bus(cbus, "task")] == ["j-0"]
         rec = m.BindingRecord(namespace="p", name="j-0", attempt=1, node=NODE, state="binding")
         assert not (await cbus.publish(S.binding_subject("p/j-0"), rec, timeout=1)).ok
         assert not (await cbus.publish(S.podgroup_subject("p/j"), b"{}", timeout=1)).ok
@@ -300,7 +302,7 @@ async def test_up_is_authenticated_and_get_finds_its_credentials(tmp_path):
                                                    stderr=asyncio.subprocess.PIPE)
         gout, gerr = await asyncio.wait_for(get.communicate(), 20)
         assert get.returncode == 0, gerr.decode()
-        tasks = json.loads(gout)
+        tasks = json.loads(gout)["tasks"]
         assert tasks and all(t["namespace"] == "demo" for t in tasks)
         rest, _ = await asyncio.wait_for(proc.communicate(), 30)
         out.append(rest.decode())

@@ -57,18 +57,20 @@ async def test_gang_job_applied_through_cli_runs_on_agents(harness, tmp_path, ca
                      what="scheduler sees train Running")
     capsys.readouterr()
     assert await asyncio.to_thread(cli, "get", "tasks", "-o", "json", "--nats", harness.url) == 0
-    tasks = {t["name"]: t for t in json.loads(capsys.readouterr().out)}
-    assert {t["status"] for n, t in tasks.items() if n.startswith("train-")} == {"Running"}
-    assert all(tasks[f"train-{i}"]["node"] for i in range(8))
-    assert {tasks["big-0"]["status"], tasks["big-1"]["status"]} == {"Pending"}
-    assert not tasks["big-0"]["node"] and not tasks["big-1"]["node"]
-    assert all({"namespace", "name", "job", "node", "status"} <= set(t) for t in tasks.values())
+    # a cluster file: each task's spec, and the scheduler's view of it under status
+    tasks = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tasks"]}
+    assert {t["status"]["status"] for n, t in tasks.items() if n.startswith("train-")} == {"Running"}
+    assert all(tasks[f"train-{i}"]["status"]["node"] for i in range(8))
+    assert {tasks["big-0"]["status"]["status"], tasks["big-1"]["status"]["status"]} == {"Pending"}
+    assert not tasks["big-0"]["status"]["node"] and not tasks["big-1"]["status"]["node"]
+    assert all({"namespace", "name", "job"} <= set(t) and {"node", "status"} <= set(t["status"])
+               for t in tasks.values())
 
     assert await asyncio.to_thread(cli, "get", "nodes", "-o", "json", "--nats", harness.url) == 0
-    nodes = json.loads(capsys.readouterr().out)
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
     assert len(nodes) == 4
     for n in nodes:
-        assert n["used"]["cpu"] == "4" and n["allocatable"]["cpu"] == "4", n
+        assert n["status"]["used"]["cpu"] == "4" and n["allocatable"]["cpu"] == "4", n
 
     await wait_until(lambda: {j["name"]: j["phase"] for j in sched.view("jobs")}.get("train") == "Running",
                      what="podgroup train Running")
