@@ -137,8 +137,8 @@ def _pending(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         tasks = j["tasks"]
         if not tasks.get("Pending") and j["phase"] != "Pending":  # (an Inqueue job may be all placed)
             continue
-        cond = next((c for c in j["conditions"] if c.get("type") == "Unschedulable" and c.get("status", "True") == "True"),
-                    None)
+        cond = next((c for c in j["conditions"]
+                     if c.get("type") == "Unschedulable" and c.get("status", "True") == "True"), None)
         reason, message = (cond.get("reason", ""), cond.get("message", "")) if cond else ("", "")
         if not reason and j["refused"]:  # its last change was refused at the edge: the scheduler has the old one
             reason, message = "Refused", j["refused"]

@@ -51,7 +51,7 @@ def _run(browser: str, *args: str, timeout: float = TIMEOUT) -> subprocess.Compl
 def dump_dom(browser: str, url: str, *, timeout: float = TIMEOUT) -> str:
     """The DOM after the page loaded, serialised."""
     done = _run(browser, "--dump-dom", url, timeout=timeout)
-    assert done.returncode == 0 and done.stdout, f"chromium --dump-dom failed ({done.returncode}): {done.stderr[-2000:]}"
+    assert done.returncode == 0 and done.stdout, f"chromium --dump-dom: {done.returncode}: {done.stderr[-2000:]}"
     return done.stdout
 
 
@@ -60,5 +60,5 @@ def screenshot(browser: str, url: str, out: Path, *, size: str = "1280,1000", ti
     out = out.resolve()
     out.unlink(missing_ok=True)
     done = _run(browser, f"--screenshot={out}", f"--window-size={size}", url, timeout=timeout)
-    assert done.returncode == 0 and out.exists(), f"chromium --screenshot failed ({done.returncode}): {done.stderr[-2000:]}"
+    assert done.returncode == 0 and out.exists(), f"chromium --screenshot: {done.returncode}: {done.stderr[-2000:]}"
     return out

@@ -82,10 +82,9 @@ async def test_the_status_page_in_a_real_browser(harness, tmp_path: Path):
         assert "alive" in dom and "allocate" in dom and " ms" in dom  # per-action times of the cycles
         assert "<script>" not in dom and "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
         # the same data as JSON
-        async with aiohttp.ClientSession() as client:
-            async with client.get(f"{http.url}/status.json") as r:
-                assert r.status == 200 and r.content_type == "application/json"
-                data = json.loads(await r.text())
+        async with aiohttp.ClientSession() as client, client.get(f"{http.url}/status.json") as r:
+            assert r.status == 200 and r.content_type == "application/json"
+            data = json.loads(await r.text())
         queues = {q["name"]: q for q in data["queues"]}
         assert set(queues) == {"default", "research"} and queues["research"]["weight"] == 3
         assert sum(queues["research"]["jobs"].values()) == 2 and sum(queues["default"]["jobs"].values()) == 2
