@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from busched.agent import fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus.apply import apply_cluster
+from busched.cli.reload import ConfigFile
+from busched.cli.run import load_scheduler_config
 from busched.scheduler import overview
 from busched.web import start_http
 from tests.nats_fixture import wait_until
@@ -113,18 +116,27 @@ async def test_the_status_page_in_a_real_browser(harness, tmp_path: Path):
         await http.stop()
 
 
-async def test_a_refused_configuration_file_and_a_process_without_a_scheduler(harness):
+async def test_a_refused_configuration_file_and_a_process_without_a_scheduler(harness, tmp_path: Path):
     sched = await harness.scheduler()
-    state = {"file": "/etc/busched/scheduler.yaml", "error": "config.actions: unknown action 'allocat'"}
+    path = tmp_path / "scheduler.yaml"
+    path.write_text('actions: "enqueue"\ntiers:\n- plugins:\n  - name: gang\n')
+    cfg = ConfigFile(path, load_scheduler_config, sched.use_config, sched.metrics)  # as `busched run --config`
     http = await start_http("127.0.0.1", 0, sched.metrics.registry, ready=lambda: sched.ready,
-                            status=lambda: overview.build(sched, state))
+                            status=lambda: overview.build(sched, cfg.state()))
     bare = await start_http("127.0.0.1", 0, sched.metrics.registry, ready=lambda: True)
     try:
         async with aiohttp.ClientSession() as client:
+            path.write_text('actions: "enqueue, allocat"\n')
+            assert cfg.check() == "refused"
             async with client.get(f"{http.url}/") as r:
                 page = await r.text()
-            assert r.status == 200 and 'id="config-error"' in page and "unknown action &#x27;allocat&#x27;" in page
+            assert r.status == 200 and 'id="config-error"' in page and "allocat" in page and str(path) in page
             assert '<meta http-equiv="refresh" content="5">' in page
+            path.write_text('actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: gang\n')
+            assert cfg.check() == "applied"
+            async with client.get(f"{http.url}/") as r:
+                page = await r.text()
+            assert 'id="config-error"' not in page and "actions enqueue, allocate" in page
             async with client.get(f"{bare.url}/") as r:
                 assert r.status == 200 and "No scheduler runs in this process" in await r.text()
             async with client.get(f"{bare.url}/status.json") as r:
@@ -134,3 +146,14 @@ async def test_a_refused_configuration_file_and_a_process_without_a_scheduler(ha
     finally:
         await http.stop()
         await bare.stop()
+
+
+def test_a_missing_chromium_skips_here_and_fails_under_ci(monkeypatch):
+    monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(browser.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y chromium"):
+        browser.require()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must have it"):
+        browser.require()
