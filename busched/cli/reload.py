@@ -38,6 +38,11 @@ class ConfigFile:
         self._digest = self._read_digest()
         self.last_error = ""
 
+    def state(self) -> dict[str, str]:
+        """What the status page shows of the file (`busched.scheduler.overview`): its path, and why its
+        last read was refused ("" when it was applied: the configuration in force is the file's)."""
+        return {"file": str(self.path), "error": self.last_error}
+
     def _read_digest(self) -> str | None:
         try:
             return hashlib.sha256(self.path.read_bytes()).hexdigest()

@@ -1,4 +1,4 @@
-"""`busched run`: the scheduler over NATS, with /metrics, /healthz and /readyz."""
+"""`busched run`: the scheduler over NATS, with its status page (/), /metrics, /healthz and /readyz."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                         "(BUSCHED_HISTORY, BUSCHED_STATE_HISTORY: `busched replay --nats`; the copy stores each "
                         "state message once more): 90s, 12h, 7d; 0 keeps none (default %(default)s)")
     g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
-                   help="where /metrics, /healthz and /readyz listen (default %(default)s; '' to disable)")
+                   help="where the status page (/, /status.json), /metrics, /healthz and /readyz listen "
+                        "(default %(default)s; '' to disable)")
 
 
 def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
@@ -119,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 async def serve(args: argparse.Namespace, config: SchedulerConfig, stop: asyncio.Event) -> int:
     from busched.bus import Bus, BusError
     from busched.cli.connection import options_from_args
-    from busched.scheduler import Scheduler
+    from busched.scheduler import Scheduler, overview
     from busched.web.server import parse_listen, start_http
 
     try:
@@ -130,17 +131,21 @@ async def serve(args: argparse.Namespace, config: SchedulerConfig, stop: asyncio
     sched = Scheduler(bus, config, settings_from_args(args))
     http = None
     watcher: asyncio.Task[None] | None = None  # re-reads --config FILE (busched.cli.reload)
+    cfg = None
+    if args.config:
+        from busched.cli.reload import ConfigFile, install_sighup, watch
+
+        cfg = ConfigFile(args.config, load_scheduler_config, sched.use_config, sched.metrics)
     try:
         if args.http:
             host, port = parse_listen(args.http)
             http = await start_http(host, port, sched.metrics.registry, ready=lambda: sched.ready,
-                                    healthy=lambda: bus.connected)
-            log.info("metrics at %s/metrics (health %s/healthz, readiness %s/readyz)", http.url, http.url, http.url)
+                                    healthy=lambda: bus.connected,
+                                    status=lambda: overview.build(sched, cfg.state() if cfg is not None else None))
+            log.info("status page at %s/ (metrics %s/metrics, health %s/healthz, readiness %s/readyz)",
+                     http.url, http.url, http.url, http.url)
         await sched.start()
-        if args.config:
-            from busched.cli.reload import ConfigFile, install_sighup, watch
-
-            cfg = ConfigFile(args.config, load_scheduler_config, sched.use_config, sched.metrics)
+        if cfg is not None:
             install_sighup(asyncio.get_running_loop(), cfg)
             if args.config_check > 0:
                 watcher = asyncio.create_task(watch(cfg, args.config_check, stop))

@@ -143,7 +143,7 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from busched.cli.agent import nodes_from_args
     from busched.cli.connection import options_from_args
     from busched.cli.run import load_scheduler_config, settings_from_args
-    from busched.scheduler import Scheduler
+    from busched.scheduler import Scheduler, overview
     from busched.web.server import parse_listen, start_http
 
     server = None
@@ -228,13 +228,14 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             host, port = parse_listen(args.http)
             try:
                 http = await start_http(host, port, sched.metrics.registry, ready=lambda: sched.ready,
-                                        healthy=lambda: sbus.connected)
+                                        healthy=lambda: sbus.connected, status=lambda: overview.build(sched))
             except OSError as e:
                 _say(f"cannot listen on {args.http}: {e.strerror}; metrics are off")
         await sched.start()
         _say(f"scheduler ready in {sched.catchup_seconds:.2f}s, a cycle as new work settles and every "
              f"{args.period:g}s"
-             + (f"; metrics at {http.url}/metrics, health {http.url}/healthz, readiness {http.url}/readyz"
+             + (f"; status page {http.url}/, metrics at {http.url}/metrics, health {http.url}/healthz, "
+                f"readiness {http.url}/readyz"
                 if http else ""))
         sched_task = asyncio.create_task(sched.run_forever())
         if secured:

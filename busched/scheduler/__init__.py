@@ -55,6 +55,8 @@ protocols or callables, and the clock), wires them, and keeps the lifecycle and 
 - `queries`: `Queries` (``Scheduler.queries``; ``Scheduler.view`` and ``lookup`` ask it): the answers to
   `busched get`, `describe` and `explain` (request/reply) and the gauges;
 - `memory`: when the process collects garbage (between cycles).
+- `overview`: what the status page shows (`busched.web.status`), built from the parts above, and the
+  ring of the last cycles `run_once` notes.
 """
 
 from busched.scheduler.loop import Scheduler

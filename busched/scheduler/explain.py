@@ -72,12 +72,13 @@ class Inputs:
     seed: int = 0
 
 
-def gather(sched: Any, name: str) -> Inputs:
-    """Copy what explaining ``name`` (a task or a job, "ns/name") needs.  Call it in the event loop, while no
-    cycle runs: it brings the cache up to date and converts it afresh."""
+def gather(sched: Any, name: str, *, now: float | None = None) -> Inputs:
+    """Copy what explaining ``name`` (a task or a job, "ns/name") needs, at ``now`` (epoch seconds; default:
+    the scheduler's wall clock read here).  Call it in the event loop, while no cycle runs: it brings the
+    cache up to date and converts it afresh."""
     keys = _keys(sched.specs, name)
     mono = sched.clock()
-    return gather_at(sched, name, now=sched.wall_clock(), seed=sched.settings.seed,
+    return gather_at(sched, name, now=sched.wall_clock() if now is None else now, seed=sched.settings.seed,
                      excluded={k: {n: t - mono for n, t in sched.excluded.get(k, {}).items() if t > mono}
                                for k in keys},
                      backoff={k: sched.backoff_until[k] - mono for k in keys

@@ -49,7 +49,7 @@ from busched.framework.config import (
 )
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import explain, history, volcano_metrics
+from busched.scheduler import explain, history, overview, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
@@ -317,6 +317,7 @@ class Scheduler:
             if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
                 report.skipped = True
                 await self._flush_outbox()
+                overview.note(self, report)
                 return report
             kw = dict(plugins=plugins, actions=self.actions, seed=self.settings.seed,
                       uid=f"{self.boot}-{self.cycle}", now=report.now)
@@ -355,6 +356,7 @@ class Scheduler:
             self.metrics.cycle_seconds.observe(report.seconds)
             self.queries.update_gauges()
             volcano_metrics.observe(self, ssn, report)
+            overview.note(self, report, ssn)
             if report.binds or report.evicts or report.released:
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)
@@ -394,6 +396,7 @@ class Scheduler:
         self.metrics.cycle_errors.inc()
         log.exception("cycle %d: session failed", self.cycle)
         report.error = f"{type(e).__name__}: {e}"
+        overview.note(self, report)
         self._gate.done(_NO_SESSION, 0, 1)  # due again
         return report
 

@@ -13,7 +13,9 @@ Where each value comes from (docs/bus.md "Metrics" has the table):
 * preemption and evictions from the cycle's evict decisions.
 
 Per-job and per-queue series of jobs and queues that are gone are dropped.  Skipped cycles
-(`QuietCycles`) do not come here: nothing changed.
+(`QuietCycles`) do not come here: nothing changed.  The last cycle's per-queue figures (weight,
+deserved, allocated, share) are also kept as plain values for the status page (`last_queues`), so
+the page and the metrics show the same numbers.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any
 from busched.api.job import PodGroupPhase
 from busched.api.resource import Resource
 from busched.api.task import TaskStatus
+from busched.bus.resources import resource_list
 
-__all__ = ["observe"]
+__all__ = ["observe", "last_queues"]
 
 _PER_JOB = ("volcano_e2e_job_scheduling_duration", "volcano_e2e_job_scheduling_start_time",
             "volcano_e2e_job_scheduling_last_time")
@@ -40,6 +43,7 @@ class _State:
         self.placed: set[str] = set()  # jobs whose e2e scheduling latency was observed
         self.job_labels: dict[str, tuple[str, str, str]] = {}  # job uid -> (name, queue, namespace)
         self.queues: set[str] = set()
+        self.figures: dict[str, dict[str, Any]] = {}  # queue -> the last cycle's figures (`last_queues`)
 
 
 def _share(allocated: Resource, total: Resource) -> float:
@@ -181,6 +185,7 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
             v.values["volcano_job_retry_counts"].pop((name,), None)
             st.placed.discard(key)
     st.job_labels = seen
+    figures: dict[str, dict[str, Any]] = {}
     for name, queue in ssn.queues.items():
         q = queues.get(name) or [Resource(), Resource(), Resource(), {}]
         _set_resource(v, "allocated", name, q[0])
@@ -196,8 +201,11 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
             _set_resource(v, "capacity", name, capacity)
         real = _least(capacity, total) if capacity is not None else total
         _set_resource(v, "real_capacity", name, real)
+        share = _share(q[0], deserved if deserved is not None else total)
         v.set("volcano_queue_weight", queue.weight, (name,))
-        v.set("volcano_queue_share", _share(q[0], deserved if deserved is not None else total), (name,))
+        v.set("volcano_queue_share", share, (name,))
+        figures[name] = {"weight": queue.weight, "share": share, "allocated": resource_list(q[0]),
+                         "deserved": resource_list(deserved) if deserved is not None else None}
         v.set("volcano_queue_overused", 1.0 if deserved is not None and _covers(q[0], deserved) else 0.0, (name,))
     gone = st.queues - set(ssn.queues)
     if gone:
@@ -206,6 +214,15 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
                 for labels in [lb for lb in values if lb and lb[0] in gone]:
                     del values[labels]
     st.queues = set(ssn.queues)
+    st.figures = figures
+
+
+def last_queues(sched: Any) -> dict[str, dict[str, Any]]:
+    """The last observed cycle's figures per queue: ``weight``, ``share`` (of its deserved resources,
+    or of the cluster when it has none), ``allocated`` and ``deserved`` (resource lists; ``None``
+    without a deserved share); empty before the first cycle."""
+    st: _State | None = getattr(sched, "_volcano_state", None)
+    return st.figures if st is not None else {}
 
 
 def _least(a: Resource, b: Resource) -> Resource:

@@ -1,4 +1,4 @@
-"""HTTP endpoints of a busched process: /metrics, /healthz, /readyz."""
+"""HTTP endpoints of a busched process: the status page (/, /status.json), /metrics, /healthz, /readyz."""
 
 from busched.web.server import HttpServer, start_http
 
