@@ -28,7 +28,8 @@ from busched.api.limits import (
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
-           "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList"]
+           "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
+           "DEFAULT_QUEUE", "BUILTIN_DEFAULT_QUEUE"]
 
 Quantity = QuantityText | int | float
 ResourceList = Annotated[dict[ShortStr, Quantity], msgspec.Meta(max_length=MAX_ITEMS)]
@@ -116,6 +117,14 @@ class QueueSpec(_Spec):
     annotations: Annotations = {}
     affinity: k.QueueAffinity | None = None
     created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
+
+
+# The queue a job names when it names none.  Volcano's controller installs it at start (weight 1,
+# reclaimable, Open) and its admission refuses deleting it; the live scheduler likewise has it without
+# its being applied, until one is applied (which wins) and again once that one is deleted
+# (`busched.scheduler.events`).  Shared, never changed in place: `is` tells the built-in one.
+DEFAULT_QUEUE = "default"
+BUILTIN_DEFAULT_QUEUE = QueueSpec(name=DEFAULT_QUEUE, weight=1, reclaimable=True, state="Open")
 
 
 class PriorityClassSpec(_Spec):

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from busched.api import build
-from busched.api.objects import ClusterSpec
+from busched.api.objects import DEFAULT_QUEUE, ClusterSpec
 from busched.api.timestamp import Timestamp
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -179,8 +179,10 @@ async def apply_cluster(bus: Bus, cluster: ClusterSpec, *, delete: bool = False,
 
 def missing_references(cluster: ClusterSpec, *, also: ClusterSpec | None = None) -> list[tuple[str, str, str, str]]:
     """``(kind, key, missing kind, missing key)`` for each job whose queue, and each task whose job, is in
-    neither ``cluster`` nor ``also`` (e.g. the other files of the same apply); sorted, one per referrer."""
+    neither ``cluster`` nor ``also`` (e.g. the other files of the same apply); sorted, one per referrer.
+    The ``default`` queue is always there (the scheduler's built-in one, `busched.api.objects.DEFAULT_QUEUE`)."""
     have = {("queue", q.name) for c in (cluster, also) if c is not None for q in c.queues}
+    have.add(("queue", DEFAULT_QUEUE))
     have |= {("job", _key(j)) for c in (cluster, also) if c is not None for j in c.jobs}
     out = [("job", _key(j), "queue", j.queue) for j in cluster.jobs if j.queue and ("queue", j.queue) not in have]
     out += [("task", _key(t), "job", f"{t.namespace}/{t.job}") for t in cluster.tasks

@@ -47,8 +47,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def print_describe(out: dict[str, Any]) -> None:
+    from busched.cli.get import phase
+
     skip = {"spec", "events", "conditions"}
     for k, v in out.items():
+        if k == "phase" and out.get("failed"):
+            v = phase(out)  # a job whose tasks failed is not shown plainly Completed
         if k not in skip and v not in ("", None, {}, []):
             print(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}")
     print("spec:")

@@ -218,13 +218,32 @@ def _res(d: dict[str, Any]) -> str:
 COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "nodes": [("NAME", "name"), ("STATE", "state"), ("TASKS", "tasks"),
               ("ALLOCATABLE", lambda x: _res(x["allocatable"])), ("USED", lambda x: _res(x["used"]))],
-    "queues": [("NAME", "name"), ("WEIGHT", "weight"), ("STATE", "state"), ("JOBS", "jobs")],
+    "queues": [("NAME", "name"), ("WEIGHT", "weight"), ("STATE", "state"), ("JOBS", "jobs"),
+               ("ORIGIN", "origin")],
     "jobs": [("NAMESPACE", "namespace"), ("NAME", "name"), ("QUEUE", "queue"), ("MIN", "minMember"),
-             ("PHASE", "phase"), ("TASKS", lambda x: ",".join(f"{k}={v}" for k, v in sorted(x["tasks"].items())))],
+             ("PHASE", lambda x: phase(x)),
+             ("TASKS", lambda x: ",".join(f"{k}={v}" for k, v in sorted(x["tasks"].items()))),
+             ("REASON", lambda x: _reason(x.get("reason", ""), x.get("refused", "")))],
     "tasks": [("NAMESPACE", "namespace"), ("NAME", "name"), ("JOB", "job"), ("STATUS", "status"),
-              ("NODE", "node"), ("ATTEMPT", "attempt"),
-              ("REASON", lambda x: "; ".join(r for r in (x.get("reason", ""), x.get("refused", "")) if r))],
+              ("NODE", "node"), ("ATTEMPT", "attempt"), ("EXIT", lambda x: _exit(x)),
+              ("REASON", lambda x: _reason(x.get("exitReason") or x.get("reason", ""), x.get("refused", "")))],
 }
+
+
+def phase(job: dict[str, Any]) -> str:
+    """The podgroup's phase, and how many of its tasks failed: Volcano's phase says Completed either way."""
+    failed = job.get("failed", 0)
+    return f"{job['phase']} ({failed} failed)" if failed else str(job["phase"])
+
+
+def _exit(task: dict[str, Any]) -> str:
+    """A finished task's exit code, as its agent reported it (blank while it runs, or when none was given)."""
+    code = task.get("exitCode")
+    return str(code) if code is not None and task.get("status") in ("Succeeded", "Failed") else ""
+
+
+def _reason(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def print_table(kind: str, items: list[dict[str, Any]]) -> None:

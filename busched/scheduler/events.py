@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from busched.api import objects as o
 from busched.api.build import JOB_PHASES, SpecError
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -86,6 +87,14 @@ class StateFeed:
         self.quiet = False  # replaying history: refusals were counted already
         self.counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
         self.purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
+        self.install_default_queue()
+
+    def install_default_queue(self) -> None:
+        """The built-in ``default`` queue, as Volcano's controller installs it: there from the start, replaced by
+        an applied one, back when that one is deleted.  Built here, so a replay (a `Scheduler` fed the same
+        stream) has it at the same place in the queue order."""
+        self.specs["queue"][o.DEFAULT_QUEUE] = o.BUILTIN_DEFAULT_QUEUE
+        self.effective.refresh("queue", o.DEFAULT_QUEUE)
 
     # == inbound: the state stream ====================================================================================
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
@@ -222,6 +231,8 @@ class StateFeed:
         if type(msg) in m.DELETE_TYPES:
             self.seqs[vkey] = seq
             old = self.specs[kind].get(key)
+            if old is o.BUILTIN_DEFAULT_QUEUE:
+                old = None  # the built-in default queue cannot be deleted (Volcano's admission refuses it)
             if old is not None and not (kind == "task" and self.table.stopping_delete(key)):
                 self.specs[kind].pop(key, None)
                 self.cache.delete(kind, key)
@@ -258,6 +269,8 @@ class StateFeed:
             self.pg_status.pop(key, None)
         elif kind == "node":
             self.table.node_deleted(key)
+        elif kind == "queue" and key == o.DEFAULT_QUEUE:
+            self.install_default_queue()  # the applied one is gone: the built-in one is back
         if self.settings.purge:
             self.purge_object(kind, key)
 

@@ -15,10 +15,11 @@ from typing import Any, Protocol
 
 import msgspec
 
+from busched.api.objects import BUILTIN_DEFAULT_QUEUE
 from busched.api.task import TaskStatus
 from busched.bus import messages as m
 from busched.bus.resources import resource_list
-from busched.scheduler import events_log, explain
+from busched.scheduler import events_log, explain, references
 from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _field_error
 
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
@@ -94,11 +95,15 @@ class Queries:
                 r = table.results.get(key)
                 if b is not None and b.live and r is not None and r.what in TERMINAL:
                     node = r.node
+                status = self.task_status(key)
                 out.append({"namespace": spec.namespace, "name": spec.name, "job": spec.job, "node": node,
-                            "status": self.task_status(key), "attempt": b.attempt if b is not None else 0,
-                            "reason": table.reasons.get(key, ""), "requests": dict(spec.requests),
+                            "status": status, "attempt": b.attempt if b is not None else 0,
+                            "reason": references.job_missing(spec, self.specs["job"]) or table.reasons.get(key, ""),
+                            "requests": dict(spec.requests),
                             "backoff": key in table.backoff_until, "refused": self.refused.get(("task", key), ""),
-                            "exitCode": r.exit_code if r is not None else None})
+                            "exitCode": r.exit_code if r is not None else None,
+                            "exitReason": r.reason if r is not None and status in TERMINAL and r.what in TERMINAL
+                            else ""})
             return out
         if kind == "nodes":
             snap = self.snapshot()
@@ -115,18 +120,26 @@ class Queries:
             return out
         if kind == "jobs":
             by_job: dict[str, dict[str, int]] = {}
+            failed: dict[str, list[str]] = {}  # job -> its failed tasks
             for tkey, t in self.specs["task"].items():
-                counts = by_job.setdefault(f"{t.namespace}/{t.job}", {})
+                jkey = f"{t.namespace}/{t.job}"
+                counts = by_job.setdefault(jkey, {})
                 s = self.task_status(tkey)
                 counts[s] = counts.get(s, 0) + 1
+                if s == "Failed":
+                    failed.setdefault(jkey, []).append(references.failure(
+                        tkey, self.table.results.get(tkey), self.table.reasons.get(tkey, "")))
             out = []
             for key, spec in self.specs["job"].items():
                 st = self.pg_status.get(key)
                 counts = by_job.get(key, {})
+                conditions = [msgspec.to_builtins(c) for c in st.conditions] if st is not None else []
+                refs = references.job_conditions(spec, self.specs["queue"], failed.get(key, []), sum(counts.values()))
                 out.append({"namespace": spec.namespace, "name": spec.name, "queue": spec.queue,
                             "minMember": spec.min_member, "phase": st.phase if st is not None else spec.phase,
-                            "tasks": counts,
-                            "conditions": [msgspec.to_builtins(c) for c in st.conditions] if st is not None else [],
+                            "tasks": counts, "failed": len(failed.get(key, [])),
+                            "reason": "; ".join(f"{c['reason']}: {c['message']}" for c in refs),
+                            "conditions": conditions + refs,
                             "refused": self.refused.get(("job", key), "")})
             return out
         if kind == "queues":
@@ -134,6 +147,7 @@ class Queries:
             for key, spec in self.specs["queue"].items():
                 jobs = [j for j in self.specs["job"].values() if j.queue == key]
                 out.append({"name": key, "weight": spec.weight, "state": spec.state, "jobs": len(jobs),
+                            "origin": "built-in" if spec is BUILTIN_DEFAULT_QUEUE else "applied",
                             "capability": dict(spec.capability or {}),
                             "refused": self.refused.get(("queue", key), "")})
             return out
