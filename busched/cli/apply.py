@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                            description=f"{helptext[0].upper()}{helptext[1:]} (the shape of a scenario's cluster: "
                                        "block; a whole scenario file works too)."
                                        + (" Warns (without failing) about a job naming a queue, or a task naming "
-                                          "a job, that is neither in the files nor on the bus."
+                                          "a job, that is neither in the files nor on the bus (the default "
+                                          "queue is built in)."
                                           if name == "apply" else ""))
         p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
                        help="cluster or scenario YAML/JSON file ('-' for standard input); may repeat")
