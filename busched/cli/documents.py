@@ -41,9 +41,11 @@ def as_object(kind: str, row: dict[str, Any]) -> dict[str, Any]:
     return {**row["spec"], "status": status}
 
 
-def document(kind: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A cluster file of the rows' objects."""
-    return {kind: [as_object(kind, r) for r in rows]}
+def document(kind: str, rows: list[dict[str, Any]], *, named: bool = False) -> dict[str, Any]:
+    """A cluster file of the rows' objects.  A listing leaves out the scheduler's built-in default queue
+    (``origin`` built-in): no one applied it, and applying the listing back would make it an applied one;
+    asked for by name (``named``) it is printed."""
+    return {kind: [as_object(kind, r) for r in rows if named or r.get("origin") != "built-in"]}
 
 
 def encode(fmt: str, doc: Any) -> str:

@@ -117,7 +117,7 @@ async def _get(bus: Any, args: argparse.Namespace, kind: str) -> int:
     out = Printer(kind, args.output, watch=args.watch)
     if not args.watch:
         if args.output in ("json", "yaml"):
-            sys.stdout.write(documents.encode(args.output, documents.document(kind, rows)))
+            sys.stdout.write(documents.encode(args.output, documents.document(kind, rows, named=bool(args.name))))
         else:
             out.table(rows)
         return 0
@@ -223,7 +223,7 @@ COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "jobs": [("NAMESPACE", "namespace"), ("NAME", "name"), ("QUEUE", "queue"), ("MIN", "minMember"),
              ("PHASE", lambda x: phase(x)),
              ("TASKS", lambda x: ",".join(f"{k}={v}" for k, v in sorted(x["tasks"].items()))),
-             ("REASON", lambda x: _reason(x.get("reason", ""), x.get("refused", "")))],
+             ("REASON", "reason")],  # (why its last change was refused: -o wide's REFUSED)
     "tasks": [("NAMESPACE", "namespace"), ("NAME", "name"), ("JOB", "job"), ("STATUS", "status"),
               ("NODE", "node"), ("ATTEMPT", "attempt"), ("EXIT", lambda x: _exit(x)),
               ("REASON", lambda x: _reason(x.get("exitReason") or x.get("reason", ""), x.get("refused", "")))],

@@ -48,6 +48,25 @@ async def test_the_default_queue_is_there_unapplied_an_applied_one_wins_and_dele
     assert missing_references(ClusterSpec(jobs=[JobSpec(name="k", namespace="t")])) == []
 
 
+async def test_get_shows_the_built_in_queue_and_a_cluster_file_listing_leaves_it_out(harness, capsys):
+    sched = await harness.scheduler()
+    await apply_cluster(await harness.bus(), ClusterSpec(queues=[QueueSpec(name="other", weight=2)]))
+    url = harness.url
+    await wait_until(lambda: "other" in sched.specs["queue"], what="the other queue")
+    assert await asyncio.to_thread(main, ["get", "queues", "--nats", url]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines == [["NAME", "WEIGHT", "STATE", "JOBS", "ORIGIN"], ["default", "1", "Open", "0", "built-in"],
+                     ["other", "2", "Open", "0", "applied"]]
+    # no one applied it: a listing `apply -f` takes back leaves it out (it would become an applied one) ...
+    assert await asyncio.to_thread(main, ["get", "queues", "-o", "json", "--nats", url]) == 0
+    assert [q["name"] for q in json.loads(capsys.readouterr().out)["queues"]] == ["other"]
+    # ... asked for by name, it is printed
+    assert await asyncio.to_thread(main, ["get", "queue", "default", "-o", "json", "--nats", url]) == 0
+    (q,) = json.loads(capsys.readouterr().out)["queues"]
+    # (a spec prints without its defaults: weight 1, reclaimable, Open are QueueSpec's)
+    assert (set(q), q["name"], q["status"]["origin"]) == ({"name", "status"}, "default", "built-in")
+
+
 async def test_a_job_whose_queue_is_missing_says_so_and_is_placed_once_the_queue_is_applied(harness, capsys):
     sched = await harness.scheduler(run=False)
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
