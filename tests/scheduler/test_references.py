@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from busched.agent import fleet_nodes
-from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
+from busched.api.objects import BUILTIN_DEFAULT_QUEUE, ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus.apply import apply_cluster, missing_references
 from busched.cli.get import lookup
 from busched.cli.main import main
@@ -31,6 +31,11 @@ async def test_the_default_queue_is_there_unapplied_an_applied_one_wins_and_dele
     row = await queue_row(bus)
     assert (row["weight"], row["state"], row["origin"], row["jobs"]) == (1, "Open", "built-in", 0)
     assert sched.cache.objects["queue"]["default"].reclaimable
+    # deleting the built-in one changes nothing (Volcano's admission refuses it)
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default")]), delete=True)
+    await wait_until(lambda: ("queue", "default") in sched.feed.seqs, what="the delete handled")
+    assert sched.specs["queue"]["default"] is BUILTIN_DEFAULT_QUEUE
+    assert sched.cache.objects["queue"]["default"] is BUILTIN_DEFAULT_QUEUE
     # a job naming it (JobSpec's queue is "default" unless set) is placed without any queue applied
     await apply_cluster(bus, ClusterSpec(jobs=[JobSpec(name="j", namespace="t", min_member=1)], tasks=[task("a")]))
     await wait_until(lambda: "t/a" in held_by_node(agent)["node-00"], what="placed in the built-in default queue")
