@@ -43,6 +43,7 @@ from busched.agent.heartbeat import Heartbeat
 from busched.agent.node import AgentNode, HeldTask
 from busched.api.objects import NodeSpec
 from busched.api.resource import Resource
+from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, DecisionFeed, Delivery
@@ -89,10 +90,8 @@ class Agent:
     async def start(self) -> None:
         await self.bus.ensure_streams()
         if self.register:
-            acks = await self.bus.publish_all(
-                (S.state_subject("node", n.name), m.NodeUpsert(version=self._version(), node=n.spec), None)
-                for n in self.nodes.values())
-            bad = [a.error for a in acks if not a.ok]
+            # an operator's cordon survives the agent's restart (busched.bus.edit.register_nodes)
+            bad = await edit.register_nodes(self.bus, [n.spec for n in self.nodes.values()], version=self._version())
             if bad:
                 raise RuntimeError(f"cannot register nodes: {bad[0]}")
         self._running = True

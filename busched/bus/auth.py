@@ -102,7 +102,9 @@ def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None,
     publish: list[str] = []
     for n in names:
         t = S.token(n)
-        publish += [S.state_subject("node", n), f"{S.STATE_PREFIX}.result.{t}.>", S.heartbeat_subject(n)]
+        publish += [S.state_subject("node", n), f"{S.STATE_PREFIX}.result.{t}.>", S.heartbeat_subject(n),
+                    # reading its node's spec back before registering it (the operator's cordon is kept)
+                    f"{JS_API}.DIRECT.GET.{S.STATE_STREAM}.{S.state_subject('node', n)}"]
     publish += [f"{JS_API}.STREAM.INFO.{S.STATE_STREAM}", f"{JS_API}.STREAM.INFO.{dc}"]
     # reading back what its nodes answered before (`busched.agent.answers`): a named consumer created on the
     # subject that names its filter, one node's results only, and deleted after

@@ -179,9 +179,10 @@ class Bus:
         inbox."""
         return await reads.last_per_subject(self.nc, self.js, subject, timeout)
 
-    async def last_state(self, subject: str) -> tuple[int, bytes] | None:
-        """The last message of one state subject, ``(stream sequence, data)``, or None if it has none."""
-        return await reads.last_msg(self.js, S.STATE_STREAM, subject)
+    async def last_state(self, subject: str, *, direct: bool = False) -> tuple[int, bytes] | None:
+        """The last message of one state subject, ``(stream sequence, data)``, or None if it has none
+        (``direct``: through a direct get on the subject, see `reads.last_msg`)."""
+        return await reads.last_msg(self.js, S.STATE_STREAM, subject, direct=direct)
 
     async def subject_history(self, subject: str, timeout: float = 10.0) -> list[tuple[int, bytes]]:
         """Every message the state stream still holds on one subject, oldest first."""

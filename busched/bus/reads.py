@@ -70,10 +70,12 @@ async def last_per_subject(nc: Any, js: Any, subject: str, timeout: float = 10.0
     return out
 
 
-async def last_msg(js: Any, stream: str, subject: str) -> tuple[int, bytes] | None:
-    """The last message of one subject of ``stream``, ``(stream sequence, data)``, or None if it has none."""
+async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) -> tuple[int, bytes] | None:
+    """The last message of one subject of ``stream``, ``(stream sequence, data)``, or None if it has none.
+    ``direct``: a direct get on a subject that names the object (``$JS.API.DIRECT.GET.<stream>.<subject>``),
+    which a server can allow one agent for its own nodes only."""
     try:
-        m = await js.get_last_msg(stream, subject)
+        m = await js.get_last_msg(stream, subject, direct=direct)
     except nats.js.errors.NotFoundError:
         return None
     except Exception as e:  # noqa: BLE001
