@@ -102,6 +102,7 @@ class JobSpec(_Spec):
     sub_group_policy: Annotated[list[k.SubGroupPolicy], msgspec.Meta(max_length=MAX_ITEMS)] = []
     conditions: Annotated[list[k.JobCondition], msgspec.Meta(max_length=MAX_ITEMS)] = []
     created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
+    suspend: bool = False  # batch/v1 Job's spec.suspend (`busched job suspend`): no task placed, running ones evicted
 
 
 class QueueSpec(_Spec):

@@ -45,8 +45,8 @@ __all__ = [
     "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
-    "LookupRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode", "decode",
-    "DecodeError", "BINDING_LIVE_STATES", "CycleRecord",
+    "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
+    "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord",
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
@@ -267,6 +267,15 @@ class LookupRequest(Msg, tag="lookup"):
     spec: bool = False  # op get: the row also carries the object's spec as applied (describe always does)
 
 
+class DrainRequest(Msg, tag="drain"):
+    """`busched node drain`: evict every task on ``node`` (reason ``drain``) through the binding table, once
+    the scheduler has applied the node's state-stream message ``after`` (the cordon that came first).
+    Answered with a `GetReply` whose one item names the node and the tasks being evicted."""
+
+    node: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    after: Count = 0
+
+
 # -- history --------------------------------------------------------------------------------------------------------
 class CycleRecord(Msg, tag="cycle"):
     """What one scheduling cycle saw and decided, on the history stream (docs/bus.md, "History").
@@ -316,7 +325,7 @@ STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
     BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
-    NodeHeartbeat, GetRequest, GetReply, LookupRequest, CycleRecord)
+    NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

@@ -29,6 +29,7 @@ Core NATS (not stored)::
 
     busched.heartbeat.<node>                   node.heartbeat (agent -> scheduler)
     busched.api.get                            get / get.reply (request/reply with the scheduler)
+    busched.api.drain                          drain / get.reply (`busched node drain`)
 
 Names are escaped into single subject tokens: characters that NATS gives a
 meaning (``.``, ``*``, ``>``, whitespace) and ``%`` become ``%XX``.
@@ -40,7 +41,7 @@ import hashlib
 import re
 
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
-           "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
+           "API_DRAIN", "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
            "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
            "APPLY_ORDER", "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results",
            "node_results"]
@@ -51,6 +52,7 @@ STATE_PREFIX = "busched.state"
 DECISION_PREFIX = "busched.decision"
 HEARTBEAT_PREFIX = "busched.heartbeat"
 API_GET = "busched.api.get"
+API_DRAIN = "busched.api.drain"
 
 # the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
 # records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)

@@ -1,12 +1,13 @@
 """The effective objects in the cache: a spec overlaid with what the scheduler knows.
 
 A task as the session must see it: where it was bound, the phase its agent reported, deleting while
-evicted, and the backoff scheduling gate.  A node is ready only while its agent is alive (when
-heartbeats are required); a job carries its podgroup status.  A new spec is refreshed at once (to
-validate it); other task and job changes are gathered and applied once per cycle (`EffectiveObjects.sync_cache`, or
-`sync_cache_yielding` at the start of a cycle, which lets the event loop handle what arrived every
-few milliseconds: thousands of results and podgroup changes cost a few hundred milliseconds of
-cache upserts, during which agents' answers would otherwise wait).
+evicted, and the backoff and suspended scheduling gates (a suspended job's tasks are not placed). A node
+is ready only while its agent is alive (when heartbeats are required); a job carries its podgroup
+status. A new spec is refreshed at once (to validate it); other task and job changes are gathered and
+applied once per cycle (`EffectiveObjects.sync_cache`, or `sync_cache_yielding` at the start of a cycle,
+which lets the event loop handle what arrived every few milliseconds: thousands of results and podgroup
+changes cost a few hundred milliseconds of cache upserts, during which agents' answers would otherwise
+wait).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from busched.bus import messages as m
 from busched.cache.cache import Cache
 from busched.scheduler.records import (
     BACKOFF_GATE,
+    SUSPENDED_GATE,
     TERMINAL,
     Binding,
     NodeLive,
@@ -59,6 +61,8 @@ class EffectiveObjects:
         self.pg_status = pg_status
         self.dirty_tasks: set[str] = set()
         self.dirty_jobs: set[str] = set()
+        self.suspended: set[str] = set()  # jobs whose spec says suspend
+        self.suspend_changed: set[str] = set()  # jobs suspended or resumed since the last cycle took them
 
     # == effective objects ============================================================================================
     def refresh(self, kind: str, key: str) -> None:
@@ -129,6 +133,8 @@ class EffectiveObjects:
         spec = self.specs["job"].get(key)
         if spec is None:
             return
+        if spec.suspend != (key in self.suspended):
+            self._suspend_flipped(key, spec.suspend)
         st = self.pg_status.get(key)
         if st is not None:
             overlaid = msgspec.structs.replace(spec, phase=st.phase, conditions=[
@@ -142,6 +148,23 @@ class EffectiveObjects:
                 log.warning("job %s: its podgroup status is not valid, left out: %s", key, e)
                 self.pg_status.pop(key, None)
         self.upsert("job", spec, strict, key)
+
+    def _suspend_flipped(self, key: str, suspend: bool) -> None:
+        """A job suspended or resumed (or deleted while suspended): its tasks' gate changes, and the next
+        cycle stops the live ones (`busched.scheduler.lifecycle`).  One pass over the tasks, on a flip only."""
+        if suspend:
+            self.suspended.add(key)
+        else:
+            self.suspended.discard(key)
+        self.suspend_changed.add(key)
+        ns, _, name = key.partition("/")
+        for tkey, t in self.specs["task"].items():
+            if t.job == name and t.namespace == ns:
+                self.dirty_tasks.add(tkey)
+
+    def job_deleted(self, key: str) -> None:
+        if key in self.suspended:
+            self._suspend_flipped(key, False)
 
     def upsert(self, kind: str, spec: Any, strict: bool, key: str) -> None:
         try:
@@ -157,6 +180,8 @@ class EffectiveObjects:
         gates = spec.scheduling_gates
         if key in self.table.backoff_until and BACKOFF_GATE not in gates:
             gates = [*gates, BACKOFF_GATE]
+        if self.suspended and f"{spec.namespace}/{spec.job}" in self.suspended and SUSPENDED_GATE not in gates:
+            gates = [*gates, SUSPENDED_GATE]
         if b is None:
             if spec.phase in TERMINAL and spec.node:
                 # terminated tasks hold nothing on their node (Volcano's cache skips them)

@@ -267,6 +267,7 @@ class StateFeed:
             self.table.forget(key)
         elif kind == "job":
             self.pg_status.pop(key, None)
+            self.effective.job_deleted(key)
         elif kind == "node":
             self.table.node_deleted(key)
         elif kind == "queue" and key == o.DEFAULT_QUEUE:

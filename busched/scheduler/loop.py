@@ -54,6 +54,7 @@ from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.events import StateFeed
+from busched.scheduler.lifecycle import Lifecycle
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
 from busched.scheduler.records import (
@@ -149,6 +150,8 @@ class Scheduler:
                                  send_evict=self._queue_record, next_version=self._next_version,
                                  reject=self.feed.reject, on_heartbeat=self.metrics.heartbeats.inc)
         self.live = live
+        self.lifecycle = Lifecycle(specs=self.specs, seqs=self.seqs, table=self.table, effective=self.effective,
+                                   lock=self._lock, new_work=self._new_work)
         self.queries = Queries(specs=self.specs, table=self.table, live=live, pg_status=self.pg_status,
                                refused=self.refused, effective_task=self.effective.effective_task,
                                task_status=self.effective.task_status, snapshot=self.snapshot,
@@ -232,6 +235,7 @@ class Scheduler:
         self.bus.connection_listeners.append(self.liveness.on_connection)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
         await self.bus.serve(S.API_GET, self.queries.serve_get)
+        await self.bus.serve(S.API_DRAIN, self.lifecycle.serve_drain)
         with paused_gc():  # the whole catch-up, between batches too
             self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
             try:
@@ -309,6 +313,7 @@ class Scheduler:
             await self._flush_outbox()  # records of what the clock stopped, before their decisions
             await self.table.republish()
             await self.feed.flush_purges()
+            self.lifecycle.enforce()  # suspended jobs' live attempts stopped, before the snapshot
             with paused_gc():
                 await self.effective.sync_cache_yielding()
             self.trigger.taken()  # from here to the snapshot nothing else is handled

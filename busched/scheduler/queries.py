@@ -22,6 +22,8 @@ from busched.bus.resources import resource_list
 from busched.scheduler import events_log, explain, references
 from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _field_error
 
+_ENDED = frozenset({"Succeeded", "Failed"})
+_STILL = frozenset({"Pending", "Succeeded", "Failed"})  # statuses of a task that holds nothing on a node
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
@@ -116,6 +118,7 @@ class Queries:
                 ntasks = sum(1 for b in self.table.bindings.values() if b.live and b.node == key)
                 out.append({"name": key, "allocatable": dict(spec.allocatable), "used": used,
                             "state": lv.state, "ready": info is not None, "tasks": ntasks,
+                            "unschedulable": spec.unschedulable,
                             "labels": dict(spec.labels), "refused": self.refused.get(("node", key), "")})
             return out
         if kind == "jobs":
@@ -135,8 +138,11 @@ class Queries:
                 counts = by_job.get(key, {})
                 conditions = [msgspec.to_builtins(c) for c in st.conditions] if st is not None else []
                 refs = references.job_conditions(spec, self.specs["queue"], failed.get(key, []), sum(counts.values()))
+                phase = st.phase if st is not None else spec.phase
+                if spec.suspend:  # Volcano's vcjob: Aborting while its pods stop, then Aborted
+                    phase = "Aborting" if any(s not in _STILL for s in counts) else "Aborted"
                 out.append({"namespace": spec.namespace, "name": spec.name, "queue": spec.queue,
-                            "minMember": spec.min_member, "phase": st.phase if st is not None else spec.phase,
+                            "minMember": spec.min_member, "phase": phase, "suspended": spec.suspend,
                             "tasks": counts, "failed": len(failed.get(key, [])),
                             "reason": "; ".join(f"{c['reason']}: {c['message']}" for c in refs),
                             "conditions": conditions + refs,
@@ -144,14 +150,32 @@ class Queries:
             return out
         if kind == "queues":
             out = []
+            unfinished = self._unfinished_jobs() if any(
+                q.state == "Closed" for q in self.specs["queue"].values()) else set()
             for key, spec in self.specs["queue"].items():
                 jobs = [j for j in self.specs["job"].values() if j.queue == key]
-                out.append({"name": key, "weight": spec.weight, "state": spec.state, "jobs": len(jobs),
+                state = spec.state
+                if state == "Closed" and any(f"{j.namespace}/{j.name}" in unfinished for j in jobs):
+                    state = "Closing"  # Volcano: closed, but jobs of it still to finish
+                out.append({"name": key, "weight": spec.weight, "state": state, "jobs": len(jobs),
                             "origin": "built-in" if spec is BUILTIN_DEFAULT_QUEUE else "applied",
                             "capability": dict(spec.capability or {}),
                             "refused": self.refused.get(("queue", key), "")})
             return out
         raise ValueError(f"unknown kind {kind!r} (nodes, queues, jobs, tasks)")
+
+    def _unfinished_jobs(self) -> set[str]:
+        """The jobs not finished: a podgroup not Completed with a task that has not ended (or no task yet)."""
+        ended: dict[str, bool] = {}
+        for tkey, t in self.specs["task"].items():
+            jkey = f"{t.namespace}/{t.job}"
+            ended[jkey] = ended.get(jkey, True) and self.task_status(tkey) in _ENDED
+        out = set()
+        for key in self.specs["job"]:
+            st = self.pg_status.get(key)
+            if (st is None or st.phase != "Completed") and not ended.get(key, False):
+                out.add(key)
+        return out
 
     async def serve_get(self, data: bytes) -> bytes:
         try:

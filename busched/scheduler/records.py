@@ -23,6 +23,7 @@ from busched.framework.config import PluginOption, SchedulerConfig, Tier
 log = logging.getLogger("busched.scheduler")
 
 BACKOFF_GATE = "busched.io/backoff"
+SUSPENDED_GATE = "busched.io/suspended"  # every task of a suspended job (`busched job suspend`) carries it
 FEEDBACK_PLUGIN = "busched-agent-feedback"
 TERMINAL = ("Succeeded", "Failed")
 FREEZE_AFTER_EVENTS = 50_000  # a catch-up at least this big moves what it built to the collector's permanent generation
