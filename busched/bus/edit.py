@@ -12,6 +12,7 @@ the same code the scheduler uses (`busched.api.build.validate`) before anything 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +23,12 @@ from busched.api import build
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
+from busched.bus.errors import BusError
 
-__all__ = ["Refused", "Changed", "DELETE", "change_object", "read_object", "read_kind"]
+log = logging.getLogger("busched.bus")
+
+__all__ = ["Refused", "Changed", "DELETE", "change_object", "read_object", "read_kind", "register_nodes",
+           "OPERATOR_FIELDS"]
 
 ATTEMPTS = 5
 
@@ -120,33 +125,44 @@ OPERATOR_FIELDS = ("unschedulable",)
 async def register_nodes(bus: Bus, specs: list[Any], *, version: int = 0, concurrency: int = 64) -> list[str]:
     """Publish an agent's nodes, each keeping the operator-owned fields (`OPERATOR_FIELDS`) of the node
     already on the stream, conditionally (a cordon written meanwhile is read again, not overwritten).
-    Reads by direct get on each node's own subject (what an agent may read).  The errors, one per node
-    that could not be registered."""
-
+    Reads by direct get on each node's own subject (what an agent may read), all in flight together,
+    then publishes them in one pipelined batch; only the nodes whose condition was lost go round again.
+    A node whose spec cannot be read (a stream without direct gets) is published as given, as before
+    this existed.  The errors, one per node that could not be registered."""
     gate = asyncio.Semaphore(concurrency)
-    errors: list[str] = []
 
-    async def one(spec: Any) -> None:
+    async def read(spec: Any) -> tuple[Any, int | None]:
         subject = S.state_subject("node", spec.name)
-        async with gate:
-            for _ in range(ATTEMPTS):
+        try:
+            async with gate:
                 last = await bus.last_state(subject, direct=True)
-                new, seq = spec, 0
-                if last is not None:
-                    seq = last[0]
-                    try:
-                        msg = m.decode(last[1])
-                    except msgspec.DecodeError:
-                        msg = None
-                    if type(msg) is m.NodeUpsert:
-                        kept = {f: getattr(msg.node, f) for f in OPERATOR_FIELDS}
-                        new = msgspec.structs.replace(spec, **kept)
-                ack = await bus.publish(subject, m.NodeUpsert(version=version, node=new), expected=seq)
-                if ack.ok or not ack.conflict:
-                    if not ack.ok:
-                        errors.append(f"{spec.name}: {ack.error}")
-                    return
-            errors.append(f"{spec.name}: its subject kept changing ({ATTEMPTS} attempts)")
+        except BusError as e:
+            log.warning("node %s: cannot read its spec back (%s); registered as given", spec.name, e)
+            return spec, None
+        if last is None:
+            return spec, 0
+        try:
+            msg = m.decode(last[1])
+        except msgspec.DecodeError:
+            return spec, last[0]
+        if type(msg) is not m.NodeUpsert:
+            return spec, last[0]
+        return msgspec.structs.replace(spec, **{f: getattr(msg.node, f) for f in OPERATOR_FIELDS}), last[0]
 
-    await asyncio.gather(*(one(s) for s in specs))
-    return errors
+    errors: list[str] = []
+    pending = list(specs)
+    for _ in range(ATTEMPTS):
+        got = await asyncio.gather(*(read(s) for s in pending))
+        acks = await bus.publish_all(
+            (S.state_subject("node", new.name), m.NodeUpsert(version=version, node=new), None, seq)
+            for new, seq in got)
+        retry = []
+        for spec, ack in zip(pending, acks):
+            if ack.conflict:
+                retry.append(spec)
+            elif not ack.ok:
+                errors.append(f"{spec.name}: {ack.error}")
+        if not retry:
+            return errors
+        pending = retry
+    return errors + [f"{s.name}: its subject kept changing ({ATTEMPTS} attempts)" for s in pending]
