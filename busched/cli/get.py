@@ -216,7 +216,9 @@ def _res(d: dict[str, Any]) -> str:
 
 
 COLUMNS: dict[str, list[tuple[str, Any]]] = {
-    "nodes": [("NAME", "name"), ("STATE", "state"), ("TASKS", "tasks"),
+    "nodes": [("NAME", "name"),
+              ("STATE", lambda x: x["state"] + (",SchedulingDisabled" if x.get("unschedulable") else "")),
+              ("TASKS", "tasks"),
               ("ALLOCATABLE", lambda x: _res(x["allocatable"])), ("USED", lambda x: _res(x["used"]))],
     "queues": [("NAME", "name"), ("WEIGHT", "weight"), ("STATE", "state"), ("JOBS", "jobs"),
                ("ORIGIN", "origin")],

@@ -102,6 +102,9 @@ async def test_close_is_closing_until_the_jobs_finish_then_closed(harness, capsy
     assert await cli(harness, "queue", "close", "q") == 0
     await wait_until(lambda: sched.specs["queue"]["q"].state == "Closed", what="the close seen")
     assert (await lookup(bus, "get", "queues", "q"))["state"] == "Closing"
+    capsys.readouterr()
+    assert await cli(harness, "get", "queues") == 0
+    assert [r.split()[2] for r in capsys.readouterr().out.splitlines()[1:] if r.startswith("q ")] == ["Closing"]
     # a closing queue takes no new work, and its running job goes on
     await apply_cluster(bus, job("b", 1, queue="q"))
     await wait_until(lambda: "t/b" in sched.specs["job"], what="job b seen")
@@ -159,6 +162,9 @@ async def test_suspend_evicts_places_nothing_and_resume_places_again(harness, ca
         assert d["events"][-1]["reason"].endswith(": suspended")
     row = await lookup(bus, "get", "jobs", "t/s")
     assert (row["phase"], row["suspended"]) == ("Aborted", True)
+    capsys.readouterr()
+    assert await cli(harness, "describe", "jobs", "t/s") == 0
+    assert "Aborted" in capsys.readouterr().out
     for _ in range(3):
         await sched.run_once(force=True)
     assert tasks_of(agent, "s") == {}  # nothing placed while suspended
@@ -205,7 +211,7 @@ async def test_job_delete_removes_its_tasks_and_stops_them(harness, capsys):
 
 
 # -- nodes -------------------------------------------------------------------------------------------------------------
-async def test_cordon_survives_an_agent_restart_and_uncordon(harness):
+async def test_cordon_survives_an_agent_restart_and_uncordon(harness, capsys):
     sched = await harness.scheduler()
     nodes = fleet_nodes(1, cpu="4", memory="8Gi")
     agent = await harness.agent(nodes)
@@ -223,6 +229,9 @@ async def test_cordon_survives_an_agent_restart_and_uncordon(harness):
         await sched.run_once(force=True)
     assert tasks_of(agent, "x") == {}
     assert (await lookup(bus, "get", "nodes", "node-00"))["unschedulable"] is True
+    capsys.readouterr()
+    assert await cli(harness, "get", "nodes") == 0
+    assert "alive,SchedulingDisabled" in capsys.readouterr().out.splitlines()[1]
     assert await cli(harness, "node", "uncordon", "node-00") == 0
     await wait_until(lambda: len(tasks_of(agent, "x")) == 1, what="placed once uncordoned")
 
