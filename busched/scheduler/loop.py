@@ -20,11 +20,11 @@ task is kept off are an input of the snapshot (``ClusterSnapshot.refused``), bro
 the start of every cycle (`Scheduler._update_refusals`).
 
 `Scheduler` is the composition root: it builds the owned parts (the state feed, the effective
-objects, the binding table, liveness, the podgroup statuses, the trigger, the queries) with their
-collaborators, wires them, and keeps the lifecycle and the cycle.  A little over 400 lines: the
-wiring and the entry points and properties the replayer, the CLI and the tests use (``view``,
-``task_status``, ``handle_state``, ``bindings``, ``backoff_until``...) are kept with the lifecycle
-they serve.
+objects, the binding table, liveness, the podgroup statuses, the trigger, the queries, the
+operators' suspends and drains) with their collaborators, wires them, and keeps the lifecycle and
+the cycle.  A little over 400 lines: the wiring and the entry points and properties the replayer,
+the CLI and the tests use (``view``, ``task_status``, ``handle_state``, ``bindings``,
+``backoff_until``...) are kept with the lifecycle they serve.
 """
 
 from __future__ import annotations
