@@ -26,7 +26,7 @@ from busched.bus.client import Bus
 __all__ = ["load_cluster", "without_status", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster",
            "ClusterFileError",
            "APPLY_ORDER", "CREATED_KINDS", "rfc3339", "with_created", "existing_created", "missing_references",
-           "missing_on_bus", "describe_events"]
+           "missing_on_bus", "describe_events", "jobs_in_closed_queues"]
 
 APPLY_ORDER = S.APPLY_ORDER  # the publishing order (busched.bus.subjects)
 
@@ -213,6 +213,28 @@ async def missing_on_bus(bus: Bus, refs: list[tuple[str, str, str, str]], *,
 
     await asyncio.gather(*(read(kind, key) for kind, key in targets))
     return [r for r in refs if (r[2], r[3]) in absent]
+
+
+async def jobs_in_closed_queues(bus: Bus, cluster: ClusterSpec, *,
+                                also: ClusterSpec | None = None) -> list[tuple[str, str, str]]:
+    """``(job, queue, state)`` for each job of ``cluster`` whose queue is not Open, as the files (``cluster``
+    and ``also``) say, else the stream (one direct get per such queue).  Volcano's admission refuses to
+    create a job in such a queue; `busched apply` warns: the job waits, none of its tasks is placed."""
+    in_files = {q.name: q.state for c in (cluster, also) if c is not None for q in c.queues}
+    asked = sorted({j.queue for j in cluster.jobs if j.queue and j.queue not in in_files})
+    states = dict(in_files)
+    for name in asked:
+        last = await bus.last_state(S.state_subject("queue", name))
+        if last is None:
+            continue
+        try:
+            msg = m.decode(last[1])
+        except msgspec.DecodeError:
+            continue
+        if isinstance(msg, m.QueueUpsert):
+            states[name] = msg.queue.state
+    return [(_key(j), j.queue, states[j.queue]) for j in cluster.jobs
+            if states.get(j.queue, "Open") != "Open"]
 
 
 def describe_events(cluster: ClusterSpec, *, delete: bool = False) -> list[str]:

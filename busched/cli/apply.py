@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (the command imports what it uses when it runs: a fast `busched --help`)
     from busched.api.objects import ClusterSpec
@@ -83,6 +83,25 @@ def _references(clusters: list[tuple[str, ClusterSpec]]) -> list[tuple[str, tupl
     return out
 
 
+async def _warn_closed_queues(bus: Any, clusters: list[tuple[str, ClusterSpec]]) -> None:
+    """Volcano admits no new job into a queue that is not Open; apply warns (the job waits, Pending)."""
+    from busched.api.objects import ClusterSpec
+    from busched.bus import BusError
+    from busched.bus.apply import jobs_in_closed_queues
+
+    for i, (f, cluster) in enumerate(clusters):
+        others = [c for j, (_, c) in enumerate(clusters) if j != i]
+        try:
+            found = await jobs_in_closed_queues(bus, cluster, also=ClusterSpec(queues=[q for c in others
+                                                                                      for q in c.queues]))
+        except BusError as e:
+            print(f"warning: cannot check the queues' states against the bus: {e}", file=sys.stderr)
+            return
+        for job, queue, state in found:
+            print(f"warning: {f}: job {job} names queue {queue}, which is {state}: none of its tasks is placed "
+                  f"until the queue is opened (busched queue open {queue})", file=sys.stderr)
+
+
 def _warn(f: str, ref: tuple[str, str, str, str], where: str) -> None:
     kind, key, target_kind, target = ref
     print(f"warning: {f}: {kind} {key} names {target_kind} {target}, which is {where}", file=sys.stderr)
@@ -116,6 +135,8 @@ async def _publish(args: argparse.Namespace, clusters: list[tuple[str, ClusterSp
             for f, ref in refs:
                 if ref in missing:
                     _warn(f, ref, "neither in the files nor on the bus")
+        if bus is not None and not args.delete:
+            await _warn_closed_queues(bus, clusters)
         for f, cluster in clusters:
             if args.dry_run:
                 lines = describe_events(cluster, delete=args.delete)

@@ -297,3 +297,17 @@ async def test_drain_is_refused_for_a_node_not_cordoned_and_a_bad_request(harnes
     reply = m.decode(await bus.request(S.API_DRAIN, m.GetRequest(kind="nodes")))
     assert "expected a drain request" in reply.error
     assert await cli(harness, "node", "cordon", "nope") == 1
+
+
+async def test_apply_warns_about_a_job_in_a_closed_queue(harness, tmp_path, capsys):
+    """Volcano's admission refuses a new job in a queue that is not Open; apply says so (and publishes)."""
+    bus = await harness.bus()
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="shut", state="Closed"), QueueSpec(name="open")]))
+    f = tmp_path / "jobs.yaml"
+    f.write_text("jobs:\n- {name: a, namespace: t, queue: shut}\n- {name: b, namespace: t, queue: open}\n"
+                 "- {name: c, namespace: t, queue: mine}\nqueues:\n- {name: mine, state: Closed}\n")
+    assert await cli(harness, "apply", "-f", str(f)) == 0
+    err = capsys.readouterr().err
+    assert "job t/a names queue shut, which is Closed" in err and "job t/c names queue mine, which is Closed" in err
+    assert "t/b" not in err
+    assert (await read_object(bus, "job", "t/a"))[0] is not None  # published all the same
