@@ -113,6 +113,8 @@ async def queue_command(bus: Any, args: argparse.Namespace) -> str:
                 raise Refused(f"queue {name!r} already exists")
             return QueueSpec(name=name, weight=1 if args.weight is None else args.weight, capability=args.capability,
                              parent=args.parent, reclaimable=args.reclaimable, created=rfc3339(time.time()))
+        if verb == "delete" and name == DEFAULT_QUEUE:  # applied or the scheduler's built-in one
+            raise Refused(f"queue {name!r} cannot be deleted (the default queue)")
         if q is None:
             raise Refused(f"no queue {name!r}")
         if verb in ("open", "close"):
@@ -125,8 +127,6 @@ async def queue_command(bus: Any, args: argparse.Namespace) -> str:
                 kw["capability"] = args.capability
             return msgspec.structs.replace(q, **kw)
         # delete (Volcano's queue admission webhook)
-        if name == DEFAULT_QUEUE:
-            raise Refused(f"queue {name!r} cannot be deleted (the default queue)")
         if q.state != "Closed":
             raise Refused(f"queue {name!r} is {q.state}: only a Closed queue can be deleted, as in Volcano "
                           f"(busched queue close {name} first)")

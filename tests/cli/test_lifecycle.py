@@ -52,8 +52,10 @@ async def test_queue_create_update_and_refusals(harness, capsys):
     # Volcano: an Open queue is not deleted, nor the default queue
     assert await cli(harness, "queue", "delete", "q1") == 1
     assert "only a Closed queue can be deleted" in capsys.readouterr().err
+    assert await cli(harness, "queue", "delete", "default") == 1  # the scheduler's built-in one
+    assert "the default queue" in capsys.readouterr().err
     await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default", state="Closed")]))
-    assert await cli(harness, "queue", "delete", "default") == 1
+    assert await cli(harness, "queue", "delete", "default") == 1  # an applied one, even Closed
     assert "the default queue" in capsys.readouterr().err
     assert await cli(harness, "queue", "close", "q1") == 0
     assert await cli(harness, "queue", "delete", "q1") == 0
