@@ -1,0 +1,129 @@
+"""Scheduling events over a real nats-server (issue 14): what a cycle did and could not do, as series on
+the events stream (busched.scheduler.sched_events, busched.bus.events)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from busched.agent import fleet_nodes
+from busched.api.objects import ClusterSpec, JobSpec, PriorityClassSpec, QueueSpec, TaskSpec
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.apply import apply_cluster
+from busched.scheduler.sched_events import GANG_READY, EventSettings
+from tests.bus.test_bus_evict import WITH_PREEMPT, job
+from tests.nats_fixture import FakeClock, held_by_node, wait_until
+
+
+async def held_events(bus: Any, kind: str = "", key: str = "") -> list[m.Event]:
+    """Every series the events stream holds (on one object, with ``kind`` and ``key``), its latest state each."""
+    got: dict[tuple[str, ...], m.Event] = {}
+
+    def keep(ev: m.Event) -> None:
+        o = ev.involved_object
+        got[(o.kind, o.namespace, o.name, ev.series)] = ev
+
+    w = await bus.watch_events(keep, subject=S.events_filter(kind, key))
+    try:
+        await wait_until(w.caught_up.is_set, timeout=5, what="the events stream read")
+    finally:
+        await w.stop()
+    return list(got.values())
+
+
+def one(events: list[m.Event], reason: str) -> m.Event:
+    found = [e for e in events if e.reason == reason]
+    assert len(found) == 1, f"{len(found)} {reason} series in {events}"
+    return found[0]
+
+
+def fit_and_misfit() -> ClusterSpec:
+    return ClusterSpec(queues=[QueueSpec(name="default")],
+                       jobs=[JobSpec(name="a", namespace="t", min_member=1), JobSpec(name="b", namespace="t",
+                                                                                      min_member=1)],
+                       tasks=[TaskSpec(name="a-0", namespace="t", job="a", requests={"cpu": "1"}),
+                              TaskSpec(name="b-0", namespace="t", job="b", requests={"cpu": "5"})])
+
+
+async def test_scheduled_and_failed_scheduling_one_series_whose_count_grows(harness):
+    wall = FakeClock(1_700_000_000.0)
+    sched = await harness.scheduler(run=False, wall_clock=wall, events=EventSettings(interval=5.0))
+    agent = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await apply_cluster(bus, fit_and_misfit())
+
+    async def placed() -> bool:
+        await sched.run_once(force=True)
+        return any("t/a-0" in held for held in held_by_node(agent).values())
+    await wait_until(placed, what="t/a-0 placed")
+    first = wall()
+    node = next(n for n, held in held_by_node(agent).items() if "t/a-0" in held)
+
+    async def stream_has(kind: str, key: str, reason: str) -> list[m.Event]:
+        evs = await held_events(bus, kind, key)
+        return evs if any(e.reason == reason for e in evs) else []
+    a = one(await wait_until(lambda: stream_has("task", "t/a-0", "Scheduled"), what="Scheduled"), "Scheduled")
+    assert (a.event_type, a.message, a.count) == ("Normal", f"Successfully assigned t/a-0 to {node}", 1)
+    assert a.involved_object == m.EventObject(kind="task", namespace="t", name="a-0")
+    assert a.source.component == "busched-scheduler" and a.source.instance == sched.boot
+    b = one(await wait_until(lambda: stream_has("task", "t/b-0", "FailedScheduling"), what="FailedScheduling"),
+            "FailedScheduling")
+    assert b.event_type == "Warning"
+    assert b.message == "0/2 nodes are unavailable: 2 Insufficient cpu.", b.message  # the aggregated node reasons
+    pg = one(await held_events(bus, "job", "t/b"), "Unschedulable")
+    assert pg.event_type == "Warning" and pg.message.startswith("1/1 tasks in gang unschedulable: ")
+    assert "0/2 nodes are unavailable: 2 Insufficient cpu." in pg.message
+
+    # more cycles see the same: one series, its count growing in memory, on the stream at most every 5 s
+    seen_b = [s for k, s in sched.sched_events.series.items() if k[:2] == ("task", "t/b-0")][0]
+    before = seen_b.count
+    for _ in range(3):
+        wall.advance(1.0)
+        await sched.run_once(force=True)
+    assert seen_b.count == before + 3
+    await sched.sched_events.writer  # whatever the cycles started publishing is out
+    b = one(await held_events(bus, "task", "t/b-0"), "FailedScheduling")
+    assert b.count < seen_b.count  # not republished within the interval
+    wall.advance(5.0)
+    await sched.run_once(force=True)
+    await sched.sched_events.writer
+    b = one(await held_events(bus, "task", "t/b-0"), "FailedScheduling")  # still one series
+    assert b.count == seen_b.count == before + 4
+    assert b.last_timestamp == wall() and b.first_timestamp <= first
+    # the stream keeps one message per series: many cycles, few messages
+    info = await bus.js.stream_info(S.EVENT_STREAM, subjects_filter=S.events_filter("task", "t/b-0"))
+    assert info.state.subjects and set(info.state.subjects.values()) == {1}
+    assert sched.metrics.sched_events.labels("FailedScheduling")._value.get() >= before + 4
+
+
+async def test_preempted_names_the_preemptor_and_the_podgroup_goes_unschedulable_then_scheduled(harness):
+    await harness.scheduler(WITH_PREEMPT)
+    agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default")], priority_classes=[
+        PriorityClassSpec(name="low", value=10), PriorityClassSpec(name="high", value=1000)]))
+    await apply_cluster(bus, job("low", 4, "low"))
+    await wait_until(lambda: len(held_by_node(agent)["node-00"]) == 4, what="low fills the node")
+    await apply_cluster(bus, job("high", 2, "high", min_member=2))
+    await wait_until(lambda: sum(k.startswith("p/high-") for k in held_by_node(agent)["node-00"]) == 2,
+                     what="high running after preemption")
+
+    async def of_job(name: str) -> list[m.Event]:
+        evs = await held_events(bus, "job", name)
+        return evs if {e.reason for e in evs} >= {"Unschedulable", "Scheduled"} else []
+    pg = await wait_until(lambda: of_job("p/high"), what="the podgroup's events")
+    unsched, ready = one(pg, "Unschedulable"), one(pg, "Scheduled")
+    assert unsched.event_type == "Warning" and "tasks in gang unschedulable" in unsched.message
+    assert (ready.event_type, ready.message) == ("Normal", GANG_READY)
+    assert ready.first_timestamp >= unsched.first_timestamp
+
+    evicted = sorted(e[2] for e in agent.history if e[0] == "evict")
+    tasks = await held_events(bus, "task")
+    preempted = sorted((f"{e.involved_object.namespace}/{e.involved_object.name}", e) for e in tasks
+                       if e.reason == "Preempted")
+    assert [k for k, _ in preempted] == evicted
+    for _, e in preempted:
+        assert e.event_type == "Warning"
+        assert e.message in ("Preempted by p/high-0 on node node-00", "Preempted by p/high-1 on node node-00")
+    scheduled = {f"{e.involved_object.namespace}/{e.involved_object.name}" for e in tasks if e.reason == "Scheduled"}
+    assert {"p/high-0", "p/high-1"} <= scheduled
