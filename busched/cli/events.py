@@ -79,12 +79,13 @@ def row(ev: Any, now: float) -> tuple[str, ...]:
     return (age(now - ev.last_timestamp), ev.event_type, ev.reason, obj, str(ev.count), ev.message)
 
 
-def _json(ev: Any) -> Any:
-    import msgspec
-
-    d = msgspec.to_builtins(ev)
-    d.pop("type", None)  # the message tag, not the event's type (eventType)
-    return d
+def _json(ev: Any) -> dict[str, Any]:
+    """An event as kubectl's JSON names it (``type`` Normal | Warning), every field present."""
+    o = ev.involved_object
+    return {"involvedObject": {"kind": o.kind, "namespace": o.namespace, "name": o.name}, "type": ev.event_type,
+            "reason": ev.reason, "message": ev.message, "count": ev.count, "firstTimestamp": ev.first_timestamp,
+            "lastTimestamp": ev.last_timestamp,
+            "source": {"component": ev.source.component, "instance": ev.source.instance}, "series": ev.series}
 
 
 def _series(ev: Any) -> tuple[str, str, str, str]:

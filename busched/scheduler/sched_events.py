@@ -138,7 +138,7 @@ class EventRecorder:
 
     def _unschedulable(self, ssn: Any, now: float) -> dict[str, int]:
         """FailedScheduling for the Pending tasks of the jobs the session could not place (and Unschedulable
-        for those the gang plugin marked so); the queues they wait in -> their pending tasks."""
+        for those the gang plugin marked so); every queue with Pending tasks -> how many."""
         waiting: dict[str, int] = {}
         budget = self.settings.task_events
         seen: Any = None  # many jobs share one conditions list (gang's for ready jobs): look at each once
@@ -154,9 +154,11 @@ class EventRecorder:
                 if job.has_podgroup:
                     self.add("job", job.uid, "Warning", "Unschedulable", gang, now)
             pending = job.status_index.get(TaskStatus.Pending)
-            if not pending or not (marked or job.nodes_fit_errors or job.job_fit_errors):
+            if not pending:
                 continue
             waiting[job.queue] = waiting.get(job.queue, 0) + len(pending)
+            if not (marked or job.nodes_fit_errors or job.job_fit_errors):
+                continue  # e.g. a ready job's elastic tasks its queue's share leaves out: no failure of fitting
             # (a job the session did not even try, e.g. not enqueued, has no fit errors: the gang's message)
             base = job.job_fit_errors or gang or ALL_NODES_UNAVAILABLE
             for t in sorted(pending.values(), key=lambda t: t.key):

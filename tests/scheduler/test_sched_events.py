@@ -127,3 +127,33 @@ async def test_preempted_names_the_preemptor_and_the_podgroup_goes_unschedulable
         assert e.message in ("Preempted by p/high-0 on node node-00", "Preempted by p/high-1 on node node-00")
     scheduled = {f"{e.involved_object.namespace}/{e.involved_object.name}" for e in tasks if e.reason == "Scheduled"}
     assert {"p/high-0", "p/high-1"} <= scheduled
+
+
+async def test_an_overused_queue_with_pending_work_is_an_event(harness):
+    sched = await harness.scheduler(run=False)
+    # (pods are a dimension of the deserved share too: a node of 4 pods, so that 4 running tasks can be all of it)
+    agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi", pods=4))
+    bus = await harness.bus()
+    small = {"cpu": "1", "memory": "2Gi"}
+    await apply_cluster(bus, ClusterSpec(
+        queues=[QueueSpec(name="q1"), QueueSpec(name="q2")],
+        jobs=[JobSpec(name="w", namespace="t", queue="q1", min_member=1)],
+        tasks=[TaskSpec(name=f"w-{i}", namespace="t", job="w", requests=small) for i in range(6)]))
+
+    async def full() -> bool:
+        await sched.run_once(force=True)
+        return len(held_by_node(agent)["node-00"]) == 4
+    await wait_until(full, what="the node full, two tasks of q1 pending")
+    # q2 asks for its share: q1 holds more than it deserves now, with work of its own still pending
+    await apply_cluster(bus, ClusterSpec(jobs=[JobSpec(name="v", namespace="t", queue="q2", min_member=1)], tasks=[
+        TaskSpec(name="v-0", namespace="t", job="v", requests={"cpu": "2", "memory": "4Gi"})]))
+    await wait_until(lambda: "t/v-0" in sched.specs["task"], what="q2's task known")
+
+    async def overused() -> list[m.Event]:
+        await sched.run_once(force=True)
+        return [e for e in await held_events(bus, "queue") if e.reason == "Overused"]
+    evs = await wait_until(overused, what="the Overused event")
+    assert [e.involved_object for e in evs] == [m.EventObject(kind="queue", name="q1")]
+    assert evs[0].event_type == "Warning"
+    assert evs[0].message == ("queue q1 is overused (its allocation reached its deserved share); "
+                              "2 pending task(s) of its jobs wait")

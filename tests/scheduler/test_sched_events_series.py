@@ -1,0 +1,100 @@
+"""The event recorder alone (busched.scheduler.sched_events): series, their rate limit and their bound.
+The bus side is tested over a real nats-server in test_sched_events.py; here the publish is a list."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.scheduler.sched_events import EventRecorder, EventSettings, series_id
+
+
+class Published:
+    """A publish function that keeps what it was given and answers ok (or not, ``ok=False``)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, m.Msg, str | None]] = []
+        self.ok = True
+
+    async def __call__(self, items: Any) -> list[Any]:
+        got = list(items)
+        self.items.extend(got)
+        return [SimpleNamespace(ok=self.ok) for _ in got]
+
+
+def recorder(**kw: Any) -> tuple[EventRecorder, Published, list[int]]:
+    pub = Published()
+    errors: list[int] = []
+    rec = EventRecorder(EventSettings(**kw), pub, boot=lambda: "b00t", on_error=lambda: errors.append(1))
+    return rec, pub, errors
+
+
+async def settle(rec: EventRecorder) -> None:
+    if rec.writer is not None:
+        await rec.writer
+
+
+async def test_one_series_per_object_type_reason_message_republished_at_most_once_per_interval():
+    rec, pub, _ = recorder(interval=10.0)
+    for t in (100.0, 101.0, 102.0):
+        rec.add("task", "t/a", "Warning", "FailedScheduling", "0/2 nodes are unavailable", t)
+        rec.publish_due(t)
+        await settle(rec)
+    assert len(rec.series) == 1
+    assert [e.count for _, e, _ in pub.items] == [1]  # new: at once; growing: not within the interval
+    rec.add("task", "t/a", "Warning", "FailedScheduling", "0/2 nodes are unavailable", 111.0)
+    rec.publish_due(111.0)
+    await settle(rec)
+    subj, ev, _ = pub.items[-1]
+    assert isinstance(ev, m.Event) and (ev.count, ev.first_timestamp, ev.last_timestamp) == (4, 100.0, 111.0)
+    sid = series_id("Warning", "FailedScheduling", "0/2 nodes are unavailable")
+    assert subj == S.event_subject("task", "t/a", sid) and ev.series == sid
+    assert ev.source == m.EventSource(component="busched-scheduler", instance="b00t")
+    # another message is another series, published at once
+    rec.add("task", "t/a", "Warning", "FailedScheduling", "0/3 nodes are unavailable", 112.0)
+    rec.publish_due(112.0)
+    await settle(rec)
+    assert len(rec.series) == 2 and pub.items[-1][1].count == 1
+    # on the way out, what has news is published whatever the interval
+    rec.add("task", "t/a", "Warning", "FailedScheduling", "0/2 nodes are unavailable", 113.0)
+    await rec.flush()
+    assert pub.items[-1][1].count == 5
+
+
+async def test_series_are_bounded_least_recently_seen_first_and_messages_cut():
+    rec, _, _ = recorder(series=3)
+    for i in range(5):
+        rec.add("task", f"t/{i}", "Normal", "Scheduled", "x", float(i))
+    rec.add("task", "t/2", "Normal", "Scheduled", "x", 9.0)  # seen again: the most recent
+    rec.add("task", "t/5", "Normal", "Scheduled", "x", 10.0)
+    assert [k[1] for k in rec.series] == ["t/4", "t/2", "t/5"]
+    rec.add("job", "t/j", "Warning", "Unschedulable", "y" * 5000, 11.0)
+    (k, s), = [(k, s) for k, s in rec.series.items() if k[0] == "job"]
+    ev = rec.event(k, s)
+    assert len(ev.message) == m.MAX_EVENT_MESSAGE and ev.message.endswith("...")
+    assert m.decode(m.encode(ev)) == ev  # within the message's own bounds
+
+
+async def test_a_failed_publish_is_counted_and_published_again():
+    rec, pub, errors = recorder(interval=10.0)
+    pub.ok = False
+    rec.add("node", "n1", "Warning", "Evicted", "z", 1.0)
+    rec.publish_due(1.0)
+    await settle(rec)
+    assert errors == [1]
+    pub.ok = True
+    rec.publish_due(2.0)  # never stored: due again at once
+    await settle(rec)
+    assert [e.count for _, e, _ in pub.items] == [1, 1] and errors == [1]
+    assert not rec.due(100.0)
+
+
+def test_nothing_is_recorded_without_an_events_stream():
+    pub = Published()
+    rec = EventRecorder(EventSettings(), pub, boot=lambda: "", on_error=lambda: None, stream=False)
+    ssn = SimpleNamespace(decisions=[SimpleNamespace(kind="bind", task="t/a", node="n")], jobs={}, queues={}, uid="u")
+    rec.before_close(ssn)
+    rec.record(ssn, 1.0)
+    assert not rec.series and rec.writer is None
