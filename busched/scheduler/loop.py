@@ -357,8 +357,8 @@ class Scheduler:
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
             changed = await self.statuses.collect(ssn)
-            self.sched_events.record(ssn, report.now, changed)  # published in the background
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
+            self.sched_events.record(ssn, report.now, changed)  # published in the background, after the record
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
