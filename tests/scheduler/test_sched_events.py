@@ -157,3 +157,34 @@ async def test_an_overused_queue_with_pending_work_is_an_event(harness):
     assert evs[0].event_type == "Warning"
     assert evs[0].message == ("queue q1 is overused (its allocation reached its deserved share); "
                               "2 pending task(s) of its jobs wait")
+
+
+WITH_RECLAIM = WITH_PREEMPT.replace("preempt", "reclaim")
+
+
+async def test_evicted_names_the_reclaiming_queue(harness):
+    await harness.scheduler(WITH_RECLAIM)
+    agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    small = {"cpu": "1", "memory": "2Gi"}
+    await apply_cluster(bus, ClusterSpec(
+        queues=[QueueSpec(name="q1"), QueueSpec(name="q2")],
+        jobs=[JobSpec(name="w", namespace="t", queue="q1", min_member=1)],
+        tasks=[TaskSpec(name=f"w-{i}", namespace="t", job="w", requests=small) for i in range(4)]))
+    await wait_until(lambda: len(held_by_node(agent)["node-00"]) == 4, what="q1 fills the node")
+    await apply_cluster(bus, ClusterSpec(jobs=[JobSpec(name="v", namespace="t", queue="q2", min_member=2)], tasks=[
+        TaskSpec(name=f"v-{i}", namespace="t", job="v", requests=small) for i in range(2)]))
+    await wait_until(lambda: sum(k.startswith("t/v-") for k in held_by_node(agent)["node-00"]) == 2,
+                     what="q2 running after reclaim")
+
+    evicted = sorted(e[2] for e in agent.history if e[0] == "evict")
+    assert len(evicted) == 2
+
+    async def evictions() -> list[m.Event]:
+        evs = [e for e in await held_events(bus, "task") if e.reason == "Evicted"]
+        return evs if len(evs) == len(evicted) else []
+    evs = await wait_until(evictions, what="the Evicted events")
+    assert sorted(f"{e.involved_object.namespace}/{e.involved_object.name}" for e in evs) == evicted
+    for e in evs:
+        assert e.event_type == "Warning"
+        assert e.message in (f"Evicted to reclaim resources for queue q2 (t/v-{i} on node node-00)" for i in (0, 1))
