@@ -11,8 +11,9 @@ events"), with Volcano's reasons and messages:
 * a task evicted: ``Preempted`` (Warning) naming the preemptor, the task the session pipelined onto the
   victim's node, or ``Evicted`` naming the reclaiming queue (reclaim) or the reason (Volcano's "Pod is
   evicted, because of ...");
-* a job (its PodGroup) the gang plugin marked unschedulable this session: ``Unschedulable`` (Warning) with
-  the condition's message ("1/2 tasks in gang unschedulable: ..."); one whose status changed to scheduled:
+* a job (its PodGroup) with Pending or Pipelined tasks the gang plugin marked unschedulable this session:
+  ``Unschedulable`` (Warning) with the condition's message ("1/2 tasks in gang unschedulable: ..."); one
+  whose status changed to scheduled:
   ``Scheduled`` (Normal), "tasks in gang are ready to be scheduled";
 * a queue proportion finds overused (read before the session closes, `before_close`) while a job of it
   has Pending tasks: ``Overused`` (Warning).
@@ -141,19 +142,24 @@ class EventRecorder:
         for those the gang plugin marked so); every queue with Pending tasks -> how many."""
         waiting: dict[str, int] = {}
         budget = self.settings.task_events
+        uid = ssn.uid
         seen: Any = None  # many jobs share one conditions list (gang's for ready jobs): look at each once
         marked = False
-        for job in ssn.jobs.values():
+        pending_status, pipelined_status = TaskStatus.Pending, TaskStatus.Pipelined
+        for job in ssn.jobs.values():  # (every job, each cycle: the common case, nothing waiting, comes first)
+            index = job.status_index
+            pending = index.get(pending_status)
+            if not pending and not index.get(pipelined_status):
+                continue  # nothing of it waits: placed, running or done
             conds = job.conditions
             if conds is not seen:
                 seen = conds
-                marked = unschedulable(conds, ssn.uid)
+                marked = unschedulable(conds, uid)
             gang = ""
             if marked:
                 gang = next((str(c.get("message", "")) for c in conds if c.get("type") == "Unschedulable"), "")
                 if job.has_podgroup:
                     self.add("job", job.uid, "Warning", "Unschedulable", gang, now)
-            pending = job.status_index.get(TaskStatus.Pending)
             if not pending:
                 continue
             waiting[job.queue] = waiting.get(job.queue, 0) + len(pending)
