@@ -188,3 +188,24 @@ async def test_evicted_names_the_reclaiming_queue(harness):
     for e in evs:
         assert e.event_type == "Warning"
         assert e.message in (f"Evicted to reclaim resources for queue q2 (t/v-{i} on node node-00)" for i in (0, 1))
+
+
+async def test_stopping_publishes_the_latest_counts(harness):
+    wall = FakeClock(1_700_000_000.0)
+    sched = await harness.scheduler(run=False, wall_clock=wall, events=EventSettings(interval=3600.0))
+    await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await apply_cluster(bus, fit_and_misfit())
+
+    async def failing() -> bool:
+        await sched.run_once(force=True)
+        return any(k[:2] == ("task", "t/b-0") for k in sched.sched_events.series)
+    await wait_until(failing, what="t/b-0 failing to fit")
+    for _ in range(3):
+        wall.advance(1.0)
+        await sched.run_once(force=True)
+    count = next(s.count for k, s in sched.sched_events.series.items() if k[:2] == ("task", "t/b-0"))
+    assert count >= 4
+    await sched.stop()  # within the hour: only the way out publishes the grown count
+    b = one(await held_events(bus, "task", "t/b-0"), "FailedScheduling")
+    assert (b.count, b.last_timestamp) == (count, wall())
