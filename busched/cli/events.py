@@ -52,7 +52,7 @@ def parse_object(text: str) -> tuple[str, str]:
     if not rest:
         return k, ""
     if k in NAMESPACED:
-        ns, _, name = rest.rpartition("/")
+        ns, _, name = rest.partition("/") if "/" in rest else ("", "", rest)
         return k, f"{ns or 'default'}/{name}"
     if "/" in rest:
         raise ValueError(f"{k} names have no namespace: {text!r}")

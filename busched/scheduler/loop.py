@@ -358,7 +358,7 @@ class Scheduler:
             # and the stream in the background (busched.scheduler.statuses)
             changed = await self.statuses.collect(ssn)
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
-            self.sched_events.record(ssn, report.now, changed)  # published in the background, after the record
+            self.sched_events.record(ssn, report, changed)  # published in the background, after the record
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()

@@ -55,6 +55,7 @@ log = logging.getLogger("busched.scheduler")
 
 ALL_NODES_UNAVAILABLE = "all nodes are unavailable"  # Volcano's AllNodeUnavailableMsg
 GANG_READY = "tasks in gang are ready to be scheduled"  # Volcano's PodGroupReady
+NAMESPACED = ("task", "job")  # their keys are ns/name (as their subjects', busched.bus.subjects)
 
 Publish = Callable[[Iterable[tuple[str, m.Msg, str | None]]], Awaitable[list[Any]]]
 Key = tuple[str, str, str, str, str]  # kind, object key, type, reason, message
@@ -113,15 +114,17 @@ class EventRecorder:
             return
         self._overused = [name for name, q in ssn.queues.items() if ssn.overused(q)]
 
-    def record(self, ssn: Any, now: float, changed: Iterable[m.PodGroupStatus] = ()) -> None:
-        """Make the events of a closed session (``changed``: the podgroup statuses it changed) and start
-        publishing the series that are due."""
+    def record(self, ssn: Any, report: Any, changed: Iterable[m.PodGroupStatus] = ()) -> None:
+        """Make the events of a closed session whose decisions the loop published (``report``: the binds and
+        evicts that went out, and the cycle's ``now``; ``changed``: the podgroup statuses it changed), and
+        start publishing the series that are due."""
         if not self.enabled:
             return
-        for d in ssn.decisions:
-            if d.kind == "bind":
-                self.add("task", d.task, "Normal", "Scheduled", f"Successfully assigned {d.task} to {d.node}", now)
-        evicts = [d for d in ssn.decisions if d.kind == "evict"]
+        now = report.now
+        for task, node in report.binds:  # not a decision the loop dropped (the task deleted meanwhile ...)
+            self.add("task", task, "Normal", "Scheduled", f"Successfully assigned {task} to {node}", now)
+        sent = {task for task, _ in report.evicts}
+        evicts = [d for d in ssn.decisions if d.kind == "evict" and d.task in sent]
         if evicts:
             self._evictions(ssn, evicts, now)
         waiting = self._unschedulable(ssn, now)
@@ -223,7 +226,7 @@ class EventRecorder:
 
     def event(self, k: Key, s: _Series) -> m.Event:
         kind, key, event_type, reason, message = k
-        ns, _, name = key.rpartition("/")
+        ns, name = key.split("/", 1) if kind in NAMESPACED and "/" in key else ("", key)
         return m.Event(involved_object=m.EventObject(kind=kind, name=_cut(name, 1024),  # type: ignore[arg-type]
                                                      namespace=_cut(ns, 1024)),
                        reason=_cut(reason, m.MAX_EVENT_REASON), message=message,

@@ -96,5 +96,5 @@ def test_nothing_is_recorded_without_an_events_stream():
     rec = EventRecorder(EventSettings(), pub, boot=lambda: "", on_error=lambda: None, stream=False)
     ssn = SimpleNamespace(decisions=[SimpleNamespace(kind="bind", task="t/a", node="n")], jobs={}, queues={}, uid="u")
     rec.before_close(ssn)
-    rec.record(ssn, 1.0)
+    rec.record(ssn, SimpleNamespace(now=1.0, binds=[("t/a", "n")], evicts=[]))
     assert not rec.series and rec.writer is None
