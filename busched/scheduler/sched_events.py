@@ -20,6 +20,8 @@ events"), with Volcano's reasons and messages:
 
 Events are deduplicated into *series* as client-go's EventCorrelator does: the same object, type, reason
 and message is one series whose ``count`` grows and ``lastTimestamp`` moves, ``firstTimestamp`` staying.
+An object with many different messages of one type and reason (10 within 10 minutes) gets one more series
+whose message is the latest, "(combined from similar events): ...", as client-go's EventAggregator does.
 A series is published on its own subject of the events stream, which keeps only its latest message; a new
 series goes out at once, a growing one at most once per ``EventSettings.interval`` seconds (the latest
 count then), so a task Pending for hours is a handful of messages, not one per cycle.  At most
@@ -49,12 +51,13 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.framework.phase import unschedulable
 
-__all__ = ["EventSettings", "EventRecorder", "series_id", "ALL_NODES_UNAVAILABLE", "GANG_READY"]
+__all__ = ["EventSettings", "EventRecorder", "series_id", "ALL_NODES_UNAVAILABLE", "GANG_READY", "COMBINED"]
 
 log = logging.getLogger("busched.scheduler")
 
 ALL_NODES_UNAVAILABLE = "all nodes are unavailable"  # Volcano's AllNodeUnavailableMsg
 GANG_READY = "tasks in gang are ready to be scheduled"  # Volcano's PodGroupReady
+COMBINED = "(combined from similar events): "
 NAMESPACED = ("task", "job")  # their keys are ns/name (as their subjects', busched.bus.subjects)
 
 Publish = Callable[[Iterable[tuple[str, m.Msg, str | None]]], Awaitable[list[Any]]]
@@ -67,17 +70,28 @@ class EventSettings:
     interval: float = 10.0  # a series whose count grows is published again at most once per this many seconds
     series: int = 4096  # series remembered at most (client-go's event cache holds 4096), least recently seen out
     task_events: int = 1000  # FailedScheduling events made per cycle at most
+    # client-go's EventAggregator: once an object has had this many different messages for one type and reason
+    # within similar_window seconds, its further ones go to one series, "(combined from similar events): ..."
+    similar: int = 10
+    similar_window: float = 600.0
 
 
 @dataclass
 class _Series:
     subject: str
     series: str
+    message: str
     count: int
     first: float
     last: float
     published: float | None = None  # cycle time it was last handed to a publish, None: never
     dirty: bool = True  # has news the stream does not have
+
+
+@dataclass
+class _Similar:
+    start: float  # when the window opened
+    messages: set[str]  # the different messages seen in it, until there are `similar` of them
 
 
 def series_id(event_type: str, reason: str, message: str) -> str:
@@ -104,6 +118,7 @@ class EventRecorder:
         self.on_error = on_error
         self.on_event = on_event
         self.series: OrderedDict[Key, _Series] = OrderedDict()
+        self.similar: OrderedDict[tuple[str, str, str, str], _Similar] = OrderedDict()
         self.writer: asyncio.Task[None] | None = None
         self._overused: list[str] = []
 
@@ -207,25 +222,49 @@ class EventRecorder:
 
     # -- series ---------------------------------------------------------------------------------------------------
     def add(self, kind: str, key: str, event_type: str, reason: str, message: str, now: float) -> None:
-        """One occurrence of an event: a new series, or one more of a series seen before."""
+        """One occurrence of an event: a new series, or one more of a series seen before (the combined one,
+        once the object has had too many different messages of this type and reason, `_combined`)."""
         message = _cut(message, m.MAX_EVENT_MESSAGE)
         k = (kind, key, event_type, reason, message)
+        if self._combined(k, now):
+            k = (kind, key, event_type, reason, COMBINED)
+            message = _cut(COMBINED + message, m.MAX_EVENT_MESSAGE)
         s = self.series.get(k)
         if s is None:
-            sid = series_id(event_type, reason, message)
-            self.series[k] = _Series(S.event_subject(kind, key, sid), sid, 1, now, now)
+            sid = series_id(event_type, reason, k[4])
+            self.series[k] = _Series(S.event_subject(kind, key, sid), sid, message, 1, now, now)
             if len(self.series) > self.settings.series:
                 self.series.popitem(last=False)
         else:
             s.count += 1
             s.last = max(s.last, now)
+            s.message = message
             s.dirty = True
             self.series.move_to_end(k)
         if self.on_event is not None:
             self.on_event(reason)
 
+    def _combined(self, k: Key, now: float) -> bool:
+        """Whether this occurrence joins its object's combined series: `EventSettings.similar` different
+        messages of its type and reason within `EventSettings.similar_window` seconds (client-go's
+        EventAggregator), remembered for at most `EventSettings.series` objects."""
+        limit = self.settings.similar
+        if limit <= 0:
+            return False
+        sk = k[:4]
+        st = self.similar.get(sk)
+        if st is None or now - st.start > self.settings.similar_window:
+            st = self.similar[sk] = _Similar(now, set())
+            if len(self.similar) > self.settings.series:
+                self.similar.popitem(last=False)
+        self.similar.move_to_end(sk)
+        if len(st.messages) < limit:
+            st.messages.add(k[4])
+        return len(st.messages) >= limit
+
     def event(self, k: Key, s: _Series) -> m.Event:
-        kind, key, event_type, reason, message = k
+        kind, key, event_type, reason, _ = k
+        message = s.message
         ns, name = key.split("/", 1) if kind in NAMESPACED and "/" in key else ("", key)
         return m.Event(involved_object=m.EventObject(kind=kind, name=_cut(name, 1024),  # type: ignore[arg-type]
                                                      namespace=_cut(ns, 1024)),

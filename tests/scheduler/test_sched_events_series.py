@@ -8,7 +8,7 @@ from typing import Any
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.scheduler.sched_events import EventRecorder, EventSettings, series_id
+from busched.scheduler.sched_events import COMBINED, EventRecorder, EventSettings, series_id
 
 
 class Published:
@@ -98,3 +98,24 @@ def test_nothing_is_recorded_without_an_events_stream():
     rec.before_close(ssn)
     rec.record(ssn, SimpleNamespace(now=1.0, binds=[("t/a", "n")], evicts=[]))
     assert not rec.series and rec.writer is None
+
+
+async def test_many_different_messages_of_one_object_are_combined_into_one_series():
+    rec, pub, _ = recorder(similar=3, similar_window=60.0)
+    for i in range(6):
+        rec.add("job", "t/j", "Warning", "Unschedulable", f"{i}/9 tasks in gang unschedulable", 100.0 + i)
+    rec.add("job", "t/k", "Warning", "Unschedulable", "another object", 106.0)  # counted apart
+    rec.add("job", "t/j", "Normal", "Scheduled", "ready", 106.0)  # another reason: apart too
+    messages = {k[1:]: s for k, s in rec.series.items()}
+    # two messages on their own, then the third different one opens the combined series, which takes the rest
+    assert sorted(k[3] for k in messages if k[0] == "t/j" and k[2] == "Unschedulable") == sorted(
+        ["0/9 tasks in gang unschedulable", "1/9 tasks in gang unschedulable", COMBINED])
+    combined = messages[("t/j", "Warning", "Unschedulable", COMBINED)]
+    assert (combined.count, combined.first, combined.last) == (4, 102.0, 105.0)
+    rec.publish_due(106.0)
+    await settle(rec)
+    ev = next(e for _, e, _ in pub.items if e.series == combined.series)
+    assert ev.message == COMBINED + "5/9 tasks in gang unschedulable"
+    # a new window: messages on their own again
+    rec.add("job", "t/j", "Warning", "Unschedulable", "later", 200.0)
+    assert ("job", "t/j", "Warning", "Unschedulable", "later") in rec.series
