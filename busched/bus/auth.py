@@ -64,7 +64,8 @@ def scheduler_permissions() -> dict[str, Any]:
 
 
 def cli_permissions(inbox_prefix: str = CLI_INBOX_PREFIX) -> dict[str, Any]:
-    """`busched apply`, `delete`, `get`: object kinds and requests; no bindings, podgroups, results, decisions."""
+    """`busched apply`, `delete`, `get`, `events`: object kinds and requests; reading the state and events
+    streams; no bindings, podgroups, results, decisions, events."""
     st, dc = S.STATE_STREAM, S.DECISION_STREAM
     publish = [f"{S.STATE_PREFIX}.{kind}.>" for kind in OBJECT_KINDS]
     publish += ["busched.api.>",

@@ -207,6 +207,11 @@ class Bus:
         (`busched.bus.events`)."""
         return await events.watch_events(self.js, handler, subject=subject)
 
+    async def last_event(self, subject: str) -> bytes | None:
+        """The latest message of one event series (its subject), or None if the stream holds none."""
+        last = await reads.last_msg(self.js, S.EVENT_STREAM, subject)
+        return last[1] if last is not None else None
+
     # -- decisions -------------------------------------------------------------------------------------------------
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:
         return await reads.last_msg(self.js, S.DECISION_STREAM, subject)

@@ -125,6 +125,7 @@ class Scheduler:
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
         self.sched_events = EventRecorder(self.settings.events, lambda items: self.bus.publish_all(items),
                                           boot=lambda: self.boot, stream=self.settings.streams.events_max_age > 0,
+                                          last=lambda subject: self.bus.last_event(subject),
                                           on_error=self.metrics.publish_errors.labels("events").inc,
                                           on_event=lambda reason: self.metrics.sched_events.labels(reason).inc())
         live: dict[str, NodeLive] = {}  # node -> its agent's liveness: kept by liveness, read by the table

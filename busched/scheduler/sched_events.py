@@ -28,7 +28,8 @@ count then), so a task Pending for hours is a handful of messages, not one per c
 ``EventSettings.series`` series are remembered, the least recently seen dropped first (a dropped series
 that comes back starts again at count 1, as an expired Kubernetes event does).  A cycle makes at most
 ``EventSettings.task_events`` task FailedScheduling events (a cluster with 100,000 pending tasks must not
-make a cycle pay for 100,000).
+make a cycle pay for 100,000).  A Warning series this scheduler publishes for the first time continues the
+count an earlier scheduler left on the stream (a restart does not start a Pending task's count again).
 
 Timestamps are the cycle's ``now`` (`CycleReport.now`, read once per cycle): nothing here reads a clock.
 Publishing is a background task started after the cycle's decisions went out; a failed publish is counted
@@ -61,6 +62,7 @@ COMBINED = "(combined from similar events): "
 NAMESPACED = ("task", "job")  # their keys are ns/name (as their subjects', busched.bus.subjects)
 
 Publish = Callable[[Iterable[tuple[str, m.Msg, str | None]]], Awaitable[list[Any]]]
+Last = Callable[[str], Awaitable[bytes | None]]  # the last message of one subject of the events stream, or None
 Key = tuple[str, str, str, str, str]  # kind, object key, type, reason, message
 
 
@@ -86,6 +88,7 @@ class _Series:
     last: float
     published: float | None = None  # cycle time it was last handed to a publish, None: never
     dirty: bool = True  # has news the stream does not have
+    looked_up: bool = False  # the stream was asked for an earlier scheduler's count of it (`_inherit`)
 
 
 @dataclass
@@ -108,10 +111,11 @@ class EventRecorder:
 
     def __init__(self, settings: EventSettings, publish_all: Publish, *, boot: Callable[[], str],
                  on_error: Callable[[], None], on_event: Callable[[str], None] | None = None,
-                 stream: bool = True) -> None:
+                 stream: bool = True, last: Last | None = None) -> None:
         """``stream``: the events stream exists (``StreamSettings.events_max_age`` > 0); without it nothing
-        is recorded."""
+        is recorded.  ``last``: reads a series' latest message from the stream (`_inherit`)."""
         self.enabled = settings.enabled and stream
+        self.last = last
         self.settings = settings
         self.publish_all = publish_all
         self.boot = boot
@@ -296,7 +300,31 @@ class EventRecorder:
         if items:
             await self._publish(items, max(s.last for _, s in items))
 
+    async def _inherit(self, items: list[tuple[Key, _Series]]) -> None:
+        """A Warning series (FailedScheduling, Unschedulable, Overused: what goes on for a while) published for
+        the first time by this scheduler may have been counted by an earlier one (before a restart, or another
+        scheduler on the bus): its count goes on from the stream's latest message of the series, and its
+        firstTimestamp stays, instead of starting again at 1.  One read per such series, once."""
+        todo = [s for k, s in items if k[2] == "Warning" and s.published is None and not s.looked_up]
+        if not todo or self.last is None:
+            return
+        for s in todo:
+            s.looked_up = True
+        got = await asyncio.gather(*(self.last(s.subject) for s in todo), return_exceptions=True)
+        me = self.boot()
+        for s, data in zip(todo, got):
+            if not isinstance(data, bytes):
+                continue  # none, or not readable now: the series starts here
+            try:
+                old = m.decode(data)
+            except m.DecodeError:
+                continue
+            if isinstance(old, m.Event) and old.series == s.series and old.source.instance != me:
+                s.count += old.count
+                s.first = min(s.first, old.first_timestamp)
+
     async def _publish(self, items: list[tuple[Key, _Series]], now: float) -> None:
+        await self._inherit(items)
         out = []
         before = [s.published for _, s in items]
         for k, s in items:

@@ -16,7 +16,7 @@ from busched.bus.apply import apply_cluster
 from busched.cli.events import age, parse_object
 from busched.cli.main import main
 from tests.nats_fixture import wait_until
-from tests.scheduler.test_sched_events import fit_and_misfit, held_events
+from tests.scheduler.test_sched_events import alive, fit_and_misfit, held_events
 
 
 def one_task(job: str) -> ClusterSpec:
@@ -25,9 +25,10 @@ def one_task(job: str) -> ClusterSpec:
 
 
 async def running_with_events(harness):
-    await harness.scheduler()
+    sched = await harness.scheduler()
     await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     bus = await harness.bus()
+    await alive(sched, 2)  # (so that every cycle after the apply sees the same nodes: one message per series)
     await apply_cluster(bus, fit_and_misfit())
 
     async def both() -> bool:

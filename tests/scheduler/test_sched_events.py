@@ -31,6 +31,11 @@ async def held_events(bus: Any, kind: str = "", key: str = "") -> list[m.Event]:
     return list(got.values())
 
 
+async def alive(sched: Any, nodes: int) -> None:
+    """Wait until ``sched`` has heard every node's agent: a cycle before would find no node (another message)."""
+    await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == nodes, what="agents alive")
+
+
 def one(events: list[m.Event], reason: str) -> m.Event:
     found = [e for e in events if e.reason == reason]
     assert len(found) == 1, f"{len(found)} {reason} series in {events}"
@@ -50,6 +55,7 @@ async def test_scheduled_and_failed_scheduling_one_series_whose_count_grows(harn
     sched = await harness.scheduler(run=False, wall_clock=wall, events=EventSettings(interval=5.0))
     agent = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
     bus = await harness.bus()
+    await alive(sched, 2)
     await apply_cluster(bus, fit_and_misfit())
 
     async def placed() -> bool:
@@ -195,6 +201,7 @@ async def test_stopping_publishes_the_latest_counts(harness):
     sched = await harness.scheduler(run=False, wall_clock=wall, events=EventSettings(interval=3600.0))
     await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()
+    await alive(sched, 1)
     await apply_cluster(bus, fit_and_misfit())
 
     async def failing() -> bool:
@@ -209,3 +216,32 @@ async def test_stopping_publishes_the_latest_counts(harness):
     await sched.stop()  # within the hour: only the way out publishes the grown count
     b = one(await held_events(bus, "task", "t/b-0"), "FailedScheduling")
     assert (b.count, b.last_timestamp) == (count, wall())
+
+
+async def test_a_restarted_scheduler_goes_on_counting_a_series(harness):
+    wall = FakeClock(1_700_000_000.0)
+    first = await harness.scheduler(run=False, wall_clock=wall)
+    await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await alive(first, 1)
+    await apply_cluster(bus, fit_and_misfit())
+
+    async def failing(sched: Any) -> bool:
+        await sched.run_once(force=True)
+        return any(k[:2] == ("task", "t/b-0") for k in sched.sched_events.series)
+    await wait_until(lambda: failing(first), what="t/b-0 failing to fit")
+    wall.advance(1.0)
+    await first.run_once(force=True)
+    await first.stop()
+    before = one(await held_events(bus, "task", "t/b-0"), "FailedScheduling")
+    assert before.count >= 2 and before.source.instance == first.boot
+
+    wall.advance(60.0)
+    second = await harness.scheduler(run=False, wall_clock=wall)  # another boot, nothing in memory
+    await alive(second, 1)
+    await wait_until(lambda: failing(second), what="t/b-0 failing to fit again")
+    await second.sched_events.writer
+    after = one(await held_events(bus, "task", "t/b-0"), "FailedScheduling")
+    assert after.source.instance == second.boot != first.boot
+    assert (after.count, after.first_timestamp) == (before.count + 1, before.first_timestamp)
+    assert after.last_timestamp == wall()
