@@ -13,8 +13,7 @@ events"), with Volcano's reasons and messages:
   evicted, because of ...");
 * a job (its PodGroup) with Pending or Pipelined tasks the gang plugin marked unschedulable this session:
   ``Unschedulable`` (Warning) with the condition's message ("1/2 tasks in gang unschedulable: ..."); one
-  whose status changed to scheduled:
-  ``Scheduled`` (Normal), "tasks in gang are ready to be scheduled";
+  whose status changed to scheduled: ``Scheduled`` (Normal), "tasks in gang are ready to be scheduled";
 * a queue proportion finds overused (read before the session closes, `before_close`) while a job of it
   has Pending tasks: ``Overused`` (Warning).
 
