@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from busched.api.job import PodGroupPhase
 from busched.api.task import TaskStatus
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -152,9 +153,9 @@ class EventRecorder:
                          f"queue {q} is overused (its allocation reached its deserved share); "
                          f"{waiting[q]} pending task(s) of its jobs wait", now)
         self._overused = []
-        for st in changed:
-            if any(c.type == "Scheduled" and c.status == "True" and c.transition_id == ssn.uid
-                   for c in st.conditions):
+        for st in changed:  # (a job completing changes its phase only: that is no news of scheduling)
+            if st.phase != PodGroupPhase.Completed and any(
+                    c.type == "Scheduled" and c.status == "True" and c.transition_id == ssn.uid for c in st.conditions):
                 self.add("job", f"{st.namespace}/{st.name}", "Normal", "Scheduled", GANG_READY, now)
         self.publish_due(now)
 
@@ -188,9 +189,9 @@ class EventRecorder:
                 continue  # e.g. a ready job's elastic tasks its queue's share leaves out: no failure of fitting
             # (a job the session did not even try, e.g. not enqueued, has no fit errors: the gang's message)
             base = job.job_fit_errors or gang or ALL_NODES_UNAVAILABLE
-            for t in sorted(pending.values(), key=lambda t: t.key):
-                if budget <= 0:
-                    break
+            if budget <= 0:
+                continue
+            for t in sorted(pending.values(), key=lambda t: t.key)[:budget]:
                 budget -= 1
                 fe = job.nodes_fit_errors.get(t.uid)
                 self.add("task", t.key, "Warning", "FailedScheduling", str(fe) if fe is not None else base, now)
