@@ -119,3 +119,27 @@ async def test_many_different_messages_of_one_object_are_combined_into_one_serie
     # a new window: messages on their own again
     rec.add("job", "t/j", "Warning", "Unschedulable", "later", 200.0)
     assert ("job", "t/j", "Warning", "Unschedulable", "later") in rec.series
+
+
+async def test_failed_scheduling_messages_and_the_per_cycle_budget():
+    from busched.api.task import TaskStatus
+
+    rec, _, _ = recorder(task_events=3)
+    gang = "5/5 tasks in gang unschedulable: PodGroupNotReady, 5 Pending, 5 minAvailable"
+    pending = {f"u{i}": SimpleNamespace(key=f"t/p-{i}", uid=f"u{i}") for i in range(5)}
+    job = SimpleNamespace(uid="t/j", queue="q", has_podgroup=True, status_index={TaskStatus.Pending: pending},
+                          conditions=[{"type": "Unschedulable", "status": "True", "transitionID": "s1",
+                                       "message": gang}],
+                          nodes_fit_errors={"u0": "0/1 nodes are unavailable: 1 Insufficient cpu."}, job_fit_errors="")
+    ssn = SimpleNamespace(jobs={"t/j": job}, uid="s1", decisions=[], queues={})
+    rec.record(ssn, SimpleNamespace(now=1.0, binds=[], evicts=[]))
+    got = sorted((k[1], k[3], k[4]) for k in rec.series)
+    assert got == [("t/j", "Unschedulable", gang),
+                   ("t/p-0", "FailedScheduling", "0/1 nodes are unavailable: 1 Insufficient cpu."),
+                   ("t/p-1", "FailedScheduling", gang), ("t/p-2", "FailedScheduling", gang)]  # 3 a cycle
+    # a session that did not mark the job (another uid) and left it no fit errors: nothing to say
+    job.nodes_fit_errors = {}
+    rec.record(SimpleNamespace(jobs={"t/j": job}, uid="s2", decisions=[], queues={}),
+               SimpleNamespace(now=2.0, binds=[], evicts=[]))
+    assert all(s.count == 1 for s in rec.series.values())
+    await settle(rec)
