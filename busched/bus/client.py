@@ -24,7 +24,7 @@ from typing import Any
 import nats
 import nats.errors
 
-from busched.bus import feeds, reads
+from busched.bus import events, feeds, reads
 from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions
 from busched.bus.errors import BusError, unsubscribe_quietly
@@ -199,6 +199,18 @@ class Bus:
         """Remove a state subject's messages (those below ``before_seq`` only, when given): stream hygiene
         once the object they describe is gone."""
         return await reads.purge_state(self.js, subject, before_seq)
+
+    # -- events ----------------------------------------------------------------------------------------------------
+    async def watch_events(self, handler: Callable[[Any], None], *,
+                           subject: str = f"{S.EVENT_PREFIX}.>") -> events.EventWatch:
+        """Every event series the events stream holds on ``subject``, then each new or updated one
+        (`busched.bus.events`)."""
+        return await events.watch_events(self.js, handler, subject=subject)
+
+    async def last_event(self, subject: str) -> bytes | None:
+        """The latest message of one event series (its subject), or None if the stream holds none."""
+        last = await reads.last_msg(self.js, S.EVENT_STREAM, subject)
+        return last[1] if last is not None else None
 
     # -- decisions -------------------------------------------------------------------------------------------------
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from busched.bus import messages as m
 from busched.bus.client import StreamSettings
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
+from busched.scheduler.sched_events import EventSettings
 
 log = logging.getLogger("busched.scheduler")
 
@@ -56,6 +57,7 @@ class SchedulerSettings:
     manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
     seed: int = 0
     streams: StreamSettings = field(default_factory=StreamSettings)
+    events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
 
 
 @dataclass
