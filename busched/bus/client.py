@@ -68,10 +68,13 @@ class Bus:
             kw["name"] = name
 
         holder: list[Bus] = []
+        failures: list[Exception] = []  # before the first connection: the last one names the cause
 
         async def on_error(e: Exception) -> None:
             # before the first connection, failures are retried and summed up by the BusError below
             log.log(logging.WARNING if holder else logging.DEBUG, "nats: %s", e)
+            if not holder:
+                failures[:] = [e]
 
         async def on_disconnect() -> None:
             if not (holder and holder[0]._closing):
@@ -89,7 +92,9 @@ class Bus:
                                                      reconnected_cb=on_reconnect, max_reconnect_attempts=-1,
                                                      reconnect_time_wait=0.5, **kw), wait)
         except asyncio.TimeoutError:
-            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s") from None
+            # "within 5s" alone hides a refused user or a TLS mismatch behind what looks like a server down
+            cause = f" (last error: {failures[-1] or type(failures[-1]).__name__})" if failures else ""
+            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s{cause}") from None
         except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
             raise BusError(f"cannot connect to NATS at {options.url}: {e or type(e).__name__}") from None
         bus = cls(nc, options)

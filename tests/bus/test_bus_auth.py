@@ -75,8 +75,10 @@ async def test_the_server_refuses_anonymous_and_wrong_passwords(secured):
     srv, auth = secured
     with pytest.raises(BusError):
         await Bus.connect(NatsOptions(url=srv.url), wait=3)
-    with pytest.raises(BusError):
+    with pytest.raises(BusError) as refused:
         await Bus.connect(NatsOptions(url=srv.url, user="scheduler", password="guess"), wait=3)
+    # the cause is named, not only a time-out that looks like a server down
+    assert "authorization" in str(refused.value).lower(), refused.value
 
 
 async def test_an_agent_credential_runs_its_node_and_nothing_else(secured):
