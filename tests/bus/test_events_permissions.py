@@ -5,34 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from busched.agent import Agent, fleet_nodes
 from busched.bus import Bus
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
-from busched.bus.auth import AuthDir
-from busched.bus.server import NatsServer
 from busched.cli.main import main
 from busched.scheduler import Scheduler, SchedulerSettings
 from tests.bus.test_bus_auth import NODE, _cluster, _opts
 from tests.nats_fixture import FAST, wait_until
 from tests.scheduler.test_sched_events import held_events
-
-
-@pytest.fixture
-def secured(tmp_path):
-    """A server with the generated users (scheduler, cli, one agent) of `busched up`."""
-    auth = AuthDir(tmp_path / "auth")
-    srv = NatsServer(tmp_path / "nats", config_file=auth.server_config)
-    auth.ensure(url=srv.url, agents={NODE: [NODE]})
-    srv.start()
-    try:
-        yield srv, auth
-    finally:
-        srv.stop()
-
 
 FORGED = m.Event(involved_object=m.EventObject(kind="task", namespace="p", name="j-0"), reason="Scheduled",
                  message="Successfully assigned p/j-0 to nowhere")
