@@ -66,6 +66,7 @@ def validate(kind: str, spec: Any) -> None:
         node_info(spec)
     elif kind == "task":
         task_info(spec, {})
+        _check_command(spec)
     elif kind == "job":
         job_info(spec, {})
     elif kind == "queue":
@@ -86,6 +87,21 @@ def _check_annotations(annotations: dict[str, str], where: str) -> None:
     if size > limits.MAX_ANNOTATIONS_BYTES:
         raise SpecError(f"{where}: annotations: {size} characters in all, more than the limit of "
                         f"{limits.MAX_ANNOTATIONS_BYTES}")
+
+
+def _check_command(s: o.TaskSpec) -> None:
+    """What a task runs: ``args`` need a ``command`` unless an ``image`` gives the entrypoint, a
+    ``workingDir`` is an absolute path, no string carries a NUL (no process could be given it).  Only
+    the agent's executor reads these; checked here so `busched apply` refuses them, not the node."""
+    where = f"task {s.namespace}/{s.name}"
+    if s.args and not s.command and not s.image:
+        raise SpecError(f"{where}: args: given without a command (and no image whose entrypoint takes them)")
+    if s.working_dir and not s.working_dir.startswith("/"):
+        raise SpecError(f"{where}: workingDir: must be an absolute path (got {s.working_dir!r})")
+    for field, values in (("command", s.command), ("args", s.args), ("env", [*s.env, *s.env.values()]),
+                          ("workingDir", [s.working_dir]), ("image", [s.image])):
+        if any("\0" in v for v in values):
+            raise SpecError(f"{where}: {field}: must not contain a NUL character")
 
 
 def resources(rl: dict[str, Any] | None, where: str) -> Resource:

@@ -25,6 +25,11 @@ lists (tolerations, taints,       at most 1,024 items
 terms, expressions, values, ...)
 hyperNode members                 at most 100,000
 other strings in k8s shapes       at most 1,024 characters (a condition's message 32 KiB)
+task command, args                at most 1,024 items of 1,024 characters each
+task env                          at most 1,024 entries; names 1 .. 1,024 characters of letters,
+                                  digits, ``_``, ``-``, ``.`` not starting with a digit (Kubernetes'
+                                  C_IDENTIFIER, relaxed as it is since 1.x); values 32 KiB
+task workingDir, image            at most 1,024 characters
 ================================  ==================================================================
 
 Nesting needs no bound of its own: every spec field is typed, so a message nests no deeper than
@@ -39,8 +44,8 @@ import msgspec
 
 __all__ = ["MAX_MILLI_CPU", "MAX_SCALAR", "MAX_QUANTITY_TEXT", "MAX_EXPONENT", "INT32_MIN", "INT32_MAX",
            "MAX_LABELS", "MAX_ITEMS", "MAX_MEMBERS", "MAX_ANNOTATIONS_BYTES", "MAX_LABEL_KEY", "MAX_LABEL_VALUE",
-           "MAX_STRING", "MAX_MESSAGE", "Int32", "NonNegInt32", "PosInt32", "Port", "LabelKey", "LabelValue",
-           "Labels", "Annotations", "ShortStr", "Strings", "QuantityText", "Size"]
+           "MAX_STRING", "MAX_MESSAGE", "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
+           "LabelKey", "LabelValue", "Labels", "Annotations", "ShortStr", "Strings", "QuantityText", "Size"]
 
 MAX_MILLI_CPU = 10**7 * 1000
 MAX_SCALAR = 2**62
@@ -69,3 +74,5 @@ Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_LABEL
 # (the total size, 256 KiB, is checked by `busched.api.build.validate`)
 Annotations = Annotated[dict[LabelKey, str], msgspec.Meta(max_length=MAX_ITEMS)]
 Strings = Annotated[list[ShortStr], msgspec.Meta(max_length=MAX_ITEMS)]
+EnvName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STRING, pattern=r"^[A-Za-z_.-][A-Za-z0-9_.-]*$")]
+CommandText = Annotated[str, msgspec.Meta(max_length=MAX_MESSAGE)]

@@ -16,6 +16,8 @@ from busched.api.limits import (
     MAX_ITEMS,
     MAX_MEMBERS,
     Annotations,
+    CommandText,
+    EnvName,
     Int32,
     Labels,
     NonNegInt32,
@@ -85,6 +87,15 @@ class TaskSpec(_Spec):
     created: Timestamp | None = None  # creation time (RFC 3339 or epoch seconds); absent: the epoch
     start_time: Timestamp | None = None  # when the task started running
     status: str = ""  # a Volcano task status name; wins over phase, node and deleting
+    # what the task runs (Kubernetes container naming): the scheduler never reads these; an agent's
+    # executor does (`busched agent --exec`, busched.agent.executor).  ``command`` is the program and
+    # its first arguments (a container's entrypoint), ``args`` follow it; ``image`` only for container
+    # executors.
+    command: Strings = []
+    args: Strings = []
+    env: Annotated[dict[EnvName, CommandText], msgspec.Meta(max_length=MAX_ITEMS)] = {}
+    working_dir: ShortStr = ""
+    image: ShortStr = ""
 
 
 class JobSpec(_Spec):
