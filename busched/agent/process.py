@@ -1,0 +1,253 @@
+"""The process executor (``busched agent --exec``): tasks as processes on this host.
+
+Each run gets a directory ``STATE/<node>/<ns%2Fname>/<attempt>/`` and a wrapper process
+(`busched.agent.procwrap`) started in a new session, so the run is one process group led by the
+wrapper.  The task's ``command`` + ``args`` run with its ``env`` (over a small base: PATH, HOME,
+LANG) in its ``workingDir`` (default: the run directory).  Limits come from the task's requests:
+
+* where cgroup v2 is mounted and writable, each run gets its own cgroup under ``cgroup_root`` with
+  ``memory.max`` (the memory request) and ``cpu.max`` (the cpu request), and an OOM kill is reported
+  as ``OOMKilled``;
+* else the memory request becomes RLIMIT_AS of the command (crude: address space, not resident
+  memory; a process over it sees allocations fail rather than being killed, so no OOMKilled) and the
+  cpu request is not enforced.
+
+Stop: SIGTERM to the group, ``grace`` seconds, SIGKILL to the group (the wrapper also kills what the
+command leaves when it ends).  ``run.json`` in the run directory (node, task, attempt, boot, the
+wrapper's pid and its start time from /proc/PID/stat, so a reused pid is never taken for it) lets a
+restarted agent `recover` its runs: a wrapper still alive is waited for by polling /proc, and its
+exit code read from the ``exit.json`` it writes; a dead one without ``exit.json`` is reported Lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import msgspec
+
+from busched.agent import procwrap
+from busched.agent.executor import Exit, StartError, TaskRun
+from busched.api.objects import TaskSpec
+from busched.api.resource import Resource
+
+__all__ = ["ProcessExecutor", "cgroup_v2_root", "process_start_time", "alive"]
+
+log = logging.getLogger("busched.agent")
+
+BASE_ENV = ("PATH", "HOME", "LANG", "TZ")
+
+
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (clock ticks since boot), None for no such live process (a zombie is dead)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int, start_time: int) -> bool:
+    return pid > 0 and process_start_time(pid) == start_time
+
+
+def cgroup_v2_root(path: str = "/sys/fs/cgroup") -> Path | None:
+    """``path`` if it is a cgroup v2 hierarchy with the cpu and memory controllers that we may write, else None."""
+    p = Path(path)
+    try:
+        controllers = (p / "cgroup.controllers").read_text().split()
+    except OSError:
+        return None
+    if not {"cpu", "memory"} <= set(controllers) or not os.access(p, os.W_OK):
+        return None
+    return p
+
+
+class ProcessExecutor:
+    """An `busched.agent.executor.Executor` (and ``Recovering``) running tasks as local process groups."""
+
+    def __init__(self, state_dir: str | Path, *, log_max: int = 10 * 2**20, log_keep: int = 2, poll: float = 0.2,
+                 cgroup: str | None = "/sys/fs/cgroup", python: str = sys.executable) -> None:
+        self.state_dir = Path(state_dir)
+        self.log_max = log_max
+        self.log_keep = log_keep
+        self.poll = poll  # how often a recovered run (not our child) is looked for in /proc
+        self.python = python
+        self.cgroup_root = self._cgroup_base(cgroup) if cgroup else None
+        if self.cgroup_root is None:
+            log.info("process executor: no writable cgroup v2; memory requests become RLIMIT_AS, cpu is not limited")
+
+    # -- the Executor protocol ----------------------------------------------------------------------------------
+    async def start(self, run: TaskRun) -> None:
+        spec = run.spec
+        if spec.image:
+            raise StartError(f"this agent runs processes, not images (image {spec.image!r})")
+        if not spec.command:
+            raise StartError("the task has no command")
+        d = self.run_dir(run.node, run.key, run.attempt)
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+        env.update(spec.env)
+        req = Resource.from_list(spec.requests, field=f"task {run.key}: requests").to_dict()
+        memory = int(req.get("memory", 0)) or None
+        cg = self._make_cgroup(run, memory, int(req.get("cpu", 0)))
+        _write(d / "spec.json", {"argv": [*spec.command, *spec.args], "env": env, "cwd": spec.working_dir or str(d),
+                                  "memory": memory, "cgroup": str(cg) if cg else None, "logMax": self.log_max,
+                                  "logKeep": self.log_keep})
+        with open(d / "wrapper.err", "ab") as err:
+            proc = await asyncio.create_subprocess_exec(self.python, procwrap.__file__, str(d), start_new_session=True,
+                                                        stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.DEVNULL, stderr=err)
+        started = process_start_time(proc.pid) or 0
+        run.state.update(pid=proc.pid, start_time=started, dir=str(d), proc=proc)
+        _write(d / "run.json", {"node": run.node, "key": run.key, "attempt": run.attempt, "boot": run.boot,
+                                "pid": proc.pid, "startTime": started,
+                                "spec": msgspec.json.decode(msgspec.json.encode(spec))})
+
+    async def wait(self, run: TaskRun) -> Exit:
+        proc = run.state.get("proc")
+        if proc is not None:
+            await proc.wait()
+        else:
+            while alive(run.state["pid"], run.state["start_time"]):
+                await asyncio.sleep(self.poll)
+        return self._ended(run)
+
+    async def stop(self, run: TaskRun, grace: float) -> None:
+        pid = run.state.get("pid")
+        if pid:
+            if alive(pid, run.state["start_time"]):
+                _killpg(pid, signal.SIGTERM)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wait(run), timeout=grace)
+            _killpg(pid, signal.SIGKILL)  # the wrapper, and anything left in its group
+            proc = run.state.get("proc")
+            if proc is not None:
+                await proc.wait()
+        self.forget(run)
+
+    async def status(self, run: TaskRun) -> Exit | None:
+        if run.state.get("pid") and alive(run.state["pid"], run.state["start_time"]):
+            return None
+        return self._ended(run)
+
+    # -- Recovering ------------------------------------------------------------------------------------------------
+    async def recover(self, nodes: list[str]) -> list[TaskRun]:
+        found = []
+        for node in nodes:
+            base = self.state_dir / quote(node, safe="")
+            for task_dir in sorted(base.iterdir()) if base.is_dir() else []:
+                for f in task_dir.glob("*/run.json"):
+                    try:
+                        rec = json.loads(f.read_text())
+                        spec = msgspec.convert(rec["spec"], TaskSpec)
+                        run = TaskRun(node, rec["key"], int(rec["attempt"]), spec, boot=str(rec["boot"]),
+                                      state={"pid": int(rec["pid"]), "start_time": int(rec["startTime"]),
+                                             "dir": str(f.parent)})
+                    except (OSError, ValueError, KeyError, TypeError, msgspec.ValidationError) as e:
+                        log.warning("cannot read %s (dropped): %s", f, e)
+                        f.unlink(missing_ok=True)
+                        continue
+                    found.append(run)
+        # one run per task: the newest attempt; an older one still here is stopped (never left running)
+        newest: dict[tuple[str, str], TaskRun] = {}
+        for run in sorted(found, key=lambda r: r.attempt):
+            old = newest.get((run.node, run.key))
+            if old is not None:
+                await self.stop(old, 0)
+            newest[(run.node, run.key)] = run
+        return list(newest.values())
+
+    def forget(self, run: TaskRun) -> None:
+        d = run.state.get("dir")
+        if d:
+            (Path(d) / "run.json").unlink(missing_ok=True)
+        cg = self._cgroup_of(run)
+        if cg is not None:
+            with contextlib.suppress(OSError):
+                cg.rmdir()
+
+    # -- for `busched logs` ------------------------------------------------------------------------------------------
+    def run_dir(self, node: str, key: str, attempt: int) -> Path:
+        return self.state_dir / quote(node, safe="") / quote(key, safe="") / str(attempt)
+
+    def log_file(self, node: str, key: str) -> Path | None:
+        """The log of the newest attempt of ``key`` run on ``node``, if any."""
+        base = self.state_dir / quote(node, safe="") / quote(key, safe="")
+        attempts = sorted((int(p.name) for p in base.iterdir() if p.name.isdigit()), reverse=True) \
+            if base.is_dir() else []
+        return base / str(attempts[0]) / "log" if attempts else None
+
+    def tasks(self, node: str) -> list[str]:
+        base = self.state_dir / quote(node, safe="")
+        return sorted(unquote(p.name) for p in base.iterdir()) if base.is_dir() else []
+
+    # -- internals -------------------------------------------------------------------------------------------------
+    def _ended(self, run: TaskRun) -> Exit:
+        proc = run.state.get("proc")
+        try:
+            rec = json.loads((Path(run.state["dir"]) / "exit.json").read_text())
+            return Exit(int(rec["code"]), str(rec.get("reason", "")))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if proc is not None and proc.returncode is not None and proc.returncode < 0:
+            return Exit(128 - proc.returncode, "Killed")
+        return Exit(137, "Lost: the task's process ended unrecorded")
+
+    def _cgroup_base(self, root: str) -> Path | None:
+        top = cgroup_v2_root(root)
+        if top is None:
+            return None
+        base = top / "busched"
+        try:
+            with open(top / "cgroup.subtree_control", "w") as f:
+                f.write("+cpu +memory")
+            base.mkdir(exist_ok=True)
+            with open(base / "cgroup.subtree_control", "w") as f:
+                f.write("+cpu +memory")
+        except OSError as e:
+            log.warning("cgroup v2 at %s, but cannot set up %s (%s): using rlimits", top, base, e)
+            return None
+        return base
+
+    def _cgroup_of(self, run: TaskRun) -> Path | None:
+        if self.cgroup_root is None:
+            return None
+        return self.cgroup_root / f"{quote(run.node, safe='')}.{quote(run.key, safe='')}.{run.attempt}"
+
+    def _make_cgroup(self, run: TaskRun, memory: int | None, milli_cpu: int) -> Path | None:
+        cg = self._cgroup_of(run)
+        if cg is None:
+            return None
+        try:
+            cg.mkdir(exist_ok=True)
+            if memory:
+                (cg / "memory.max").write_text(str(memory))
+            if milli_cpu:
+                (cg / "cpu.max").write_text(f"{milli_cpu * 100} 100000")
+        except OSError as e:
+            raise StartError(f"cannot make the task's cgroup {cg}: {e}") from None
+        return cg
+
+
+def _write(path: Path, value: object) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(msgspec.json.encode(value))
+    os.replace(tmp, path)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
