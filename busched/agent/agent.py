@@ -39,6 +39,7 @@ from typing import Any
 
 from busched.agent.answers import load_answers
 from busched.agent.decisions import DURATION_KEY, BindCallback, Decider, EvictCallback, Reject
+from busched.agent.executor import Executor, Launcher, TaskRun, recover_runs
 from busched.agent.heartbeat import Heartbeat
 from busched.agent.node import AgentNode, HeldTask
 from busched.api.objects import NodeSpec
@@ -58,7 +59,8 @@ class Agent:
     def __init__(self, bus: Bus, nodes: list[NodeSpec], *, on_bind: BindCallback | None = None,
                  on_evict: EvictCallback | None = None, heartbeat_interval: float = 1.0,
                  duration: float | None = None, check_capacity: bool = True, consume: bool = True,
-                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0) -> None:
+                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0,
+                 executor: Executor | None = None, grace: float = 30.0, concurrency: int = 4) -> None:
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))
@@ -82,9 +84,14 @@ class Agent:
         self._last_version = 0
         self._heartbeat = Heartbeat(bus, self.nodes, boot=self.boot, interval=heartbeat_interval,
                                     consumer=self.consumer_name, version=self._version)
+        # an executor (busched.agent.executor): binds accepted now, started, waited for and stopped in the background
+        self.launcher = Launcher(executor, self._report_run, concurrency=concurrency, grace=grace) \
+            if executor is not None else None
         self._decider = Decider(bus, self.nodes, boot=self.boot, version=self._version, metrics=self.metrics,
                                 history=self.history, finish=self._finish, on_bind=on_bind, on_evict=on_evict,
-                                check_capacity=check_capacity, duration=duration)
+                                check_capacity=check_capacity, duration=duration,
+                                launch=self._launch if executor is not None else None,
+                                halt=self.launcher.stop if self.launcher is not None else None)
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,6 +104,8 @@ class Agent:
         self._running = True
         if self.consume:
             await load_answers(self.bus, self.nodes, self.boot)
+            if self.launcher is not None:  # before the first heartbeat, so it holds what is still running
+                await recover_runs(self.launcher, self.nodes)
             # one consumer for all the nodes (the server's cost grows with the number of consumers)
             self._feed = await self.bus.decision_feed(list(self.nodes), ack_wait=self.ack_wait)
             self._tasks.append(asyncio.create_task(self._consume(), name="agent-decisions"))
@@ -115,6 +124,9 @@ class Agent:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
         self._tasks.clear()
+        if self.launcher is not None:
+            await self.launcher.drain()
+            await self.launcher.close()
         if self._feed is not None:
             await self._feed.stop()
             self._feed = None
@@ -149,7 +161,7 @@ class Agent:
         return {n.name: {k: t.attempt for k, t in n.tasks.items()} for n in self.nodes.values()}
 
     async def report_phase(self, node: str, task: str, phase: str, reason: str = "",
-                           exit_code: int | None = None) -> bool:
+                           exit_code: int | None = None, boot: str = "") -> bool:
         """Report a held task's phase (Running, Succeeded, Failed); a finished task is released from the node."""
         n = self.nodes[node]
         held = n.tasks.get(task)
@@ -166,7 +178,7 @@ class Agent:
         ns, name = task.split("/", 1)
         ack = await self.bus.publish(S.result_subject(node, task), m.TaskPhaseChanged(
             version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt, phase=phase,
-            reason=reason, exit_code=exit_code, boot=self.boot))
+            reason=reason, exit_code=exit_code, boot=boot or self.boot))
         if not ack.ok:
             log.warning("cannot report %s %s on %s: %s", task, phase, node, ack.error)
         return ack.ok
@@ -199,6 +211,18 @@ class Agent:
         """Decide every decision of a batch in order, publish all the answers together, then ack each
         (`Decider.handle_batch`)."""
         await self._decider.handle_batch(batch)
+
+    def _launch(self, node: str, held: HeldTask) -> None:
+        assert self.launcher is not None
+        self.launcher.launch(TaskRun(node, held.key, held.attempt, held.spec, boot=self.boot))
+
+    async def _report_run(self, node: str, run: TaskRun, phase: str, reason: str, exit_code: int | None) -> bool:
+        """An executor's news of a run, reported while the node still holds that attempt (with the boot
+        that took it: a run recovered from an earlier incarnation keeps its boot)."""
+        held = self.nodes[node].tasks.get(run.key)
+        if held is None or held.attempt != run.attempt:
+            return False
+        return await self.report_phase(node, run.key, phase, reason, exit_code, boot=run.boot)
 
     def _finish(self, node: str, task: str) -> None:
         """A task's duration is up: report it Succeeded."""

@@ -24,7 +24,7 @@ from busched.bus import subjects as S
 from busched.bus.client import Bus, Delivery
 from busched.metrics import AgentMetrics
 
-__all__ = ["Decider", "Reject", "DURATION_KEY", "BindCallback", "EvictCallback"]
+__all__ = ["Decider", "Reject", "DURATION_KEY", "BindCallback", "EvictCallback", "Launch", "Halt"]
 
 log = logging.getLogger("busched.agent")
 
@@ -32,6 +32,8 @@ DURATION_KEY = "busched.io/duration"
 
 BindCallback = Callable[[str, m.BindDecision], "None | str | Awaitable[None | str]"]
 EvictCallback = Callable[[str, m.EvictDecision], "None | Awaitable[None]"]
+Launch = Callable[[str, HeldTask], None]
+Halt = Callable[[str, str, int], None]
 
 
 class Reject(Exception):  # noqa: N818 - the public name embedding programs raise
@@ -56,7 +58,7 @@ class Decider:
     def __init__(self, bus: Bus, nodes: Mapping[str, AgentNode], *, boot: str, version: Callable[[], int],
                  metrics: AgentMetrics, history: list[tuple[str, str, str, int]], finish: Callable[[str, str], Any],
                  on_bind: BindCallback | None, on_evict: EvictCallback | None, check_capacity: bool,
-                 duration: float | None) -> None:
+                 duration: float | None, launch: Launch | None = None, halt: Halt | None = None) -> None:
         self.bus = bus
         self.nodes = nodes
         self.boot = boot
@@ -68,6 +70,8 @@ class Decider:
         self.on_evict = on_evict
         self.check_capacity = check_capacity
         self.duration = duration
+        self.launch = launch  # given (an executor): a bind is accepted now and started by launch(node, held)
+        self.halt = halt  # given: an evicted attempt is stopped by halt(node, task, attempt)
 
     async def handle_batch(self, batch: list[Delivery]) -> None:
         """Decide every decision of a batch in order, publish all the answers together, then ack each."""
@@ -168,6 +172,10 @@ class Decider:
         def accepted() -> None:
             self.history.append(("bind", n.name, key, b.attempt))
             self.metrics.binds.labels("accepted").inc()
+            if self.launch is not None:
+                if n.tasks.get(key) is new:
+                    self.launch(n.name, new)
+                return
             dur = _duration(b.task, self.duration)
             if dur is not None and n.tasks.get(key) is new:
                 new.timer = asyncio.get_running_loop().call_later(dur, lambda: self.finish(n.name, key))
@@ -176,6 +184,12 @@ class Decider:
             if n.tasks.get(key) is new:
                 n.tasks.pop(key, None)
 
+        if self.launch is not None:
+            # an executor starts the task later (busched.agent.executor): accepted now, Running once it runs
+            new.phase = "Accepted"
+            return _Outcome(d, [(subject, m.BindAccepted(version=self.version(), namespace=ns, name=name,
+                                                         node=n.name, attempt=b.attempt, boot=self.boot))],
+                            commit=accepted, rollback=undo)
         # the task starts at once: Running says the bind was accepted too (bind.accepted is for an agent
         # that takes a bind now and starts the task later)
         return _Outcome(d, [
@@ -199,6 +213,8 @@ class Decider:
             if inspect.isawaitable(res):
                 await res
         attempt = held.attempt if held is not None else e.attempt
+        if held is not None and self.halt is not None:
+            self.halt(n.name, key, attempt)
         n.tasks.pop(key, None)
         n.remember(key, attempt, "evicted")
         self.history.append(("evict", n.name, key, attempt))

@@ -1,10 +1,12 @@
-"""`busched agent`: one or many simulated nodes."""
+"""`busched agent`: one or many simulated nodes, or (``--exec``) nodes that run their tasks' commands here."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from busched.cli.common import add_log_argument, run_until_signal, setup_logging
@@ -38,6 +40,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "tasks, execute evictions and report every phase change.")
     add_nats_arguments(p)
     add_fleet_arguments(p)
+    g = p.add_argument_group("running tasks (busched.agent.process)")
+    g.add_argument("--exec", dest="executor", choices=["process"], default=None,
+                   help="run each task's command as a process group on this host (instead of simulating it)")
+    g.add_argument("--state-dir", default=None,
+                   help="where runs keep their logs and records (default $XDG_STATE_HOME/busched/agent-PREFIX, "
+                        "else ~/.local/state/busched/agent-PREFIX); a restarted agent recovers its runs from it")
+    g.add_argument("--grace", type=float, default=30.0,
+                   help="seconds between SIGTERM and SIGKILL when a task is evicted (default %(default)s)")
+    g.add_argument("--concurrency", type=int, default=4,
+                   help="task starts under way at once per node (default %(default)s)")
+    g.add_argument("--log-max", type=int, default=10 * 2**20, help="bytes per task log file before it rotates "
+                                                                    "(default %(default)s)")
+    g.add_argument("--log-keep", type=int, default=2, help="rotated log files kept per task (default %(default)s)")
     p.add_argument("--http", default="", metavar="HOST:PORT",
                    help="serve /metrics, /healthz and /readyz for this agent (default: off)")
     add_log_argument(p)
@@ -53,6 +68,9 @@ def nodes_from_args(args: argparse.Namespace):  # noqa: ANN201
 
 def cmd_agent(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
+    if args.concurrency < 1:
+        log.error("--concurrency: at least 1")
+        return 2
     try:
         nodes = nodes_from_args(args)
     except ValueError as e:
@@ -69,6 +87,24 @@ def connect_options(args: argparse.Namespace, nodes: list[Any]) -> Any:
     return options_from_args(args, "busched-agent")
 
 
+def state_dir(args: argparse.Namespace) -> Path:
+    """--state-dir, else one per node prefix under $XDG_STATE_HOME (the cli is where the environment is read)."""
+    if args.state_dir:
+        return Path(args.state_dir)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "busched" / f"agent-{args.prefix}"
+
+
+def make_executor(args: argparse.Namespace) -> Any:
+    if getattr(args, "executor", None) != "process":
+        return None
+    from busched.agent.process import ProcessExecutor
+
+    where = state_dir(args)
+    log.info("running tasks as processes; state in %s", where)
+    return ProcessExecutor(where, log_max=args.log_max, log_keep=args.log_keep)
+
+
 async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  # noqa: ANN001
     from busched.agent import Agent
     from busched.bus import Bus, BusError
@@ -80,8 +116,10 @@ async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  #
         return 1
     from busched.web.server import parse_listen, start_http
 
+    executor = make_executor(args)
     agent = Agent(bus, nodes, heartbeat_interval=args.heartbeat, duration=args.duration,
-                  check_capacity=not args.no_capacity_check)
+                  check_capacity=not args.no_capacity_check, executor=executor, grace=args.grace,
+                  concurrency=args.concurrency)
     http = None
     try:
         if args.http:
