@@ -134,3 +134,14 @@ async def test_log_rotation(tmp_path: Path) -> None:
     assert files == ["log", "log.1", "log.2"]
     assert all(p.stat().st_size <= 1000 for p in log.parent.glob("log*"))
     assert log.read_text().rstrip().endswith("line-299")
+
+
+async def test_a_run_that_died_unrecorded_is_recovered_as_lost(tmp_path: Path) -> None:
+    first = ProcessExecutor(tmp_path / "state", cgroup=None)
+    run = _run("sleep 300")
+    await first.start(run)
+    os.killpg(run.state["pid"], 9)  # wrapper and command gone together: no exit.json
+    await first.wait(run)
+    [again] = await ProcessExecutor(tmp_path / "state", cgroup=None).recover(["n1"])
+    assert await ProcessExecutor(tmp_path / "state", cgroup=None).wait(again) == \
+        Exit(137, "Lost: the task's process ended unrecorded")
