@@ -41,6 +41,7 @@ from busched.agent.answers import load_answers
 from busched.agent.decisions import DURATION_KEY, BindCallback, Decider, EvictCallback, Reject
 from busched.agent.executor import Executor, Launcher, TaskRun, recover_runs
 from busched.agent.heartbeat import Heartbeat
+from busched.agent.logs import LogReader, serve_logs
 from busched.agent.node import AgentNode, HeldTask
 from busched.api.objects import NodeSpec
 from busched.api.resource import Resource
@@ -106,6 +107,8 @@ class Agent:
             await load_answers(self.bus, self.nodes, self.boot)
             if self.launcher is not None:  # before the first heartbeat, so it holds what is still running
                 await recover_runs(self.launcher, self.nodes)
+                if isinstance(self.launcher.executor, LogReader):
+                    await serve_logs(self.bus, list(self.nodes), self.launcher.executor)
             # one consumer for all the nodes (the server's cost grows with the number of consumers)
             self._feed = await self.bus.decision_feed(list(self.nodes), ack_wait=self.ack_wait)
             self._tasks.append(asyncio.create_task(self._consume(), name="agent-decisions"))

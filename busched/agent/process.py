@@ -190,6 +190,25 @@ class ProcessExecutor:
             if base.is_dir() else []
         return base / str(attempts[0]) / "log" if attempts else None
 
+    def read_log(self, node: str, key: str, attempt: int, offset: int,
+                 limit: int) -> tuple[bytes, int, int, bool] | None:
+        """`busched.agent.logs.LogReader`: ``limit`` bytes of the run's log from ``offset`` (negative: from
+        the end; past the end, as after a rotation: from 0)."""
+        log_path = self.run_dir(node, key, attempt) / "log" if attempt else self.log_file(node, key)
+        if log_path is None or not log_path.parent.is_dir():
+            return None
+        ended = (log_path.parent / "exit.json").exists()
+        try:
+            with open(log_path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = max(0, size + offset) if offset < 0 else (offset if offset <= size else 0)
+                f.seek(start)
+                data = f.read(limit)
+        except FileNotFoundError:
+            return b"", 0, 0, ended
+        nxt = start + len(data)
+        return data, start, nxt, ended and nxt >= size
+
     def tasks(self, node: str) -> list[str]:
         base = self.state_dir / quote(node, safe="")
         return sorted(unquote(p.name) for p in base.iterdir()) if base.is_dir() else []

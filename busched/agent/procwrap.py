@@ -123,8 +123,8 @@ def main(run_dir: str) -> int:
     rc = child.wait()
     code = rc if rc >= 0 else 128 - rc
     reason = "OOMKilled" if _oom_killed(cgroup) else ("Completed" if code == 0 else "Error")
-    _write_json(exit_path, {"code": code, "reason": reason})
-    # what the command left behind goes with it, and is reaped here (we are their subreaper)
+    # what the command left behind goes with it, and is reaped here (we are their subreaper); then the
+    # log is complete (nothing holds the pipe) and the end is recorded
     while True:
         for pid in _leftovers(os.getpgid(0)):
             try:
@@ -136,6 +136,7 @@ def main(run_dir: str) -> int:
         except ChildProcessError:
             break
     pump.join(timeout=5)
+    _write_json(exit_path, {"code": code, "reason": reason})
     return 0
 
 

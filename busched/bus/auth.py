@@ -129,7 +129,10 @@ def agent_permissions(nodes: Iterable[str], *, inbox_prefix: str | None = None,
     publish += [f"{JS_API}.CONSUMER.MSG.NEXT.{dc}.{c}", f"$JS.ACK.{dc}.{c}.>"]
     if inbox_prefix is None:
         inbox_prefix = agent_inbox_prefix(names[0] if len(names) == 1 else c)
-    return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix}.>"]}}
+    # `busched logs`: its nodes' log requests, answered on the requester's inbox
+    return {"publish": {"allow": publish},
+            "subscribe": {"allow": [f"{inbox_prefix}.>", *(S.logs_subject(n) for n in names)]},
+            "allow_responses": True}
 
 
 async def prepare_agent_consumer(bus: Any, nodes: Iterable[str]) -> bool:

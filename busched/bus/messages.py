@@ -280,6 +280,34 @@ class DrainRequest(Msg, tag="drain"):
     after: Count = 0
 
 
+MAX_LOG_READ = 2**20
+
+
+class LogsRequest(Msg, tag="logs"):
+    """`busched logs`: a task's output, asked of the agent of its node on ``busched.api.logs.<node>``
+    (`subjects.logs_subject`) and answered with a `LogsReply`.  ``offset`` is where to read from in bytes
+    (negative: that many bytes before the end); at most ``limit`` bytes come back.  The newest attempt the
+    node ran unless ``attempt`` is given."""
+
+    namespace: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    attempt: Count = 0
+    offset: Annotated[int, msgspec.Meta(ge=-MAX_LOG_READ, le=2**62)] = -65536
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LOG_READ)] = 65536
+
+
+class LogsReply(Msg, tag="logs.reply"):
+    """Output from ``offset`` (UTF-8, undecodable bytes replaced); ``next`` is where the following read
+    starts; ``ended`` once the run has ended and all of it was read.  A log that rotated since the last
+    read starts again at 0 (what went to the rotated file in between is not sent)."""
+
+    data: str = ""
+    offset: Count = 0
+    next: Count = 0
+    ended: bool = False
+    error: str = ""
+
+
 # -- history --------------------------------------------------------------------------------------------------------
 class CycleRecord(Msg, tag="cycle"):
     """What one scheduling cycle saw and decided, on the history stream (docs/bus.md, "History").
@@ -370,7 +398,7 @@ STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
     BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
-    NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event)
+    NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event, LogsRequest, LogsReply)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

@@ -61,6 +61,7 @@ DECISION_PREFIX = "busched.decision"
 HEARTBEAT_PREFIX = "busched.heartbeat"
 API_GET = "busched.api.get"
 API_DRAIN = "busched.api.drain"
+API_LOGS = "busched.api.logs"  # .<node>: its agent serves the logs of the tasks it ran
 EVENT_STREAM = "BUSCHED_EVENTS"
 EVENT_PREFIX = "busched.events"
 
@@ -154,6 +155,11 @@ def events_filter(kind: str = "", key: str = "") -> str:
     if not key:
         return f"{EVENT_PREFIX}.{token(kind)}.>"
     return f"{EVENT_PREFIX}.{token(kind)}.{_key_tokens(key)}.*"
+
+
+def logs_subject(node: str) -> str:
+    """Where ``node``'s agent answers `busched logs` (a `messages.LogsRequest`)."""
+    return f"{API_LOGS}.{token(node)}"
 
 
 def heartbeat_subject(node: str) -> str:

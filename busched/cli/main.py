@@ -33,6 +33,7 @@ COMMANDS = (
     "busched.cli.replay",
     "busched.cli.record",
     "busched.cli.events",
+    "busched.cli.logs",
 )
 
 

@@ -102,3 +102,32 @@ async def test_one_slow_start_does_not_hold_up_other_binds(harness: Any) -> None
     assert sched.task_status("t/g-0") != "Running" and sorted(started) == ["t/g-1", "t/g-2"]
     release.set()
     await wait_until(lambda: sched.task_status("t/g-0") == "Running", timeout=15, what="the slow one running")
+
+
+async def test_busched_logs_reads_and_follows_a_task_s_output(harness: Any, tmp_path: Path, capsys: Any) -> None:
+    from busched.cli.main import main
+
+    sched = await harness.scheduler()
+    go = tmp_path / "go"
+    await harness.agent(fleet_nodes(1), executor=ProcessExecutor(tmp_path / "state", cgroup=None))
+    await apply_cluster(await harness.bus(), gang([f"echo first; while [ ! -e {go} ]; do sleep 0.05; done; "
+                                                   "echo second; exit 0", "echo other"]))
+    await wait_until(lambda: sched.task_status("t/g-0") == "Running", timeout=15, what="running")
+    url = harness.url
+
+    async def first() -> bool:
+        return await _logs(main, capsys, url, "t/g-0") == (0, "first\n")
+    await wait_until(first, timeout=10, what="first line")
+    follow = asyncio.create_task(asyncio.to_thread(main, ["logs", "t/g-0", "-f", "--interval", "0.05",
+                                                          "--nats", url]))
+    go.touch()
+    assert await asyncio.wait_for(follow, 20) == 0  # ends with the run
+    assert capsys.readouterr().out == "first\nsecond\n"
+    assert await _logs(main, capsys, url, "t/g-0", "--tail", "7") == (0, "second\n")
+    code = await asyncio.to_thread(main, ["logs", "t/nope", "--nats", url])
+    assert code == 1 and "no task 't/nope'" in capsys.readouterr().err
+
+
+async def _logs(main: Any, capsys: Any, url: str, *args: str) -> tuple[int, str]:
+    code = await asyncio.to_thread(main, ["logs", *args, "--nats", url])
+    return code, capsys.readouterr().out

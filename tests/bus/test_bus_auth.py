@@ -49,7 +49,7 @@ def test_generated_files_are_private_and_lists_come_from_subjects(secured):
     assert stat.S_IMODE(auth.path.stat().st_mode) == 0o700
     perms = agent_permissions([NODE])
     assert S.heartbeat_subject(NODE) in perms["publish"]["allow"]
-    assert perms["subscribe"]["allow"] == [f"_INBOX_{NODE}.>"]
+    assert perms["subscribe"]["allow"] == [f"_INBOX_{NODE}.>", S.logs_subject(NODE)]  # its inbox, busched logs
     fleet = agent_permissions(["a", "b"])
     create = f"$JS.API.CONSUMER.CREATE.{S.DECISION_STREAM}.{S.fleet_consumer(['a', 'b'])}"
     assert create not in fleet["publish"]["allow"]  # made beforehand by the scheduler (prepare_agent_consumer)
