@@ -8,6 +8,7 @@ the ``next`` offset, so the agent holds no state per reader.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Protocol, runtime_checkable
 
@@ -30,10 +31,10 @@ class LogReader(Protocol):
 
 async def serve_logs(bus: Bus, nodes: list[str], reader: LogReader) -> None:
     for node in nodes:
-        await bus.serve(S.logs_subject(node), lambda data, node=node: _answer(node, data, reader))
+        await bus.serve(S.logs_subject(node), functools.partial(_answer, node, reader=reader))
 
 
-async def _answer(node: str, data: bytes, reader: LogReader) -> bytes:
+async def _answer(node: str, data: bytes, *, reader: LogReader) -> bytes:
     try:
         req = m.decode(data)
     except m.DecodeError as e:
