@@ -2,8 +2,9 @@
 
 Each run gets a directory ``STATE/<node>/<ns%2Fname>/<attempt>/`` and a wrapper process
 (`busched.agent.procwrap`) started in a new session, so the run is one process group led by the
-wrapper.  The task's ``command`` + ``args`` run with its ``env`` (over a small base: PATH, HOME,
-LANG) in its ``workingDir`` (default: the run directory).  Limits come from the task's requests:
+wrapper.  The task's ``command`` + ``args`` run with its ``env`` (over ``base_env``: a PATH, or what
+``busched agent --exec`` passes: its own PATH, HOME, LANG, TZ) in its ``workingDir`` (default: the
+run directory).  Limits come from the task's requests:
 
 * where cgroup v2 is mounted and writable, each run gets its own cgroup under ``cgroup_root`` with
   ``memory.max`` (the memory request) and ``cpu.max`` (the cpu request), and an OOM kill is reported
@@ -29,6 +30,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -43,7 +45,7 @@ __all__ = ["ProcessExecutor", "cgroup_v2_root", "process_start_time", "alive"]
 
 log = logging.getLogger("busched.agent")
 
-BASE_ENV = ("PATH", "HOME", "LANG", "TZ")
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}  # under the task's env; `busched agent --exec` passes its own
 
 
 def process_start_time(pid: int) -> int | None:
@@ -77,12 +79,14 @@ class ProcessExecutor:
     """An `busched.agent.executor.Executor` (and ``Recovering``) running tasks as local process groups."""
 
     def __init__(self, state_dir: str | Path, *, log_max: int = 10 * 2**20, log_keep: int = 2, poll: float = 0.2,
-                 cgroup: str | None = "/sys/fs/cgroup", python: str = sys.executable) -> None:
+                 cgroup: str | None = "/sys/fs/cgroup", python: str = sys.executable,
+                 base_env: Mapping[str, str] = BASE_ENV) -> None:
         self.state_dir = Path(state_dir)
         self.log_max = log_max
         self.log_keep = log_keep
         self.poll = poll  # how often a recovered run (not our child) is looked for in /proc
         self.python = python
+        self.base_env = dict(base_env)  # every task's environment, under its own env
         self.cgroup_root = self._cgroup_base(cgroup) if cgroup else None
         if self.cgroup_root is None:
             log.info("process executor: no writable cgroup v2; memory requests become RLIMIT_AS, cpu is not limited")
@@ -98,8 +102,7 @@ class ProcessExecutor:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-        env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
-        env.update(spec.env)
+        env = {**self.base_env, **spec.env}
         req = Resource.from_list(spec.requests, field=f"task {run.key}: requests").to_dict()
         memory = int(req.get("memory", 0)) or None
         cg = self._make_cgroup(run, memory, int(req.get("cpu", 0)))

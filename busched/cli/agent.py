@@ -102,7 +102,8 @@ def make_executor(args: argparse.Namespace) -> Any:
 
     where = state_dir(args)
     log.info("running tasks as processes; state in %s", where)
-    return ProcessExecutor(where, log_max=args.log_max, log_keep=args.log_keep)
+    base_env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TZ") if k in os.environ}
+    return ProcessExecutor(where, log_max=args.log_max, log_keep=args.log_keep, base_env=base_env)
 
 
 async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  # noqa: ANN001
