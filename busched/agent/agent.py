@@ -24,6 +24,10 @@ Callbacks::
 Either may be a coroutine function.  `report_phase` lets the embedding program
 report a task's phase itself (e.g. ``Failed`` when its process exits non-zero).
 
+With an ``executor`` (`busched.agent.executor`, docs/executors.md) a bind is answered ``bind.accepted``
+instead and the executor starts, waits for and stops the task in the background; its phases and exit
+code are reported as it gives them, and runs an earlier incarnation left are recovered at start.
+
 The `Agent` holds the nodes and the lifecycle; its parts do the work: `busched.agent.decisions`
 (answering decisions), `busched.agent.heartbeat`, `busched.agent.answers` (reading back earlier
 answers at start) and `busched.agent.node` (what it knows of each node).
