@@ -118,6 +118,9 @@ class Launcher:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._runs: dict[tuple[str, str], tuple[TaskRun, asyncio.Task[None]]] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        # starts under way, by id of their run: a start is never cancelled half-way (it could leave what it
+        # started unrecorded); a stop or the agent's stop waits for it instead
+        self._starts: dict[int, asyncio.Future[None]] = {}
 
     def launch(self, run: TaskRun, *, started: bool = False) -> None:
         """Start ``run`` (or, ``started``, only wait for it: a recovered run) in the background."""
@@ -146,15 +149,18 @@ class Launcher:
         self._runs.clear()
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *self._starts.values(), return_exceptions=True)
 
     # -- internals -----------------------------------------------------------------------------------------------
     async def _run(self, run: TaskRun, started: bool) -> None:
         if not started:
             slot = self._slots.setdefault(run.node, asyncio.Semaphore(self.concurrency))
             async with slot:
+                start = asyncio.ensure_future(self.executor.start(run))
+                self._starts[id(run)] = start
+                start.add_done_callback(lambda _: self._starts.pop(id(run), None))
                 try:
-                    await self.executor.start(run)
+                    await asyncio.shield(start)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - any failure to start is the task's
@@ -174,6 +180,9 @@ class Launcher:
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            start = self._starts.get(id(run))
+            if start is not None:
+                await asyncio.gather(start, return_exceptions=True)
             try:
                 await self.executor.stop(run, self.grace)
             except Exception:  # noqa: BLE001

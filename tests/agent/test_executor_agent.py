@@ -131,3 +131,34 @@ async def test_busched_logs_reads_and_follows_a_task_s_output(harness: Any, tmp_
 async def _logs(main: Any, capsys: Any, url: str, *args: str) -> tuple[int, str]:
     code = await asyncio.to_thread(main, ["logs", *args, "--nats", url])
     return code, capsys.readouterr().out
+
+
+async def test_an_eviction_during_a_start_stops_what_the_start_made(harness: Any) -> None:
+    release = asyncio.Event()
+    calls: list[str] = []
+
+    class Slow:
+        async def start(self, run: TaskRun) -> None:
+            calls.append("start")
+            await release.wait()
+            calls.append("started")
+
+        async def wait(self, run: TaskRun) -> Exit:
+            await asyncio.Event().wait()
+            return Exit(0)
+
+        async def stop(self, run: TaskRun, grace: float) -> None:
+            calls.append(f"stop {grace:g}")
+
+        async def status(self, run: TaskRun) -> Exit | None:
+            return None
+
+    await harness.scheduler()
+    agent = await harness.agent(fleet_nodes(1), executor=Slow(), grace=7)
+    await apply_cluster(await harness.bus(), gang(["a"]))
+    await wait_until(lambda: calls == ["start"], timeout=15, what="the start under way")
+    await apply_cluster(await harness.bus(), ClusterSpec(tasks=[TaskSpec(name="g-0", namespace="t")]), delete=True)
+    await wait_until(lambda: held_by_node(agent)["node-00"] == {}, timeout=15, what="evicted")
+    assert calls == ["start"]  # the stop waits for the start: it would not find what is half made
+    release.set()
+    await wait_until(lambda: calls == ["start", "started", "stop 7"], timeout=15, what="stopped after its start")
