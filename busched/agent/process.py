@@ -90,6 +90,8 @@ class ProcessExecutor:
         self.cgroup_root = self._cgroup_base(cgroup) if cgroup else None
         if self.cgroup_root is None:
             log.info("process executor: no writable cgroup v2; memory requests become RLIMIT_AS, cpu is not limited")
+        else:
+            log.info("process executor: a cgroup per task under %s (memory.max, cpu.max)", self.cgroup_root)
 
     # -- the Executor protocol ----------------------------------------------------------------------------------
     async def start(self, run: TaskRun) -> None:

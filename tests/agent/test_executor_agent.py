@@ -162,3 +162,21 @@ async def test_an_eviction_during_a_start_stops_what_the_start_made(harness: Any
     assert calls == ["start"]  # the stop waits for the start: it would not find what is half made
     release.set()
     await wait_until(lambda: calls == ["start", "started", "stop 7"], timeout=15, what="stopped after its start")
+
+
+async def test_a_run_its_task_was_deleted_from_while_the_agent_was_away_is_stopped(harness: Any,
+                                                                                   tmp_path: Path) -> None:
+    sched = await harness.scheduler()
+    first = await harness.agent(fleet_nodes(1), executor=ProcessExecutor(tmp_path / "state", cgroup=None))
+    await apply_cluster(await harness.bus(), gang(["sleep 300"]))
+    await wait_until(lambda: sched.task_status("t/g-0") == "Running", timeout=15, what="running")
+    [run] = first.launcher.runs()
+    wrapper = run.state["pid"]
+    await first.stop()  # the agent goes; its run goes on
+    assert process_start_time(wrapper) is not None
+    await apply_cluster(await harness.bus(), ClusterSpec(tasks=[TaskSpec(name="g-0", namespace="t")]), delete=True)
+    second = await harness.agent(fleet_nodes(1), executor=ProcessExecutor(tmp_path / "state", cgroup=None))
+    assert held_by_node(second)["node-00"] == {"t/g-0": 1}  # recovered before its first heartbeat ...
+    # ... which the scheduler answers with a stale evict: the run is stopped, not left behind
+    await wait_until(lambda: process_start_time(wrapper) is None, timeout=15, what="the run stopped")
+    await wait_until(lambda: held_by_node(second)["node-00"] == {}, timeout=15, what="released")
