@@ -46,7 +46,7 @@ from busched.api.resource import Resource
 from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.bus.client import Bus, DecisionFeed, Delivery
+from busched.bus.client import Bus, DecisionFeed, Delivery, StreamSettings
 from busched.metrics import AgentMetrics
 
 __all__ = ["Agent", "Reject", "HeldTask", "AgentNode", "DURATION_KEY"]
@@ -58,7 +58,8 @@ class Agent:
     def __init__(self, bus: Bus, nodes: list[NodeSpec], *, on_bind: BindCallback | None = None,
                  on_evict: EvictCallback | None = None, heartbeat_interval: float = 1.0,
                  duration: float | None = None, check_capacity: bool = True, consume: bool = True,
-                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0) -> None:
+                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0,
+                 streams: StreamSettings | None = None) -> None:
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))
@@ -71,6 +72,7 @@ class Agent:
         self.consume = consume
         self.register = register
         self.ack_wait = ack_wait  # an unacknowledged decision comes again after this long (consumer creation only)
+        self.streams = streams  # how the streams are made if this agent comes first (e.g. their replicas)
         self.metrics = metrics or AgentMetrics()
         self.boot = uuid.uuid4().hex[:12]
         names = list(self.nodes)
@@ -88,7 +90,7 @@ class Agent:
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.bus.ensure_streams()
+        await self.bus.ensure_streams(self.streams, history=False)
         if self.register:
             # an operator's cordon survives the agent's restart (busched.bus.edit.register_nodes)
             bad = await edit.register_nodes(self.bus, [n.spec for n in self.nodes.values()], version=self._version())
