@@ -1,9 +1,11 @@
 """Run a NATS cluster of local nats-server processes (JetStream on each), for tests and benchmarks.
 
 Three servers on loopback, each with its own client, route and monitoring port and its own JetStream
-store, routed to the other two under one cluster name.  A cluster is ready when every server says
-JetStream is healthy (its monitoring ``/healthz?js-enabled-only=true`` answers 200 only once it is in
-contact with an elected meta leader) — the server's own readiness check, polled with a deadline.
+store, routed to the other two under one cluster name.  A cluster is ready when every running server says
+it is healthy (its monitoring ``/healthz`` answers 200 only once it has recovered the JetStream meta layer,
+in contact with an elected meta leader, and its replicas of streams and consumers are current; the
+``js-enabled-only`` and ``js-server-only`` variants answer 200 before that) and one names the meta leader
+(``/jsz``) — the server's own readiness checks, polled with a deadline.
 
 A server can be killed (SIGKILL: no goodbye to its peers, as a crashed machine) and started again on
 the same ports and store, where it rejoins and catches up its stream replicas by itself.
@@ -105,9 +107,9 @@ class NatsCluster:
         return [s for s in self.servers if s.proc is not None and s.proc.poll() is None]
 
     def healthy(self) -> bool:
-        """Every running server says JetStream is healthy (in contact with an elected meta leader)."""
+        """Every running server says it is healthy: meta layer recovered, its stream and consumer replicas current."""
         up = self.running()
-        return bool(up) and all(self._get(s, "/healthz?js-enabled-only=true")[0] == 200 for s in up)
+        return bool(up) and all(self._get(s, "/healthz")[0] == 200 for s in up)
 
     def meta_leader(self) -> str | None:
         """The server name of the JetStream meta leader, as the first running server that knows it says."""
