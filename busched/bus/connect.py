@@ -21,14 +21,15 @@ __all__ = ["NatsOptions", "DEFAULT_URL", "MIN_SERVER_VERSION", "SERVER_FEATURES"
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
-# what busched uses of JetStream, and the nats-server release that brought it; the minimum is the newest
+# what busched uses of JetStream, and the nats-server release that brought it; the minimum is the newest (a
+# feature added to busched that needs a newer server, e.g. per-message TTLs (2.11), is added here)
 SERVER_FEATURES: dict[str, tuple[int, int, int]] = {
     "Nats-Expected-Last-Subject-Sequence (conditional writes)": (2, 3, 0),
     "per-subject limits (max_msgs_per_subject)": (2, 3, 0),
     "stream sources (the state history copy)": (2, 2, 0),
     "direct get (allow_direct)": (2, 9, 0),
     "consumers with several filter subjects (filter_subjects)": (2, 10, 0),
-    "stream replicas scaled in place (num_replicas update)": (2, 10, 0),
+    "stream replicas raised in place (a stream update's num_replicas)": (2, 8, 0),
 }
 MIN_SERVER_VERSION: tuple[int, int, int] = max(SERVER_FEATURES.values())
 
