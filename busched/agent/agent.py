@@ -166,12 +166,34 @@ class Agent:
             self.metrics.running.set(sum(len(x.tasks) for x in self.nodes.values()))
         held.phase = phase
         ns, name = task.split("/", 1)
-        ack = await self.bus.publish(S.result_subject(node, task), m.TaskPhaseChanged(
-            version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt, phase=phase,
-            reason=reason, exit_code=exit_code, boot=self.boot))
+        msg = m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt,
+                                 phase=phase, reason=reason, exit_code=exit_code, boot=self.boot)
+        # the same id on every copy: one the stream stored although its acknowledgement was lost is not stored twice
+        msg_id = f"phase.{self.boot}.{node}.{task}.{held.attempt}.{msg.version}"
+        ack = await self.bus.publish(S.result_subject(node, task), msg, msg_id=msg_id)
         if not ack.ok:
-            log.warning("cannot report %s %s on %s: %s", task, phase, node, ack.error)
+            log.warning("cannot report %s %s on %s: %s; reporting it again", task, phase, node, ack.error)
+            self._spawn(self._report_again(node, task, msg, msg_id))
         return ack.ok
+
+    async def _report_again(self, node: str, task: str, msg: m.TaskPhaseChanged, msg_id: str) -> None:
+        """Publish a report the stream did not take until it does, while it is still the task's latest news.
+
+        No heartbeat carries a finished task, so a lost Succeeded would leave it Running for the scheduler for
+        ever: e.g. on a NATS cluster whose stream is electing a new leader, for seconds after a server was lost.
+        """
+        wait = 0.5
+        while self._running:
+            await asyncio.sleep(wait)
+            wait = min(5.0, 2 * wait)
+            cur = self.nodes[node].tasks.get(task)
+            if (cur is None) != (msg.phase in ("Succeeded", "Failed")) or \
+                    (cur is not None and (cur.attempt, cur.phase) != (msg.attempt, msg.phase)):
+                return  # newer news of the task (another attempt, another phase) is reported by itself
+            ack = await self.bus.publish(S.result_subject(node, task), msg, msg_id=msg_id)
+            if ack.ok:
+                log.info("reported %s %s on %s", task, msg.phase, node)
+                return
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _version(self) -> int:
