@@ -14,6 +14,7 @@ from busched.bus import connect as C
 from busched.bus import subjects as S
 from busched.bus.server_cluster import NatsCluster
 from busched.cli.main import build_parser
+from tests.nats_fixture import wait_until
 
 
 async def replicas(bus: Bus, stream: str) -> int:
@@ -99,27 +100,28 @@ def test_the_minimum_is_the_newest_feature() -> None:
     assert C.parse_version("2.11") == (2, 11, 0)
 
 
+async def _serve_old(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A stand-in for a nats-server 2.9 that says its version in INFO and answers PING: enough for a client to
+    connect (a real old server is not installable here)."""
+    info = {"server_id": "OLD", "server_name": "old", "version": "2.9.25", "proto": 1, "headers": True,
+            "max_payload": 1048576, "jetstream": True}
+    writer.write(f"INFO {json.dumps(info)}\r\n".encode())
+    await writer.drain()
+    try:
+        while line := await reader.readline():
+            if line.startswith(b"PING"):
+                writer.write(b"PONG\r\n")
+                await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
 @pytest.fixture
 async def old_server() -> AsyncIterator[str]:
-    """A stand-in for a nats-server 2.9 that says its version in INFO and answers PING: enough for a client to
-    connect (a real old server is not installable here); its URL."""
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        info = {"server_id": "OLD", "server_name": "old", "version": "2.9.25", "proto": 1, "headers": True,
-                "max_payload": 1048576, "jetstream": True}
-        writer.write(f"INFO {json.dumps(info)}\r\n".encode())
-        await writer.drain()
-        try:
-            while line := await reader.readline():
-                if line.startswith(b"PING"):
-                    writer.write(b"PONG\r\n")
-                    await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    """The URL of a stand-in for a nats-server 2.9 (`_serve_old`)."""
+    server = await asyncio.start_server(_serve_old, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         yield f"nats://127.0.0.1:{port}"
@@ -139,3 +141,22 @@ async def test_connect_takes_the_installed_server(nats_server) -> None:  # noqa:
         assert C.check_server_version(bus.nc.connected_server_version._server_version) is None
     finally:
         await bus.close()
+
+
+async def test_a_reconnection_to_an_older_server_is_logged_as_an_error(nats_server, caplog) -> None:  # noqa: ANN001
+    """A cluster in the middle of an upgrade: the client's server goes, it reconnects to an old one."""
+    from busched.bus.server import free_port
+
+    port = free_port()  # the old server listens there only once the client is connected to the real one
+    bus = await Bus.connect(f"{nats_server.url},nats://127.0.0.1:{port}")
+    old = await asyncio.start_server(_serve_old, "127.0.0.1", port)
+    try:
+        with caplog.at_level("INFO", logger="busched.bus"):
+            nats_server.stop()
+            await wait_until(lambda: any("older than 2.10.0" in r.getMessage() and r.levelname == "ERROR"
+                                         for r in caplog.records), timeout=10, what="the error logged")
+        assert bus.connected
+    finally:
+        await bus.close()
+        old.close()
+        await old.wait_closed()
