@@ -71,6 +71,31 @@ async def test_a_conditional_write_is_refused_through_another_server(nats_cluste
         await b.close()
 
 
+async def test_a_lapsed_binds_questions_are_bounded_while_its_consumer_elects_a_leader(
+        nats_cluster: NatsCluster) -> None:
+    """The scheduler asks, within a cycle, to delete a lapsed bind's decision and how far its agent's consumer
+    delivered; with the consumer's leader just lost those requests go unanswered for seconds, and each is given
+    up after `reads.DECISION_READ_TIMEOUT` (cannot be told: the cautious branch), not JetStream's 10 s."""
+    from busched.bus import reads
+
+    first = await Bus.connect(nats_cluster.url)
+    await first.ensure_streams(StreamSettings(replicas=3), history=False)
+    feed = await first.decision_feed("n1")
+    await feed.stop()
+    leader = (await first.js.consumer_info(S.DECISION_STREAM, S.agent_consumer("n1"))).cluster.leader
+    await first.close()
+    i = nats_cluster.index_of(leader)
+    bus = await Bus.connect(nats_cluster.urls[(i + 1) % 3])  # on a server that stays
+    try:
+        nats_cluster.kill(i)
+        for ask in (lambda: bus.consumer_delivered(S.agent_consumer("n1")), lambda: bus.delete_decision(1)):
+            t0 = asyncio.get_running_loop().time()
+            await ask()
+            assert asyncio.get_running_loop().time() - t0 < reads.DECISION_READ_TIMEOUT + 1.0
+    finally:
+        await bus.close()
+
+
 def test_replicas_flag_on_run_and_agent() -> None:
     parser = build_parser()
     assert parser.parse_args(["run", "--replicas", "3"]).replicas == 3
