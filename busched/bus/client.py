@@ -26,7 +26,7 @@ import nats.errors
 
 from busched.bus import events, feeds, reads
 from busched.bus import subjects as S
-from busched.bus.connect import NatsOptions
+from busched.bus.connect import NatsOptions, check_server_version
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import DecisionFeed, Delivery, StateBatchHandler, StateHandler, StateWatch
 from busched.bus.messages import GetReply, Msg, encode
@@ -36,6 +36,23 @@ from busched.bus.streams import StreamSettings, ensure_streams, stream_last_seq
 __all__ = ["Bus", "Ack", "Delivery", "DecisionFeed", "StateWatch", "StreamSettings", "BusError"]
 
 log = logging.getLogger("busched.bus")
+
+
+def _server_url(nc: Any) -> str:
+    url = getattr(nc, "connected_url", None)
+    return f"{url.hostname}:{url.port}" if url is not None else "?"
+
+
+def _too_old(nc: Any) -> str | None:
+    """Why the server ``nc`` is connected to is too old for busched (`connect.check_server_version`)."""
+    try:
+        version = nc.connected_server_version
+    except Exception:  # noqa: BLE001 - no INFO (a test double): nothing to judge
+        return None
+    text = str(getattr(version, "_server_version", "") or "")  # the INFO's version as the server wrote it
+    if not text or text.endswith("-unknown"):  # nats-py's "0.0.0-unknown": the server gave none
+        return None
+    return check_server_version(text, _server_url(nc))
 
 
 class Bus:
@@ -83,8 +100,11 @@ class Bus:
                 holder[0]._connection_changed(False)
 
         async def on_reconnect() -> None:
-            log.info("nats: reconnected")
+            log.info("nats: reconnected to %s", _server_url(holder[0].nc) if holder else "?")
             if holder:
+                too_old = _too_old(holder[0].nc)
+                if too_old:  # a cluster mid-upgrade: say it loudly, a stream's leader may be elsewhere
+                    log.error("%s", too_old)
                 holder[0]._connection_changed(True)
 
         try:
@@ -97,6 +117,10 @@ class Bus:
             raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s{cause}") from None
         except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
             raise BusError(f"cannot connect to NATS at {options.url}: {e or type(e).__name__}") from None
+        too_old = _too_old(nc)
+        if too_old:
+            await nc.close()
+            raise BusError(too_old)
         bus = cls(nc, options)
         holder.append(bus)
         return bus
@@ -126,9 +150,10 @@ class Bus:
         await self.nc.flush(timeout=timeout)
 
     # -- streams ---------------------------------------------------------------------------------------------------
-    async def ensure_streams(self, settings: StreamSettings | None = None) -> None:
-        """Create the state and decision streams unless they exist (an existing stream is left as configured)."""
-        await ensure_streams(self.js, settings)
+    async def ensure_streams(self, settings: StreamSettings | None = None, *, history: bool | None = None) -> None:
+        """Create the state and decision streams unless they exist (an existing stream is left as configured,
+        but for raising its replicas); the history streams too with ``history`` (default: given ``settings``)."""
+        await ensure_streams(self.js, settings, history=history)
 
     async def stream_last_seq(self, stream: str) -> int:
         return await stream_last_seq(self.js, stream)

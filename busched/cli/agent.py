@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from busched.cli.common import add_log_argument, run_until_signal, setup_logging
+from busched.cli.common import add_log_argument, add_replicas_argument, run_until_signal, setup_logging
 
 log = logging.getLogger("busched.agent")
 
@@ -55,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--log-keep", type=int, default=2, help="rotated log files kept per task (default %(default)s)")
     p.add_argument("--http", default="", metavar="HOST:PORT",
                    help="serve /metrics, /healthz and /readyz for this agent (default: off)")
+    add_replicas_argument(p)
     add_log_argument(p)
     p.set_defaults(func=cmd_agent)
 
@@ -108,7 +109,7 @@ def make_executor(args: argparse.Namespace) -> Any:
 
 async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  # noqa: ANN001
     from busched.agent import Agent
-    from busched.bus import Bus, BusError
+    from busched.bus import Bus, BusError, StreamSettings
 
     try:
         bus = await Bus.connect(connect_options(args, nodes), wait=60)
@@ -119,8 +120,8 @@ async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  #
 
     executor = make_executor(args)
     agent = Agent(bus, nodes, heartbeat_interval=args.heartbeat, duration=args.duration,
-                  check_capacity=not args.no_capacity_check, executor=executor, grace=args.grace,
-                  concurrency=args.concurrency)
+                  check_capacity=not args.no_capacity_check, streams=StreamSettings(replicas=args.replicas),
+                  executor=executor, grace=args.grace, concurrency=args.concurrency)
     http = None
     try:
         if args.http:
