@@ -208,15 +208,9 @@ class BindingTable:
         moved lost to another writer (returned, for `lost_race`); the others only lost the node, and go back to
         what they were, Pending, with nothing written (their next bind is decided again on a fresh view)."""
         moved: list[str] = []
-        for key in keys:
+        for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key, False) for key in keys))):
             b = items[key]
-            try:
-                found = await self.bus.last_state(S.binding_subject(key))
-            except Exception as e:  # noqa: BLE001 - treated as lost: lost_race reads it again
-                log.warning("cannot read the binding of %s after a lost batch: %s", key, e)
-                moved.append(key)
-                continue
-            if (found[0] if found is not None else 0) != b.rec_seq:
+            if found is False or (found[0] if found else 0) != b.rec_seq:  # moved, or not known: lost_race reads
                 moved.append(key)
             elif self.bindings.get(key) is b:
                 self.bindings[key] = dataclasses.replace(b, state="released", reason="node taken",
@@ -249,12 +243,7 @@ class BindingTable:
         """Our conditional write lost: another writer advanced these tasks.  Adopt the records that won (our
         reservations go with ours)."""
         self.metrics.publish_errors.labels("conflict").inc(len(keys))
-        for key in keys:
-            try:
-                found = await self.bus.last_state(S.binding_subject(key))
-            except Exception as e:  # noqa: BLE001 - read again at the next conflict
-                log.warning("cannot read the binding of %s after a lost write: %s", key, e)
-                found = None
+        for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key) for key in keys))):
             log.info("task %s: another writer advanced its binding; adopting its record", key)
             cur = self.bindings.get(key)
             if found is None:
@@ -275,6 +264,15 @@ class BindingTable:
                 cur.rec_seq = 0  # so the winner's record is taken whatever we thought
             self.apply_binding(key, rec, seq)
             self.unpublished.discard(key)
+
+    async def _read_binding(self, key: str, unreadable: Any = None) -> Any:
+        """The task's binding subject's last (sequence, data); None when it holds none, ``unreadable`` when it
+        cannot be read now (read again at the next conflict)."""
+        try:
+            return await self.bus.last_state(S.binding_subject(key))
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot read the binding of %s after a lost write: %s", key, e)
+            return unreadable
 
     def write_binding(self, key: str, b: Binding) -> None:
         """Queue ``b`` as the task's binding record (the latest per task is written, conditionally, at the next

@@ -56,7 +56,7 @@ class NodeLedgers:
 
     async def write(self, bus: BatchBus, items: list[tuple[str, str, str, m.Msg, int]]) -> list[Ack]:
         """Write binding records ``(task, node, subject, record, expected)``: those of one node with its ledger
-        message, as atomic batches.  One `Ack` per item, in order: a stored record's own sequence, or its
+        message, in atomic batches.  One `Ack` per item, in order: a stored record's own sequence, or its
         batch's failure (``conflict`` when a condition lost: the node's ledger or one task's record moved)."""
         acks: list[Ack | None] = [None] * len(items)
         chunks: dict[str, list[list[int]]] = {}
@@ -67,30 +67,67 @@ class NodeLedgers:
             node_chunks[-1].append(i)
         rounds = max((len(c) for c in chunks.values()), default=0)
         for r in range(rounds):
-            owners: list[tuple[str, list[int]]] = []
-            batches: list[list[tuple[str, Any, int | None]]] = []
-            for node, node_chunks in chunks.items():
-                if r >= len(node_chunks) or acks[node_chunks[r][0]] is not None:
-                    continue  # done, or an earlier round of this node failed
-                idx = node_chunks[r]
-                ledger = m.NodeLedger(node=node, writer=self.writer, shard=self.shard,
-                                      tasks=[items[i][0] for i in idx])
-                batch: list[tuple[str, Any, int | None]] = [(items[i][2], items[i][3], items[i][4]) for i in idx]
-                batch.append((S.ledger_subject(node), ledger, self.view.get(node, 0)))
-                owners.append((node, idx))
-                batches.append(batch)
-            results = await bus.publish_batches(batches)
-            for (node, idx), ack in zip(owners, results):
-                if ack.ok:
-                    # the batch's messages are stored at consecutive sequences, the ledger's last
-                    self.heard(node, ack.seq)
-                    self.view[node] = ack.seq  # a later round of this cycle follows on from ours
-                    first = ack.seq - len(idx)
-                    for n, i in enumerate(idx):
-                        acks[i] = Ack(seq=first + n)
-                    continue
-                self.lost += ack.conflict
-                for later in chunks[node][r:]:
-                    for i in later:
-                        acks[i] = ack
+            # a node goes on only while its earlier rounds were stored
+            parts = [(node, c[r]) for node, c in chunks.items()
+                     if r < len(c) and (r == 0 or (acks[c[r - 1][0]] or Ack(error="?")).ok)]
+            # several nodes to a batch (a batch costs the server about as much as a few hundred messages) ...
+            failed = await self._publish(bus, items, self._pack(parts), acks)
+            # ... and a batch that lost a condition is tried again node by node, so only the nodes (or tasks)
+            # that moved are lost, not the others that shared their batch
+            await self._publish(bus, items, [[p] for p in failed], acks)
+        for c in chunks.values():  # the rounds of a node after one that failed: that failure
+            for prev, chunk in zip(c, c[1:]):
+                for i in chunk:
+                    if acks[i] is None:
+                        acks[i] = acks[prev[0]]
         return [a if a is not None else Ack(error="not written") for a in acks]
+
+    @staticmethod
+    def _pack(parts: list[tuple[str, list[int]]]) -> list[list[tuple[str, list[int]]]]:
+        """Node chunks into batches of at most `MAX_BATCH` messages (each chunk's records and its ledger)."""
+        out: list[list[tuple[str, list[int]]]] = []
+        size = MAX_BATCH
+        for part in parts:
+            if size + len(part[1]) + 1 > MAX_BATCH:
+                out.append([])
+                size = 0
+            out[-1].append(part)
+            size += len(part[1]) + 1
+        return out
+
+    async def _publish(self, bus: BatchBus, items: list[tuple[str, str, str, m.Msg, int]],
+                       batches: list[list[tuple[str, list[int]]]],
+                       acks: list[Ack | None]) -> list[tuple[str, list[int]]]:
+        """Publish ``batches`` (of node chunks), fill in the acks of the stored ones; the chunks of the batches
+        that lost a condition when they held several nodes (the others' acks are filled in with the failure)."""
+        if not batches:
+            return []
+        messages: list[list[tuple[str, Any, int | None]]] = []
+        for batch in batches:
+            msgs: list[tuple[str, Any, int | None]] = []
+            for node, idx in batch:
+                msgs += [(items[i][2], items[i][3], items[i][4]) for i in idx]
+                msgs.append((S.ledger_subject(node), m.NodeLedger(node=node, writer=self.writer, shard=self.shard,
+                                                                  tasks=[items[i][0] for i in idx]),
+                             self.view.get(node, 0)))
+            messages.append(msgs)
+        retry: list[tuple[str, list[int]]] = []
+        for batch, msgs, ack in zip(batches, messages, await bus.publish_batches(messages)):
+            if ack.ok:
+                # stored at consecutive sequences, the batch's last message acknowledged
+                seq = ack.seq - len(msgs)
+                for node, idx in batch:
+                    for i in idx:
+                        seq += 1
+                        acks[i] = Ack(seq=seq)
+                    seq += 1  # the node's ledger message
+                    self.heard(node, seq)
+                    self.view[node] = seq  # a later round of this cycle follows on from ours
+            elif ack.conflict and len(batch) > 1:
+                retry += batch
+            else:
+                self.lost += ack.conflict
+                for _, idx in batch:
+                    for i in idx:
+                        acks[i] = ack
+        return retry

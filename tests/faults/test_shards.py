@@ -26,7 +26,8 @@ async def test_two_soft_shards_contending_for_the_same_nodes(cluster):  # noqa: 
     conf = cluster.dir / "spread.conf"
     conf.write_text(SPREAD)
     s1 = cluster.scheduler("sched-a", extra=["--shard", "sa", "--shard-mode", "soft"])
-    s2 = cluster.scheduler("sched-b", period=0.3, extra=["--shard", "sb", "--shard-mode", "soft", "--config", str(conf)])
+    s2 = cluster.scheduler("sched-b", period=0.3,
+                           extra=["--shard", "sb", "--shard-mode", "soft", "--config", str(conf)])
     a = cluster.agent("ta", 2, extra=["--no-capacity-check"])
     b = cluster.agent("tb", 2, extra=["--no-capacity-check"])
     await s1.wait_ready()
