@@ -313,7 +313,8 @@ class CycleRecord(Msg, tag="cycle"):
     on the state stream: ``unready`` (nodes whose agent is not alive), ``excl`` (task -> nodes it
     is kept off after a refusal), ``backoff`` (tasks under the backoff gate).  Decisions, as the
     session made them: ``binds`` [task, node], ``evicts`` [task, node, reason], ``pipelined``
-    [task, node], ``phases`` [job, phase] of the podgroups whose status changed.
+    [task, node], ``phases`` [job, phase] of the podgroups whose status changed.  ``shard`` and
+    ``shard_mode``: the NodeShard a sharded scheduler owned (its snapshot's shard follows from the stream).
     """
 
     boot: str = ""
@@ -331,6 +332,8 @@ class CycleRecord(Msg, tag="cycle"):
     unready: list[str] = []
     excl: dict[str, list[str]] = {}
     backoff: list[str] = []
+    shard: str = ""  # the NodeShard the scheduler owned (`busched run --shard`), "" for none
+    shard_mode: str = ""  # hard | soft
 
 
 UPSERTS: dict[str, type[Msg]] = {
