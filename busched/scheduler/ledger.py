@@ -20,6 +20,7 @@ binds than one batch holds, each round conditional on the one before.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from busched.bus import messages as m
@@ -33,6 +34,8 @@ class BatchBus(Protocol):
     """What the ledgers need of `busched.bus.client.Bus`."""
 
     async def publish_batches(self, batches: Any, timeout: float = 10.0) -> list[Ack]: ...
+
+    async def last_state(self, subject: str) -> tuple[int, bytes] | None: ...
 
 
 class NodeLedgers:
@@ -71,16 +74,65 @@ class NodeLedgers:
             parts = [(node, c[r]) for node, c in chunks.items()
                      if r < len(c) and (r == 0 or (acks[c[r - 1][0]] or Ack(error="?")).ok)]
             # several nodes to a batch (a batch costs the server about as much as a few hundred messages) ...
-            failed = await self._publish(bus, items, self._pack(parts), acks)
-            # ... and a batch that lost a condition is tried again node by node, so only the nodes (or tasks)
-            # that moved are lost, not the others that shared their batch
-            await self._publish(bus, items, [[p] for p in failed], acks)
+            shared, alone = await self._publish(bus, items, self._pack(parts), acks)
+            # ... a batch that lost a condition is tried again node by node, so only the nodes that moved lose,
+            # not the others that shared their batch ...
+            alone += (await self._publish(bus, items, [[p] for p in shared], acks))[1]
+            # ... and a node whose ledger did not move lost to a task another scheduler bound: its other tasks
+            # are tried once more without the tasks that moved
+            _, failed = await self._publish(bus, items, await self._without_moved(bus, items, alone, acks), acks)
+            for _, idx in failed:
+                self._fail(idx, acks, Ack(error="APIError: wrong last sequence", conflict=True))
         for c in chunks.values():  # the rounds of a node after one that failed: that failure
             for prev, chunk in zip(c, c[1:]):
                 for i in chunk:
                     if acks[i] is None:
                         acks[i] = acks[prev[0]]
         return [a if a is not None else Ack(error="not written") for a in acks]
+
+    async def _without_moved(self, bus: BatchBus, items: list[tuple[str, str, str, m.Msg, int]],
+                             failed: list[tuple[str, list[int]]],
+                             acks: list[Ack | None]) -> list[list[tuple[str, list[int]]]]:
+        """Of node chunks that lost a condition alone: a node whose ledger moved is lost (its acks a conflict);
+        for the others, the tasks whose binding subject moved are lost, and the rest is returned, one batch per
+        node, to try again."""
+        if not failed:
+            return []
+        subjects = [[S.ledger_subject(node)] + [items[i][2] for i in idx] for node, idx in failed]
+        found = await asyncio.gather(*(self._last_seq(bus, subj) for subjs in subjects for subj in subjs))
+        out: list[list[tuple[str, list[int]]]] = []
+        k = 0
+        conflict = Ack(error="APIError: wrong last sequence", conflict=True)
+        for node, idx in failed:
+            ledger, tasks = found[k], found[k + 1:k + 1 + len(idx)]
+            k += 1 + len(idx)
+            if ledger != self.view.get(node, 0):
+                self.lost += 1
+                self._fail(idx, acks, conflict)
+                continue
+            moved = [i for i, seq in zip(idx, tasks) if seq != items[i][4]]
+            self._fail(moved, acks, conflict)
+            rest = [i for i in idx if i not in set(moved)]
+            if rest and moved:
+                out.append([(node, rest)])
+            else:
+                self._fail(rest, acks, conflict)
+        return out
+
+    @staticmethod
+    async def _last_seq(bus: BatchBus, subject: str) -> int:
+        """The subject's last sequence (0: none); -1 when it cannot be read (never equal to a condition)."""
+        try:
+            found = await bus.last_state(subject)
+        except Exception:  # noqa: BLE001
+            return -1
+        return found[0] if found is not None else 0
+
+    @staticmethod
+    def _fail(idx: list[int], acks: list[Ack | None], ack: Ack) -> None:
+        for i in idx:
+            if acks[i] is None:
+                acks[i] = ack
 
     @staticmethod
     def _pack(parts: list[tuple[str, list[int]]]) -> list[list[tuple[str, list[int]]]]:
@@ -97,11 +149,12 @@ class NodeLedgers:
 
     async def _publish(self, bus: BatchBus, items: list[tuple[str, str, str, m.Msg, int]],
                        batches: list[list[tuple[str, list[int]]]],
-                       acks: list[Ack | None]) -> list[tuple[str, list[int]]]:
-        """Publish ``batches`` (of node chunks), fill in the acks of the stored ones; the chunks of the batches
-        that lost a condition when they held several nodes (the others' acks are filled in with the failure)."""
+                       acks: list[Ack | None]) -> tuple[list[tuple[str, list[int]]], list[tuple[str, list[int]]]]:
+        """Publish ``batches`` (of node chunks), fill in the acks of the stored ones and of those that failed for
+        another reason than a lost condition; the chunks of the batches that lost a condition, those that
+        shared their batch with other nodes and those alone in theirs."""
         if not batches:
-            return []
+            return [], []
         messages: list[list[tuple[str, Any, int | None]]] = []
         for batch in batches:
             msgs: list[tuple[str, Any, int | None]] = []
@@ -111,7 +164,8 @@ class NodeLedgers:
                                                                   tasks=[items[i][0] for i in idx]),
                              self.view.get(node, 0)))
             messages.append(msgs)
-        retry: list[tuple[str, list[int]]] = []
+        shared: list[tuple[str, list[int]]] = []
+        alone: list[tuple[str, list[int]]] = []
         for batch, msgs, ack in zip(batches, messages, await bus.publish_batches(messages)):
             if ack.ok:
                 # stored at consecutive sequences, the batch's last message acknowledged
@@ -123,11 +177,9 @@ class NodeLedgers:
                     seq += 1  # the node's ledger message
                     self.heard(node, seq)
                     self.view[node] = seq  # a later round of this cycle follows on from ours
-            elif ack.conflict and len(batch) > 1:
-                retry += batch
+            elif ack.conflict:
+                (shared if len(batch) > 1 else alone).extend(batch)
             else:
-                self.lost += ack.conflict
                 for _, idx in batch:
-                    for i in idx:
-                        acks[i] = ack
-        return retry
+                    self._fail(idx, acks, ack)
+        return shared, alone

@@ -79,3 +79,18 @@ async def test_a_state_stream_made_without_atomic_batches_is_given_them(harness)
     assert not (await bus.js.stream_info(S.STATE_STREAM)).config.allow_atomic
     await bus.allow_atomic()
     assert (await bus.js.stream_info(S.STATE_STREAM)).config.allow_atomic
+
+
+async def test_a_task_another_writer_bound_loses_alone_its_node_takes_the_others(harness):
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    other, = await bus.publish_all([(S.binding_subject("t/x2"), record(2, "n9"), None, 0)])
+    ledgers = NodeLedgers("s1", "me")
+    ledgers.snapshot_taken()
+    acks = await ledgers.write(bus, [item(1, "n1"), item(2, "n1"), item(3, "n1"), item(4, "n2")])
+    assert [a.ok for a in acks] == [True, False, True, True] and acks[1].conflict
+    assert await stored(bus, S.binding_subject("t/x2")) == other.seq  # the other writer's record stands
+    assert await stored(bus, S.binding_subject("t/x3")) == acks[2].seq
+    assert ledgers.lost == 0  # no node was taken: the ledger had not moved
+    ledger = m.decode((await bus.last_state(S.ledger_subject("n1")))[1])
+    assert ledger.tasks == ["t/x1", "t/x3"]
