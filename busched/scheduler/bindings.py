@@ -206,15 +206,18 @@ class BindingTable:
     async def node_taken(self, keys: list[str], items: dict[str, Binding]) -> list[str]:
         """A node's batch lost a condition (busched.scheduler.ledger): of its tasks, those whose own binding subject
         moved lost to another writer (returned, for `lost_race`); the others only lost the node, and go back to
-        what they were, Pending, with nothing written (their next bind is decided again on a fresh view)."""
+        what they were, Pending, with no decision sent (their next bind is decided again on a fresh view)."""
         moved: list[str] = []
         for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key, False) for key in keys))):
             b = items[key]
             if found is False or (found[0] if found else 0) != b.rec_seq:  # moved, or not known: lost_race reads
                 moved.append(key)
             elif self.bindings.get(key) is b:
-                self.bindings[key] = dataclasses.replace(b, state="released", reason="node taken",
+                self.bindings[key] = dataclasses.replace(b, state="released", reason="node taken by another shard",
                                                          version=self.next_version())
+                # written (as a bind that failed to publish is): it replaces whatever record of the task was still
+                # waiting in the outbox when the bind superseded it, so the stream says what we hold
+                self.write_binding(key, self.bindings[key])
                 self.refresh_task(key)
         return moved
 

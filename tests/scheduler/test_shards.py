@@ -19,6 +19,7 @@ from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.framework.config import load_config
 from tests.nats_fixture import assert_no_overcommit, held_by_node, wait_until
+from tests.scheduler.test_trust import assert_restart_rebuilds
 
 
 def work(n: int, *, cpu: str = "1", job: str = "j", ns: str = "t", duration: float | None = None) -> ClusterSpec:
@@ -174,6 +175,9 @@ async def test_two_soft_shards_contending_for_the_same_nodes_never_overcommit(ha
     assert len(seen) == 40
     # the schedulers met on a node (a batch lost its condition): the ledgers were exercised, not only avoided
     assert one.table.ledgers.lost + two.table.ledgers.lost > 0
+    # and what each holds is what the stream says: a scheduler started now rebuilds it exactly
+    for s in (one, two):
+        await assert_restart_rebuilds(harness, s)
 
 
 async def test_without_the_ledgers_the_same_contention_overcommits(harness):
