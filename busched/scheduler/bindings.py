@@ -215,6 +215,7 @@ class BindingTable:
             elif self.bindings.get(key) is b:
                 self.bindings[key] = dataclasses.replace(b, state="released", reason="node taken by another shard",
                                                          version=self.next_version())
+                self.metrics.publish_errors.labels("node").inc()
                 # written (as a bind that failed to publish is): it replaces whatever record of the task was still
                 # waiting in the outbox when the bind superseded it, so the stream says what we hold
                 self.write_binding(key, self.bindings[key])

@@ -175,6 +175,7 @@ async def test_two_soft_shards_contending_for_the_same_nodes_never_overcommit(ha
     assert len(seen) == 40
     # the schedulers met on a node (a batch lost its condition): the ledgers were exercised, not only avoided
     assert one.table.ledgers.lost + two.table.ledgers.lost > 0
+    assert sum(s.metrics.publish_errors.labels("node")._value.get() for s in (one, two)) > 0  # counted, by node
     # and what each holds is what the stream says: a scheduler started now rebuilds it exactly
     for s in (one, two):
         await assert_restart_rebuilds(harness, s)
