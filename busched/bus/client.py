@@ -24,7 +24,7 @@ from typing import Any
 import nats
 import nats.errors
 
-from busched.bus import feeds, reads
+from busched.bus import events, feeds, reads
 from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions
 from busched.bus.errors import BusError, unsubscribe_quietly
@@ -68,10 +68,13 @@ class Bus:
             kw["name"] = name
 
         holder: list[Bus] = []
+        failures: list[Exception] = []  # before the first connection: the last one names the cause
 
         async def on_error(e: Exception) -> None:
             # before the first connection, failures are retried and summed up by the BusError below
             log.log(logging.WARNING if holder else logging.DEBUG, "nats: %s", e)
+            if not holder:
+                failures[:] = [e]
 
         async def on_disconnect() -> None:
             if not (holder and holder[0]._closing):
@@ -89,7 +92,9 @@ class Bus:
                                                      reconnected_cb=on_reconnect, max_reconnect_attempts=-1,
                                                      reconnect_time_wait=0.5, **kw), wait)
         except asyncio.TimeoutError:
-            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s") from None
+            # "within 5s" alone hides a refused user or a TLS mismatch behind what looks like a server down
+            cause = f" (last error: {failures[-1] or type(failures[-1]).__name__})" if failures else ""
+            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s{cause}") from None
         except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
             raise BusError(f"cannot connect to NATS at {options.url}: {e or type(e).__name__}") from None
         bus = cls(nc, options)
@@ -211,6 +216,18 @@ class Bus:
         """Remove a state subject's messages (those below ``before_seq`` only, when given): stream hygiene
         once the object they describe is gone."""
         return await reads.purge_state(self.js, subject, before_seq)
+
+    # -- events ----------------------------------------------------------------------------------------------------
+    async def watch_events(self, handler: Callable[[Any], None], *,
+                           subject: str = f"{S.EVENT_PREFIX}.>") -> events.EventWatch:
+        """Every event series the events stream holds on ``subject``, then each new or updated one
+        (`busched.bus.events`)."""
+        return await events.watch_events(self.js, handler, subject=subject)
+
+    async def last_event(self, subject: str) -> bytes | None:
+        """The latest message of one event series (its subject), or None if the stream holds none."""
+        last = await reads.last_msg(self.js, S.EVENT_STREAM, subject)
+        return last[1] if last is not None else None
 
     # -- decisions -------------------------------------------------------------------------------------------------
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:

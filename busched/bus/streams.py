@@ -1,6 +1,6 @@
 """Which JetStream streams busched uses and how they are configured.
 
-The state and decision streams (and, for a scheduler, the history streams) are made here once,
+The state and decision streams (and, for a scheduler, the history and events streams) are made here once,
 when a process starts; kept apart from the client so the stream layout is read in one place.
 """
 
@@ -16,7 +16,7 @@ from nats.js import api
 from busched.bus import subjects as S
 from busched.bus.errors import BusError
 
-__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "allow_atomic"]
+__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config", "allow_atomic"]
 
 log = logging.getLogger("busched.bus")
 
@@ -28,6 +28,11 @@ class StreamSettings:
     duplicate_window: float = 120.0  # seconds in which a republished Nats-Msg-Id is dropped
     storage: str = "file"  # file | memory
     history_max_age: float = 7 * 86400.0  # seconds the history streams keep cycle records and state copies; 0: none
+    # the events stream (scheduling events, one subject per series, its latest message only): an hour, as
+    # Kubernetes' default event TTL, and at most this many messages / bytes, the oldest dropped first; 0: none
+    events_max_age: float = 3600.0
+    events_max_msgs: int = 100_000
+    events_max_bytes: int = 64 * 1024 * 1024
 
 
 async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> None:
@@ -58,6 +63,8 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> Non
                                         retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
                                         storage=storage, duplicate_window=st.duplicate_window,
                                         description="busched state messages kept for the history duration"))
+    if settings is not None and st.events_max_age > 0:  # the scheduler's: only it records events
+        configs.append(events_stream_config(st, storage))
     for cfg in configs:
         try:
             await js.stream_info(cfg.name)
@@ -77,6 +84,17 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> Non
             from busched.bus import history as H
 
             await H.wait_sourcing(js, H.STATE_HISTORY_STREAM)
+
+
+def events_stream_config(st: StreamSettings, storage: Any = api.StorageType.FILE) -> api.StreamConfig:
+    """``BUSCHED_EVENTS``: one subject per event series, of which only the latest message is kept
+    (``max_msgs_per_subject`` 1: a series' count grows in place), bounded in age, messages and bytes with
+    the oldest discarded first, as Kubernetes lets events expire (docs/bus.md, "Scheduling events")."""
+    return api.StreamConfig(name=S.EVENT_STREAM, subjects=[f"{S.EVENT_PREFIX}.>"],
+                            retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=1, max_age=st.events_max_age,
+                            max_msgs=st.events_max_msgs, max_bytes=st.events_max_bytes,
+                            discard=api.DiscardPolicy.OLD, storage=storage, allow_direct=True,
+                            description="busched scheduling events: the latest of each series")
 
 
 async def stream_last_seq(js: Any, stream: str) -> int:
