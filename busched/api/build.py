@@ -5,11 +5,12 @@ Every conversion error is a `SpecError` naming the object and the field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from busched.api import k8s_specs, limits, subjob
+from busched.api import k8s, k8s_specs, limits, subjob
 from busched.api import objects as o
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo, NodeUsage
@@ -20,7 +21,7 @@ from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_fro
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
 __all__ = ["SpecError", "validate", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
-           "resources"]
+           "resources", "node_shard", "shard_members"]
 
 
 class SpecError(ValueError):
@@ -77,6 +78,8 @@ def validate(kind: str, spec: Any) -> None:
         hyper_node(spec)
     elif kind == "resourceQuota":
         resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
+    elif kind == "nodeShard":
+        node_shard(spec)
     else:
         raise SpecError(f"unknown object kind {kind!r}")
 
@@ -339,3 +342,27 @@ def hyper_node(s: o.HyperNodeSpec) -> HyperNode:
     if s.tier < 0:
         raise SpecError(f"hyperNode {s.name}: tier: must not be negative")
     return HyperNode(s.name, s.tier, s.tier_name, list(s.members))
+
+
+def node_shard(s: o.NodeShardSpec) -> Any:
+    """A node shard's parsed selector (`busched.api.k8s.parse_label_selector`; None: it has none).  Raises
+    `SpecError` for a selector Kubernetes refuses (an unknown operator's values, a missing value)."""
+    if not s.name:
+        raise SpecError("nodeShard: name: empty")
+    if s.node_selector is None:
+        return None
+    sel = msgspec.to_builtins(s.node_selector)
+    if not k8s.label_selector_valid(sel):
+        raise SpecError(f"nodeShard {s.name}: nodeSelector: an expression Kubernetes refuses "
+                        "(In/NotIn need values, Exists/DoesNotExist take none)")
+    return k8s.parse_label_selector(sel)
+
+
+def shard_members(s: o.NodeShardSpec, nodes: Iterable[o.NodeSpec]) -> frozenset[str]:
+    """The names of ``nodes`` in the shard: named by ``nodesDesired`` or matched by ``nodeSelector``.  A name
+    of ``nodesDesired`` with no node yet is kept (the node may register later)."""
+    sel = node_shard(s)
+    out = set(s.nodes_desired)
+    if sel is not None:
+        out.update(n.name for n in nodes if k8s.selector_matches(sel, n.labels))
+    return frozenset(out)

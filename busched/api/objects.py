@@ -30,7 +30,8 @@ from busched.api.limits import (
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
-           "ResourceQuotaSpec", "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
+           "ResourceQuotaSpec", "NodeShardSpec",
+           "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
            "DEFAULT_QUEUE", "BUILTIN_DEFAULT_QUEUE"]
 
 Quantity = QuantityText | int | float
@@ -172,6 +173,20 @@ class PodDisruptionBudgetSpec(_Spec):
     disrupted_pods: list[str] | dict[str, Timestamp] = []  # status: pod name (-> when)
 
 
+class NodeShardSpec(_Spec):
+    """Volcano's NodeShard (shard.volcano.sh): the nodes one scheduler owns, named by ``--shard NAME``.
+
+    A node is in the shard when ``nodesDesired`` names it (Volcano's field) or its labels match
+    ``nodeSelector`` (a metav1.LabelSelector, busched's addition so a shard can follow a label rather than a
+    list).  Neither given: an empty shard.  What a scheduler does with it (``hard``: only these nodes;
+    ``soft``: these first) is its ``--shard-mode``, as Volcano's ``--scheduler-sharding-mode``.
+    """
+
+    name: ShortStr
+    nodes_desired: Annotated[list[ShortStr], msgspec.Meta(max_length=MAX_MEMBERS)] = []
+    node_selector: k.LabelSelector | None = None
+
+
 class ClusterSpec(_Spec):
     nodes: list[NodeSpec] = []
     tasks: list[TaskSpec] = []
@@ -181,3 +196,4 @@ class ClusterSpec(_Spec):
     hyper_nodes: list[HyperNodeSpec] = []
     resource_quotas: list[ResourceQuotaSpec] = []
     pod_disruption_budgets: list[PodDisruptionBudgetSpec] = []
+    node_shards: list[NodeShardSpec] = []

@@ -12,6 +12,13 @@ every task Running from its agent.
 ``binds_per_second`` is tasks over that time: catch-up with the published
 objects, cycles, write-ahead binding records, decisions, the agents' Running
 reports, all included.
+
+``shards`` N > 0 runs N sharded schedulers instead of the one (issue 13): shard
+``e2e-<i>`` is the nodes of agent i mod N (NodeShard objects published first),
+hard mode; the scheduler in this process owns shard 0 and times the run as
+above, the others are `busched run --shard` processes.  Every scheduler sees
+every task, so they race for each one (its binding record decides) and write
+their binds with node ledgers (atomic batches; docs/bus.md, Shards).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from busched.bench import NotAvailable
 from busched.bench import cluster as cl
 from busched.bench.driver import rss_mb
 
-DEFAULTS = {"nodes": 200, "jobs": 5000, "agents": 2, "seed": 0}
+DEFAULTS = {"nodes": 200, "jobs": 5000, "agents": 2, "seed": 0, "shards": 0}
 PERIOD = 0.2
 
 
@@ -47,7 +54,30 @@ def _requirements() -> None:
         raise NotAvailable(f"no nats-server binary: {e}") from None
 
 
-async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeout: float) -> dict[str, Any]:
+def _fleet(nodes: int, agents: int) -> list[tuple[str, int]]:
+    """(prefix, node count) of each agent process."""
+    per = -(-nodes // max(1, agents))
+    out = []
+    for i in range(max(1, agents)):
+        n = min(per, nodes - i * per)
+        if n <= 0:
+            break
+        out.append((f"e2e{i}", n))
+    return out
+
+
+def node_shards(nodes: int, agents: int, shards: int) -> list[o.NodeShardSpec]:
+    """Shard ``e2e-<i>``: the nodes of every agent whose index is i modulo ``shards``."""
+    from busched.agent import fleet_nodes
+
+    names: list[list[str]] = [[] for _ in range(shards)]
+    for i, (prefix, n) in enumerate(_fleet(nodes, agents)):
+        names[i % shards] += [x.name for x in fleet_nodes(n, prefix=prefix)]
+    return [o.NodeShardSpec(name=f"e2e-{i}", nodes_desired=ns) for i, ns in enumerate(names)]
+
+
+async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeout: float,
+               shards: int = 0) -> dict[str, Any]:
     from busched.bus.client import Bus
     from busched.bus.server import NatsServer
     from busched.scheduler import Scheduler, SchedulerSettings
@@ -63,18 +93,26 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
             buses.append(b)
             return b
 
-        sched = Scheduler(await bus(), None, SchedulerSettings(period=PERIOD, seed=seed))
+        first = await bus()
+        if shards > 0:
+            from busched.bus.apply import apply_cluster
+
+            await first.ensure_streams()
+            await apply_cluster(first, o.ClusterSpec(node_shards=node_shards(nodes, agents, shards)))
+        sched = Scheduler(first, None, SchedulerSettings(period=PERIOD, seed=seed, shard="e2e-0" if shards > 0 else "",
+                                                         shard_mode="hard"))
         await sched.start(timeout=60)
         loop = asyncio.create_task(sched.run_forever())
+        for i in range(1, shards):  # the other shards' schedulers: processes of their own
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "busched.cli.main", "run", "--nats", srv.url, "--shard", f"e2e-{i}",
+                 "--shard-mode", "hard", "--period", str(PERIOD), "--http", "", "--log-level", "warning"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         # agents are processes of their own, as on a real fleet
-        per = -(-nodes // max(1, agents))
-        for i in range(max(1, agents)):
-            n = min(per, nodes - i * per)
-            if n <= 0:
-                break
+        for prefix, n in _fleet(nodes, agents):
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "busched.cli.main", "agent", "--nats", srv.url, "--nodes", str(n),
-                 "--cpu", "32", "--memory", "256Gi", "--pods", "110", "--prefix", f"e2e{i}", "--heartbeat", "0.5",
+                 "--cpu", "32", "--memory", "256Gi", "--pods", "110", "--prefix", prefix, "--heartbeat", "0.5",
                  "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 120
         while sum(1 for lv in sched.live.values() if lv.state == "alive") < nodes:
@@ -125,7 +163,9 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
         return {"placed": done, "seconds": round(elapsed, 3),
                 "publish_s": round(published, 3) if published is not None else None,
                 "binds_per_second": round(done / elapsed, 1) if elapsed > 0 else 0.0, "cycles": sched.cycle,
-                "complete": done == len(keys)}
+                "complete": done == len(keys), "shards": shards,
+                "own_binds": int(sched.metrics.action_binds._value.get()),
+                "batches_lost": sched.table.ledgers.lost if sched.table.ledgers is not None else 0}
     finally:
         for p in procs:
             p.terminate()
@@ -177,9 +217,10 @@ def _publish_main(url: str, path: str) -> None:
     asyncio.run(main())
 
 
-def run(nodes: int, jobs: int, agents: int = 4, seed: int = 0, timeout: float = 600.0, **_kw: Any) -> dict[str, Any]:
+def run(nodes: int, jobs: int, agents: int = 4, seed: int = 0, timeout: float = 600.0, shards: int = 0,
+        **_kw: Any) -> dict[str, Any]:
     _requirements()
     with tempfile.TemporaryDirectory(prefix="busched-e2e-") as d:
-        res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout))
+        res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout, shards))
     return {"workload": "e2e", "nodes": nodes, "agents": agents, "jobs": jobs, "tasks": jobs, **res,
             "rss_mb": round(rss_mb(), 1)}

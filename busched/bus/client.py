@@ -31,7 +31,7 @@ from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import DecisionFeed, Delivery, StateBatchHandler, StateHandler, StateWatch
 from busched.bus.messages import GetReply, Msg, encode
 from busched.bus.publish import Ack, Publisher
-from busched.bus.streams import StreamSettings, ensure_streams, stream_last_seq
+from busched.bus.streams import StreamSettings, allow_atomic, ensure_streams, stream_last_seq
 
 __all__ = ["Bus", "Ack", "Delivery", "DecisionFeed", "StateWatch", "StreamSettings", "BusError"]
 
@@ -155,6 +155,10 @@ class Bus:
         but for raising its replicas); the history streams too with ``history`` (default: given ``settings``)."""
         await ensure_streams(self.js, settings, history=history)
 
+    async def allow_atomic(self) -> None:
+        """The state stream takes atomic batches (`busched.bus.streams.allow_atomic`), or `BusError`."""
+        await allow_atomic(self.js)
+
     async def stream_last_seq(self, stream: str) -> int:
         return await stream_last_seq(self.js, stream)
 
@@ -176,6 +180,14 @@ class Bus:
         msgspec.  A message not acknowledged within ``timeout`` gets an `Ack` with an error.
         """
         return await self._publisher.publish_all(items, timeout)
+
+    async def publish_batches(self, batches: Iterable[list[tuple[str, Any, int | None]]],
+                              timeout: float = 10.0) -> list[Ack]:
+        """Publish JetStream atomic batches (nats-server 2.12+, a stream with ``allow_atomic``): each batch, a list
+        of ``(subject, msg, expected)``, is stored whole or not at all, its ``expected`` conditions checked
+        against the stream as it was before the batch.  One `Ack` per batch, in order (the sequence of its last
+        message; ``conflict`` set when a condition lost, without saying which)."""
+        return await self._publisher.publish_batches(batches, timeout)
 
     async def publish_core(self, subject: str, msg: Msg | bytes) -> None:
         await self.nc.publish(subject, msg if isinstance(msg, bytes) else encode(msg))

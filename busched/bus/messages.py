@@ -35,6 +35,7 @@ from busched.api.limits import ShortStr
 from busched.api.objects import (
     HyperNodeSpec,
     JobSpec,
+    NodeShardSpec,
     NodeSpec,
     PriorityClassSpec,
     QueueSpec,
@@ -46,7 +47,8 @@ from busched.api.objects import (
 __all__ = [
     "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",
     "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
-    "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
+    "ResourceQuotaUpsert", "ResourceQuotaDelete", "NodeShardUpsert", "NodeShardDelete", "NodeLedger",
+    "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
     "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord", "Event", "EventObject", "EventSource",
@@ -129,6 +131,16 @@ class ResourceQuotaDelete(Msg, tag="resourceQuota.delete"):
     namespace: str = "default"
 
 
+class NodeShardUpsert(Msg, tag="nodeShard.upsert"):
+    """Volcano's NodeShard: the nodes a scheduler started with ``--shard NAME`` owns."""
+
+    node_shard: NodeShardSpec
+
+
+class NodeShardDelete(Msg, tag="nodeShard.delete"):
+    name: str
+
+
 # -- scheduler records ----------------------------------------------------------------------------------------------
 BINDING_LIVE_STATES = ("binding", "evicting")
 
@@ -156,6 +168,19 @@ class BindingRecord(Msg, tag="binding"):
     stop: str = ""  # why an evicting attempt is stopped: evict | lease | restart | deleted | node
     writer: str = ""  # the scheduler instance that wrote the record
     epoch: Count = 0  # the writer's epoch (leader elections); a record of an older epoch is ignored
+
+
+class NodeLedger(Msg, tag="ledger"):
+    """A node's placement ledger (docs/bus.md, "Shards"): written by a sharded scheduler in one atomic batch
+    with the binding records of the tasks it places on ``node``, on condition that the ledger's subject is
+    at the sequence the scheduler's view of the node was taken at.  Of two schedulers placing on one node
+    from the same view, only one batch is stored; the other's binds are not, and it places again once its
+    view has the winner's.  ``tasks`` and ``writer`` are informational."""
+
+    node: Annotated[str, msgspec.Meta(max_length=253)]
+    writer: Annotated[str, msgspec.Meta(max_length=253)] = ""
+    shard: Annotated[str, msgspec.Meta(max_length=253)] = ""
+    tasks: Annotated[list[Annotated[str, msgspec.Meta(max_length=600)]], msgspec.Meta(max_length=1000)] = []
 
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -320,7 +345,8 @@ class CycleRecord(Msg, tag="cycle"):
     on the state stream: ``unready`` (nodes whose agent is not alive), ``excl`` (task -> nodes it
     is kept off after a refusal), ``backoff`` (tasks under the backoff gate).  Decisions, as the
     session made them: ``binds`` [task, node], ``evicts`` [task, node, reason], ``pipelined``
-    [task, node], ``phases`` [job, phase] of the podgroups whose status changed.
+    [task, node], ``phases`` [job, phase] of the podgroups whose status changed.  ``shard`` and
+    ``shard_mode``: the NodeShard a sharded scheduler owned (its snapshot's shard follows from the stream).
     """
 
     boot: str = ""
@@ -338,6 +364,8 @@ class CycleRecord(Msg, tag="cycle"):
     unready: list[str] = []
     excl: dict[str, list[str]] = {}
     backoff: list[str] = []
+    shard: str = ""  # the NodeShard the scheduler owned (`busched run --shard`), "" for none
+    shard_mode: str = ""  # hard | soft
 
 
 # -- scheduling events ----------------------------------------------------------------------------------------------
@@ -384,21 +412,24 @@ class Event(Msg, tag="event"):
 UPSERTS: dict[str, type[Msg]] = {
     "node": NodeUpsert, "task": TaskUpsert, "job": JobUpsert, "queue": QueueUpsert,
     "priorityClass": PriorityClassUpsert, "hyperNode": HyperNodeUpsert, "resourceQuota": ResourceQuotaUpsert,
+    "nodeShard": NodeShardUpsert,
 }
 DELETES: dict[str, type[Msg]] = {
     "node": NodeDelete, "task": TaskDelete, "job": JobDelete, "queue": QueueDelete,
     "priorityClass": PriorityClassDelete, "hyperNode": HyperNodeDelete, "resourceQuota": ResourceQuotaDelete,
+    "nodeShard": NodeShardDelete,
 }
 # the field of an upsert that holds the spec
 SPEC_FIELD: dict[str, str] = {
     "node": "node", "task": "task", "job": "job", "queue": "queue", "priorityClass": "priority_class",
-    "hyperNode": "hyper_node", "resourceQuota": "resource_quota",
+    "hyperNode": "hyper_node", "resourceQuota": "resource_quota", "nodeShard": "node_shard",
 }
 STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
-    BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
-    NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event, LogsRequest, LogsReply)
+    NodeLedger, BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
+    TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event,
+    LogsRequest, LogsReply)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

@@ -26,13 +26,17 @@ import nats.js.errors
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
-__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "RETRY_WAIT"]
+__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "RETRY_WAIT", "MAX_BATCH"]
 
 MSG_ID = "Nats-Msg-Id"
 EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last-subject-sequence
 RETRY_WAIT = 0.1  # seconds before a message no stream answered is sent again; doubling up to 1 s
 NO_STREAM = "NoStreamResponseError"
+# JetStream atomic batch publish (ADR-50, nats-server 2.12+): every message carries the batch's id and its
+# place in it; the last one also the commit, and only that one is answered (with the batch's pub ack)
+BATCH_ID, BATCH_SEQ, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
+MAX_BATCH = 1000  # the server's bound on the messages of one atomic batch
 
 
 @dataclass
@@ -153,6 +157,45 @@ class Publisher:
                 pending.pop(token, None)
                 if not f.done():
                     f.set_result(Ack(error=f"{type(e).__name__}: {e}"))
+        return await self._gather(futs, tokens, timeout)
+
+    async def publish_batches(self, batches: Iterable[list[tuple[str, Any, int | None]]],
+                              timeout: float = 10.0) -> list[Ack]:
+        """`Bus.publish_batches` (see there)."""
+        prefix = await self._ack_inbox()
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[Ack]] = []
+        tokens: list[str] = []
+        publish = self.nc.publish
+        for batch in batches:
+            if not 0 < len(batch) <= MAX_BATCH:
+                raise ValueError(f"an atomic batch holds 1 to {MAX_BATCH} messages, not {len(batch)}")
+            self._counter += 1
+            token = str(self._counter)
+            f: asyncio.Future[Ack] = loop.create_future()
+            futs.append(f)
+            tokens.append(token)
+            self._futs[token] = f
+            bid = f"{prefix}{token}"[-64:]  # unique per connection and batch (the server allows 64 characters)
+            last = len(batch)
+            try:
+                # the batch's messages go out back to back (no other batch of ours in between): the server holds
+                # a batch from its first message to its commit, and allows only so many in flight per stream
+                for i, (subject, msg, expected) in enumerate(batch, 1):
+                    headers = {BATCH_ID: bid, BATCH_SEQ: str(i)}
+                    if expected is not None:
+                        headers[EXPECT_SUBJECT_SEQ] = str(expected)
+                    if i == last:
+                        headers[BATCH_COMMIT] = "1"
+                    await publish(subject, msg if isinstance(msg, bytes) else _ENCODE(msg),
+                                  reply=prefix + token if i == last else "", headers=headers)
+            except Exception as e:  # noqa: BLE001
+                self._futs.pop(token, None)
+                if not f.done():
+                    f.set_result(Ack(error=f"{type(e).__name__}: {e}"))
+        return await self._gather(futs, tokens, timeout)
+
+    async def _gather(self, futs: list[asyncio.Future[Ack]], tokens: list[str], timeout: float) -> list[Ack]:
         if not futs:
             return []
         try:
@@ -164,7 +207,7 @@ class Publisher:
             if f.done():
                 out.append(f.result())
             else:
-                pending.pop(token, None)
+                self._futs.pop(token, None)
                 f.cancel()
                 out.append(Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s"))
         return out

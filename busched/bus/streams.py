@@ -23,7 +23,7 @@ from nats.js import api
 from busched.bus import subjects as S
 from busched.bus.errors import BusError
 
-__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config"]
+__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config", "allow_atomic"]
 
 log = logging.getLogger("busched.bus")
 
@@ -58,6 +58,7 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, his
         api.StreamConfig(name=S.STATE_STREAM, subjects=[f"{S.STATE_PREFIX}.>"],
                          retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=st.state_history,
                          storage=storage, duplicate_window=st.duplicate_window, allow_direct=True,
+                         allow_atomic=True,  # sharded schedulers' binds: records and node ledger as one batch
                          description="busched cluster state: one subject per object"),
         api.StreamConfig(name=S.DECISION_STREAM, subjects=[f"{S.DECISION_PREFIX}.>"],
                          retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=1,
@@ -129,3 +130,22 @@ async def stream_last_seq(js: Any, stream: str) -> int:
     """The stream's last sequence, 0 when it holds no message."""
     info = await js.stream_info(stream)
     return int(info.state.last_seq or 0) if (info.state.messages or 0) else 0
+
+
+async def allow_atomic(js: Any, stream: str = S.STATE_STREAM) -> None:
+    """Make sure ``stream`` takes atomic batches (a stream made before busched asked for them is updated; the
+    server must be 2.12 or newer).  Sharded schedulers write their binds so (docs/bus.md, "Shards")."""
+    info = await js.stream_info(stream)
+    if getattr(info.config, "allow_atomic", None):
+        return
+    cfg = info.config
+    cfg.allow_atomic = True
+    try:
+        await js.update_stream(cfg)
+    except Exception as e:  # noqa: BLE001
+        raise BusError(f"stream {stream} does not take atomic batches and cannot be changed to ({e}); "
+                       "sharded schedulers need nats-server 2.12 or newer") from None
+    info = await js.stream_info(stream)
+    if not getattr(info.config, "allow_atomic", None):
+        raise BusError(f"stream {stream} does not take atomic batches: sharded schedulers need nats-server 2.12 "
+                       "or newer")

@@ -9,6 +9,8 @@ State stream (``BUSCHED_STATE``, subjects ``busched.state.>``), one subject per 
     busched.state.priorityClass.<name>         priorityClass.*                  (apply)
     busched.state.hyperNode.<name>             hyperNode.*                      (apply)
     busched.state.resourceQuota.<ns>.<name>    resourceQuota.*                  (apply)
+    busched.state.nodeShard.<name>             nodeShard.*                      (apply)
+    busched.state.ledger.<node>                ledger (sharded schedulers, with their binding records)
     busched.state.binding.<ns>.<name>          binding                          (scheduler)
     busched.state.podgroup.<ns>.<name>         podgroup.status                  (scheduler)
     busched.state.result.<node>.<ns>.<name>    bind.accepted/rejected, task.phase (the node's agent)
@@ -52,7 +54,7 @@ __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX",
            "API_DRAIN", "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
            "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
            "APPLY_ORDER", "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results",
-           "node_results", "EVENT_STREAM", "EVENT_PREFIX", "event_subject", "events_filter"]
+           "node_results", "EVENT_STREAM", "EVENT_PREFIX", "event_subject", "events_filter", "ledger_subject"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"
@@ -67,12 +69,14 @@ EVENT_PREFIX = "busched.events"
 
 # the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
 # records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)
-FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result", "binding")
+FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "nodeShard", "result",
+                  "binding", "ledger")
 
 # The object kinds of a cluster file in the order `busched apply` publishes them: what others refer to
 # first, a gang's podgroup after its tasks; as (kind, ClusterSpec attribute).
 APPLY_ORDER = (("priorityClass", "priority_classes"), ("queue", "queues"), ("hyperNode", "hyper_nodes"),
-               ("resourceQuota", "resource_quotas"), ("node", "nodes"), ("task", "tasks"), ("job", "jobs"))
+               ("resourceQuota", "resource_quotas"), ("nodeShard", "node_shards"),
+               ("node", "nodes"), ("task", "tasks"), ("job", "jobs"))
 
 _ESCAPE = re.compile(r"[.*>%\s]")
 _UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -114,6 +118,11 @@ def followed_subjects() -> list[str]:
 
 def binding_subject(task_key: str) -> str:
     return f"{STATE_PREFIX}.binding.{_key_tokens(task_key)}"
+
+
+def ledger_subject(node: str) -> str:
+    """A node's placement ledger (`busched.bus.messages.NodeLedger`)."""
+    return f"{STATE_PREFIX}.ledger.{token(node)}"
 
 
 def podgroup_subject(job_key: str) -> str:

@@ -36,6 +36,7 @@ KINDS: dict[str, type[msgspec.Struct] | type[dict[str, Any]]] = {
     "priorityClass": o.PriorityClassSpec,
     "hyperNode": o.HyperNodeSpec,
     "resourceQuota": o.ResourceQuotaSpec,
+    "nodeShard": o.NodeShardSpec,
     "podDisruptionBudget": dict,
 }
 
@@ -75,7 +76,12 @@ class Cache:
         # the fast path's settings: lending (kernels on), verification; handed to every snapshot
         self.fast = fast if fast is not None else fastpath.default_settings()
         self.objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
-        self.shard = Shard()
+        self.shard = Shard()  # what a snapshot says this scheduler owns, unless `own_shard` names a NodeShard
+        # (name, mode) of the NodeShard this scheduler runs as (`busched run --shard`): the snapshot's shard is
+        # that object's nodes, worked out again when it or a node changes
+        self.own_shard: tuple[str, str] | None = None
+        self._shard_memo: tuple[Any, int, Shard] | None = None
+        self._nodes_changed = 0
         self.generation = 0
         # State some plugins keep from one cycle to the next (tdm's last eviction, rescheduling's
         # last run): one dict per scheduler, handed to every snapshot.
@@ -140,6 +146,8 @@ class Cache:
         elif kind == "node":
             self.node_version[key] = version
             self.changes.node(key, old, new)
+            if old is None or new is None or old.labels != new.labels:
+                self._nodes_changed += 1
 
     def take_changes(self) -> Changes:
         """What changed since the last call (the shared snapshot's record), and a fresh record."""
@@ -221,6 +229,8 @@ class Cache:
             build.hyper_node(spec)
         elif kind == "resourceQuota":
             build.resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
+        elif kind == "nodeShard":
+            build.node_shard(spec)
         elif kind == "podDisruptionBudget":
             try:
                 parse_pdb(spec)
@@ -243,6 +253,8 @@ class Cache:
             self.upsert("hyperNode", h)
         for rq in cluster.resource_quotas:
             self.upsert("resourceQuota", rq)
+        for ns in cluster.node_shards:
+            self.upsert("nodeShard", ns)
         for pdb in cluster.pod_disruption_budgets:  # kept as the dict its wire form is (busched.api.disruption)
             self.upsert("podDisruptionBudget", msgspec.to_builtins(pdb))
 
@@ -287,6 +299,21 @@ class Cache:
             n.written = False
         return nodes, jobs
 
+    def current_shard(self) -> Shard:
+        """The nodes this scheduler owns: with `own_shard` set, the members of that NodeShard among the nodes
+        (none while it is not applied: as Volcano's scheduler, which then owns no node); else `shard`."""
+        if self.own_shard is None:
+            return self.shard
+        name, mode = self.own_shard
+        spec = self.objects["nodeShard"].get(name)
+        memo = self._shard_memo
+        if memo is not None and memo[0] is spec and memo[1] == self._nodes_changed:
+            return memo[2]
+        nodes = build.shard_members(spec, self.objects["node"].values()) if spec is not None else frozenset()
+        shard = Shard(mode=mode, name=name, nodes=nodes)
+        self._shard_memo = (spec, self._nodes_changed, shard)
+        return shard
+
     def snapshot(self, memo: bool | None = None) -> ClusterSnapshot:
         """A private copy of the cluster for one session.  ``memo`` False converts every object
         again (the reference the shared conversion is tested against)."""
@@ -296,7 +323,7 @@ class Cache:
         for pc in pcs.values():
             if pc.global_default:
                 default_job_priority = pc.value
-        snap = ClusterSnapshot(priority_classes=pcs, shard=self.shard)
+        snap = ClusterSnapshot(priority_classes=pcs, shard=self.current_shard())
         if memo is None:
             memo = self.fast.kernels
         if memo and self._memo.busy():

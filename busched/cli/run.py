@@ -54,6 +54,13 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long the history streams keep cycle records and a copy of every state message "
                         "(BUSCHED_HISTORY, BUSCHED_STATE_HISTORY: `busched replay --nats`; the copy stores each "
                         "state message once more): 90s, 12h, 7d; 0 keeps none (default %(default)s)")
+    g.add_argument("--shard", default="", metavar="NAME",
+                   help="own the nodes of the NodeShard NAME (Volcano's node sharding; apply one with `nodeShards:` "
+                        "in a cluster file): this scheduler's binds are then written with node ledgers, so two "
+                        "schedulers never over-commit a node (docs/bus.md, Shards; nats-server 2.12+)")
+    g.add_argument("--shard-mode", choices=("hard", "soft"), default="hard",
+                   help="with --shard: hard places on and evicts from the shard's nodes only; soft tries them "
+                        "first and the other nodes when they cannot take a task (default %(default)s)")
     g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where the status page (/, /status.json), /metrics, /healthz and /readyz listen "
                         "(default %(default)s; '' to disable)")
@@ -70,7 +77,8 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
                              heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
                              node_lost_grace=args.node_lost_grace, exclusion_ttl=args.exclusion,
                              max_attempts=args.max_attempts,
-                             require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes)
+                             require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes,
+                             shard=getattr(args, "shard", ""), shard_mode=getattr(args, "shard_mode", "hard"))
 
 
 def parse_duration(text: str) -> float:

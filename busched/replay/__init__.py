@@ -195,6 +195,7 @@ class Replayer:
         for k in old ^ new:
             sched.effective.refresh_task(k)
         sched.excluded = {t: {n: INF for n in nodes} for t, nodes in r.excl.items()}
+        sched.cache.own_shard = (r.shard, r.shard_mode or "hard") if r.shard else None  # as the cycle owned
         cfg = config if config is not None else self.configs.get(r.cfg)
         if cfg is None:
             if r.cfg not in self.missing_configs:

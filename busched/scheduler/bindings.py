@@ -42,6 +42,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import events_log
+from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.records import (
     _RESULT_RANK,
     TERMINAL,
@@ -61,6 +62,8 @@ class DecisionBus(Protocol):
     """What the binding table needs of `busched.bus.client.Bus`."""
 
     def publish_all(self, items: Iterable[tuple[Any, ...]]) -> Awaitable[list[Any]]: ...
+
+    async def publish_batches(self, batches: Any, timeout: float = 10.0) -> list[Any]: ...
 
     async def last_state(self, subject: str) -> tuple[int, bytes] | None: ...
 
@@ -113,6 +116,9 @@ class BindingTable:
         self.max_rec_seq = 0  # the highest state-stream sequence of a binding record known (cycle records)
         self.caught_up = False  # results are believed as during normal operation once True
         self.background: set[Any] = set()
+        # a sharded scheduler's node ledgers: its binding records go out with them, one atomic batch per node
+        # (busched.scheduler.ledger); None: each record on its own, as always
+        self.ledgers: NodeLedgers | None = None
 
     def forget(self, key: str) -> None:
         """A task is gone (deleted, its attempt known stopped): nothing of it is kept."""
@@ -174,8 +180,12 @@ class BindingTable:
         """Write the binding records of ``items`` now, each on condition that its subject is where we last saw
         it.  Returns the stored ones and the ones not stored for another reason than a lost condition (with the
         error); the lost ones are settled here (`_lost_race`)."""
-        acks = await self.bus.publish_all(
-            (S.binding_subject(key), self.binding_record(key, b), None, b.rec_seq) for key, b in items)
+        if self.ledgers is not None:
+            acks = await self.ledgers.write(self.bus, [
+                (key, b.node, S.binding_subject(key), self.binding_record(key, b), b.rec_seq) for key, b in items])
+        else:
+            acks = await self.bus.publish_all(
+                (S.binding_subject(key), self.binding_record(key, b), None, b.rec_seq) for key, b in items)
         stored: list[tuple[str, Binding]] = []
         failed: list[tuple[str, Binding, str]] = []
         lost: list[str] = []
@@ -187,9 +197,30 @@ class BindingTable:
                 lost.append(key)
             else:
                 failed.append((key, b, ack.error))
+        if lost and self.ledgers is not None:
+            lost = await self.node_taken(lost, dict(items))
         if lost:
             await self.lost_race(lost)
         return stored, failed
+
+    async def node_taken(self, keys: list[str], items: dict[str, Binding]) -> list[str]:
+        """A node's batch lost a condition (busched.scheduler.ledger): of its tasks, those whose own binding subject
+        moved lost to another writer (returned, for `lost_race`); the others only lost the node, and go back to
+        what they were, Pending, with no decision sent (their next bind is decided again on a fresh view)."""
+        moved: list[str] = []
+        for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key, False) for key in keys))):
+            b = items[key]
+            if found is False or (found[0] if found else 0) != b.rec_seq:  # moved, or not known: lost_race reads
+                moved.append(key)
+            elif self.bindings.get(key) is b:
+                self.bindings[key] = dataclasses.replace(b, state="released", reason="node taken by another shard",
+                                                         version=self.next_version())
+                self.metrics.publish_errors.labels("node").inc()
+                # written (as a bind that failed to publish is): it replaces whatever record of the task was still
+                # waiting in the outbox when the bind superseded it, so the stream says what we hold
+                self.write_binding(key, self.bindings[key])
+                self.refresh_task(key)
+        return moved
 
     def record_stored(self, b: Binding, seq: int) -> None:
         """A binding record of ours is on the stream at ``seq``: the next one is written on condition of it."""
@@ -216,12 +247,7 @@ class BindingTable:
         """Our conditional write lost: another writer advanced these tasks.  Adopt the records that won (our
         reservations go with ours)."""
         self.metrics.publish_errors.labels("conflict").inc(len(keys))
-        for key in keys:
-            try:
-                found = await self.bus.last_state(S.binding_subject(key))
-            except Exception as e:  # noqa: BLE001 - read again at the next conflict
-                log.warning("cannot read the binding of %s after a lost write: %s", key, e)
-                found = None
+        for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key) for key in keys))):
             log.info("task %s: another writer advanced its binding; adopting its record", key)
             cur = self.bindings.get(key)
             if found is None:
@@ -242,6 +268,15 @@ class BindingTable:
                 cur.rec_seq = 0  # so the winner's record is taken whatever we thought
             self.apply_binding(key, rec, seq)
             self.unpublished.discard(key)
+
+    async def _read_binding(self, key: str, unreadable: Any = None) -> Any:
+        """The task's binding subject's last (sequence, data); None when it holds none, ``unreadable`` when it
+        cannot be read now (read again at the next conflict)."""
+        try:
+            return await self.bus.last_state(S.binding_subject(key))
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot read the binding of %s after a lost write: %s", key, e)
+            return unreadable
 
     def write_binding(self, key: str, b: Binding) -> None:
         """Queue ``b`` as the task's binding record (the latest per task is written, conditionally, at the next

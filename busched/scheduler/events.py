@@ -87,6 +87,8 @@ class StateFeed:
         self.quiet = False  # replaying history: refusals were counted already
         self.counts: dict[tuple[str, str], int] = {}  # (kind, upsert|delete|stale) -> events not yet in metrics
         self.purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
+        # a node ledger message heard (node, sequence): a sharded scheduler's ledgers (busched.scheduler.ledger)
+        self.on_ledger: Callable[[str, int], None] | None = None
         self.install_default_queue()
 
     def install_default_queue(self) -> None:
@@ -209,6 +211,12 @@ class StateFeed:
             return self.table.apply_binding(key, msg, seq)
         if kind == "podgroup" and isinstance(msg, m.PodGroupStatus):
             return self.apply_pg_status(key, msg)
+        if kind == "ledger" and isinstance(msg, m.NodeLedger):
+            if msg.node != key:
+                return self.reject("mismatch", kind, f"{_describe(kind, key)}: ledger of node {msg.node}")
+            if self.on_ledger is not None:
+                self.on_ledger(key, seq)
+            return "applied"
         if kind == "result" and isinstance(msg, (m.BindAccepted, m.BindRejected, m.TaskPhaseChanged)):
             node, _, tkey = key.partition("/")
             if msg.node != node or _task_key(msg.namespace, msg.name) != tkey:

@@ -127,7 +127,8 @@ async def record(sched: Any, inp: CycleInputs | None, ssn: Any, now: float) -> m
     rec = m.CycleRecord(boot=sched.boot, n=sched.cycle, now=now, seq=inp.seq, own=inp.own, cfg=cache[2],
                         config=cache[1] if first else "", seed=sched.settings.seed, binds=binds, evicts=evicts,
                         pipelined=pipelined(ssn), phases=sorted(phases), unready=inp.unready, excl=inp.excl,
-                        backoff=inp.backoff)
+                        backoff=inp.backoff, shard=sched.settings.shard,
+                        shard_mode=sched.settings.shard_mode if sched.settings.shard else "")
     try:
         acks = await sched.bus.publish_all([(H.cycle_subject(sched.boot), rec, None)])
         ok = bool(acks) and acks[0].ok

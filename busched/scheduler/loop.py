@@ -54,6 +54,7 @@ from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.events import StateFeed
+from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.lifecycle import Lifecycle
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
@@ -148,6 +149,10 @@ class Scheduler:
                               effective=self.effective, live=live, pg_status=self.pg_status, outbox=self._outbox,
                               new_work=self._new_work, metrics=self.metrics)
         self.seqs = self.feed.seqs
+        if self.settings.shard:  # Volcano's node sharding: the snapshot's shard, binds written with node ledgers
+            self.cache.own_shard = (self.settings.shard, self.settings.shard_mode)
+            self.table.ledgers = NodeLedgers(self.settings.shard, boot)
+            self.feed.on_ledger = self.table.ledgers.heard
         self.refused = self.feed.refused  # (kind, key) -> why the object's last change was refused
         self.liveness = Liveness(self.settings, clock, live=live, bindings=self.bindings, results=self.results,
                                  stop_attempt=self.table.stop_attempt, release=self.table.release,
@@ -238,6 +243,8 @@ class Scheduler:
         t0 = time.perf_counter()
         self.started_at = self.clock()
         await self.bus.ensure_streams(self.settings.streams)
+        if self.table.ledgers is not None:
+            await self.bus.allow_atomic()
         self.bus.connection_listeners.append(self.liveness.on_connection)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self.handle_heartbeat)
         await self.bus.serve(S.API_GET, self.queries.serve_get)
@@ -339,6 +346,8 @@ class Scheduler:
             with paused_gc():
                 before = self.cache.generation
                 snap = self.snapshot()
+                if self.table.ledgers is not None:
+                    self.table.ledgers.snapshot_taken()  # the view the binds are decided on (nothing handled since)
                 try:
                     ssn = await self._in_cycle(run_actions, snap, config, **kw)
                 except Exception as e:  # noqa: BLE001

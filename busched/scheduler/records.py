@@ -56,6 +56,11 @@ class SchedulerSettings:
     cycle_in_thread: bool = True
     manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
     seed: int = 0
+    # the NodeShard this scheduler owns (`busched run --shard`; "": every node, no shard) and how: hard (only its
+    # nodes) or soft (its nodes first, the others when they cannot take a task); its binds then go out with
+    # node ledgers (busched.scheduler.ledger)
+    shard: str = ""
+    shard_mode: str = "hard"
     streams: StreamSettings = field(default_factory=StreamSettings)
     events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
 

@@ -112,3 +112,16 @@ def test_bad_config_file_is_named(capsys, tmp_path):
     f.write_text('actions: "allocate"\nnodeSearch: {percentageNodesToFind: 250}\n')
     assert main(["bench", "gang", "--config", str(f), *TINY["gang"]]) == 2
     assert f"{f}.nodeSearch.percentageNodesToFind" in capsys.readouterr().err
+
+
+def test_e2e_with_two_shards_places_everything_once(capsys):
+    """`bench e2e --shards 2`: two sharded schedulers (this process's and a `busched run --shard` one), each
+    owning one agent's nodes (hard mode), race for every task: all placed."""
+    from busched.bench.e2e import node_shards
+
+    shards = node_shards(8, 4, 2)
+    assert [s.name for s in shards] == ["e2e-0", "e2e-1"]
+    assert shards[0].nodes_desired == ["e2e0-00", "e2e0-01", "e2e2-00", "e2e2-01"]
+    rc = main(["bench", "e2e", "--json", "--nodes", "4", "--jobs", "20", "--agents", "2", "--shards", "2"])
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and r["shards"] == 2 and r["placed"] == 20 and r["complete"], r
