@@ -10,7 +10,7 @@ apart from other failures (`Ack.conflict`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +20,12 @@ import nats.js.errors
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
-__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE"]
+__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "FENCED"]
 
 MSG_ID = "Nats-Msg-Id"
 EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last-subject-sequence
+FENCED = "fenced: this scheduler does not hold the lease"
 
 
 @dataclass
@@ -56,6 +57,9 @@ class Publisher:
     """Stream publishing over one connection ``nc`` and its JetStream context ``js``."""
 
     def __init__(self, nc: Any, js: Any) -> None:
+        # may this process write now?  Checked before each message leaves (a scheduler's leadership,
+        # `busched.scheduler.election`); None: always
+        self.fence: Callable[[], bool] | None = None
         self.nc = nc
         self.js = js
         self._lock = asyncio.Lock()
@@ -67,6 +71,8 @@ class Publisher:
     async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
                       expected: int | None = None, timeout: float = 5.0) -> Ack:
         """Publish one message to a stream; ``expected`` makes it conditional (see `publish_all`)."""
+        if self.fence is not None and not self.fence():
+            return Ack(error=FENCED)
         data = msg if isinstance(msg, bytes) else encode(msg)
         headers = {MSG_ID: msg_id} if msg_id else {}
         if expected is not None:
@@ -87,6 +93,7 @@ class Publisher:
         tokens: list[str] = []
         pending = self._futs
         publish = self.nc.publish
+        fence = self.fence
         for item in items:
             subject, msg, msg_id = item[0], item[1], item[2]
             expected = item[3] if len(item) > 3 else None
@@ -96,6 +103,10 @@ class Publisher:
             f: asyncio.Future[Ack] = loop.create_future()
             futs.append(f)
             tokens.append(token)
+            if fence is not None and not fence():
+                pending.pop(token, None)
+                f.set_result(Ack(error=FENCED))
+                continue
             pending[token] = f
             try:
                 if expected is None:
