@@ -154,6 +154,16 @@ class BindingRecord(Msg, tag="binding"):
     epoch: Count = 0  # the writer's epoch (leader elections); a record of an older epoch is ignored
 
 
+class LeaderEpoch(Msg, tag="leader.epoch"):
+    """Written on ``busched.state.leader.<shard>`` by a scheduler that has just won its shard's lease
+    (`busched.bus.lease`), before any other write of its epoch.  In stream order, a binding record of
+    an older epoch that comes after it was written by a deposed leader: every reader ignores it."""
+
+    shard: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    epoch: Count
+    holder: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
     type: str
     status: str = "True"
@@ -324,7 +334,8 @@ SPEC_FIELD: dict[str, str] = {
 STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
-    BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected, TaskPhaseChanged,
+    BindingRecord, LeaderEpoch, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
+    TaskPhaseChanged,
     NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]

@@ -56,7 +56,8 @@ API_DRAIN = "busched.api.drain"
 
 # the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
 # records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)
-FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result", "binding")
+FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "result", "binding",
+                  "leader")
 
 # The object kinds of a cluster file in the order `busched apply` publishes them: what others refer to
 # first, a gang's podgroup after its tasks; as (kind, ClusterSpec attribute).
@@ -103,6 +104,11 @@ def followed_subjects() -> list[str]:
 
 def binding_subject(task_key: str) -> str:
     return f"{STATE_PREFIX}.binding.{_key_tokens(task_key)}"
+
+
+def leader_subject(shard: str) -> str:
+    """Where a shard's new leader writes its epoch (`busched.bus.messages.LeaderEpoch`)."""
+    return f"{STATE_PREFIX}.leader.{token(shard)}"
 
 
 def podgroup_subject(job_key: str) -> str:

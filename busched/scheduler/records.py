@@ -55,6 +55,11 @@ class SchedulerSettings:
     cycle_in_thread: bool = True
     manage_gc: bool = True  # run_forever collects garbage itself, between cycles (busched.scheduler.memory)
     seed: int = 0
+    # leader election (`busched.scheduler.election`): the lease's length in seconds (`busched run --lease`),
+    # renewed every third of it; a standby takes over once the leader has not renewed for that long.  0: no
+    # election, this scheduler leads from the start with epoch 0 (in-process tests, replay)
+    lease: float = 0.0
+    shard: str = "default"  # the shard whose lease this scheduler contends for (its key in the leases bucket)
     streams: StreamSettings = field(default_factory=StreamSettings)
 
 
