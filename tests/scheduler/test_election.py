@@ -1,0 +1,54 @@
+"""Leader election in process (`busched.scheduler.election`) over a real nats-server: a standby runs no cycle and
+writes nothing, takes over a released lease, and every reader ignores a deposed leader's binding records."""
+
+from __future__ import annotations
+
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.publish import FENCED
+from busched.scheduler import overview
+from tests.faults.cluster import wait_for
+
+
+async def test_one_leader_a_silent_standby_and_a_clean_handover(harness) -> None:  # noqa: ANN001
+    s1 = await harness.scheduler(lease=1.0)
+    await wait_for(lambda: s1.election.role == "leader", 5, "s1 leading")
+    s2 = await harness.scheduler(lease=1.0)
+    assert s2.election.role == "standby" and s2.ready
+    assert overview.role(s2).startswith("standby (shard default")
+    assert s1.metrics.leader.labels("default")._value.get() == 1
+    assert s2.metrics.leader.labels("default")._value.get() == 0
+    # the standby's writes are refused before they leave; its cycles do nothing
+    ack = await s2.bus.publish(S.leader_subject("default"), m.LeaderEpoch(shard="default", epoch=99))
+    assert ack.error == FENCED
+    report = await s2.run_once(force=True)
+    assert report.skipped and s2.cycle == 0
+    epoch = s1.election.epoch
+    assert s1.table.epoch == epoch and s1.table.fence_epoch == epoch  # written and read back
+    # a clean stop releases the lease: the standby leads at its next step, with a newer epoch
+    await s1.stop()
+    await wait_for(lambda: s2.election.role == "leader", 2, "s2 leading after s1 released the lease")
+    assert s2.election.epoch > epoch
+    assert s2.table.fence_epoch == s2.election.epoch
+    assert s2.metrics.leader_epoch.labels("default")._value.get() == s2.election.epoch
+
+
+async def test_a_record_of_an_older_epoch_after_a_newer_one_counts_for_nothing(harness) -> None:  # noqa: ANN001
+    s = await harness.scheduler(run=False)  # no election: the rule is the readers'
+    subj = S.binding_subject("ns/t")
+
+    def record(epoch: int, node: str) -> bytes:
+        return m.encode(m.BindingRecord(namespace="ns", name="t", attempt=1, node=node, writer="w", epoch=epoch))
+
+    assert s.handle_state(subj, record(3, "n1"), 10) == "applied"  # epoch 3 leads: its record holds
+    assert s.handle_state(S.leader_subject("default"), m.encode(m.LeaderEpoch(shard="default", epoch=5)), 11) \
+        == "applied"
+    assert s.handle_state(subj, record(3, "n2"), 12) == "fenced"  # written by epoch 3 after epoch 5 took over
+    b = s.bindings["ns/t"]
+    assert (b.node, b.rec_seq) == ("n1", 12)  # unchanged, but the next record is written over it
+    assert s.handle_state(subj, record(5, "n3"), 13) == "applied"
+    assert s.bindings["ns/t"].node == "n3"
+    # another shard's epoch fences nothing here
+    assert s.handle_state(S.leader_subject("other"), m.encode(m.LeaderEpoch(shard="other", epoch=50)), 14) \
+        == "stale"
+    assert s.handle_state(subj, record(6, "n4"), 15) == "applied"
