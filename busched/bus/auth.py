@@ -80,7 +80,7 @@ def cli_permissions(inbox_prefix: str = CLI_INBOX_PREFIX) -> dict[str, Any]:
     kv = "KV_busched_leases"
     publish += [f"{JS_API}.STREAM.INFO.{kv}", f"{JS_API}.DIRECT.GET.{kv}.>", f"{JS_API}.STREAM.MSG.GET.{kv}",
                 f"{JS_API}.CONSUMER.CREATE.{kv}", f"{JS_API}.CONSUMER.CREATE.{kv}.>",
-                f"{JS_API}.CONSUMER.DELETE.{kv}.>", f"$JS.FC.{kv}.>"]
+                f"{JS_API}.CONSUMER.INFO.{kv}.>", f"{JS_API}.CONSUMER.DELETE.{kv}.>", f"$JS.FC.{kv}.>"]
     return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix}.>"]}}
 
 
