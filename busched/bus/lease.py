@@ -77,7 +77,7 @@ async def open_bucket(js: Any, *, replicas: int = 1, storage: str = "file") -> A
         pass
     st = api.StorageType.MEMORY if storage == "memory" else api.StorageType.FILE
     try:
-        return await js.create_key_value(bucket=BUCKET, history=1, replicas=replicas, storage=st,
+        return await js.create_key_value(bucket=BUCKET, history=1, replicas=replicas, storage=st, direct=True,
                                          description="busched scheduler leases, one key per shard")
     except nats.js.errors.BadRequestError:
         return await js.key_value(BUCKET)  # created by another scheduler between our two calls

@@ -3,8 +3,9 @@
 With ``SchedulerSettings.lease`` at 0 (in-process tests, replay) there is no election: the scheduler
 leads from the start with epoch 0, as a single scheduler always did.  Otherwise it starts as a
 *standby*: it follows the state stream hot (its cache and tables warm, heartbeats heard, ``get``
-answered) but runs no cycle and writes nothing; every ``lease / 3`` seconds it steps its lease
-(`Lease.step`: claim when the holder's key has not changed for a whole lease, renew while held).
+answered) but runs no cycle and writes nothing; every ``lease / 10`` seconds it steps its lease
+(`Lease.step`: claim when the holder's key has not changed for a whole lease); the leader renews it
+every ``lease / 3``.
 
 When the claim succeeds the scheduler is *elected*: ``on_elected(epoch)`` writes the epoch on the
 state stream and waits until its own feed has applied it (so every record the previous leader wrote
@@ -85,7 +86,6 @@ class Election:
     async def run(self, stop: asyncio.Event) -> None:
         if self.lease is None:
             return
-        interval = self.lease.duration / 3
         while not stop.is_set() and not self.deposed:
             try:
                 held = await self.lease.step()
@@ -113,6 +113,9 @@ class Election:
                 cur = self.lease.current
                 self.epoch = max(self.epoch, self.lease.epoch)
                 self.on_role(self.role, cur.record.epoch if cur is not None else 0)
+            # the holder renews every third of the lease; a standby looks ten times a lease, so it sees a renewal
+            # at most a tenth of a lease late (its count starts then) and takes over soon after the lease ends
+            interval = self.lease.duration / (3 if self.role in ("elected", "leader") else 10)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except asyncio.TimeoutError:
