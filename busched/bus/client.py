@@ -133,6 +133,17 @@ class Bus:
     def fence(self, value: Callable[[], bool] | None) -> None:
         self._publisher.fence = value
 
+    @property
+    def write_condition(self) -> tuple[str, int] | None:
+        """(subject, sequence): every state-stream write without a condition of its own (podgroup statuses) is
+        stored only while that subject's last sequence is this one; the server refuses it otherwise (a
+        conflict).  A leader sets it to its own epoch's message (docs/bus.md, "Leader election")."""
+        return self._publisher.condition
+
+    @write_condition.setter
+    def write_condition(self, value: tuple[str, int] | None) -> None:
+        self._publisher.condition = value
+
     def may_write(self) -> bool:
         f = self._publisher.fence
         return f is None or f()

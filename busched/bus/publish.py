@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
+from busched.bus import subjects as S
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
@@ -26,6 +27,8 @@ MSG_ID = "Nats-Msg-Id"
 EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last-subject-sequence
 FENCED = "fenced: this scheduler does not hold the lease"
+EXPECT_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"  # the subject EXPECT_SUBJECT_SEQ is about
+_STATE = S.STATE_PREFIX + "."
 
 
 @dataclass
@@ -60,6 +63,10 @@ class Publisher:
         # may this process write now?  Checked before each message leaves (a scheduler's leadership,
         # `busched.scheduler.election`); None: always
         self.fence: Callable[[], bool] | None = None
+        # (subject, sequence): every state-stream write that carries no condition of its own is stored only while
+        # that subject's last sequence is this one (``Nats-Expected-Last-Subject-Sequence-Subject``): a leader's
+        # writes on condition that no newer leader wrote its epoch since (`busched.scheduler.election`)
+        self.condition: tuple[str, int] | None = None
         self.nc = nc
         self.js = js
         self._lock = asyncio.Lock()
@@ -77,6 +84,8 @@ class Publisher:
         headers = {MSG_ID: msg_id} if msg_id else {}
         if expected is not None:
             headers[EXPECT_SUBJECT_SEQ] = str(expected)
+        else:
+            self._conditioned(subject, headers)
         try:
             pa = await self.js.publish(subject, data, timeout=timeout, headers=headers or None)
         except nats.js.errors.APIError as e:
@@ -111,6 +120,8 @@ class Publisher:
             try:
                 if expected is None:
                     headers = {MSG_ID: msg_id} if msg_id else None
+                    if self.condition is not None:
+                        headers = self._conditioned(subject, headers or {}) or None
                 else:
                     headers = {EXPECT_SUBJECT_SEQ: str(expected)}
                     if msg_id:
@@ -135,6 +146,14 @@ class Publisher:
                 f.cancel()
                 out.append(Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s"))
         return out
+
+    def _conditioned(self, subject: str, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` with the publisher's `condition`, when it applies to ``subject``."""
+        cond = self.condition
+        if cond is not None and subject.startswith(_STATE) and subject != cond[0]:
+            headers[EXPECT_SUBJECT_SEQ] = str(cond[1])
+            headers[EXPECT_SUBJECT_SEQ_SUBJECT] = cond[0]
+        return headers
 
     async def _ack_inbox(self) -> str:
         """The reply prefix under which the stream's acknowledgements come back (subscribed once)."""

@@ -403,6 +403,8 @@ class Scheduler:
                                                    epoch=epoch, holder=self.boot))
         if not ack.ok:
             raise RuntimeError(f"epoch {epoch} not written: {ack.error}")
+        # from here the server itself refuses our unconditioned state writes (statuses) once a newer epoch is written
+        self.bus.write_condition = (S.leader_subject(self.settings.shard), ack.seq)
         deadline = self.clock() + self.settings.lease
         while self.table.fence_epoch < epoch:
             left = deadline - self.clock()

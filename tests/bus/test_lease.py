@@ -134,3 +134,30 @@ async def test_the_fence_refuses_writes_before_they_leave(nats_server) -> None: 
         assert found is not None and found[0] == ok[0].seq  # nothing else reached the stream
     finally:
         await bus.close()
+
+
+async def test_the_server_refuses_a_deposed_leaders_statuses(nats_server) -> None:  # noqa: ANN001
+    old, new = await Bus.connect(nats_server.url), await Bus.connect(nats_server.url)
+    try:
+        await old.ensure_streams()
+        marker = S.leader_subject("default")
+        first = await old.publish(marker, m.LeaderEpoch(shard="default", epoch=1))
+        old.write_condition = (marker, first.seq)
+        status = m.PodGroupStatus(namespace="ns", name="j", phase="Running")
+        ok = await old.publish_all([(S.podgroup_subject("ns/j"), status, None)])
+        assert ok[0].ok
+        # a newer leader writes its epoch: the old one's unconditioned state writes are refused by the server
+        second = await new.publish(marker, m.LeaderEpoch(shard="default", epoch=2))
+        new.write_condition = (marker, second.seq)
+        late = await old.publish_all([(S.podgroup_subject("ns/j"), status, None)])
+        assert late[0].conflict and not late[0].ok
+        assert (await old.publish(S.podgroup_subject("ns/j"), status)).conflict
+        # writes with their own condition keep it (binding records: the readers' epoch rule fences those)
+        rec = m.BindingRecord(namespace="ns", name="t", attempt=1, node="n", epoch=1)
+        assert (await old.publish_all([(S.binding_subject("ns/t"), rec, None, 0)]))[0].ok
+        assert (await new.publish_all([(S.podgroup_subject("ns/j"), status, None)]))[0].ok
+        found = await new.last_state(S.podgroup_subject("ns/j"))
+        assert found is not None and found[0] > ok[0].seq
+    finally:
+        await old.close()
+        await new.close()

@@ -143,6 +143,8 @@ async def test_paused_leader_writes_nothing_after_the_takeover(cluster: Cluster)
              if isinstance(r, m.BindingRecord) and (r.writer == old_boot or r.epoch < took_over.epoch)]
     assert not stale, f"binding records of the deposed leader after the takeover: {stale}"
     assert after_marker, "the new leader's records are on the stream"
+    # its podgroup statuses too: they are written on condition of its epoch's message (the server refuses the old one's)
+    assert any(subj.startswith(f"{S.STATE_PREFIX}.podgroup.") for subj, _ in history[marker + 1:])
 
 
 @pytest.mark.parametrize("point", ["records", "decisions"])
