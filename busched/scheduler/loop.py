@@ -255,6 +255,9 @@ class Scheduler:
             if self.election.enabled:
                 self.table.settle_orphans()  # in-flight binds are recovered once elected (`_elected`)
             else:
+                # no election: write with the newest epoch on the stream (an elected leader's, if one ever ran),
+                # so the records and decisions are not taken for a deposed leader's
+                self.table.epoch = self.table.fence_epoch
                 await self.table.recover()
             # from here the podgroup records on the stream are our own echoes: leave them out (binding records
             # are followed: another scheduler's must not be missed; ours are skipped by sequence)

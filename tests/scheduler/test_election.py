@@ -7,6 +7,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.publish import FENCED
 from busched.scheduler import overview
+from busched.scheduler.records import Binding
 from tests.faults.cluster import wait_for
 
 
@@ -52,3 +53,14 @@ async def test_a_record_of_an_older_epoch_after_a_newer_one_counts_for_nothing(h
     assert s.handle_state(S.leader_subject("other"), m.encode(m.LeaderEpoch(shard="other", epoch=50)), 14) \
         == "stale"
     assert s.handle_state(subj, record(6, "n4"), 15) == "applied"
+
+
+async def test_without_election_it_writes_with_the_newest_epoch_on_the_stream(harness) -> None:  # noqa: ANN001
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    ack = await bus.publish(S.leader_subject("default"), m.LeaderEpoch(shard="default", epoch=7))
+    assert ack.ok
+    s = await harness.scheduler(run=False)  # --lease 0 after an elected leader: not taken for a deposed one
+    assert s.table.epoch == 7 and s.table.fence_epoch == 7
+    assert overview.role(s) == overview.ROLE
+    assert s.table.binding_record("ns/t", Binding(attempt=1, node="n1")).epoch == 7
