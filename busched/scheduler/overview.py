@@ -47,7 +47,10 @@ def role(sched: Any) -> str:
     election = getattr(sched, "election", None)
     if election is None or not election.enabled:
         return ROLE
-    return f"{election.role} (shard {election.shard}, epoch {election.epoch})"
+    where = f"shard {election.shard}, epoch {election.epoch}"
+    if election.role == "standby" and getattr(sched, "ready", False):
+        where += "; caught up, following the stream, not scheduling"
+    return f"{election.role} ({where})"
 
 
 class _Ring:

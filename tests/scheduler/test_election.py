@@ -3,10 +3,13 @@ writes nothing, takes over a released lease, and every reader ignores a deposed 
 
 from __future__ import annotations
 
+import asyncio
+
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.publish import FENCED
 from busched.scheduler import overview
+from busched.scheduler.election import Election
 from busched.scheduler.records import Binding
 from tests.faults.cluster import wait_for
 
@@ -64,3 +67,57 @@ async def test_without_election_it_writes_with_the_newest_epoch_on_the_stream(ha
     assert s.table.epoch == 7 and s.table.fence_epoch == 7
     assert overview.role(s) == overview.ROLE
     assert s.table.binding_record("ns/t", Binding(attempt=1, node="n1")).epoch == 7
+
+
+class FakeLease:
+    """A lease whose steps the test decides (the real one is tested over a server in tests/bus/test_lease.py)."""
+
+    def __init__(self) -> None:
+        self.epoch, self.duration, self.current = 0, 0.3, None
+        self.answers: list[bool] = []
+        self.is_valid = True
+        self.released = False
+
+    async def step(self) -> bool:
+        held = self.answers.pop(0) if self.answers else False
+        if held:
+            self.epoch = max(self.epoch, 4)
+        return held
+
+    def valid(self, now: float | None = None) -> bool:
+        return self.is_valid
+
+    def lost(self) -> None:
+        self.is_valid = False
+
+    async def release(self) -> None:
+        self.released = True
+
+
+async def test_a_leader_that_cannot_renew_or_whose_lease_lapsed_is_deposed() -> None:
+    elected: list[int] = []
+
+    async def on_elected(epoch: int) -> None:
+        elected.append(epoch)
+
+    # not renewed: deposed at the step that failed, and the loop ends
+    lease = FakeLease()
+    lease.answers = [False, True, True, False]
+    e = Election(lease, shard="default", on_elected=on_elected)
+    assert e.role == "standby" and not e.may_write()
+    await asyncio.wait_for(e.run(asyncio.Event()), 5)
+    assert elected == [4] and e.deposed and not e.may_write() and "not renewed" in e.reason
+    # its lease lapsed by its own clock (a pause) while the renewals still answer: the next check deposes it
+    lease = FakeLease()
+    lease.answers = [True] * 100
+    e = Election(lease, shard="default", on_elected=on_elected)
+    stop = asyncio.Event()
+    task = asyncio.create_task(e.run(stop))
+    await wait_for(lambda: e.role == "leader", 5, "leading")
+    assert e.check() and e.may_write()
+    lease.is_valid = False
+    assert not e.may_write()  # the bus refuses every write from this instant
+    assert not e.check() and e.deposed and "lapsed" in e.reason
+    await asyncio.wait_for(task, 5)
+    await e.release()
+    assert not lease.released  # a deposed leader does not release what may be another's
