@@ -429,14 +429,20 @@ class Scheduler:
             self.trigger.new_work()
 
     async def _wait_role(self) -> None:
-        """A standby waits for its role to change (or the scheduler to stop)."""
+        """A standby waits for its role to change (or the scheduler to stop), bringing its cache up to date
+        with what the feed gathered every ``period`` meanwhile: its first cycle as leader starts warm."""
         changed = asyncio.ensure_future(self.election.changed.wait())
         stopping = asyncio.ensure_future(self._stop.wait())
         try:
-            await asyncio.wait({changed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({changed, stopping}, timeout=self.settings.period,
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
             changed.cancel()
             stopping.cancel()
+        if self.election.role == "standby" and not self._stop.is_set():
+            async with self._lock:
+                with paused_gc():
+                    await self.effective.sync_cache_yielding()
 
     async def _expire(self, report: CycleReport) -> None:
         """Apply what the clock changed: agents silent too long (only while silence means something), binds

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.bus.apply import apply_cluster
 from busched.bus.publish import FENCED
 from busched.scheduler import overview
 from busched.scheduler.election import Election
@@ -29,6 +31,12 @@ async def test_one_leader_a_silent_standby_and_a_clean_handover(harness) -> None
     assert report.skipped and s2.cycle == 0
     epoch = s1.election.epoch
     assert s1.table.epoch == epoch and s1.table.fence_epoch == epoch  # written and read back
+    # the standby follows the stream hot: what is applied reaches its cache while it waits
+    await apply_cluster(await harness.bus(), ClusterSpec(
+        queues=[QueueSpec(name="default")], jobs=[JobSpec(name="j", namespace="p", min_member=1)],
+        tasks=[TaskSpec(name="j-0", namespace="p", job="j", requests={"cpu": "1"})]))
+    await wait_for(lambda: "p/j-0" in s2.specs["task"] and not s2.effective.dirty_tasks, 5, "the standby's cache")
+    assert s2.view("tasks")[0]["status"] == "Pending" and s2.cycle == 0
     # a clean stop releases the lease: the standby leads at its next step, with a newer epoch
     await s1.stop()
     await wait_for(lambda: s2.election.role == "leader", 2, "s2 leading after s1 released the lease")
