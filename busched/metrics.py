@@ -35,6 +35,9 @@ class SchedulerMetrics:
         self.action_binds = Counter("busched_bind_decisions_total", "Bind decisions published", registry=r)
         self.action_evicts = Counter("busched_evict_decisions_total", "Evict decisions published", registry=r)
         self.publish_errors = Counter("busched_publish_errors_total", "Publishes that failed", ["what"], registry=r)
+        self.sched_events = Counter("busched_scheduling_events_total",
+                                    "Scheduling events recorded (each occurrence, before deduplication into "
+                                    "series), by reason", ["reason"], registry=r)
         self.bind_results = Counter("busched_bind_results_total", "Agent answers to binds", ["result"], registry=r)
         self.releases = Counter("busched_task_releases_total",
                                 "Tasks sent back to Pending (rejected, lease, node_lost, evicted, stale)",

@@ -1,8 +1,8 @@
-"""Fixtures every test folder may use, found by pytest without imports: a real nats-server per test and an
-in-process `Harness` on it (tests/nats_fixture.py holds the helpers they are built from).  It is also the
-tests' edge for the fast path's switches: ``BUSCHED_KERNELS`` and ``BUSCHED_VERIFY_SHARED`` are read from
-the environment here and made the default (busched.fastpath), so the whole suite can be run with the
-kernels off or the lending verified.
+"""Fixtures every test folder may use, found by pytest without imports: a real nats-server per test (or a
+cluster of three, `nats_cluster`) and an in-process `Harness` on it (tests/nats_fixture.py holds the helpers
+they are built from).  It is also the tests' edge for the fast path's switches: ``BUSCHED_KERNELS`` and
+``BUSCHED_VERIFY_SHARED`` are read from the environment here and made the default (busched.fastpath), so the
+whole suite can be run with the kernels off or the lending verified.
 
 tests/faults/conftest.py adds the fault suite's own (a cluster of separate processes)."""
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from busched import fastpath
+from busched.bus.server_cluster import NatsCluster
 from tests.nats_fixture import Harness, NatsServer
 
 fastpath.use_by_default(fastpath.FastPathSettings.from_env(os.environ))
@@ -29,6 +30,17 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """Three nats-servers routed into one JetStream cluster (a meta leader elected); stopped afterwards."""
+    c = NatsCluster(tmp_path / "nats-cluster")
+    c.start(timeout=30)
+    try:
+        yield c
+    finally:
+        c.stop()
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ from busched.api.resource import Resource
 from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.bus.client import Bus, DecisionFeed, Delivery
+from busched.bus.client import Bus, DecisionFeed, Delivery, StreamSettings
 from busched.metrics import AgentMetrics
 
 __all__ = ["Agent", "Reject", "HeldTask", "AgentNode", "DURATION_KEY"]
@@ -58,7 +58,8 @@ class Agent:
     def __init__(self, bus: Bus, nodes: list[NodeSpec], *, on_bind: BindCallback | None = None,
                  on_evict: EvictCallback | None = None, heartbeat_interval: float = 1.0,
                  duration: float | None = None, check_capacity: bool = True, consume: bool = True,
-                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0) -> None:
+                 register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0,
+                 streams: StreamSettings | None = None) -> None:
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))
@@ -71,6 +72,7 @@ class Agent:
         self.consume = consume
         self.register = register
         self.ack_wait = ack_wait  # an unacknowledged decision comes again after this long (consumer creation only)
+        self.streams = streams  # how the streams are made if this agent comes first (e.g. their replicas)
         self.metrics = metrics or AgentMetrics()
         self.boot = uuid.uuid4().hex[:12]
         names = list(self.nodes)
@@ -88,7 +90,7 @@ class Agent:
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.bus.ensure_streams()
+        await self.bus.ensure_streams(self.streams, history=False)
         if self.register:
             # an operator's cordon survives the agent's restart (busched.bus.edit.register_nodes)
             bad = await edit.register_nodes(self.bus, [n.spec for n in self.nodes.values()], version=self._version())
@@ -164,12 +166,34 @@ class Agent:
             self.metrics.running.set(sum(len(x.tasks) for x in self.nodes.values()))
         held.phase = phase
         ns, name = task.split("/", 1)
-        ack = await self.bus.publish(S.result_subject(node, task), m.TaskPhaseChanged(
-            version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt, phase=phase,
-            reason=reason, exit_code=exit_code, boot=self.boot))
+        msg = m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt,
+                                 phase=phase, reason=reason, exit_code=exit_code, boot=self.boot)
+        # the same id on every copy: one the stream stored although its acknowledgement was lost is not stored twice
+        msg_id = f"phase.{self.boot}.{node}.{task}.{held.attempt}.{msg.version}"
+        ack = await self.bus.publish(S.result_subject(node, task), msg, msg_id=msg_id)
         if not ack.ok:
-            log.warning("cannot report %s %s on %s: %s", task, phase, node, ack.error)
+            log.warning("cannot report %s %s on %s: %s; reporting it again", task, phase, node, ack.error)
+            self._spawn(self._report_again(node, task, msg, msg_id))
         return ack.ok
+
+    async def _report_again(self, node: str, task: str, msg: m.TaskPhaseChanged, msg_id: str) -> None:
+        """Publish a report the stream did not take until it does, while it is still the task's latest news.
+
+        No heartbeat carries a finished task, so a lost Succeeded would leave it Running for the scheduler for
+        ever: e.g. on a NATS cluster whose stream is electing a new leader, for seconds after a server was lost.
+        """
+        wait = 0.5
+        while self._running:
+            await asyncio.sleep(wait)
+            wait = min(5.0, 2 * wait)
+            cur = self.nodes[node].tasks.get(task)
+            if (cur is None) != (msg.phase in ("Succeeded", "Failed")) or \
+                    (cur is not None and (cur.attempt, cur.phase) != (msg.attempt, msg.phase)):
+                return  # newer news of the task (another attempt, another phase) is reported by itself
+            ack = await self.bus.publish(S.result_subject(node, task), msg, msg_id=msg_id)
+            if ack.ok:
+                log.info("reported %s %s on %s", task, msg.phase, node)
+                return
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _version(self) -> int:

@@ -14,7 +14,7 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "parse_quantity", "value", "milli_value"]
+__all__ = ["QuantityError", "parse_quantity", "value", "milli_value", "binary_units"]
 
 
 class QuantityError(ValueError):
@@ -92,3 +92,16 @@ def _value_of_text(raw: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def _milli_value_of_text(raw: str) -> int:
     return math.ceil(parse_quantity(raw) * 1000)
+
+
+def binary_units(text: str) -> str:
+    """A count of bytes (what the scheduler computes, e.g. a node's used memory) in binary units, as the
+    quantities people write ("4Gi"); anything else (a quantity as written, "8Gi") as it is.  For display."""
+    if not text.isdigit():
+        return text
+    n = float(text)
+    for unit in ("", "Ki", "Mi", "Gi", "Ti", "Pi"):
+        if n < 1024 or unit == "Pi":
+            return f"{n:.0f}{unit}" if n == int(n) else f"{n:.1f}{unit}"
+        n /= 1024
+    return text  # (not reached)

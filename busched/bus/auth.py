@@ -4,10 +4,11 @@ Three roles (docs/bus.md, "Authentication"):
 
 * ``scheduler``: everything under ``busched.>``, the JetStream API, acks and flow control, its own
   replies (``_INBOX.>``) and the replies to requests it serves (``allow_responses``);
-* ``cli`` (the admin role of ``busched apply``, ``delete`` and ``get``): publishes the object kinds of
-  the state stream (`OBJECT_KINDS`), never binding, podgroup or result records nor decisions; requests
-  on ``busched.api.>``; the JetStream calls apply/delete make (stream info and create) and those that
-  read the state stream (direct get, an ephemeral consumer);
+* ``cli`` (the admin role of ``busched apply``, ``delete``, ``get`` and ``events``): publishes the object
+  kinds of the state stream (`OBJECT_KINDS`), never binding, podgroup or result records, decisions nor
+  events; requests on ``busched.api.>``; the JetStream calls apply/delete make (stream info and create)
+  and those that read the state stream (direct get, an ephemeral consumer) and the events stream (stream
+  info, an ephemeral consumer);
 * ``agent`` for a set of nodes (`agent_permissions`): only what docs/bus.md lists per node.
 
 The permission lists are built from `busched.bus.subjects`, so a subject added there is added here in
@@ -65,7 +66,8 @@ def scheduler_permissions() -> dict[str, Any]:
 
 
 def cli_permissions(inbox_prefix: str = CLI_INBOX_PREFIX) -> dict[str, Any]:
-    """`busched apply`, `delete`, `get`: object kinds and requests; no bindings, podgroups, results, decisions."""
+    """`busched apply`, `delete`, `get`, `events`: object kinds and requests; reading the state and events
+    streams; no bindings, podgroups, results, decisions, events."""
     st, dc = S.STATE_STREAM, S.DECISION_STREAM
     publish = [f"{S.STATE_PREFIX}.{kind}.>" for kind in OBJECT_KINDS]
     publish += ["busched.api.>",
@@ -76,6 +78,9 @@ def cli_permissions(inbox_prefix: str = CLI_INBOX_PREFIX) -> dict[str, Any]:
                 f"{JS_API}.DIRECT.GET.{st}", f"{JS_API}.DIRECT.GET.{st}.>", f"{JS_API}.STREAM.MSG.GET.{st}",
                 f"{JS_API}.CONSUMER.CREATE.{st}", f"{JS_API}.CONSUMER.CREATE.{st}.>",
                 f"{JS_API}.CONSUMER.DELETE.{st}.>", f"$JS.FC.{st}.>"]
+    ev = S.EVENT_STREAM  # reading the events stream (`busched events`: stream info, an ordered consumer)
+    publish += [f"{JS_API}.STREAM.INFO.{ev}", f"{JS_API}.CONSUMER.CREATE.{ev}", f"{JS_API}.CONSUMER.CREATE.{ev}.>",
+                f"{JS_API}.CONSUMER.DELETE.{ev}.>", f"$JS.FC.{ev}.>"]
     # `busched get scheduler`: the leases bucket, read only (busched.bus.lease)
     kv = "KV_busched_leases"
     publish += [f"{JS_API}.STREAM.INFO.{kv}", f"{JS_API}.DIRECT.GET.{kv}.>", f"{JS_API}.STREAM.MSG.GET.{kv}",

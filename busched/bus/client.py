@@ -24,10 +24,10 @@ from typing import Any
 import nats
 import nats.errors
 
-from busched.bus import feeds, reads
+from busched.bus import events, feeds, reads
 from busched.bus import lease as lease_mod
 from busched.bus import subjects as S
-from busched.bus.connect import NatsOptions
+from busched.bus.connect import NatsOptions, check_server_version
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import DecisionFeed, Delivery, StateBatchHandler, StateHandler, StateWatch
 from busched.bus.messages import GetReply, Msg, encode
@@ -37,6 +37,23 @@ from busched.bus.streams import StreamSettings, ensure_streams, stream_last_seq
 __all__ = ["Bus", "Ack", "Delivery", "DecisionFeed", "StateWatch", "StreamSettings", "BusError"]
 
 log = logging.getLogger("busched.bus")
+
+
+def _server_url(nc: Any) -> str:
+    url = getattr(nc, "connected_url", None)
+    return f"{url.hostname}:{url.port}" if url is not None else "?"
+
+
+def _too_old(nc: Any) -> str | None:
+    """Why the server ``nc`` is connected to is too old for busched (`connect.check_server_version`)."""
+    try:
+        version = nc.connected_server_version
+    except Exception:  # noqa: BLE001 - no INFO (a test double): nothing to judge
+        return None
+    text = str(getattr(version, "_server_version", "") or "")  # the INFO's version as the server wrote it
+    if not text or text.endswith("-unknown"):  # nats-py's "0.0.0-unknown": the server gave none
+        return None
+    return check_server_version(text, _server_url(nc))
 
 
 class Bus:
@@ -69,10 +86,13 @@ class Bus:
             kw["name"] = name
 
         holder: list[Bus] = []
+        failures: list[Exception] = []  # before the first connection: the last one names the cause
 
         async def on_error(e: Exception) -> None:
             # before the first connection, failures are retried and summed up by the BusError below
             log.log(logging.WARNING if holder else logging.DEBUG, "nats: %s", e)
+            if not holder:
+                failures[:] = [e]
 
         async def on_disconnect() -> None:
             if not (holder and holder[0]._closing):
@@ -81,8 +101,11 @@ class Bus:
                 holder[0]._connection_changed(False)
 
         async def on_reconnect() -> None:
-            log.info("nats: reconnected")
+            log.info("nats: reconnected to %s", _server_url(holder[0].nc) if holder else "?")
             if holder:
+                too_old = _too_old(holder[0].nc)
+                if too_old:  # a cluster mid-upgrade: say it loudly, a stream's leader may be elsewhere
+                    log.error("%s", too_old)
                 holder[0]._connection_changed(True)
 
         try:
@@ -90,9 +113,15 @@ class Bus:
                                                      reconnected_cb=on_reconnect, max_reconnect_attempts=-1,
                                                      reconnect_time_wait=0.5, **kw), wait)
         except asyncio.TimeoutError:
-            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s") from None
+            # "within 5s" alone hides a refused user or a TLS mismatch behind what looks like a server down
+            cause = f" (last error: {failures[-1] or type(failures[-1]).__name__})" if failures else ""
+            raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s{cause}") from None
         except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
             raise BusError(f"cannot connect to NATS at {options.url}: {e or type(e).__name__}") from None
+        too_old = _too_old(nc)
+        if too_old:
+            await nc.close()
+            raise BusError(too_old)
         bus = cls(nc, options)
         holder.append(bus)
         return bus
@@ -159,9 +188,10 @@ class Bus:
         return await lease_mod.read_leases(self.js)
 
     # -- streams ---------------------------------------------------------------------------------------------------
-    async def ensure_streams(self, settings: StreamSettings | None = None) -> None:
-        """Create the state and decision streams unless they exist (an existing stream is left as configured)."""
-        await ensure_streams(self.js, settings)
+    async def ensure_streams(self, settings: StreamSettings | None = None, *, history: bool | None = None) -> None:
+        """Create the state and decision streams unless they exist (an existing stream is left as configured,
+        but for raising its replicas); the history streams too with ``history`` (default: given ``settings``)."""
+        await ensure_streams(self.js, settings, history=history)
 
     async def stream_last_seq(self, stream: str) -> int:
         return await stream_last_seq(self.js, stream)
@@ -239,6 +269,18 @@ class Bus:
         if not self.may_write():
             return False
         return await reads.purge_state(self.js, subject, before_seq)
+
+    # -- events ----------------------------------------------------------------------------------------------------
+    async def watch_events(self, handler: Callable[[Any], None], *,
+                           subject: str = f"{S.EVENT_PREFIX}.>") -> events.EventWatch:
+        """Every event series the events stream holds on ``subject``, then each new or updated one
+        (`busched.bus.events`)."""
+        return await events.watch_events(self.js, handler, subject=subject)
+
+    async def last_event(self, subject: str) -> bytes | None:
+        """The latest message of one event series (its subject), or None if the stream holds none."""
+        last = await reads.last_msg(self.js, S.EVENT_STREAM, subject)
+        return last[1] if last is not None else None
 
     # -- decisions -------------------------------------------------------------------------------------------------
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:

@@ -21,14 +21,17 @@ Families (see docs/bus.md for subjects and streams):
 * agent results: ``bind.accepted``, ``bind.rejected``, ``task.phase`` and
   ``node.heartbeat``.
 * request/reply with the running scheduler: ``get`` and ``get.reply``.
+* scheduling events (Kubernetes' Events for Volcano): ``event``, one series per subject on the
+  events stream, its latest count and timestamps (`Event`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
+from busched.api.limits import ShortStr
 from busched.api.objects import (
     HyperNodeSpec,
     JobSpec,
@@ -46,7 +49,8 @@ __all__ = [
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
-    "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord",
+    "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord", "Event", "EventObject", "EventSource",
+    "EVENT_KINDS", "MAX_EVENT_MESSAGE", "MAX_EVENT_REASON",
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
@@ -318,6 +322,47 @@ class CycleRecord(Msg, tag="cycle"):
     backoff: list[str] = []
 
 
+# -- scheduling events ----------------------------------------------------------------------------------------------
+EVENT_KINDS = ("task", "job", "queue", "node")  # what an event is about (a job is a PodGroup)
+MAX_EVENT_REASON = 128
+MAX_EVENT_MESSAGE = 1024  # as Kubernetes' events.k8s.io note; the recorder cuts longer messages
+
+
+class EventObject(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Kubernetes' involvedObject in our words: ``kind`` task | job | queue | node, namespace "" for queues
+    and nodes."""
+
+    kind: Literal["task", "job", "queue", "node"]
+    name: ShortStr
+    namespace: ShortStr = ""
+
+
+class EventSource(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+    component: Annotated[str, msgspec.Meta(max_length=64)] = "busched-scheduler"
+    instance: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the scheduler's boot
+
+
+class Event(Msg, tag="event"):
+    """A scheduling event, Kubernetes' core/v1 Event as Volcano's scheduler records them (docs/bus.md,
+    "Scheduling events"): Scheduled, FailedScheduling, Preempted, Evicted on a task; Unschedulable,
+    Scheduled on a job (its PodGroup); Overused on a queue.
+
+    One message per *series* (the same object, type, reason and message), on the series' own subject of
+    the events stream, which keeps only its latest: ``count`` how often the scheduler saw it, from
+    ``firstTimestamp`` to ``lastTimestamp`` (epoch seconds of the cycles that saw it).  (``eventType``:
+    the message's own ``type`` field is its tag.)"""
+
+    involved_object: EventObject
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_EVENT_REASON)]
+    message: Annotated[str, msgspec.Meta(max_length=MAX_EVENT_MESSAGE)] = ""
+    event_type: Literal["Normal", "Warning"] = "Normal"
+    count: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)] = 1
+    first_timestamp: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    last_timestamp: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    source: EventSource = EventSource()
+    series: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the series id, the last token of its subject
+
+
 UPSERTS: dict[str, type[Msg]] = {
     "node": NodeUpsert, "task": TaskUpsert, "job": JobUpsert, "queue": QueueUpsert,
     "priorityClass": PriorityClassUpsert, "hyperNode": HyperNodeUpsert, "resourceQuota": ResourceQuotaUpsert,
@@ -335,8 +380,7 @@ STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
     BindingRecord, LeaderEpoch, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
-    TaskPhaseChanged,
-    NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord)
+    TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

@@ -5,6 +5,12 @@ come back, and the table of acknowledgements still awaited; `Bus` holds one and 
 Conditional writes (``Nats-Expected-Last-Subject-Sequence``) are how two schedulers on one bus
 agree on a task's binding record (docs/bus.md, "Conditional writes"), so a lost condition is told
 apart from other failures (`Ack.conflict`).
+
+A publish answered "no responders" (status 503) reached no stream: on a NATS cluster, what a replicated
+stream says while it elects a new leader (its leader's server was lost).  The message was not stored, so
+it is sent again, every `RETRY_WAIT` and more, until the caller's timeout is spent (nats.go does the same
+with its ``RetryAttempts`` on ``ErrNoResponders``; nats-py does not).  A stream that does not exist says
+the same, later.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from busched.bus import subjects as S
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
-__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "FENCED"]
+__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "RETRY_WAIT", "FENCED"]
 
 MSG_ID = "Nats-Msg-Id"
 EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -29,6 +35,8 @@ WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last
 FENCED = "fenced: this scheduler does not hold the lease"
 EXPECT_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"  # the subject EXPECT_SUBJECT_SEQ is about
 _STATE = S.STATE_PREFIX + "."
+RETRY_WAIT = 0.1  # seconds before a message no stream answered is sent again; doubling up to 1 s
+NO_STREAM = "NoStreamResponseError"
 
 
 @dataclass
@@ -41,6 +49,11 @@ class Ack:
     @property
     def ok(self) -> bool:
         return not self.error
+
+    @property
+    def no_stream(self) -> bool:
+        """No stream answered (status 503): not stored; a cluster's stream electing a leader, or no stream."""
+        return self.error.startswith(NO_STREAM)
 
 
 class _PubAck(msgspec.Struct):
@@ -86,16 +99,49 @@ class Publisher:
             headers[EXPECT_SUBJECT_SEQ] = str(expected)
         else:
             self._conditioned(subject, headers)
-        try:
-            pa = await self.js.publish(subject, data, timeout=timeout, headers=headers or None)
-        except nats.js.errors.APIError as e:
-            return Ack(error=f"{type(e).__name__}: {e}", conflict=getattr(e, "err_code", 0) == WRONG_LAST_SEQUENCE)
-        except Exception as e:  # noqa: BLE001
-            return Ack(error=f"{type(e).__name__}: {e}")
-        return Ack(seq=pa.seq, duplicate=bool(pa.duplicate))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        wait = RETRY_WAIT
+        while True:
+            if self.fence is not None and not self.fence():  # (again before each resend)
+                return Ack(error=FENCED)
+            try:
+                pa = await self.js.publish(subject, data, timeout=max(0.1, deadline - loop.time()),
+                                           headers=headers or None)
+            except nats.js.errors.NoStreamResponseError as e:
+                if loop.time() + wait < deadline:
+                    await asyncio.sleep(wait)
+                    wait = min(1.0, 2 * wait)
+                    continue
+                return Ack(error=f"{NO_STREAM}: {e}")
+            except nats.js.errors.APIError as e:
+                return Ack(error=f"{type(e).__name__}: {e}",
+                           conflict=getattr(e, "err_code", 0) == WRONG_LAST_SEQUENCE)
+            except Exception as e:  # noqa: BLE001
+                return Ack(error=f"{type(e).__name__}: {e}")
+            return Ack(seq=pa.seq, duplicate=bool(pa.duplicate))
 
     async def publish_all(self, items: Iterable[tuple[Any, ...]], timeout: float = 10.0) -> list[Ack]:
-        """`Bus.publish_all` (see there)."""
+        """`Bus.publish_all` (see there); the messages no stream answered are sent again, in order, until the
+        ``timeout`` is spent."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        batch = list(items)
+        acks = await self._publish_round(batch, timeout)
+        wait = RETRY_WAIT
+        while True:
+            # (a message whose subject a later one of the batch was stored on is not sent again: it would land
+            # after it, and on a subject the later message wins)
+            stored_last = {batch[i][0]: i for i, a in enumerate(acks) if a.ok}
+            again = [i for i, a in enumerate(acks) if a.no_stream and stored_last.get(batch[i][0], -1) < i]
+            if not again or loop.time() + wait >= deadline:
+                return acks
+            await asyncio.sleep(wait)
+            wait = min(1.0, 2 * wait)
+            for i, a in zip(again, await self._publish_round([batch[i] for i in again], deadline - loop.time())):
+                acks[i] = a
+
+    async def _publish_round(self, items: list[tuple[Any, ...]], timeout: float) -> list[Ack]:
         prefix = await self._ack_inbox()
         loop = asyncio.get_running_loop()
         futs: list[asyncio.Future[Ack]] = []
@@ -170,7 +216,7 @@ class Publisher:
                     if f is None or f.done():
                         return
                     if m.headers and m.headers.get("Status") == "503":
-                        f.set_result(Ack(error="NoStreamResponseError: no stream listens on this subject"))
+                        f.set_result(Ack(error=f"{NO_STREAM}: no stream listens on this subject"))
                         return
                     try:
                         pa = _ACK_DECODE(m.data)

@@ -24,6 +24,12 @@ __all__ = ["read_state", "last_per_subject", "last_msg", "subject_history", "rea
 
 log = logging.getLogger("busched.bus")
 
+# how long the scheduler's questions about one lapsed bind (delete its decision, how far its consumer
+# delivered) may take: both are asked within a cycle, and on a NATS cluster a stream or consumer that lost its
+# leader leaves such requests unanswered for seconds (JetStream's default wait, 10 s, held a cycle for 10 s);
+# no answer in time is "cannot be told", the cautious branch
+DECISION_READ_TIMEOUT = 2.0
+
 
 async def read_state(js: Any, subject: str = f"{S.STATE_PREFIX}.>", timeout: float = 10.0) -> list[tuple[str, bytes]]:
     """The latest message of every matching state subject (a one-off read, e.g. for `busched delete`)."""
@@ -136,11 +142,11 @@ async def consumer_delivered(js: Any, consumer: str) -> int | None:
     """The highest decision-stream sequence a durable consumer has delivered: 0 when the consumer does not
     exist, None when it cannot be told (so nothing may be concluded)."""
     try:
-        info = await js.consumer_info(S.DECISION_STREAM, consumer)
+        info = await js.consumer_info(S.DECISION_STREAM, consumer, timeout=DECISION_READ_TIMEOUT)
     except nats.js.errors.NotFoundError:
         return 0
     except Exception as e:  # noqa: BLE001
-        log.warning("cannot read consumer %s: %s", consumer, e)
+        log.warning("cannot read consumer %s: %s", consumer, str(e) or type(e).__name__)
         return None
     return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0
 
@@ -148,9 +154,9 @@ async def consumer_delivered(js: Any, consumer: str) -> int | None:
 async def delete_decision(js: Any, seq: int) -> bool:
     """Delete one decision (one its agent must no longer get); False when it is gone already or cannot be."""
     try:
-        return bool(await js.delete_msg(S.DECISION_STREAM, seq))
+        return bool(await asyncio.wait_for(js.delete_msg(S.DECISION_STREAM, seq), DECISION_READ_TIMEOUT))
     except nats.js.errors.NotFoundError:
         return False
     except Exception as e:  # noqa: BLE001
-        log.warning("cannot delete decision %d: %s", seq, e)
+        log.warning("cannot delete decision %d: %s", seq, str(e) or type(e).__name__)
         return False

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -67,7 +68,8 @@ class NatsServer:
                  monitor_port: int | None = None, max_payload: int | None = None, log_file: str | None = None,
                  binary: str | None = None, config: str | None = None,
                  config_file: str | os.PathLike[str] | None = None,
-                 pid_file: str | os.PathLike[str] | None = None) -> None:
+                 pid_file: str | os.PathLike[str] | None = None, args: Sequence[str] = (),
+                 server_name: str | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
@@ -82,6 +84,8 @@ class NatsServer:
         self.pid_file = Path(pid_file) if pid_file is not None else None
         self.log_file = log_file
         self.binary = binary or find_nats_server()
+        self.args = list(args)  # more flags, e.g. a cluster's (busched.bus.server_cluster)
+        self.server_name = server_name or f"busched-{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -96,12 +100,13 @@ class NatsServer:
         cmd = [self.binary, "-js", "-a", self.host, "-p", str(self.port), "-sd", str(self.store_dir)]
         if self.config_file is None:
             # (nats-server refuses to reload a configuration whose file does not repeat a -n given here)
-            cmd += ["-n", f"busched-{self.port}"]
+            cmd += ["-n", self.server_name]
         if self.monitor_port is not None:
             cmd += ["-m", str(self.monitor_port)]
         cmd += ["-l", self.log_path]
         if self.pid_file is not None:
             cmd += ["-P", str(self.pid_file)]
+        cmd += self.args
         if self.config_file is not None:
             return cmd + ["-c", str(self.config_file)]
         text = self.config or ""

@@ -1,7 +1,14 @@
 """Which JetStream streams busched uses and how they are configured.
 
-The state and decision streams (and, for a scheduler, the history streams) are made here once,
+The state and decision streams (and, for a scheduler, the history and events streams) are made here once,
 when a process starts; kept apart from the client so the stream layout is read in one place.
+
+On a NATS cluster every stream is made with ``StreamSettings.replicas`` copies (JetStream's
+``num_replicas``: Raft-replicated, so the loss of a minority of servers loses no message and no
+conditional write); the durable decision consumers inherit their stream's replicas (a consumer
+config without ``num_replicas``), so a node's acknowledged decisions survive the loss of a server too.
+An existing stream with fewer replicas than asked is scaled up in place (JetStream allows it); one with
+more is left alone, so a command run with the default (1) never shrinks a replicated stream.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from nats.js import api
 from busched.bus import subjects as S
 from busched.bus.errors import BusError
 
-__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq"]
+__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config"]
 
 log = logging.getLogger("busched.bus")
 
@@ -28,12 +35,24 @@ class StreamSettings:
     duplicate_window: float = 120.0  # seconds in which a republished Nats-Msg-Id is dropped
     storage: str = "file"  # file | memory
     history_max_age: float = 7 * 86400.0  # seconds the history streams keep cycle records and state copies; 0: none
+    # the events stream (scheduling events, one subject per series, its latest message only): an hour, as
+    # Kubernetes' default event TTL, and at most this many messages / bytes, the oldest dropped first; 0: none
+    events_max_age: float = 3600.0
+    events_max_msgs: int = 100_000
+    events_max_bytes: int = 64 * 1024 * 1024
+    replicas: int = 1  # copies of every stream on a NATS cluster (1..5; 3 survives the loss of one server)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replicas <= 5:  # JetStream's own bounds
+            raise ValueError(f"replicas must be 1 to 5, not {self.replicas}")
 
 
-async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> None:
-    """Create the state and decision streams unless they exist (an existing stream is left as configured);
-    with ``settings`` (the scheduler's) the history streams too."""
+async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, history: bool | None = None) -> None:
+    """Create the state and decision streams unless they exist (an existing stream is left as configured, but
+    for its replicas: see the module's docstring); with ``history`` (default: whether ``settings`` are given,
+    i.e. the scheduler's) the history streams too."""
     st = settings or StreamSettings()
+    history = settings is not None if history is None else history
     storage = api.StorageType.MEMORY if st.storage == "memory" else api.StorageType.FILE
     configs = [
         api.StreamConfig(name=S.STATE_STREAM, subjects=[f"{S.STATE_PREFIX}.>"],
@@ -45,7 +64,7 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> Non
                          max_age=st.decision_max_age, storage=storage, duplicate_window=st.duplicate_window,
                          allow_direct=True, description="busched bind/evict decisions, per node and task"),
     ]
-    if settings is not None and st.history_max_age > 0:  # the scheduler's: only it writes cycle records
+    if history and st.history_max_age > 0:  # the scheduler's: only it writes cycle records
         from busched.bus import history as H
 
         configs.append(api.StreamConfig(name=H.HISTORY_STREAM, subjects=[f"{H.HISTORY_PREFIX}.>"],
@@ -57,9 +76,13 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> Non
                                         retention=api.RetentionPolicy.LIMITS, max_age=st.history_max_age,
                                         storage=storage, duplicate_window=st.duplicate_window,
                                         description="busched state messages kept for the history duration"))
+    if history and st.events_max_age > 0:  # the scheduler's (with its history): only it records events
+        configs.append(events_stream_config(st, storage))
     for cfg in configs:
+        cfg.num_replicas = st.replicas
         try:
-            await js.stream_info(cfg.name)
+            info = await js.stream_info(cfg.name)
+            await _scale_up(js, info, st.replicas)
             continue
         except nats.js.errors.NotFoundError:
             pass
@@ -76,6 +99,30 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None) -> Non
             from busched.bus import history as H
 
             await H.wait_sourcing(js, H.STATE_HISTORY_STREAM)
+
+
+def events_stream_config(st: StreamSettings, storage: Any = api.StorageType.FILE) -> api.StreamConfig:
+    """``BUSCHED_EVENTS``: one subject per event series, of which only the latest message is kept
+    (``max_msgs_per_subject`` 1: a series' count grows in place), bounded in age, messages and bytes with
+    the oldest discarded first, as Kubernetes lets events expire (docs/bus.md, "Scheduling events")."""
+    return api.StreamConfig(name=S.EVENT_STREAM, subjects=[f"{S.EVENT_PREFIX}.>"],
+                            retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=1, max_age=st.events_max_age,
+                            max_msgs=st.events_max_msgs, max_bytes=st.events_max_bytes,
+                            discard=api.DiscardPolicy.OLD, storage=storage, allow_direct=True,
+                            description="busched scheduling events: the latest of each series")
+
+
+async def _scale_up(js: Any, info: Any, replicas: int) -> None:
+    """Raise an existing stream's replicas to ``replicas`` (never lower them)."""
+    have = int(info.config.num_replicas or 1)
+    if have >= replicas:
+        return
+    log.info("stream %s: replicas %d -> %d", info.config.name, have, replicas)
+    try:
+        await js.update_stream(info.config.evolve(num_replicas=replicas))
+    except Exception as e:  # noqa: BLE001 - e.g. a single server, or a user not permitted: say so, go on with it
+        log.warning("cannot raise stream %s to %d replicas (%s); it keeps %d", info.config.name, replicas,
+                    e or type(e).__name__, have)
 
 
 async def stream_last_seq(js: Any, stream: str) -> int:

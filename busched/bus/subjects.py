@@ -25,6 +25,14 @@ An agent serving one node reads the durable consumer ``agent-<node>`` filtered o
 an agent serving several nodes reads one durable consumer for all of them, ``agents-<n>-<digest of the
 names>`` (`fleet_consumer`), filtered on each of its nodes' decisions.
 
+Events stream (``BUSCHED_EVENTS``, subjects ``busched.events.>``), one subject per event series, the
+stream keeping only its latest message (`busched.bus.events`)::
+
+    busched.events.task.<ns>.<name>.<series>   event   (scheduler: Scheduled, FailedScheduling, ...)
+    busched.events.job.<ns>.<name>.<series>    event   (a PodGroup: Unschedulable, Scheduled)
+    busched.events.queue.<name>.<series>       event   (Overused)
+    busched.events.node.<name>.<series>        event
+
 Core NATS (not stored)::
 
     busched.heartbeat.<node>                   node.heartbeat (agent -> scheduler)
@@ -44,7 +52,7 @@ __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX",
            "API_DRAIN", "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
            "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
            "APPLY_ORDER", "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results",
-           "node_results"]
+           "node_results", "EVENT_STREAM", "EVENT_PREFIX", "event_subject", "events_filter"]
 
 STATE_STREAM = "BUSCHED_STATE"
 DECISION_STREAM = "BUSCHED_DECISIONS"
@@ -53,6 +61,8 @@ DECISION_PREFIX = "busched.decision"
 HEARTBEAT_PREFIX = "busched.heartbeat"
 API_GET = "busched.api.get"
 API_DRAIN = "busched.api.drain"
+EVENT_STREAM = "BUSCHED_EVENTS"
+EVENT_PREFIX = "busched.events"
 
 # the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
 # records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)
@@ -136,6 +146,20 @@ def decision_subject(node: str, kind: str, task_key: str) -> str:
 def node_decisions(node: str) -> str:
     """The filter of a node's agent consumer: every decision for that node."""
     return f"{DECISION_PREFIX}.{token(node)}.>"
+
+
+def event_subject(kind: str, key: str, series: str) -> str:
+    """The subject of one event series about object ``key`` (``ns/name`` for tasks and jobs, else ``name``)."""
+    return f"{EVENT_PREFIX}.{kind}.{_key_tokens(key)}.{token(series)}"
+
+
+def events_filter(kind: str = "", key: str = "") -> str:
+    """The events of every object (no ``kind``), of one kind, or of one object (``kind`` and ``key``)."""
+    if not kind:
+        return f"{EVENT_PREFIX}.>"
+    if not key:
+        return f"{EVENT_PREFIX}.{token(kind)}.>"
+    return f"{EVENT_PREFIX}.{token(kind)}.{_key_tokens(key)}.*"
 
 
 def heartbeat_subject(node: str) -> str:

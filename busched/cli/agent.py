@@ -7,7 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
-from busched.cli.common import add_log_argument, run_until_signal, setup_logging
+from busched.cli.common import add_log_argument, add_replicas_argument, run_until_signal, setup_logging
 
 log = logging.getLogger("busched.agent")
 
@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fleet_arguments(p)
     p.add_argument("--http", default="", metavar="HOST:PORT",
                    help="serve /metrics, /healthz and /readyz for this agent (default: off)")
+    add_replicas_argument(p)
     add_log_argument(p)
     p.set_defaults(func=cmd_agent)
 
@@ -71,7 +72,7 @@ def connect_options(args: argparse.Namespace, nodes: list[Any]) -> Any:
 
 async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  # noqa: ANN001
     from busched.agent import Agent
-    from busched.bus import Bus, BusError
+    from busched.bus import Bus, BusError, StreamSettings
 
     try:
         bus = await Bus.connect(connect_options(args, nodes), wait=60)
@@ -81,7 +82,7 @@ async def serve(args: argparse.Namespace, nodes, stop: asyncio.Event) -> int:  #
     from busched.web.server import parse_listen, start_http
 
     agent = Agent(bus, nodes, heartbeat_interval=args.heartbeat, duration=args.duration,
-                  check_capacity=not args.no_capacity_check)
+                  check_capacity=not args.no_capacity_check, streams=StreamSettings(replicas=args.replicas))
     http = None
     try:
         if args.http:

@@ -9,12 +9,32 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["setup_logging", "run_until_signal", "add_log_argument"]
+__all__ = ["setup_logging", "run_until_signal", "add_log_argument", "add_replicas_argument"]
 
 
 def add_log_argument(p: Any) -> None:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default %(default)s)")
+
+
+def _replicas(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 5:
+        raise argparse.ArgumentTypeError(f"--replicas: 1 to 5, not {text!r}")
+    return n
+
+
+def add_replicas_argument(p: Any) -> None:
+    """``--replicas N`` of the commands that create busched's streams when they are missing (run, agent)."""
+    p.add_argument("--replicas", type=_replicas, default=1, metavar="N",
+                   help="copies of each stream busched creates, on a NATS cluster (JetStream num_replicas, 1-5; 3 "
+                        "keeps working when one server is lost); an existing stream with fewer is raised to N, "
+                        "never lowered (default %(default)s)")
 
 
 def setup_logging(level: str = "info") -> None:

@@ -49,7 +49,8 @@ def add_nats_arguments(p: argparse.ArgumentParser) -> None:
 # which busched credential a command connects with when it is given none (by the connection name it uses)
 ROLE_BY_NAME = {"busched-scheduler": "scheduler", "busched-run": "scheduler", "busched-agent": "agent",
                 "busched-apply": "cli", "busched-delete": "cli", "busched-get": "cli", "busched-queue": "cli",
-                "busched-job": "cli", "busched-node": "cli"}
+                "busched-job": "cli", "busched-node": "cli", "busched-describe": "cli", "busched-explain": "cli",
+                "busched-events": "cli"}
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 

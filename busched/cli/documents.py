@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from busched.api.quantity import binary_units
 from busched.api.timestamp import TimeError, parse_time
 
 __all__ = ["SPEC_KEYS", "key_of", "as_object", "document", "encode", "age", "WIDE"]
@@ -75,7 +76,8 @@ def age(t: Any, now: float) -> str:
 
 
 def _res(d: dict[str, Any] | None) -> str:
-    return ",".join(f"{k}={v}" for k, v in (d or {}).items() if k != "pods")
+    return ",".join(f"{k}={binary_units(str(v)) if k == 'memory' else v}"
+                    for k, v in (d or {}).items() if k != "pods")
 
 
 def _last_condition(row: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from busched.api.quantity import binary_units
 from busched.cli import documents
 
 KINDS = ("nodes", "queues", "jobs", "tasks")
@@ -217,7 +218,7 @@ def _at_now(f: Any, printer: Printer) -> Any:
 
 
 def _res(d: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in d.items() if k != "pods")
+    return ",".join(f"{k}={binary_units(str(v)) if k == 'memory' else v}" for k, v in d.items() if k != "pods")
 
 
 COLUMNS: dict[str, list[tuple[str, Any]]] = {

@@ -32,6 +32,7 @@ COMMANDS = (
     "busched.cli.auth",
     "busched.cli.replay",
     "busched.cli.record",
+    "busched.cli.events",
 )
 
 

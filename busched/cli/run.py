@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from busched.cli.common import add_log_argument, run_until_signal, setup_logging
+from busched.cli.common import add_log_argument, add_replicas_argument, run_until_signal, setup_logging
 
 if TYPE_CHECKING:  # (a command imports what it uses when it runs: a fast `busched --help`)
     from busched.framework.config import SchedulerConfig
@@ -75,7 +75,9 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
     from busched.bus.client import StreamSettings
     from busched.scheduler import SchedulerSettings
 
-    return SchedulerSettings(streams=StreamSettings(history_max_age=parse_duration(getattr(args, "history", "7d"))),
+    streams = StreamSettings(history_max_age=parse_duration(getattr(args, "history", "7d")),
+                             replicas=getattr(args, "replicas", 1))  # (`busched up` has one server: no --replicas)
+    return SchedulerSettings(streams=streams,
                              period=args.period, trigger=not args.no_trigger, bind_lease=args.bind_lease,
                              heartbeat_timeout=args.heartbeat_timeout, backoff_initial=args.backoff,
                              node_lost_grace=args.node_lost_grace, exclusion_ttl=args.exclusion,
@@ -124,6 +126,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "stream, then schedule as new work settles (and every --period seconds) and publish decisions.")
     add_nats_arguments(p)
     add_scheduler_arguments(p)
+    add_replicas_argument(p)
     add_log_argument(p)
     p.set_defaults(func=cmd_run)
 

@@ -264,7 +264,7 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             n, errors = await apply_cluster(cbus, demo)
             where = f" --nats {copts.url}" if copts.url != "nats://127.0.0.1:4222" and not secured else ""
             _say(f"applied the demo workload: {n} objects (jobs demo/train, demo/etl, demo/sweep); "
-                 f"watch it with `busched get tasks{where}`")
+                 f"watch it with `busched get tasks{where}` and `busched events --follow{where}`")
             for err in errors:
                 _say(f"error: {err}")
         arrivals = Arrivals(args.duration, args.demo_every) if cbus is not None and args.demo_every > 0 else None

@@ -89,6 +89,10 @@ class Session:
         # dies with the session (a global map keyed by session would keep every session alive)
         self.shared: dict[str, Any] = {}
         self.dirty_jobs: set[str] = set()
+        # what queue-sharing plugins computed of each queue (Volcano's proportion and capacity hand these to
+        # its metrics): queue name -> {"deserved": Resource, "share": float, "real_capability": Resource};
+        # filled at close, read by the scheduler's metrics and status page
+        self.queue_figures: dict[str, dict[str, Any]] = {}
         self._arrays: NodeArrays | None = None
         # the fast path, chosen once (None: the kernels are off, every caller takes its plain path)
         self.fast: fastpath.FastPath | None = fastpath.open_for(snapshot.others)

@@ -166,6 +166,10 @@ class ProportionPlugin:
                                            deallocate=lambda t: self._on_event(ssn, t, -1)))
 
     def on_session_close(self, ssn: Session) -> None:
+        # Volcano's proportion reports each queue's water-filled deserved and its share to the metrics
+        for attr in self.queue_opts.values():
+            ssn.queue_figures[attr.name] = {"deserved": attr.deserved.clone(), "share": attr.share,
+                                            "overused": attr.deserved.less_equal(attr.allocated, ZERO)}
         self.queue_opts = {}
 
     # -- callbacks ----------------------------------------------------------------------------

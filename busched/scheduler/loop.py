@@ -67,6 +67,7 @@ from busched.scheduler.records import (
     _version_clock,
     with_refusals,
 )
+from busched.scheduler.sched_events import EventRecorder
 from busched.scheduler.statuses import PodGroupStatuses
 from busched.scheduler.trigger import CycleTrigger
 
@@ -123,6 +124,11 @@ class Scheduler:
                                          refresh_job=lambda key: self.effective.refresh_job(key),
                                          on_error=self._record_not_written)
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
+        self.sched_events = EventRecorder(self.settings.events, lambda items: self.bus.publish_all(items),
+                                          boot=lambda: self.boot, stream=self.settings.streams.events_max_age > 0,
+                                          last=lambda subject: self.bus.last_event(subject),
+                                          on_error=self.metrics.publish_errors.labels("events").inc,
+                                          on_event=lambda reason: self.metrics.sched_events.labels(reason).inc())
         live: dict[str, NodeLive] = {}  # node -> its agent's liveness: kept by liveness, read by the table
         self.table = BindingTable(self.settings, clock, bus, boot=boot, metrics=self.metrics,
                                   next_version=self._next_version, task_specs=self.specs["task"],
@@ -160,8 +166,8 @@ class Scheduler:
                                max_payload=lambda: self.bus.max_payload, lock=self._lock,
                                in_thread=self.settings.cycle_in_thread, journal=self)
         st = self.settings
-        lease = (bus.lease(shard=st.shard, holder=boot, duration=st.lease, clock=clock, storage=st.streams.storage)
-                 if st.lease > 0 else None)
+        lease = (bus.lease(shard=st.shard, holder=boot, duration=st.lease, clock=clock, storage=st.streams.storage,
+                           replicas=st.streams.replicas) if st.lease > 0 else None)
         self.election = Election(lease, shard=st.shard, on_elected=self._elected, on_role=self._role_changed)
         self._election_task: asyncio.Task[None] | None = None
 
@@ -290,6 +296,7 @@ class Scheduler:
         try:
             await self._flush_outbox()
             await self.statuses.flush()
+            await self.sched_events.flush()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
         await self.election.release()  # (after the last writes: a standby takes over at once)
@@ -371,14 +378,16 @@ class Scheduler:
                 evicts = [d for d in ssn.decisions if d.kind == "evict"]
                 await self.table.publish_binds(binds, report)
                 await self.table.publish_evicts(evicts, report)
+                self.sched_events.before_close(ssn)
                 try:
                     await self._in_cycle(finish_cycle, ssn)
                 except Exception as e:  # noqa: BLE001
                     return self._failed(report, e)
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
-            await self.statuses.collect(ssn)
+            changed = await self.statuses.collect(ssn)
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
+            self.sched_events.record(ssn, report, changed)  # published in the background, after the record
             self._gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()

@@ -24,6 +24,7 @@ from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _fiel
 
 _ENDED = frozenset({"Succeeded", "Failed"})
 _STILL = frozenset({"Pending", "Succeeded", "Failed"})  # statuses of a task that holds nothing on a node
+_DONE = frozenset({"Succeeded", "Failed"})
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
@@ -139,7 +140,9 @@ class Queries:
                 conditions = [msgspec.to_builtins(c) for c in st.conditions] if st is not None else []
                 refs = references.job_conditions(spec, self.specs["queue"], failed.get(key, []), sum(counts.values()))
                 phase = st.phase if st is not None else spec.phase
-                if spec.suspend:  # Volcano's vcjob: Aborting while its pods stop, then Aborted
+                finished = bool(counts) and all(s in _DONE for s in counts)
+                # Volcano's vcjob: Aborting while its pods stop, then Aborted; a finished job stays as it ended
+                if spec.suspend and not finished:
                     phase = "Aborting" if any(s not in _STILL for s in counts) else "Aborted"
                 out.append({"namespace": spec.namespace, "name": spec.name, "queue": spec.queue,
                             "minMember": spec.min_member, "phase": phase, "suspended": spec.suspend,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from busched.bus import messages as m
 from busched.bus.client import StreamSettings
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
+from busched.scheduler.sched_events import EventSettings
 
 log = logging.getLogger("busched.scheduler")
 
@@ -61,6 +62,7 @@ class SchedulerSettings:
     lease: float = 0.0
     shard: str = "default"  # the shard whose lease this scheduler contends for (its key in the leases bucket)
     streams: StreamSettings = field(default_factory=StreamSettings)
+    events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
 
 
 @dataclass

@@ -61,9 +61,11 @@ class PodGroupStatuses:
         self.writer: asyncio.Task[None] | None = None
         self.since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
 
-    async def collect(self, ssn: Any, slice_seconds: float = 0.005) -> None:
+    async def collect(self, ssn: Any, slice_seconds: float = 0.005) -> list[m.PodGroupStatus]:
         """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those),
-        handing the event loop back every ``slice_seconds`` (the first cycle after a restart changes every job)."""
+        handing the event loop back every ``slice_seconds`` (the first cycle after a restart changes every job).
+        Returns the new statuses (what the scheduling events read, `busched.scheduler.sched_events`)."""
+        changed: list[m.PodGroupStatus] = []
         specs = self.job_specs
         pgs = self.recorded
         now = 0.0
@@ -100,10 +102,12 @@ class PodGroupStatuses:
             if cur_phase != job.phase:
                 log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
             pgs[uid] = st
+            changed.append(st)
             if not self.waiting:
                 self.since = self.clock()  # the write window opens with the first waiting status
             self.waiting[S.podgroup_subject(uid)] = st
             self.refresh_job(uid)
+        return changed
 
     def write_soon(self) -> None:
         """Start the background write of the waiting statuses once the oldest has waited ``status_interval``

@@ -8,8 +8,10 @@ Where each value comes from (docs/bus.md "Metrics" has the table):
 * per job (every job of the session, O(jobs)): unschedulable tasks and retries for a job the
   session marked Unschedulable, its dominant share of the cluster, the time from its creation to the
   cycle that placed it (observed once per job);
-* per queue: allocated / request / inqueue summed over its jobs, deserved and capacity from the
-  queue's spec, podgroups by phase;
+* per queue: allocated / request / inqueue summed over its jobs; deserved, share and real capacity as
+  the proportion or capacity plugin computed them this session (``Session.queue_figures``: proportion's
+  water-filled deserved, as Volcano's plugins set these series), else from the queue's spec; capacity
+  from the spec; podgroups by phase;
 * preemption and evictions from the cycle's evict decisions.
 
 Per-job and per-queue series of jobs and queues that are gone are dropped.  Skipped cycles
@@ -186,6 +188,7 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
             st.placed.discard(key)
     st.job_labels = seen
     figures: dict[str, dict[str, Any]] = {}
+    computed: dict[str, dict[str, Any]] = getattr(ssn, "queue_figures", {})
     for name, queue in ssn.queues.items():
         q = queues.get(name) or [Resource(), Resource(), Resource(), {}]
         _set_resource(v, "allocated", name, q[0])
@@ -193,20 +196,31 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
         _set_resource(v, "inqueue", name, q[2])
         for phase, label in _PHASES.items():
             v.set(f"volcano_queue_pod_group_{label}_count", q[3].get(phase, 0), (name,))
-        deserved = queue.deserved if queue.deserved is not None and queue.deserved_list else None
+        # what proportion or capacity computed this cycle (Volcano's plugins set these series), else the spec
+        fig = computed.get(name) or {}
+        deserved = fig.get("deserved")
+        if deserved is None and queue.deserved is not None and queue.deserved_list:
+            deserved = queue.deserved
         if deserved is not None:
             _set_resource(v, "deserved", name, deserved)
         capacity = queue.capability if queue.capability is not None and queue.capability_list else None
         if capacity is not None:
             _set_resource(v, "capacity", name, capacity)
-        real = _least(capacity, total) if capacity is not None else total
+        real = fig.get("real_capability")
+        if real is None:
+            real = _least(capacity, total) if capacity is not None else total
         _set_resource(v, "real_capacity", name, real)
-        share = _share(q[0], deserved if deserved is not None else total)
+        share = fig.get("share")
+        if share is None:
+            share = _share(q[0], deserved if deserved is not None else total)
         v.set("volcano_queue_weight", queue.weight, (name,))
         v.set("volcano_queue_share", share, (name,))
         figures[name] = {"weight": queue.weight, "share": share, "allocated": resource_list(q[0]),
                          "deserved": resource_list(deserved) if deserved is not None else None}
-        v.set("volcano_queue_overused", 1.0 if deserved is not None and _covers(q[0], deserved) else 0.0, (name,))
+        overused = fig.get("overused")  # the plugin's own overused (Volcano sets the series in its overusedFn)
+        if overused is None:
+            overused = deserved is not None and _covers(q[0], deserved)
+        v.set("volcano_queue_overused", 1.0 if overused else 0.0, (name,))
     gone = st.queues - set(ssn.queues)
     if gone:
         for series, values in v.values.items():

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
+from busched.api.quantity import binary_units
+
 __all__ = ["render", "render_absent", "DEFAULT_REFRESH", "MAX_REFRESH"]
 
 DEFAULT_REFRESH = 5
@@ -49,22 +51,10 @@ def _num(text: str) -> str:
     return f'<td class="n">{text}</td>'
 
 
-def _memory(text: str) -> str:
-    """Bytes (what the scheduler computes) in binary units; a quantity as written ("8Gi") as it is."""
-    if not text.isdigit():
-        return text
-    n = float(text)
-    for unit in ("", "Ki", "Mi", "Gi", "Ti", "Pi"):
-        if n < 1024 or unit == "Pi":
-            return f"{n:.0f}{unit}" if n == int(n) else f"{n:.1f}{unit}"
-        n /= 1024
-    return text  # (not reached)
-
-
 def _resources(r: Mapping[str, Any] | None) -> str:
     if r is None:
         return '<span class="dim">-</span>'
-    parts = [f"{_e(k)} {_e(_memory(str(v)) if k == 'memory' else v)}" for k, v in r.items()]
+    parts = [f"{_e(k)} {_e(binary_units(str(v)) if k == 'memory' else v)}" for k, v in r.items()]
     return ", ".join(parts) or '<span class="dim">none</span>'
 
 

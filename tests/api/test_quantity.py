@@ -43,3 +43,12 @@ def test_go_durations():
     for bad in ("", "3", "3x", "m3"):
         with pytest.raises(DurationError):
             parse_duration(bad)
+
+
+def test_binary_units_shows_bytes_as_people_write_them():
+    from busched.api.quantity import binary_units
+
+    assert binary_units("4294967296") == "4Gi"
+    assert binary_units("1610612736") == "1.5Gi"
+    assert binary_units("512") == "512"
+    assert binary_units("8Gi") == "8Gi"  # a quantity as written stays as it is

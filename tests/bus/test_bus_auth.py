@@ -26,21 +26,10 @@ from busched.cli.connection import options_from_args
 from busched.cli.get import fetch
 from busched.cli.main import build_parser
 from busched.scheduler import Scheduler, SchedulerSettings
+from tests.bus.conftest import SECURED_NODE
 from tests.nats_fixture import FAST, wait_until
 
-NODE, OTHER = "node-00", "node-01"
-
-
-@pytest.fixture
-def secured(tmp_path):
-    auth = AuthDir(tmp_path / "auth")
-    srv = NatsServer(tmp_path / "nats", config_file=auth.server_config)
-    auth.ensure(url=srv.url, agents={NODE: [NODE]})
-    srv.start()
-    try:
-        yield srv, auth
-    finally:
-        srv.stop()
+NODE, OTHER = SECURED_NODE, "node-01"
 
 
 def _opts(auth: AuthDir, role: str, name: str | None = None) -> NatsOptions:
@@ -75,8 +64,10 @@ async def test_the_server_refuses_anonymous_and_wrong_passwords(secured):
     srv, auth = secured
     with pytest.raises(BusError):
         await Bus.connect(NatsOptions(url=srv.url), wait=3)
-    with pytest.raises(BusError):
+    with pytest.raises(BusError) as refused:
         await Bus.connect(NatsOptions(url=srv.url, user="scheduler", password="guess"), wait=3)
+    # the cause is named, not only a time-out that looks like a server down
+    assert "authorization" in str(refused.value).lower(), refused.value
 
 
 async def test_an_agent_credential_runs_its_node_and_nothing_else(secured):

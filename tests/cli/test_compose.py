@@ -1,4 +1,5 @@
-"""compose/: the file parses, NATS has JetStream, monitoring and a health check, every command exists."""
+"""compose/: the file parses, NATS is a cluster of three with JetStream, monitoring and a health check, busched
+reaches all three and replicates its streams, every command exists."""
 
 from __future__ import annotations
 
@@ -19,17 +20,61 @@ def doc() -> dict:
     return yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
 
 
+NATS = ("nats1", "nats2", "nats3")
+
+
 def test_services(doc):
-    assert {"nats", "scheduler", "agents"} <= set(doc["services"])
+    assert {*NATS, "scheduler-a", "scheduler-b", "agents"} <= set(doc["services"])
 
 
-def test_nats_has_jetstream_monitoring_and_a_health_check(doc):
-    nats = doc["services"]["nats"]
-    cmd = nats["command"]
-    assert "-js" in cmd and "-m" in cmd and "-sd" in cmd
-    assert "healthz" in " ".join(nats["healthcheck"]["test"])
-    for name in ("scheduler", "agents"):
-        assert doc["services"][name]["depends_on"]["nats"]["condition"] == "service_healthy"
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_nats_is_a_cluster_of_three_with_jetstream_monitoring_and_a_health_check(doc):
+    names = set()
+    for name in NATS:
+        nats = doc["services"][name]
+        cmd = nats["command"]
+        assert "-js" in cmd and "-m" in cmd and "-sd" in cmd
+        assert _flag(cmd, "--cluster_name") == "busched"
+        assert _flag(cmd, "--cluster") == "nats://0.0.0.0:6222"
+        # routed to the two others, by their service names
+        assert set(_flag(cmd, "--routes").split(",")) == {f"nats://{o}:6222" for o in NATS if o != name}
+        names.add(_flag(cmd, "-n"))
+        # the full /healthz: 200 only once the meta leader is elected (js-enabled-only says 200 before)
+        assert nats["healthcheck"]["test"][-1].endswith("/healthz")
+        assert any(v.endswith(":/data") for v in nats["volumes"])  # its own JetStream store
+    assert len(names) == 3, "server names must differ"
+    for name, svc in doc["services"].items():
+        if name not in NATS:
+            assert {k: v["condition"] for k, v in svc["depends_on"].items()} == dict.fromkeys(NATS, "service_healthy")
+
+
+def test_the_nats_image_is_a_supported_server(doc):
+    from busched.bus.connect import MIN_SERVER_VERSION, parse_version
+
+    for name in NATS:
+        image = doc["services"][name]["image"]
+        assert image.startswith("nats:"), image
+        version = parse_version(image.split(":", 1)[1].split("-", 1)[0])
+        assert version is not None and version >= MIN_SERVER_VERSION, image
+
+
+def test_busched_reaches_every_server_and_replicates_its_streams(doc):
+    for name, svc in doc["services"].items():
+        cmd = svc.get("command") or []
+        if cmd[:1] != ["busched"]:
+            continue
+        urls = (svc.get("environment") or {}).get("BUSCHED_NATS", "")
+        assert set(urls.split(",")) == {f"nats://{n}:4222" for n in NATS}, name
+        assert "--nats" not in cmd, f"{name}: --nats would override the three servers of BUSCHED_NATS"
+        if cmd[1] in ("run", "agent"):  # the commands that make the streams when they are missing
+            assert _flag(cmd, "--replicas") == "3", name
+    runs = [n for n, svc in doc["services"].items() if (svc.get("command") or [])[:2] == ["busched", "run"]]
+    assert len(runs) == 2, runs
+    ports = [doc["services"][n]["ports"][0].rsplit(":", 2)[1] for n in runs]
+    assert len(set(ports)) == 2, f"the two schedulers publish one host port: {ports}"
 
 
 def test_every_busched_command_parses_with_the_real_cli(doc):

@@ -179,6 +179,23 @@ async def test_suspend_evicts_places_nothing_and_resume_places_again(harness, ca
     assert (await lookup(bus, "get", "jobs", "t/s"))["suspended"] is False
 
 
+async def test_a_finished_job_suspended_stays_as_it_ended(harness):
+    """Volcano's Completed is final: suspending a job whose tasks all ended does not make it Aborted."""
+    sched = await harness.scheduler()
+    agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
+    bus = await harness.bus()
+    await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default")]))
+    await apply_cluster(bus, job("f", 2))
+    await wait_until(lambda: len(tasks_of(agent, "f")) == 2, what="running")
+    for t, node in tasks_of(agent, "f").items():
+        await agent.report_phase(node, t, "Succeeded")
+    await wait_until(lambda: all(sched.task_status(f"t/f-{i}") == "Succeeded" for i in range(2)), what="done")
+    assert await cli(harness, "job", "suspend", "t/f") == 0
+    await wait_until(lambda: sched.specs["job"]["t/f"].suspend, what="the suspend heard")
+    row = await lookup(bus, "get", "jobs", "t/f")
+    assert row["suspended"] is True and row["phase"] != "Aborted" and row["tasks"] == {"Succeeded": 2}
+
+
 async def test_suspend_seen_by_a_restarted_scheduler(harness):
     """Suspended while no scheduler ran: the next one stops the live tasks at its first cycle."""
     sched = await harness.scheduler()

@@ -1,10 +1,13 @@
 """A live busched cluster of separate processes, for fault injection.
 
 * `Cluster` owns one nats-server (loopback, a free port, JetStream in ``tmp_path``; it can be stopped and
-  started again on the same port and store), any number of scheduler processes (``busched run``) and agent
-  processes (``busched agent``), and applies workloads with ``busched apply -f FILE``.  Every process writes
-  stdout+stderr to a file under ``tmp_path``; `Cluster.tails` prints the last lines of each (the conftest
-  prints them when a test fails).  `Cluster.close` ends every process it started.
+  started again on the same port and store) or, with ``servers=3``, a NATS cluster of three
+  (`busched.bus.server_cluster.NatsCluster`: every process gets all three URLs and makes its streams with
+  ``replicas`` copies; ``cluster.nats.kill(i)`` / ``restart(i)``), any number of scheduler processes
+  (``busched run``) and agent processes (``busched agent``), and applies workloads with
+  ``busched apply -f FILE``.  Every process writes stdout+stderr to a file under ``tmp_path``; `Cluster.tails`
+  prints the last lines of each (the conftest prints them when a test fails).  `Cluster.close` ends every
+  process it started.
 * `Observer` is an in-process NATS connection that watches the agents' heartbeats (the agents' own view:
   what each node holds and counts as used), samples continuously for "two attempts of one task at once",
   reads the state stream (specs, binding records, results), asks the scheduler for its view (``get tasks``)
@@ -34,10 +37,11 @@ import msgspec
 
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.api.resource import Resource
-from busched.bus import Bus
+from busched.bus import Bus, StreamSettings
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.server import NatsServer, free_port
+from busched.bus.server_cluster import NatsCluster
 
 __all__ = ["Cluster", "Proc", "Observer", "check_invariants", "settle", "wait_for", "workload", "Violation",
            "DURATION"]
@@ -186,9 +190,14 @@ class AgentProc(Proc):
 class Cluster:
     """nats-server + scheduler and agent processes + an observer; everything is ended by `close`."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *, servers: int = 1, replicas: int = 1) -> None:
         self.dir = Path(tmp_path)
-        self.nats = NatsServer(self.dir / "nats", host="127.0.0.1", port=0, log_file=str(self.dir / "nats.log"))
+        self.nats: NatsServer | NatsCluster
+        if servers == 1:
+            self.nats = NatsServer(self.dir / "nats", host="127.0.0.1", port=0, log_file=str(self.dir / "nats.log"))
+        else:
+            self.nats = NatsCluster(self.dir / "nats", size=servers)
+        self.replicas = replicas  # of every stream, made by whichever process comes first (the observer)
         self.procs: list[Proc] = []
         self.schedulers: list[Scheduler] = []
         self.agents: list[AgentProc] = []
@@ -212,17 +221,23 @@ class Cluster:
         return self.observer
 
     def stop_nats(self) -> None:
-        """Stop the server (SIGTERM); the port and the JetStream store stay for `start_nats`."""
+        """Stop the server (SIGTERM; every server of a NATS cluster); the ports and the JetStream stores stay for
+        `start_nats`."""
         self.nats.stop()
 
     def start_nats(self) -> None:
         self.nats.start(timeout=15)
 
+    def _with_replicas(self, extra: list[str] | None) -> list[str]:
+        """``extra`` with ``--replicas N`` unless it has one already (a restarted agent's arguments do)."""
+        extra = list(extra or [])
+        return extra if self.replicas == 1 or "--replicas" in extra else extra + ["--replicas", str(self.replicas)]
+
     # -- processes ------------------------------------------------------------------------------------------------
     def scheduler(self, name: str = "sched", *, period: float = 0.2, heartbeat_timeout: float = 2.0,
                   bind_lease: float = 3.0, backoff: float = 0.2, extra: list[str] | None = None) -> Scheduler:
         s = Scheduler(name, self.url, self._log(name), period=period, heartbeat_timeout=heartbeat_timeout,
-                      bind_lease=bind_lease, backoff=backoff, extra=list(extra or []))
+                      bind_lease=bind_lease, backoff=backoff, extra=self._with_replicas(extra))
         self.procs.append(s)
         self.schedulers.append(s)
         return s
@@ -231,7 +246,7 @@ class Cluster:
               start: int = 0, extra: list[str] | None = None, name: str | None = None) -> AgentProc:
         a = AgentProc(name or f"agent-{prefix}", self.url, self._log(name or f"agent-{prefix}"), prefix=prefix,
                       nodes=nodes, cpu=cpu, memory=memory, heartbeat=heartbeat, start=start,
-                      extra=list(extra or []))
+                      extra=self._with_replicas(extra))
         self.procs.append(a)
         self.agents.append(a)
         return a
@@ -332,7 +347,7 @@ class Observer:
 
     async def start(self) -> None:
         self.bus = await Bus.connect(self.cluster.url, name="faults-observer")
-        await self.bus.ensure_streams()
+        await self.bus.ensure_streams(StreamSettings(replicas=self.cluster.replicas), history=False)
         await self.bus.subscribe(f"{S.HEARTBEAT_PREFIX}.*", self._on_heartbeat)
         # every bind decision as it is published (core delivery of the stream's subjects)
         await self.bus.subscribe(f"{S.DECISION_PREFIX}.*.bind.>", self._on_bind)

@@ -32,7 +32,20 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
 async def cluster(request: Any, tmp_path: Any) -> AsyncIterator[Cluster]:
     """A nats-server and an observer; the test starts schedulers and agents.  On failure (or xfail) the tail
     of every process's output is printed; every process is ended afterwards."""
-    c = Cluster(tmp_path)
+    async for c in _cluster(request, Cluster(tmp_path)):
+        yield c
+
+
+@pytest.fixture
+async def cluster3(request: Any, tmp_path: Any) -> AsyncIterator[Cluster]:
+    """As `cluster` on a NATS cluster of three servers (`cluster3.nats`, a `NatsCluster`), every stream made
+    with three replicas and every process given the three URLs."""
+    async for c in _cluster(request, Cluster(tmp_path, servers=3, replicas=3)):
+        yield c
+
+
+async def _cluster(request: Any, c: Cluster) -> AsyncIterator[Cluster]:
+    tmp_path = c.dir
     await c.start()
     try:
         yield c

@@ -220,6 +220,8 @@ async def test_a_burst_of_work_is_scheduled_in_one_cycle(harness):
     await apply_cluster(await harness.bus(), jobs(40, "b"))  # 81 objects, published together
     await wait_until(lambda: all(sched.task_status(f"p/b{i}-0") == "Running" for i in range(40)),
                      timeout=30, what="all Running")
+    # the placing cycle may still be finishing when its tasks already run (as above): count once it returned
+    await wait_until(lambda: sum(len(r.binds) for r in reports) >= 40, what="the placing cycle returned")
     assert [len(r.binds) for r in reports if r.binds] == [40]
 
 
@@ -253,6 +255,8 @@ async def test_write_ahead_in_chunks_records_every_bind_before_its_decision(harn
         first.setdefault((what, task), i)
     assert {t for w, t in first if w == "decision"} == {f"p/c{i}-0" for i in range(18)}
     assert all(first[("record", t)] < first[("decision", t)] for w, t in first if w == "decision")
+    # the placing cycle may still be finishing when its tasks already run: count once it returned
+    await wait_until(lambda: sum(len(r.binds) for r in reports) >= 18, what="the placing cycle returned")
     assert sum(len(r.binds) for r in reports) == 18
 
 

@@ -92,9 +92,11 @@ async def test_the_status_page_in_a_real_browser(harness, tmp_path: Path):
         assert set(queues) == {"default", "research"} and queues["research"]["weight"] == 3
         assert sum(queues["research"]["jobs"].values()) == 2 and sum(queues["default"]["jobs"].values()) == 2
         assert queues["research"]["allocated"]["cpu"] == "4" and queues["default"]["allocated"]["cpu"] == "2"
-        # share of its deserved (8 cpu, 16Gi: 4 of 8 cpu), else of the cluster (2 of 12 cpu)
-        assert queues["research"]["deserved"]["cpu"] == "8" and queues["research"]["share"] == 0.5
-        assert queues["default"]["deserved"] is None and abs(queues["default"]["share"] - 2 / 12) < 1e-9
+        # proportion's water-filled deserved (as Volcano's metrics show it; the spec's 8 cpu is not proportion's):
+        # 12 cpu by weight 3:1 -> 9 and 3; the share is allocated over deserved in the largest dimension
+        # (research: 2 of its 4 deserved pods; default: 2 of 3 cpu)
+        assert queues["research"]["deserved"]["cpu"] == "9" and queues["research"]["share"] == 0.5
+        assert queues["default"]["deserved"]["cpu"] == "3" and abs(queues["default"]["share"] - 2 / 3) < 1e-9
         pending = {f"{j['namespace']}/{j['name']}": j for j in data["pending"]}
         assert set(pending) == {"ml/huge", f"data/{HOSTILE}"}
         assert pending["ml/huge"]["reason"] == "NotEnoughResources" and pending["ml/huge"]["pending"] == 2

@@ -91,6 +91,14 @@ class CapacityPlugin:
         ssn.add_event_handler(EventHandler(allocate=self._on_allocate, deallocate=self._on_deallocate))
 
     def on_session_close(self, ssn: Session) -> None:
+        # as Volcano's capacity, each queue's deserved, real capability and share go to the metrics
+        for attr in self.attrs.values():
+            fig: dict[str, Any] = {"share": attr.share}
+            if attr.deserved is not None:
+                fig["deserved"] = attr.deserved.clone()
+            if attr.real_capability is not None:
+                fig["real_capability"] = attr.real_capability.clone()
+            ssn.queue_figures[attr.name] = fig
         self.attrs = {}
         self.ssn = None
 
