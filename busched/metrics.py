@@ -48,6 +48,10 @@ class SchedulerMetrics:
         self.nodes = Gauge("busched_nodes", "Nodes by state (ready, lost, unknown)", ["state"], registry=r)
         self.jobs = Gauge("busched_jobs", "Jobs (podgroups) by phase", ["phase"], registry=r)
         self.ready = Gauge("busched_ready", "1 once the state stream is caught up and cycles run", registry=r)
+        self.leader = Gauge("busched_leader", "1 while this scheduler leads its shard, 0 while standby", ["shard"],
+                            registry=r)
+        self.leader_epoch = Gauge("busched_leader_epoch", "The epoch of its shard's lease this scheduler last knew "
+                                  "(its own while it leads)", ["shard"], registry=r)
         self.catchup_seconds = Gauge("busched_catchup_seconds", "Time to catch up with the state stream at start",
                                      registry=r)
         self.heartbeats = Counter("busched_heartbeats_total", "Agent heartbeats received", registry=r)

@@ -39,6 +39,7 @@ class AgentNode:
     hb_seq: int = 0
     done: OrderedDict[tuple[str, int], str] = field(default_factory=OrderedDict)  # answered attempts
     fences: OrderedDict[str, int] = field(default_factory=OrderedDict)  # task -> highest decision fence seen
+    epoch: int = 0  # the highest scheduler epoch a decision for this node carried (leader election)
 
     @property
     def name(self) -> str:
@@ -56,9 +57,13 @@ class AgentNode:
         while len(self.done) > MEMORY_LIMIT:
             self.done.popitem(last=False)
 
-    def fenced(self, task: str, fence: int) -> bool:
-        """Whether a decision is older than one already seen for this task (a deposed writer's): then it is
-        ignored.  Fences are the stream sequences of the binding records that decided them."""
+    def fenced(self, task: str, fence: int, epoch: int = 0) -> bool:
+        """Whether a decision is older than one already seen for this task, or comes from a scheduler epoch
+        older than one already seen (a deposed writer's): then it is ignored.  Fences are the stream
+        sequences of the binding records that decided them; epochs are the leaders' lease epochs."""
+        if epoch < self.epoch:
+            return True
+        self.epoch = epoch
         seen = self.fences.get(task, 0)
         if fence and fence < seen:
             return True

@@ -57,7 +57,9 @@ class AuthError(RuntimeError):
 # -- permissions -----------------------------------------------------------------------------------------------------
 def scheduler_permissions() -> dict[str, Any]:
     return {
-        "publish": {"allow": ["busched.>", f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", f"{SCHEDULER_INBOX_PREFIX}.>"]},
+        # $KV.busched_leases.>: its shard's lease (busched.bus.lease)
+        "publish": {"allow": ["busched.>", f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", f"{SCHEDULER_INBOX_PREFIX}.>",
+                              "$KV.busched_leases.>"]},
         "subscribe": {"allow": ["busched.>", f"{SCHEDULER_INBOX_PREFIX}.>"]},
         "allow_responses": True,  # answers `busched get` on the requester's own inbox
     }
@@ -79,6 +81,11 @@ def cli_permissions(inbox_prefix: str = CLI_INBOX_PREFIX) -> dict[str, Any]:
     ev = S.EVENT_STREAM  # reading the events stream (`busched events`: stream info, an ordered consumer)
     publish += [f"{JS_API}.STREAM.INFO.{ev}", f"{JS_API}.CONSUMER.CREATE.{ev}", f"{JS_API}.CONSUMER.CREATE.{ev}.>",
                 f"{JS_API}.CONSUMER.DELETE.{ev}.>", f"$JS.FC.{ev}.>"]
+    # `busched get scheduler`: the leases bucket, read only (busched.bus.lease)
+    kv = "KV_busched_leases"
+    publish += [f"{JS_API}.STREAM.INFO.{kv}", f"{JS_API}.DIRECT.GET.{kv}.>", f"{JS_API}.STREAM.MSG.GET.{kv}",
+                f"{JS_API}.CONSUMER.CREATE.{kv}", f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+                f"{JS_API}.CONSUMER.INFO.{kv}.>", f"{JS_API}.CONSUMER.DELETE.{kv}.>", f"$JS.FC.{kv}.>"]
     return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix}.>"]}}
 
 

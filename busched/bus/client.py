@@ -25,6 +25,7 @@ import nats
 import nats.errors
 
 from busched.bus import events, feeds, reads
+from busched.bus import lease as lease_mod
 from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions, check_server_version
 from busched.bus.errors import BusError, unsubscribe_quietly
@@ -149,6 +150,43 @@ class Bus:
     async def flush(self, timeout: float = 5.0) -> None:
         await self.nc.flush(timeout=timeout)
 
+    # -- the write fence and the lease ---------------------------------------------------------------------------
+    @property
+    def fence(self) -> Callable[[], bool] | None:
+        """Asked before every write to a stream (publish, purge, delete); a write it refuses fails with
+        `publish.FENCED` and reaches no server.  A scheduler sets it to its leadership
+        (`busched.scheduler.election`): a standby, or a leader whose lease may have lapsed, writes nothing."""
+        return self._publisher.fence
+
+    @fence.setter
+    def fence(self, value: Callable[[], bool] | None) -> None:
+        self._publisher.fence = value
+
+    @property
+    def write_condition(self) -> tuple[str, int] | None:
+        """(subject, sequence): every state-stream write without a condition of its own (podgroup statuses) is
+        stored only while that subject's last sequence is this one; the server refuses it otherwise (a
+        conflict).  A leader sets it to its own epoch's message (docs/bus.md, "Leader election")."""
+        return self._publisher.condition
+
+    @write_condition.setter
+    def write_condition(self, value: tuple[str, int] | None) -> None:
+        self._publisher.condition = value
+
+    def may_write(self) -> bool:
+        f = self._publisher.fence
+        return f is None or f()
+
+    def lease(self, *, shard: str, holder: str, duration: float, clock: Callable[[], float],
+              storage: str = "file", replicas: int = 1) -> lease_mod.Lease:
+        """A shard's lease as ``holder`` contends for it (`busched.bus.lease`)."""
+        return lease_mod.Lease(self.js, shard=shard, holder=holder, duration=duration, clock=clock,
+                               storage=storage, replicas=replicas)
+
+    async def read_leases(self) -> list[lease_mod.LeaseState]:
+        """Every shard's lease, as `busched get scheduler` shows them."""
+        return await lease_mod.read_leases(self.js)
+
     # -- streams ---------------------------------------------------------------------------------------------------
     async def ensure_streams(self, settings: StreamSettings | None = None, *, history: bool | None = None) -> None:
         """Create the state and decision streams unless they exist (an existing stream is left as configured,
@@ -240,6 +278,8 @@ class Bus:
     async def purge_state(self, subject: str, before_seq: int | None = None) -> bool:
         """Remove a state subject's messages (those below ``before_seq`` only, when given): stream hygiene
         once the object they describe is gone."""
+        if not self.may_write():
+            return False
         return await reads.purge_state(self.js, subject, before_seq)
 
     # -- events ----------------------------------------------------------------------------------------------------
@@ -264,6 +304,8 @@ class Bus:
         return await reads.consumer_delivered(self.js, consumer)
 
     async def delete_decision(self, seq: int) -> bool:
+        if not self.may_write():
+            return False
         return await reads.delete_decision(self.js, seq)
 
     async def decision_feed(self, node: str | list[str], *, ack_wait: float = 30.0) -> DecisionFeed:

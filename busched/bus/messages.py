@@ -183,6 +183,16 @@ class NodeLedger(Msg, tag="ledger"):
     tasks: Annotated[list[Annotated[str, msgspec.Meta(max_length=600)]], msgspec.Meta(max_length=1000)] = []
 
 
+class LeaderEpoch(Msg, tag="leader.epoch"):
+    """Written on ``busched.state.leader.<shard>`` by a scheduler that has just won its shard's lease
+    (`busched.bus.lease`), before any other write of its epoch.  In stream order, a binding record of
+    an older epoch that comes after it was written by a deposed leader: every reader ignores it."""
+
+    shard: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    epoch: Count
+    holder: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
     type: str
     status: str = "True"
@@ -427,7 +437,7 @@ SPEC_FIELD: dict[str, str] = {
 STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
-    NodeLedger, BindingRecord, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
+    NodeLedger, BindingRecord, LeaderEpoch, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
     TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event,
     LogsRequest, LogsReply)
 

@@ -16,21 +16,26 @@ the same, later.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import nats.js.errors
 
+from busched.bus import subjects as S
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
-__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "RETRY_WAIT", "MAX_BATCH"]
+__all__ = ["Ack", "Publisher", "MSG_ID", "EXPECT_SUBJECT_SEQ", "WRONG_LAST_SEQUENCE", "RETRY_WAIT", "MAX_BATCH",
+           "FENCED"]
 
 MSG_ID = "Nats-Msg-Id"
 EXPECT_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-last-subject-sequence
+FENCED = "fenced: this scheduler does not hold the lease"
+EXPECT_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"  # the subject EXPECT_SUBJECT_SEQ is about
+_STATE = S.STATE_PREFIX + "."
 RETRY_WAIT = 0.1  # seconds before a message no stream answered is sent again; doubling up to 1 s
 NO_STREAM = "NoStreamResponseError"
 # JetStream atomic batch publish (ADR-50, nats-server 2.12+): every message carries the batch's id and its
@@ -73,6 +78,13 @@ class Publisher:
     """Stream publishing over one connection ``nc`` and its JetStream context ``js``."""
 
     def __init__(self, nc: Any, js: Any) -> None:
+        # may this process write now?  Checked before each message leaves (a scheduler's leadership,
+        # `busched.scheduler.election`); None: always
+        self.fence: Callable[[], bool] | None = None
+        # (subject, sequence): every state-stream write that carries no condition of its own is stored only while
+        # that subject's last sequence is this one (``Nats-Expected-Last-Subject-Sequence-Subject``): a leader's
+        # writes on condition that no newer leader wrote its epoch since (`busched.scheduler.election`)
+        self.condition: tuple[str, int] | None = None
         self.nc = nc
         self.js = js
         self._lock = asyncio.Lock()
@@ -84,14 +96,20 @@ class Publisher:
     async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
                       expected: int | None = None, timeout: float = 5.0) -> Ack:
         """Publish one message to a stream; ``expected`` makes it conditional (see `publish_all`)."""
+        if self.fence is not None and not self.fence():
+            return Ack(error=FENCED)
         data = msg if isinstance(msg, bytes) else encode(msg)
         headers = {MSG_ID: msg_id} if msg_id else {}
         if expected is not None:
             headers[EXPECT_SUBJECT_SEQ] = str(expected)
+        else:
+            self._conditioned(subject, headers)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         wait = RETRY_WAIT
         while True:
+            if self.fence is not None and not self.fence():  # (again before each resend)
+                return Ack(error=FENCED)
             try:
                 pa = await self.js.publish(subject, data, timeout=max(0.1, deadline - loop.time()),
                                            headers=headers or None)
@@ -135,6 +153,7 @@ class Publisher:
         tokens: list[str] = []
         pending = self._futs
         publish = self.nc.publish
+        fence = self.fence
         for item in items:
             subject, msg, msg_id = item[0], item[1], item[2]
             expected = item[3] if len(item) > 3 else None
@@ -144,10 +163,16 @@ class Publisher:
             f: asyncio.Future[Ack] = loop.create_future()
             futs.append(f)
             tokens.append(token)
+            if fence is not None and not fence():
+                pending.pop(token, None)
+                f.set_result(Ack(error=FENCED))
+                continue
             pending[token] = f
             try:
                 if expected is None:
                     headers = {MSG_ID: msg_id} if msg_id else None
+                    if self.condition is not None:
+                        headers = self._conditioned(subject, headers or {}) or None
                 else:
                     headers = {EXPECT_SUBJECT_SEQ: str(expected)}
                     if msg_id:
@@ -211,6 +236,14 @@ class Publisher:
                 f.cancel()
                 out.append(Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s"))
         return out
+
+    def _conditioned(self, subject: str, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` with the publisher's `condition`, when it applies to ``subject``."""
+        cond = self.condition
+        if cond is not None and subject.startswith(_STATE) and subject != cond[0]:
+            headers[EXPECT_SUBJECT_SEQ] = str(cond[1])
+            headers[EXPECT_SUBJECT_SEQ_SUBJECT] = cond[0]
+        return headers
 
     async def _ack_inbox(self) -> str:
         """The reply prefix under which the stream's acknowledgements come back (subscribed once)."""

@@ -70,7 +70,7 @@ EVENT_PREFIX = "busched.events"
 # the state subjects a caught-up scheduler follows: object kinds (apply, agents), results (agents) and binding
 # records (its own echoes are skipped by sequence; another scheduler's records are what it must not miss)
 FOLLOWED_KINDS = ("node", "task", "job", "queue", "priorityClass", "hyperNode", "resourceQuota", "nodeShard", "result",
-                  "binding", "ledger")
+                  "binding", "ledger", "leader")
 
 # The object kinds of a cluster file in the order `busched apply` publishes them: what others refer to
 # first, a gang's podgroup after its tasks; as (kind, ClusterSpec attribute).
@@ -123,6 +123,11 @@ def binding_subject(task_key: str) -> str:
 def ledger_subject(node: str) -> str:
     """A node's placement ledger (`busched.bus.messages.NodeLedger`)."""
     return f"{STATE_PREFIX}.ledger.{token(node)}"
+
+
+def leader_subject(shard: str) -> str:
+    """Where a shard's new leader writes its epoch (`busched.bus.messages.LeaderEpoch`)."""
+    return f"{STATE_PREFIX}.leader.{token(shard)}"
 
 
 def podgroup_subject(job_key: str) -> str:

@@ -19,6 +19,7 @@ from busched.api.quantity import binary_units
 from busched.cli import documents
 
 KINDS = ("nodes", "queues", "jobs", "tasks")
+LEASE_KINDS = ("scheduler", "schedulers")  # each shard's lease, read from its bucket (busched.cli.leases)
 ALIASES = {"node": "nodes", "queue": "queues", "job": "jobs", "podgroups": "jobs", "podgroup": "jobs",
            "task": "tasks", "pods": "tasks", "pod": "tasks"}
 
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "--interval seconds (polling over the same request/reply) and prints each object "
                                    "added, changed or deleted since, with an EVENT column (JSON: one event a line; "
                                    "YAML: one document an event), until Ctrl-C or --watch-timeout.")
-    p.add_argument("kind", choices=KINDS + tuple(ALIASES))
+    p.add_argument("kind", choices=KINDS + tuple(ALIASES) + LEASE_KINDS)
     p.add_argument("name", nargs="?", default="", help="one object (ns/name for jobs and tasks)")
     p.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
     p.add_argument("-w", "--watch", action="store_true", help="after the listing, print what changes")
@@ -94,6 +95,10 @@ async def connected(args: argparse.Namespace, client: str, fn: Any) -> Any:
 def cmd_get(args: argparse.Namespace) -> int:
     kind = ALIASES.get(args.kind, args.kind)
     try:
+        if kind in LEASE_KINDS:
+            from busched.cli import leases
+
+            return int(asyncio.run(connected(args, "busched-get", lambda bus: leases.get(bus, args))))
         return int(asyncio.run(connected(args, "busched-get", lambda bus: _get(bus, args, kind))))
     except KeyboardInterrupt:  # Ctrl-C ends a watch
         return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,10 +59,19 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shard", default="", metavar="NAME",
                    help="own the nodes of the NodeShard NAME (Volcano's node sharding; apply one with `nodeShards:` "
                         "in a cluster file): this scheduler's binds are then written with node ledgers, so two "
-                        "schedulers never over-commit a node (docs/bus.md, Shards; nats-server 2.12+)")
+                        "schedulers never over-commit a node (docs/bus.md, Shards; nats-server 2.12+); each shard "
+                        "elects its own leader (the lease's key; 'default' without --shard)")
     g.add_argument("--shard-mode", choices=("hard", "soft"), default="hard",
                    help="with --shard: hard places on and evicts from the shard's nodes only; soft tries them "
                         "first and the other nodes when they cannot take a task (default %(default)s)")
+    g.add_argument("--lease", type=float, default=2.0, metavar="SECONDS",
+                   help="leader election: the lease's length; a scheduler starts as standby (following the state "
+                        "stream, no cycles, no writes) and leads once it holds its shard's lease, renewed every "
+                        "third of it; a standby takes over when the leader has not renewed for this long; 0: no "
+                        "election, lead at once (one scheduler only) (default %(default)s)")
+    # test-only (tests/faults): end the process (exit 70) when the leader's first cycle with binds reaches POINT:
+    # "records" (binding records stored, decisions not sent) or "decisions" (decisions sent, the cycle not ended)
+    g.add_argument("--debug-exit-at", default="", choices=["", "records", "decisions"], help=argparse.SUPPRESS)
     g.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where the status page (/, /status.json), /metrics, /healthz and /readyz listen "
                         "(default %(default)s; '' to disable)")
@@ -78,7 +89,18 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
                              node_lost_grace=args.node_lost_grace, exclusion_ttl=args.exclusion,
                              max_attempts=args.max_attempts,
                              require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes,
-                             shard=getattr(args, "shard", ""), shard_mode=getattr(args, "shard_mode", "hard"))
+                             shard=getattr(args, "shard", ""), shard_mode=getattr(args, "shard_mode", "hard"),
+                             lease=max(0.0, getattr(args, "lease", 0.0)))
+
+
+def _exit_at(wanted: str) -> Callable[[str], None]:
+    """The test-only checkpoint of ``--debug-exit-at``: the process ends at once, nothing flushed."""
+    def checkpoint(point: str) -> None:
+        if point == wanted:
+            log.warning("--debug-exit-at %s: exiting", point)
+            logging.shutdown()
+            os._exit(70)
+    return checkpoint
 
 
 def parse_duration(text: str) -> float:
@@ -129,50 +151,68 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def serve(args: argparse.Namespace, config: SchedulerConfig, stop: asyncio.Event) -> int:
+    """The scheduler until ``stop``; a scheduler deposed as leader (`busched.scheduler.election`) is replaced by
+    a fresh one on a new connection, which catches up and joins as a standby."""
     from busched.bus import Bus, BusError
     from busched.cli.connection import options_from_args
+    from busched.metrics import SchedulerMetrics
     from busched.scheduler import Scheduler, overview
     from busched.web.server import parse_listen, start_http
 
-    try:
-        bus = await Bus.connect(options_from_args(args, "busched-scheduler"), wait=60)
-    except BusError as e:
-        log.error("%s", e)
-        return 1
-    sched = Scheduler(bus, config, settings_from_args(args))
+    settings = settings_from_args(args)
+    metrics = SchedulerMetrics()  # one registry for every incarnation: /metrics stays one series
+    current: list[Scheduler] = []
     http = None
     watcher: asyncio.Task[None] | None = None  # re-reads --config FILE (busched.cli.reload)
     cfg = None
     if args.config:
         from busched.cli.reload import ConfigFile, install_sighup, watch
 
-        cfg = ConfigFile(args.config, load_scheduler_config, sched.use_config, sched.metrics)
+        cfg = ConfigFile(args.config, load_scheduler_config, lambda c: current[0].use_config(c), metrics)
+    bus: Bus | None = None
     try:
-        if args.http:
-            host, port = parse_listen(args.http)
-            http = await start_http(host, port, sched.metrics.registry, ready=lambda: sched.ready,
-                                    healthy=lambda: bus.connected,
-                                    status=lambda: overview.build(sched, cfg.state() if cfg is not None else None))
-            log.info("status page at %s/ (metrics %s/metrics, health %s/healthz, readiness %s/readyz)",
-                     http.url, http.url, http.url, http.url)
-        await sched.start()
-        if cfg is not None:
-            install_sighup(asyncio.get_running_loop(), cfg)
-            if args.config_check > 0:
-                watcher = asyncio.create_task(watch(cfg, args.config_check, stop))
-        loop_task = asyncio.create_task(sched.run_forever())
-        stop_task = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({loop_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        if loop_task in done:
-            loop_task.result()
-        log.info("stopping")
-        await sched.stop()
-        await loop_task
-        stop_task.cancel()
-        return 0
+        while True:
+            try:
+                bus = await Bus.connect(options_from_args(args, "busched-scheduler"), wait=60)
+            except BusError as e:
+                log.error("%s", e)
+                return 1
+            sched = Scheduler(bus, config if not current else current[0].config, settings, metrics=metrics)
+            current[:] = [sched]
+            if getattr(args, "debug_exit_at", ""):
+                sched.table.checkpoint = _exit_at(args.debug_exit_at)
+            if args.http and http is None:
+                host, port = parse_listen(args.http)
+                http = await start_http(host, port, metrics.registry, ready=lambda: current[0].ready,
+                                        healthy=lambda: current[0].bus.connected,
+                                        status=lambda: overview.build(current[0],
+                                                                      cfg.state() if cfg is not None else None),
+                                        role=lambda: overview.role(current[0]))
+                log.info("status page at %s/ (metrics %s/metrics, health %s/healthz, readiness %s/readyz)",
+                         http.url, http.url, http.url, http.url)
+            await sched.start()
+            if cfg is not None and watcher is None:
+                install_sighup(asyncio.get_running_loop(), cfg)
+                if args.config_check > 0:
+                    watcher = asyncio.create_task(watch(cfg, args.config_check, stop))
+            loop_task = asyncio.create_task(sched.run_forever())
+            stop_task = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({loop_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+            if loop_task in done:
+                loop_task.result()
+            stop_task.cancel()
+            rejoin = sched.election.deposed and not stop.is_set()
+            log.info("deposed as leader: joining again as a standby" if rejoin else "stopping")
+            await sched.stop()
+            await loop_task
+            await bus.close()
+            bus = None
+            if not rejoin:
+                return 0
     finally:
         if watcher is not None:
             watcher.cancel()
         if http is not None:
             await http.stop()
-        await bus.close()
+        if bus is not None:
+            await bus.close()

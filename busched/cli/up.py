@@ -228,7 +228,8 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
             host, port = parse_listen(args.http)
             try:
                 http = await start_http(host, port, sched.metrics.registry, ready=lambda: sched.ready,
-                                        healthy=lambda: sbus.connected, status=lambda: overview.build(sched))
+                                        healthy=lambda: sbus.connected, status=lambda: overview.build(sched),
+                                        role=lambda: overview.role(sched))
             except OSError as e:
                 _say(f"cannot listen on {args.http}: {e.strerror}; metrics are off")
         await sched.start()
@@ -284,6 +285,14 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 pass
             if sched_task.done():
                 sched_task.result()
+                if sched.election.deposed:  # e.g. the machine slept past the lease: join again as a standby
+                    _say("the scheduler lost its lease (paused past it?): joining again as a standby")
+                    await sched.stop()
+                    sbus = await Bus.connect(sopts, name="busched-scheduler")
+                    cleanup.append(sbus)
+                    sched = Scheduler(sbus, sched.config, settings_from_args(args), metrics=sched.metrics)
+                    await sched.start()
+                    sched_task = asyncio.create_task(sched.run_forever())
             summary = _summary(sched)
             ever_ran = ever_ran or "Running" in summary or "Succeeded" in summary
             if summary != last:

@@ -115,6 +115,14 @@ class BindingTable:
         self.orphans: dict[str, Result] = {}  # results replayed before their binding record
         self.max_rec_seq = 0  # the highest state-stream sequence of a binding record known (cycle records)
         self.caught_up = False  # results are believed as during normal operation once True
+        self.epoch = 0  # the epoch our records and decisions carry (our lease's, `busched.scheduler.election`)
+        self.fence_epoch = 0  # the newest epoch written on our shard's leader subject, in stream order
+        self.fence_seq = 0  # ... and where
+        # called at named points of a cycle's writes ("records": a chunk's binding records stored, its decisions
+        # not yet sent; "decisions": its decisions sent).  Test-only: `busched run --debug-exit-at POINT` makes it
+        # end the process there, to kill a leader mid-cycle (tests/faults/test_leader_election.py)
+        self.checkpoint: Callable[[str], None] = lambda point: None
+        self.epochs = asyncio.Event()  # set (and replaced) at every epoch applied: `Scheduler._elected` waits on it
         self.background: set[Any] = set()
         # a sharded scheduler's node ledgers: its binding records go out with them, one atomic batch per node
         # (busched.scheduler.ledger); None: each record on its own, as always
@@ -166,7 +174,9 @@ class BindingTable:
             for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
                 ready = await self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
                 if ready:
-                    sending.append(asyncio.create_task(self.send_decisions([(k, b, "bind") for k, b in ready])))
+                    self.checkpoint("records")
+                    sending.append(asyncio.create_task(self._send_then(
+                        self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
                 for key, b in ready:
                     report.binds.append((key, b.node))
                 events_log.binds(self.journal, ready)
@@ -174,6 +184,10 @@ class BindingTable:
         finally:
             if sending:
                 await asyncio.gather(*sending)
+
+    async def _send_then(self, sending: Awaitable[None], point: str) -> None:
+        await sending
+        self.checkpoint(point)
 
     async def write_records(self, items: list[tuple[str, Binding]]) -> tuple[list[tuple[str, Binding]],
                                                                                 list[tuple[str, Binding, str]]]:
@@ -266,7 +280,15 @@ class BindingTable:
                 continue
             if cur is not None:
                 cur.rec_seq = 0  # so the winner's record is taken whatever we thought
-            self.apply_binding(key, rec, seq)
+            if self.apply_binding(key, rec, seq) == "fenced" and cur is not None and self.bindings.get(key) is cur:
+                # the record in the way is a deposed leader's: ours is written again over it (a bind whose record
+                # was not stored had no decision sent: the task simply goes back to Pending)
+                if cur.state == "binding" and not cur.published:
+                    self.bindings[key] = dataclasses.replace(cur, state="released", reason="binding record fenced",
+                                                             version=self.next_version())
+                    self.refresh_task(key)
+                self.write_binding(key, self.bindings[key])
+                continue
             self.unpublished.discard(key)
 
     async def _read_binding(self, key: str, unreadable: Any = None) -> Any:
@@ -291,11 +313,11 @@ class BindingTable:
                 if spec is None:
                     continue
                 msg: m.Msg = m.BindDecision(version=b.version, node=b.node, attempt=b.attempt, task=spec,
-                                            fence=b.rec_seq)
+                                            fence=b.rec_seq, epoch=self.epoch)
             else:
                 ns, name = key.split("/", 1)
                 msg = m.EvictDecision(version=b.version, namespace=ns, name=name, node=b.node, attempt=b.attempt,
-                                      reason=b.evict_reason, fence=b.rec_seq)
+                                      reason=b.evict_reason, fence=b.rec_seq, epoch=self.epoch)
             out.append((key, b, kind, S.decision_subject(b.node, kind, key), msg, f"{kind}:{key}:{b.attempt}"))
         if not out:
             return
@@ -465,17 +487,37 @@ class BindingTable:
             log.info("task %s back to Pending: %s%s", key, reason, f" (backoff {delay:g}s)" if delay else "")
         self.refresh_task(key)
 
+    def apply_epoch(self, shard: str, msg: m.LeaderEpoch, seq: int = 0) -> str:
+        """A new leader's epoch on the stream (`busched.bus.messages.LeaderEpoch`): from here on, binding
+        records of older epochs are a deposed leader's, and count for nothing."""
+        if shard != self.settings.lease_key or msg.shard != shard:
+            return "stale"
+        if msg.epoch > self.fence_epoch:
+            self.fence_epoch, self.fence_seq = msg.epoch, seq
+            self.epochs.set()
+            self.epochs = asyncio.Event()
+            log.info("shard %s: leader epoch %d (%s) from stream sequence %d", shard, msg.epoch, msg.holder or "?",
+                     seq)
+        return "applied"
+
     def apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str:
         cur = self.bindings.get(key)
         if cur is not None and seq and seq <= cur.rec_seq:
             return "stale"
+        if rec.epoch < self.fence_epoch:
+            # written by a leader deposed before it wrote this (its successor's epoch is earlier on the stream):
+            # it changes nothing, but our next record of the task is written over it
+            if cur is not None:
+                cur.rec_seq = max(cur.rec_seq, seq)
+            self.count("binding", "fenced")
+            log.warning("task %s: ignoring a binding record of epoch %d by %s (epoch %d leads since sequence %d)",
+                        key, rec.epoch, rec.writer or "?", self.fence_epoch, self.fence_seq)
+            return "fenced"
         if self.caught_up and rec.writer and rec.writer == self.boot:
             # our own record, heard before its acknowledgement
             if cur is not None:
                 self.record_stored(cur, seq)
             return "own"
-        # (records carry the writer's epoch; until leader election gives schedulers epochs it is 0 for all, and
-        # the conditional writes alone decide which record stands)
         # a record written by another scheduler (or replayed by the catch-up): it is what holds
         b = Binding(attempt=rec.attempt, node=rec.node, state=rec.state, reason=rec.reason, version=rec.version,
                     backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot)
@@ -613,14 +655,19 @@ class BindingTable:
                                      reason=r.reason, boot=r.boot, exit_code=r.exit_code)
         self.apply_result(key, msg, r.version)
 
-    async def recover(self) -> None:
-        """After catch-up (and the refused objects rebuilt): settle results that came before
-        their binding record, then find out whether each unanswered bind reached the decision stream, and send
-        it if not."""
-        self.caught_up = True  # results are applied as during normal operation from here
+    def settle_orphans(self) -> None:
+        """After catch-up: results from here on are applied as during normal operation, and those that came
+        before their binding record are applied now."""
+        self.caught_up = True
         orphans, self.orphans = self.orphans, {}
         for key, orphan in orphans.items():
             self.replay_result(key, orphan)
+
+    async def recover(self) -> None:
+        """After catch-up (and the refused objects rebuilt), or on becoming leader: settle results that came
+        before their binding record, then find out whether each unanswered bind reached the decision stream,
+        and send it if not."""
+        self.settle_orphans()
         now = self.clock()
         todo = []
         for key, b in list(self.bindings.items()):
@@ -664,4 +711,4 @@ class BindingTable:
                                state=b.state, reason=b.reason if b.state in ("released", "failed", "done")
                                else b.evict_reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
                                outcome=b.outcome, exit_code=b.exit_code,
-                               stop=b.stop if b.state == "evicting" else "", writer=self.boot)
+                               stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch)

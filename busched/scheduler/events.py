@@ -209,6 +209,8 @@ class StateFeed:
             if _task_key(msg.namespace, msg.name) != key:
                 return self.reject("mismatch", kind, f"{_describe(kind, key)}: record for {msg.namespace}/{msg.name}")
             return self.table.apply_binding(key, msg, seq)
+        if kind == "leader" and isinstance(msg, m.LeaderEpoch):
+            return self.table.apply_epoch(key, msg, seq)
         if kind == "podgroup" and isinstance(msg, m.PodGroupStatus):
             return self.apply_pg_status(key, msg)
         if kind == "ledger" and isinstance(msg, m.NodeLedger):

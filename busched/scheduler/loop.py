@@ -53,6 +53,7 @@ from busched.scheduler import explain, history, overview, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
+from busched.scheduler.election import Election
 from busched.scheduler.events import StateFeed
 from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.lifecycle import Lifecycle
@@ -169,6 +170,11 @@ class Scheduler:
                                gather=lambda name: explain.gather(self, name), metrics=self.metrics,
                                max_payload=lambda: self.bus.max_payload, lock=self._lock,
                                in_thread=self.settings.cycle_in_thread, journal=self)
+        st = self.settings
+        lease = (bus.lease(shard=st.lease_key, holder=boot, duration=st.lease, clock=clock, storage=st.streams.storage,
+                           replicas=st.streams.replicas) if st.lease > 0 else None)
+        self.election = Election(lease, shard=st.lease_key, on_elected=self._elected, on_role=self._role_changed)
+        self._election_task: asyncio.Task[None] | None = None
 
     # the state feed's and the effective objects' entry points, as the scheduler always had them
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
@@ -242,6 +248,8 @@ class Scheduler:
         """Subscribe, catch up with the state stream, recover in-flight binds; `ready` is True after this."""
         t0 = time.perf_counter()
         self.started_at = self.clock()
+        if self.election.enabled:
+            self.bus.fence = self.election.may_write  # a standby writes nothing, nor a leader once deposed
         await self.bus.ensure_streams(self.settings.streams)
         if self.table.ledgers is not None:
             await self.bus.allow_atomic()
@@ -257,7 +265,13 @@ class Scheduler:
                 raise RuntimeError(f"state stream not caught up within {timeout}s "
                                    f"(at {self.watch.last_seq} of {self.watch.target})") from None
             await self.feed.replay_rejected()  # the objects whose last message was refused, first
-            await self.table.recover()
+            if self.election.enabled:
+                self.table.settle_orphans()  # in-flight binds are recovered once elected (`_elected`)
+            else:
+                # no election: write with the newest epoch on the stream (an elected leader's, if one ever ran),
+                # so the records and decisions are not taken for a deposed leader's
+                self.table.epoch = self.table.fence_epoch
+                await self.table.recover()
             # from here the podgroup records on the stream are our own echoes: leave them out (binding records
             # are followed: another scheduler's must not be missed; ours are skipped by sequence)
             await self.watch.narrow(S.followed_subjects())
@@ -270,6 +284,9 @@ class Scheduler:
         self.metrics.catchup_seconds.set(self.catchup_seconds)
         self.ready = True
         self.metrics.ready.set(1)
+        self._role_changed(self.election.role, self.election.epoch)
+        if self.election.enabled:
+            self._election_task = asyncio.create_task(self.election.run(self._stop))
         log.info("caught up with the state stream in %.3fs: %d nodes, %d jobs, %d tasks, %d live binds",
                  self.catchup_seconds, len(self.specs["node"]), len(self.specs["job"]), len(self.specs["task"]),
                  sum(1 for b in self.bindings.values() if b.live))
@@ -277,6 +294,8 @@ class Scheduler:
     async def stop(self) -> None:
         self._stop.set()
         self.trigger.stop()
+        if self._election_task is not None:
+            await asyncio.gather(self._election_task, return_exceptions=True)
         self.ready = False
         self.metrics.ready.set(0)
         if self.watch is not None:
@@ -287,6 +306,7 @@ class Scheduler:
             await self.sched_events.flush()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
+        await self.election.release()  # (after the last writes: a standby takes over at once)
         if self.liveness.on_connection in self.bus.connection_listeners:
             self.bus.connection_listeners.remove(self.liveness.on_connection)
 
@@ -297,6 +317,11 @@ class Scheduler:
             self.collector.enter()
         try:
             while not self._stop.is_set():
+                if not self.election.check():
+                    if self.election.deposed:
+                        return  # `busched run` joins again as a fresh standby
+                    await self._wait_role()
+                    continue
                 binds = False
                 try:
                     binds = bool((await self.run_once()).binds)
@@ -317,6 +342,9 @@ class Scheduler:
         ending) is applied to the cache before that check, so it makes the cycle due.  ``force``
         runs it anyway."""
         async with self._lock:
+            if not self.election.check():  # a standby, or deposed: no cycle, no write
+                report = CycleReport(self.cycle, skipped=True)
+                return report
             self.cycle += 1
             # the session's clock, read once here and never inside it: what sla, tdm and rescheduling see
             report = CycleReport(self.cycle, now=self.wall_clock())
@@ -384,6 +412,55 @@ class Scheduler:
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)
             return report
+
+    # == leader election (busched.scheduler.election) ==================================================================
+    async def _elected(self, epoch: int) -> None:
+        """We won the lease: write our epoch on the stream, wait until our own feed has applied it (every
+        record of the previous leader before it is then in our tables, and any after it is void), then
+        recover the binds in flight (republish what never reached the decision stream) as after a restart."""
+        self.table.epoch = epoch
+        ack = await self.bus.publish(S.leader_subject(self.settings.lease_key),
+                                     m.LeaderEpoch(version=self._next_version(), shard=self.settings.lease_key,
+                                                   epoch=epoch, holder=self.boot))
+        if not ack.ok:
+            raise RuntimeError(f"epoch {epoch} not written: {ack.error}")
+        # from here the server itself refuses our unconditioned state writes (statuses) once a newer epoch is written
+        self.bus.write_condition = (S.leader_subject(self.settings.lease_key), ack.seq)
+        deadline = self.clock() + self.settings.lease
+        while self.table.fence_epoch < epoch:
+            left = deadline - self.clock()
+            if left <= 0:
+                raise RuntimeError(f"epoch {epoch} written at sequence {ack.seq} but not read back in time")
+            seen = self.table.epochs
+            try:
+                await asyncio.wait_for(seen.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        async with self._lock:
+            await self.table.recover()
+        self.trigger.new_work()
+
+    def _role_changed(self, role: str, epoch: int) -> None:
+        self.metrics.leader.labels(self.settings.lease_key).set(1 if role == "leader" else 0)
+        self.metrics.leader_epoch.labels(self.settings.lease_key).set(epoch)
+        if role == "leader":
+            self.trigger.new_work()
+
+    async def _wait_role(self) -> None:
+        """A standby waits for its role to change (or the scheduler to stop), bringing its cache up to date
+        with what the feed gathered every ``period`` meanwhile: its first cycle as leader starts warm."""
+        changed = asyncio.ensure_future(self.election.changed.wait())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({changed, stopping}, timeout=self.settings.period,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            stopping.cancel()
+        if self.election.role == "standby" and not self._stop.is_set():
+            async with self._lock:
+                with paused_gc():
+                    await self.effective.sync_cache_yielding()
 
     async def _expire(self, report: CycleReport) -> None:
         """Apply what the clock changed: agents silent too long (only while silence means something), binds

@@ -42,9 +42,15 @@ ROLE = "leader (single scheduler, no election)"
 
 
 def role(sched: Any) -> str:
-    """Leader or standby.  There is no leader election yet (issue 13): every scheduler is the only one
-    it knows of.  Leader election fills this in; nothing else on the page decides it."""
-    return ROLE
+    """Leader or standby, from the scheduler's election (`busched.scheduler.election`): without one
+    (``--lease 0``, in-process) it is `ROLE`; otherwise the role, the shard and the epoch."""
+    election = getattr(sched, "election", None)
+    if election is None or not election.enabled:
+        return ROLE
+    where = f"shard {election.shard}, epoch {election.epoch}"
+    if election.role == "standby" and getattr(sched, "ready", False):
+        where += "; caught up, following the stream, not scheduling"
+    return f"{election.role} ({where})"
 
 
 class _Ring:

@@ -61,8 +61,18 @@ class SchedulerSettings:
     # node ledgers (busched.scheduler.ledger)
     shard: str = ""
     shard_mode: str = "hard"
+    # leader election (`busched.scheduler.election`): the lease's length in seconds (`busched run --lease`),
+    # renewed every third of it; a standby takes over once the leader has not renewed for that long.  0: no
+    # election, this scheduler leads from the start with epoch 0 (in-process tests, replay).  The lease is
+    # the shard's (its key in the leases bucket: `lease_key`, "default" without a shard)
+    lease: float = 0.0
     streams: StreamSettings = field(default_factory=StreamSettings)
     events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
+
+    @property
+    def lease_key(self) -> str:
+        """The shard whose lease this scheduler contends for: its NodeShard, "default" without one."""
+        return self.shard or "default"
 
 
 @dataclass

@@ -54,10 +54,12 @@ def _refresh(request: web.Request) -> int:
 
 async def start_http(host: str, port: int, registry: CollectorRegistry, *, ready: Callable[[], bool],
                      healthy: Callable[[], bool] = lambda: True,
-                     status: Callable[[], Awaitable[dict[str, Any]]] | None = None) -> HttpServer:
+                     status: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+                     role: Callable[[], str] | None = None) -> HttpServer:
     """Serve on ``host:port`` (0: a free port, see ``HttpServer.port``).  ``status`` gives the status
     page's data (`busched.scheduler.overview.build`); without it ``/`` says that no scheduler runs in
-    this process and ``/status.json`` is 404."""
+    this process and ``/status.json`` is 404.  ``role`` (leader or standby, `overview.role`) is said in
+    ``/readyz``'s body: a standby caught up with the stream is ready (it takes over warm)."""
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE})
 
@@ -67,7 +69,10 @@ async def start_http(host: str, port: int, registry: CollectorRegistry, *, ready
 
     async def readyz(_: web.Request) -> web.Response:
         ok = ready()
-        return web.Response(status=200 if ok else 503, text="ready\n" if ok else "not ready\n")
+        text = "ready" if ok else "not ready"
+        if role is not None:
+            text += f": {role()}"
+        return web.Response(status=200 if ok else 503, text=text + "\n")
 
     async def index(request: web.Request) -> web.Response:
         refresh = _refresh(request)

@@ -95,8 +95,9 @@ async def test_narrowed_watch_follows_only_its_subjects_from_the_next_message(ha
 
 def test_followed_subjects_are_every_kind_results_and_bindings_but_not_podgroup_records():
     # binding records are followed: another scheduler's must not be missed (ours are skipped by sequence); so are
-    # node ledgers (a sharded scheduler's view of a node stands on them, busched.scheduler.ledger)
-    assert set(S.FOLLOWED_KINDS) == set(m.UPSERTS) | {"result", "binding", "ledger"}
+    # node ledgers (a sharded scheduler's view of a node stands on them, busched.scheduler.ledger) and a new
+    # leader's epoch (busched.scheduler.election), which fences the records that follow it
+    assert set(S.FOLLOWED_KINDS) == set(m.UPSERTS) | {"result", "binding", "ledger", "leader"}
     followed = S.followed_subjects()
     assert S.state_subject("task", "a/b").startswith(followed[S.FOLLOWED_KINDS.index("task")][:-1])
     assert any(S.binding_subject("a/b").startswith(f[:-1]) for f in followed)
