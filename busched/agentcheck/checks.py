@@ -260,7 +260,10 @@ class _Run:
             return self.put("restart", False, f"the task to restart with was not taken: "
                                               f"{_describe(r) if r else 'no answer'}")
         old = self.boot
-        await self.restart_fn()
+        try:
+            await self.restart_fn()
+        except Exception as e:  # noqa: BLE001 - the operator's hook: its failure is this rule's verdict
+            return self.put("restart", False, f"restarting the agent failed: {e}")
         hb = await self.p.heartbeat_after(lambda h: h.boot != old, timeout=self.restart_timeout)
         if hb is None:
             return self.put("restart", False, f"no heartbeat with a new boot within {self.restart_timeout:g}s")
