@@ -14,6 +14,8 @@ from pathlib import Path
 
 from busched.agentcheck import RULES
 
+BUSCHED = str(Path(sys.executable).with_name("busched"))
+
 
 def _kill(pidfile: Path) -> None:
     try:
@@ -26,31 +28,38 @@ def _kill(pidfile: Path) -> None:
         pass
 
 
-def test_agent_check_passes_busched_agent_through_a_restart(nats_server, tmp_path):
-    busched = str(Path(sys.executable).with_name("busched"))
+def check_agent_process(url: str, tmp_path: Path, agent_argv: list[str], node: str, *extra: str) -> list[dict]:
+    """Start ``agent_argv`` in the background, run `busched agent-check --json` on ``node`` with a restart
+    command that stops the agent (SIGTERM, as systemd would), waits until it is gone and starts it again;
+    the results.  Every process started here is gone afterwards."""
+    q = shlex.quote
     pidfile, logfile = tmp_path / "agent.pid", tmp_path / "agent.log"
-    agent = " ".join(shlex.quote(a) for a in [busched, "agent", "--nats", nats_server.url, "--nodes", "1",
-                                              "--prefix", "cli", "--heartbeat", "0.1", "--log-level", "warning"])
-    start = f"{agent} >>{shlex.quote(str(logfile))} 2>&1 & echo $! >{shlex.quote(str(pidfile))}"
-    # stop the agent (SIGTERM, as systemd would), wait for it to be gone, start it again
-    restart = (f"pid=$(cat {shlex.quote(str(pidfile))}); kill $pid; "
-               f"while kill -0 $pid 2>/dev/null; do sleep 0.05; done; {start}")
+    start = f"{' '.join(q(a) for a in agent_argv)} >>{q(str(logfile))} 2>&1 & echo $! >{q(str(pidfile))}"
+    restart = f"pid=$(cat {q(str(pidfile))}); kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.05; done; {start}"
     subprocess.run(["sh", "-c", start], check=True, timeout=10)
     try:
-        r = subprocess.run([busched, "agent-check", "--nats", nats_server.url, "--node", "cli-00", "--timeout", "10",
-                            "--restart-cmd", restart, "--json"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([BUSCHED, "agent-check", "--nats", url, "--node", node, "--timeout", "10",
+                            "--restart-cmd", restart, "--json", *extra], capture_output=True, text=True, timeout=120)
     finally:
         _kill(pidfile)
         time.sleep(0.1)
     results = json.loads(r.stdout)
     assert [x["rule"] for x in results] == list(RULES)
-    assert {x["rule"]: x["detail"] for x in results if x["result"] != "pass"} == {}, logfile.read_text()
-    assert r.returncode == 0
+    assert r.returncode == (1 if any(x["result"] == "fail" for x in results) else 0)
+    for x in results:
+        x["log"] = logfile.read_text() if x["result"] != "pass" else ""
+    return results
+
+
+def test_agent_check_passes_busched_agent_through_a_restart(nats_server, tmp_path):
+    results = check_agent_process(nats_server.url, tmp_path, [
+        BUSCHED, "agent", "--nats", nats_server.url, "--nodes", "1", "--prefix", "cli", "--heartbeat", "0.1",
+        "--log-level", "warning"], "cli-00")
+    assert {x["rule"]: (x["detail"], x["log"]) for x in results if x["result"] != "pass"} == {}
 
 
 def test_agent_check_fails_when_no_agent_answers(nats_server):
-    busched = str(Path(sys.executable).with_name("busched"))
-    r = subprocess.run([busched, "agent-check", "--nats", nats_server.url, "--node", "nobody", "--timeout", "1"],
+    r = subprocess.run([BUSCHED, "agent-check", "--nats", nats_server.url, "--node", "nobody", "--timeout", "1"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "FAIL  heartbeat" in r.stdout and "no heartbeat on busched.heartbeat.nobody" in r.stdout
