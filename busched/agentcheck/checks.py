@@ -86,6 +86,7 @@ class _Run:
         self.out: list[RuleResult] = []
         self.a = self.b = ""  # the task bound in `bind`; the task of `stale-attempt`
         self.fence: dict[str, int] = {}
+        self.taken: dict[str, int] = {}  # task -> the attempt the agent took and has not said stopped
 
     def put(self, rule: str, ok: bool, detail: str = "") -> None:
         self.out.append(RuleResult(rule, "pass" if ok else "fail", detail))
@@ -105,7 +106,10 @@ class _Run:
         key = self.p.key(label)
         self.fence[key] = await self.p.record(key, attempt)
         await self.p.bind(key, attempt, self.fence[key])
-        return key, await self.answer(key, attempt, lambda r: _taken(r) or isinstance(r, m.BindRejected))
+        r = await self.answer(key, attempt, lambda r: _taken(r) or isinstance(r, m.BindRejected))
+        if r is not None and _taken(r):
+            self.taken[key] = attempt
+        return key, r
 
     # -- the rules -----------------------------------------------------------------------------------------------
     async def heartbeat(self) -> bool:
@@ -205,6 +209,7 @@ class _Run:
             return self.put("stale-attempt", False, f"attempt 2 of {key} was not taken: "
                                                     f"{_describe(r) if r else 'no answer'}")
         self.b = key
+        self.taken[key] = 2
         self.fence[key + "#old"] = old
         seq = await self.p.bind(key, 1, old)
         await self.quiet_after("stale-attempt", seq, key, 1, 0, lambda r: True, 2)
@@ -221,7 +226,10 @@ class _Run:
         n = len(self.p.results_for(key, attempt))
         fence = await self.p.record(key, attempt, "evicting", stop=stop, reason="agentcheck")
         await self.p.evict(key, attempt, fence)
-        return await self.answer(key, attempt, _failed, after=n)
+        r = await self.answer(key, attempt, _failed, after=n)
+        if r is not None and self.taken.get(key) == attempt:
+            del self.taken[key]
+        return r
 
     async def evict(self) -> None:
         if not self.a:
@@ -256,8 +264,10 @@ class _Run:
         if self.restart_fn is None:
             return self.skip("restart", "give --restart-cmd CMD (or --restart-manual) to check it")
         key, r = await self.bound("restart")
-        if r is None or not _taken(r):
-            return self.put("restart", False, f"the task to restart with was not taken: "
+        if isinstance(r, m.BindAccepted):  # mid-task: once it runs
+            r = await self.answer(key, 1, lambda x: isinstance(x, m.TaskPhaseChanged))
+        if r is None or not _taken(r) or isinstance(r, m.BindAccepted):
+            return self.put("restart", False, f"the task to restart with never ran: "
                                               f"{_describe(r) if r else 'no answer'}")
         old = self.boot
         try:
@@ -299,11 +309,12 @@ class _Run:
         self.put("through-seq", True)
 
     async def clean_up(self) -> None:
-        """Stop whatever the agent still holds of the probe's tasks (so an executing agent stops them)."""
+        """Stop every attempt of the probe's tasks the agent took or holds and has not said stopped (so an
+        executing agent stops them; one it does not run is answered at once)."""
         hb = self.p.last_heartbeat()
-        for key, attempt in (hb.holding.items() if hb else ()):
-            if key in self.p.tasks:
-                await self.stopped(key, attempt, "deleted")
+        held = {k: a for k, a in (hb.holding.items() if hb else ()) if k in self.p.tasks}
+        for key, attempt in sorted({**self.taken, **held}.items()):
+            await self.stopped(key, attempt, "deleted")
 
 
 async def check_agent(bus: Bus, node: str, *, timeout: float = 10.0, namespace: str = "agentcheck",

@@ -13,6 +13,8 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,8 +70,18 @@ def _task(path: str | None) -> Any:
 def _restart(args: argparse.Namespace) -> Any:
     if args.restart_cmd:
         async def run_cmd() -> None:
-            proc = await asyncio.create_subprocess_shell(args.restart_cmd, stdin=asyncio.subprocess.DEVNULL)
-            rc = await proc.wait()
+            # its own session, so a command that hangs is killed with whatever it started so far
+            proc = await asyncio.create_subprocess_shell(args.restart_cmd, stdin=asyncio.subprocess.DEVNULL,
+                                                         start_new_session=True)
+            try:
+                rc = await asyncio.wait_for(proc.wait(), args.restart_timeout)
+            except asyncio.TimeoutError:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                await proc.wait()
+                raise RuntimeError(f"--restart-cmd did not finish within {args.restart_timeout:g}s") from None
             if rc != 0:
                 raise RuntimeError(f"--restart-cmd exited {rc}")
         return run_cmd

@@ -28,14 +28,16 @@ def _kill(pidfile: Path) -> None:
         pass
 
 
-def check_agent_process(url: str, tmp_path: Path, agent_argv: list[str], node: str, *extra: str) -> list[dict]:
+def check_agent_process(url: str, tmp_path: Path, agent_argv: list[str], node: str, *extra: str,
+                        stop_signal: str = "TERM") -> list[dict]:
     """Start ``agent_argv`` in the background, run `busched agent-check --json` on ``node`` with a restart
-    command that stops the agent (SIGTERM, as systemd would), waits until it is gone and starts it again;
-    the results.  Every process started here is gone afterwards."""
+    command that stops the agent (``stop_signal``: TERM as systemd would, KILL for a crash), waits until it is
+    gone and starts it again; the results.  Every process started here is gone afterwards."""
     q = shlex.quote
     pidfile, logfile = tmp_path / "agent.pid", tmp_path / "agent.log"
     start = f"{' '.join(q(a) for a in agent_argv)} >>{q(str(logfile))} 2>&1 & echo $! >{q(str(pidfile))}"
-    restart = f"pid=$(cat {q(str(pidfile))}); kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.05; done; {start}"
+    restart = (f"pid=$(cat {q(str(pidfile))}); kill -{stop_signal} $pid; "
+               f"while kill -0 $pid 2>/dev/null; do sleep 0.05; done; {start}")
     subprocess.run(["sh", "-c", start], check=True, timeout=10)
     try:
         r = subprocess.run([BUSCHED, "agent-check", "--nats", url, "--node", node, "--timeout", "10",
