@@ -2,9 +2,11 @@
 
 All messages are tagged structs (the ``type`` field) and decode through one
 decoder into the `Message` union, so a consumer never guesses a payload's type
-from its subject.  Every field after an object's identity has a default, and
-unknown fields are ignored, so a newer publisher can add fields without breaking
-an older reader.
+from its subject.  Every field after an object's identity has a default, and a
+message's unknown fields are ignored, so a newer publisher can add fields without
+breaking an older reader; the object specs inside (`busched.api.objects`) refuse
+unknown fields, as an operator's typo must not be dropped (`busched.bus.schema`
+marks which is which).
 
 Families (see docs/bus.md for subjects and streams):
 

@@ -50,7 +50,8 @@ def add_nats_arguments(p: argparse.ArgumentParser) -> None:
 ROLE_BY_NAME = {"busched-scheduler": "scheduler", "busched-run": "scheduler", "busched-agent": "agent",
                 "busched-apply": "cli", "busched-delete": "cli", "busched-get": "cli", "busched-queue": "cli",
                 "busched-job": "cli", "busched-node": "cli", "busched-describe": "cli", "busched-explain": "cli",
-                "busched-events": "cli", "busched-logs": "cli"}
+                "busched-events": "cli", "busched-logs": "cli",
+                "busched-agent-check": "scheduler"}  # it writes binding records and decisions, as a scheduler
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 

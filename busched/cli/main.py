@@ -20,6 +20,7 @@ COMMANDS = (
     "busched.cli.bench",
     "busched.cli.run",
     "busched.cli.agent",
+    "busched.cli.agent_check",
     "busched.cli.apply",
     "busched.cli.queue",
     "busched.cli.job",
