@@ -14,7 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from busched.agent.node import AgentNode, HeldTask
 from busched.api.objects import TaskSpec
@@ -114,13 +116,30 @@ class Decider:
             msg = m.decode(d.data)
         except m.DecodeError as e:
             log.warning("node %s: malformed decision on %s: %s", n.name, d.subject, e)
-            return _Outcome(d, [])
+            return self.refuse_unreadable(n, d, str(e))
         if isinstance(msg, m.BindDecision) and msg.node == n.name:
             return await self.bind(n, d, msg)
         if isinstance(msg, m.EvictDecision) and msg.node == n.name:
             return await self.evict(n, d, msg)
         log.warning("node %s: unexpected %s on %s", n.name, type(msg).__name__, d.subject)
         return _Outcome(d, [])
+
+    def refuse_unreadable(self, n: AgentNode, d: Delivery, error: str) -> _Outcome:
+        """A bind this agent cannot read (a task spec from a newer scheduler, say) is rejected, naming why:
+        left unanswered, the scheduler would keep the task bound here for as long as the agent heartbeats.
+        What names the task and attempt is read leniently (`_BindHead`); anything else is only logged."""
+        try:
+            head = msgspec.json.decode(d.data, type=_BindHead)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return _Outcome(d, [])
+        if head.type != "bind" or head.node != n.name or not head.task.name or head.attempt < 1:
+            return _Outcome(d, [])
+        key = f"{head.task.namespace}/{head.task.name}"
+        reason = f"cannot read the bind: {error}"[:1024]
+        self.metrics.binds.labels("rejected").inc()
+        return _Outcome(d, [(S.result_subject(n.name, key), m.BindRejected(
+            version=self.version(), namespace=head.task.namespace, name=head.task.name, node=n.name,
+            attempt=head.attempt, reason=reason, boot=self.boot))])
 
     async def bind(self, n: AgentNode, d: Delivery, b: m.BindDecision) -> _Outcome:
         key = f"{b.task.namespace}/{b.task.name}"
@@ -224,6 +243,20 @@ class Decider:
             version=self.version(), namespace=e.namespace, name=e.name, node=n.name, attempt=attempt,
             phase="Failed", reason=f"Evicted: {e.reason}" if held is not None else "Evicted: not running here",
             boot=self.boot))])
+
+
+class _TaskName(msgspec.Struct):
+    name: Annotated[str, msgspec.Meta(max_length=253)] = ""
+    namespace: Annotated[str, msgspec.Meta(max_length=253)] = "default"
+
+
+class _BindHead(msgspec.Struct):
+    """What names a bind's task and attempt, read without the rest of it (unknown fields ignored)."""
+
+    type: str = ""
+    node: str = ""
+    attempt: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+    task: _TaskName = msgspec.field(default_factory=_TaskName)
 
 
 def _duration(task: TaskSpec, default: float | None) -> float | None:

@@ -107,3 +107,25 @@ def test_on_bind_may_refuse():
     asyncio.run(d.handle_batch([FakeDelivery(*_bind(n.name, "j-0", 1), seq=1)]))
     assert isinstance(bus.published[0][1], m.BindRejected) and bus.published[0][1].reason == "no"
     assert n.done[("t/j-0", 1)] == "rejected"
+
+
+def test_a_bind_the_agent_cannot_read_is_rejected_naming_why_not_left_unanswered():
+    import msgspec
+
+    n = _node()
+    bus = FakeBus()
+    d, _ = _decider(n, bus)
+    subject, bind = _bind(n.name, "new", 2)
+    raw = msgspec.json.decode(m.encode(bind))
+    raw["task"]["gpuTopology"] = {"ring": 8}  # a field of a newer scheduler's task spec
+    unreadable = FakeDelivery(subject, bind, seq=1)
+    unreadable.data = msgspec.json.encode(raw)
+    other = FakeDelivery(subject, m.EvictDecision(namespace="t", name="x", node="elsewhere", attempt=1), seq=2)
+    other.data = b"{not json"
+    asyncio.run(d.handle_batch([unreadable, other]))
+    assert unreadable.acked and other.acked
+    assert len(bus.published) == 1  # the garbage names no bind: only logged
+    subj, msg = bus.published[0]
+    assert subj == S.result_subject(n.name, "t/new") and isinstance(msg, m.BindRejected)
+    assert (msg.namespace, msg.name, msg.attempt, msg.boot) == ("t", "new", 2, "b1")
+    assert "cannot read the bind" in msg.reason and "gpuTopology" in msg.reason
