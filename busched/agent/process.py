@@ -166,6 +166,7 @@ class ProcessExecutor:
                         f.unlink(missing_ok=True)
                         continue
                     found.append(run)
+            self._stop_unrecorded(base)
         # one run per task: the newest attempt; an older one still here is stopped (never left running)
         newest: dict[tuple[str, str], TaskRun] = {}
         for run in sorted(found, key=lambda r: r.attempt):
@@ -174,6 +175,25 @@ class ProcessExecutor:
                 await self.stop(old, 0)
             newest[(run.node, run.key)] = run
         return list(newest.values())
+
+    def _stop_unrecorded(self, base: Path) -> None:
+        """Runs an earlier incarnation started but died before recording (a wrapper, no ``run.json``, no
+        ``exit.json``): the scheduler heard at most bind.accepted of them and this boot cannot hold them, so
+        they are given up (``abandoned``, which a wrapper not yet past its start reads and stops at) and a
+        wrapper already running is killed with its group (procwrap's ``wrapper.json`` names it)."""
+        for spec in base.glob("*/*/spec.json") if base.is_dir() else []:
+            d = spec.parent
+            if (d / "run.json").exists() or (d / "exit.json").exists() or (d / "abandoned").exists():
+                continue
+            (d / "abandoned").touch()
+            try:
+                rec = json.loads((d / "wrapper.json").read_text())
+                pid, started = int(rec["pid"]), int(rec["startTime"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # never started, or it will read the mark first
+            if alive(pid, started):
+                log.warning("a run an earlier incarnation started but never recorded (%s): stopped", d)
+                _killpg(pid, signal.SIGKILL)
 
     def forget(self, run: TaskRun) -> None:
         d = run.state.get("dir")

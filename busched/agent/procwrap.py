@@ -90,9 +90,22 @@ def _oom_killed(cgroup: str | None) -> bool:
         return False
 
 
+def _own_start_time() -> int:
+    """This process's start time in clock ticks (/proc/self/stat, field 22): with the pid, what tells it
+    from a later process given the same pid."""
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 def main(run_dir: str) -> int:
     with open(os.path.join(run_dir, "spec.json")) as f:
         spec = json.load(f)
+    # say who we are before anything runs, then look whether a restarted agent gave this run up (it was
+    # started but not yet recorded when its agent died): of the two writes, the later one sees the other's,
+    # so either we stop here or the agent finds us and stops us (ProcessExecutor.recover) -- never an orphan
+    _write_json(os.path.join(run_dir, "wrapper.json"), {"pid": os.getpid(), "startTime": _own_start_time()})
+    if os.path.exists(os.path.join(run_dir, "abandoned")):
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, not SIG_IGN: the command gets the default back
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -145,3 +145,57 @@ async def test_a_run_that_died_unrecorded_is_recovered_as_lost(tmp_path: Path) -
     [again] = await ProcessExecutor(tmp_path / "state", cgroup=None).recover(["n1"])
     assert await ProcessExecutor(tmp_path / "state", cgroup=None).wait(again) == \
         Exit(137, "Lost: the task's process ended unrecorded")
+
+
+
+def _unrecorded(ex: ProcessExecutor, run: TaskRun) -> Path:
+    """What an agent killed between writing a run's spec.json and its run.json leaves: the directory with
+    spec.json and no run.json."""
+    import json
+
+    d = ex.run_dir(run.node, run.key, run.attempt)
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text(json.dumps({"argv": [*run.spec.command], "env": {"PATH": os.environ["PATH"]},
+                                             "cwd": str(d), "memory": None, "cgroup": None, "logMax": 1 << 20,
+                                             "logKeep": 1}))
+    return d
+
+
+def _wrap(d: Path):  # noqa: ANN202
+    import subprocess
+    import sys
+
+    from busched.agent import procwrap
+
+    return subprocess.Popen([sys.executable, procwrap.__file__, str(d)], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def test_a_run_started_but_never_recorded_is_stopped_by_the_next_incarnation(ex: ProcessExecutor) -> None:
+    import json
+
+    d = _unrecorded(ex, _run("sleep 60 & sleep 60"))
+    wrapper = _wrap(d)
+    for _ in range(250):  # the wrapper says who it is, then its command runs
+        if (d / "wrapper.json").exists() and (d / "log").exists():
+            break
+        await asyncio.sleep(0.02)
+    pgid = json.loads((d / "wrapper.json").read_text())["pid"]
+    assert pgid == wrapper.pid and len(_group_alive(pgid)) >= 2  # the wrapper and its command
+    assert await ex.recover(["n1"]) == []  # nothing this boot can hold ...
+    await asyncio.to_thread(wrapper.wait, 5)
+    for _ in range(250):
+        if not _group_alive(pgid):
+            break
+        await asyncio.sleep(0.02)
+    assert _group_alive(pgid) == []  # ... and nothing left running
+    assert (d / "abandoned").exists()
+
+
+async def test_a_wrapper_not_yet_started_reads_that_its_run_was_given_up(ex: ProcessExecutor) -> None:
+    d = _unrecorded(ex, _run("echo ran > marker"))
+    assert await ex.recover(["n1"]) == []  # its wrapper had not started yet: the run is marked given up
+    assert (d / "abandoned").exists()
+    wrapper = _wrap(d)  # ... and when it does start, it stops before running anything
+    assert await asyncio.to_thread(wrapper.wait, 10) == 0
+    assert (d / "wrapper.json").exists() and not (d / "marker").exists() and not (d / "exit.json").exists()
