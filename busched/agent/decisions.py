@@ -146,7 +146,7 @@ class Decider:
         held = n.tasks.get(key)
         if (key, b.attempt) in n.done or (held is not None and held.attempt >= b.attempt):
             return _Outcome(d, [])  # a redelivery, stopped before it came, or older than what we run
-        if n.fenced(key, b.fence, b.epoch):
+        if n.fenced(key, b.fence, b.epoch, b.shard):
             log.warning("node %s: ignoring a bind of %s from an older writer (fence %d, epoch %d)", n.name, key,
                         b.fence, b.epoch)
             return _Outcome(d, [])
@@ -222,7 +222,7 @@ class Decider:
         held = n.tasks.get(key)
         if held is not None and e.attempt not in (0, held.attempt):
             return _Outcome(d, [])  # an eviction of an attempt we no longer run
-        if n.fenced(key, e.fence, e.epoch):
+        if n.fenced(key, e.fence, e.epoch, e.shard):
             return _Outcome(d, [])
         if held is None and n.done.get((key, e.attempt)) in ("Succeeded", "Failed", "evicted", "rejected"):
             return _Outcome(d, [])  # answered for good already: a late evict never rewrites a finished attempt

@@ -40,6 +40,7 @@ class AgentNode:
     done: OrderedDict[tuple[str, int], str] = field(default_factory=OrderedDict)  # answered attempts
     fences: OrderedDict[str, int] = field(default_factory=OrderedDict)  # task -> highest decision fence seen
     epoch: int = 0  # the highest scheduler epoch a decision for this node carried (leader election)
+    epochs: dict[str, int] = field(default_factory=dict)  # per shard ("" the default one): the highest epoch
 
     @property
     def name(self) -> str:
@@ -57,13 +58,17 @@ class AgentNode:
         while len(self.done) > MEMORY_LIMIT:
             self.done.popitem(last=False)
 
-    def fenced(self, task: str, fence: int, epoch: int = 0) -> bool:
+    def fenced(self, task: str, fence: int, epoch: int = 0, shard: str = "") -> bool:
         """Whether a decision is older than one already seen for this task, or comes from a scheduler epoch
-        older than one already seen (a deposed writer's): then it is ignored.  Fences are the stream
-        sequences of the binding records that decided them; epochs are the leaders' lease epochs."""
-        if epoch < self.epoch:
+        older than one already seen of its shard (a deposed writer's): then it is ignored.  Fences are the
+        stream sequences of the binding records that decided them; epochs are the leaders' lease epochs,
+        each shard's its own (two shards' leaders write at once)."""
+        newest = self.epochs.get(shard, 0)
+        if epoch < newest:
             return True
-        self.epoch = epoch
+        if epoch > newest:
+            self.epochs[shard] = epoch
+            self.epoch = max(self.epoch, epoch)
         seen = self.fences.get(task, 0)
         if fence and fence < seen:
             return True

@@ -62,6 +62,7 @@ DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
 
 
 class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
@@ -170,6 +171,7 @@ class BindingRecord(Msg, tag="binding"):
     stop: str = ""  # why an evicting attempt is stopped: evict | lease | restart | deleted | node
     writer: str = ""  # the scheduler instance that wrote the record
     epoch: Count = 0  # the writer's epoch (leader elections); a record of an older epoch is ignored
+    shard: ShardName = ""  # the writer's shard ("": the default one): epochs are compared within a shard only
 
 
 class NodeLedger(Msg, tag="ledger"):
@@ -220,6 +222,7 @@ class BindDecision(Msg, tag="bind"):
     task: TaskSpec
     fence: Count = 0  # stream sequence of the binding record that decided it: an agent ignores a lower one
     epoch: Count = 0
+    shard: ShardName = ""  # the writer's shard ("": the default one): epochs are compared within a shard only
 
 
 class EvictDecision(Msg, tag="evict"):
@@ -230,6 +233,7 @@ class EvictDecision(Msg, tag="evict"):
     reason: str = ""
     fence: Count = 0
     epoch: Count = 0
+    shard: ShardName = ""
 
 
 # -- agent results --------------------------------------------------------------------------------------------------

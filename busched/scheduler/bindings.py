@@ -313,11 +313,12 @@ class BindingTable:
                 if spec is None:
                     continue
                 msg: m.Msg = m.BindDecision(version=b.version, node=b.node, attempt=b.attempt, task=spec,
-                                            fence=b.rec_seq, epoch=self.epoch)
+                                            fence=b.rec_seq, epoch=self.epoch, shard=self.settings.shard)
             else:
                 ns, name = key.split("/", 1)
                 msg = m.EvictDecision(version=b.version, namespace=ns, name=name, node=b.node, attempt=b.attempt,
-                                      reason=b.evict_reason, fence=b.rec_seq, epoch=self.epoch)
+                                      reason=b.evict_reason, fence=b.rec_seq, epoch=self.epoch,
+                                      shard=self.settings.shard)
             out.append((key, b, kind, S.decision_subject(b.node, kind, key), msg, f"{kind}:{key}:{b.attempt}"))
         if not out:
             return
@@ -504,9 +505,10 @@ class BindingTable:
         cur = self.bindings.get(key)
         if cur is not None and seq and seq <= cur.rec_seq:
             return "stale"
-        if rec.epoch < self.fence_epoch:
-            # written by a leader deposed before it wrote this (its successor's epoch is earlier on the stream):
-            # it changes nothing, but our next record of the task is written over it
+        if rec.epoch < self.fence_epoch and (rec.shard or "default") == self.settings.lease_key:
+            # written by a leader of our shard deposed before it wrote this (its successor's epoch is earlier on
+            # the stream): it changes nothing, but our next record of the task is written over it.  Another
+            # shard's epochs are its own: its records are judged by the conditional writes alone
             if cur is not None:
                 cur.rec_seq = max(cur.rec_seq, seq)
             self.count("binding", "fenced")
@@ -711,4 +713,5 @@ class BindingTable:
                                state=b.state, reason=b.reason if b.state in ("released", "failed", "done")
                                else b.evict_reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
                                outcome=b.outcome, exit_code=b.exit_code,
-                               stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch)
+                               stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch,
+                               shard=self.settings.shard)

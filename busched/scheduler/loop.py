@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -159,7 +161,7 @@ class Scheduler:
                                  stop_attempt=self.table.stop_attempt, release=self.table.release,
                                  connected=lambda: self.bus.connected, ready=lambda: self.ready,
                                  refresh_node=self.effective.refresh_node, new_work=self._new_work,
-                                 send_evict=self._queue_record, next_version=self._next_version,
+                                 send_evict=self._send_stale_evict, next_version=self._next_version,
                                  reject=self.feed.reject, on_heartbeat=self.metrics.heartbeats.inc)
         self.live = live
         self.lifecycle = Lifecycle(specs=self.specs, seqs=self.seqs, table=self.table, effective=self.effective,
@@ -474,6 +476,12 @@ class Scheduler:
     def handle_heartbeat(self, subject: str, data: bytes) -> None:
         """A heartbeat message (busched.scheduler.agents)."""
         self.liveness.handle_heartbeat(subject, data)
+
+    def _send_stale_evict(self, subject: str, ev: m.EvictDecision, mid: str) -> None:
+        """An evict of an attempt a heartbeat holds that is no longer bound there, with our epoch and shard:
+        an agent ignores a decision of an epoch older than its shard's newest."""
+        self._queue_record(subject, msgspec.structs.replace(ev, epoch=self.table.epoch, shard=self.settings.shard),
+                           mid)
 
     def _queue_record(self, subject: str, msg: m.Msg, mid: str | None) -> None:
         """Queue a message for the stream (the latest per subject is written at the next flush)."""

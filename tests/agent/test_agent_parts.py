@@ -129,3 +129,14 @@ def test_a_bind_the_agent_cannot_read_is_rejected_naming_why_not_left_unanswered
     assert subj == S.result_subject(n.name, "t/new") and isinstance(msg, m.BindRejected)
     assert (msg.namespace, msg.name, msg.attempt, msg.boot) == ("t", "new", 2, "b1")
     assert "cannot read the bind" in msg.reason and "gpuTopology" in msg.reason
+
+
+def test_epochs_are_compared_within_a_shard_only():
+    """Two shards' leaders write at once, each with its own lease's epoch: a decision of shard a's epoch 1 is
+    not a deposed writer's because shard b's leader is at epoch 3; within one shard, an older epoch is."""
+    n = _node()
+    assert not n.fenced("t/x", 0, 3, "b")
+    assert not n.fenced("t/y", 0, 1, "a")  # another shard's epoch: not fenced
+    assert not n.fenced("t/z", 0, 1)  # the default shard's likewise
+    assert n.fenced("t/w", 0, 2, "b")  # shard b's own older epoch is
+    assert not n.fenced("t/w", 0, 3, "b")

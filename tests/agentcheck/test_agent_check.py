@@ -48,7 +48,7 @@ async def test_busched_agent_passes_every_rule(harness):
 # -- deliberately broken agents: each breaks one rule of the protocol --------------------------------------------------
 def _ignores_fences(a: Agent) -> None:
     for n in a.nodes.values():
-        n.fenced = lambda task, fence, epoch=0: False  # type: ignore[method-assign]
+        n.fenced = lambda *_: False  # type: ignore[method-assign]
 
 
 def _silent_on_unknown_evicts(a: Agent) -> None:
