@@ -556,8 +556,14 @@ class Scheduler:
         self._outbox.clear()
         out: list[tuple[Any, ...]] = []
         keys: list[str] = []
+        epoch, shard = self.table.epoch, self.settings.shard
         for subj, (msg, mid) in items:
             if type(msg) is m.BindingRecord:
+                if msg.epoch != epoch or msg.shard != shard:
+                    # written with the epoch we hold now: a record queued while we were a standby (an agent's
+                    # result heard then) carried epoch 0, and after our own epoch on the stream every reader,
+                    # we too, took it for a deposed leader's and ignored it (the task ran again)
+                    msg = msgspec.structs.replace(msg, epoch=epoch, shard=shard)
                 key = f"{msg.namespace}/{msg.name}"
                 b = self.table.bindings.get(key)
                 out.append((subj, msg, mid, b.rec_seq if b is not None else 0))

@@ -129,3 +129,28 @@ async def test_a_leader_that_cannot_renew_or_whose_lease_lapsed_is_deposed() -> 
     await asyncio.wait_for(task, 5)
     await e.release()
     assert not lease.released  # a deposed leader does not release what may be another's
+
+
+async def test_a_record_queued_while_standing_by_is_written_with_the_epoch_won(harness) -> None:  # noqa: ANN001
+    """What a standby queues (a record of an agent's result it heard) goes out only once it leads, and then
+    with the epoch it holds: written with epoch 0 after its own epoch, every reader, itself included, took it
+    for a deposed leader's record, and the task ran again (bench failover, 5,000 tasks)."""
+    s1 = await harness.scheduler(lease=1.0)
+    await wait_for(lambda: s1.election.role == "leader", 5, "s1 leading")
+    s2 = await harness.scheduler(lease=1.0)
+    assert s2.election.role == "standby"
+    b = Binding(attempt=1, node="n1", state="done", outcome="Succeeded")
+    s2.table.bindings["ns/q"] = b
+    s2.table.write_binding("ns/q", b)  # queued: a standby writes nothing
+    queued = s2._outbox[S.binding_subject("ns/q")][0]
+    assert isinstance(queued, m.BindingRecord) and queued.epoch == 0
+    seen: list[m.BindingRecord] = []
+    bus = await harness.bus()
+    await bus.subscribe(S.binding_subject("ns/q"), lambda _s, data: seen.append(m.decode(data)))
+    await bus.flush()
+    await s1.stop()
+    await wait_for(lambda: s2.election.role == "leader", 3, "s2 leading")
+    await s2.run_once(force=True)
+    await wait_for(lambda: seen, 5, "the queued record written")
+    assert seen[-1].epoch == s2.election.epoch > 0 and seen[-1].writer == s2.boot
+    assert s2.handle_state(S.binding_subject("ns/q"), m.encode(seen[-1]), 10**9) != "fenced"
