@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, help="number of jobs (waves for replay)")
     p.add_argument("--tasks", type=int, help="number of tasks (per job for gang; in all for mixed, trace, replay)")
     p.add_argument("--cycles", type=int, help="number of cycles to time (idle)")
-    p.add_argument("--agents", type=int, help="simulated agents (e2e)")
+    p.add_argument("--agents", type=int, help="agent processes (e2e, failover)")
     p.add_argument("--shards", type=int, help="e2e: 0 one unsharded scheduler; N>0 N sharded schedulers (`busched run "
                                               "--shard`), each owning the nodes of N-th of the agents (hard mode)")
     p.add_argument("--seed", type=int, help="seed for tie-breaks (default 0)")
