@@ -22,7 +22,9 @@ bench waits (bounded) until every task has Succeeded in the surviving scheduler'
 * ``double_runs``: tasks two nodes held at one moment, from the agents' heartbeats (`busched.bench.watch`);
 * ``overcommitted_nodes``: nodes whose heartbeat said more held (requests) or used than allocatable;
 * ``reruns``: tasks the agents held under two attempts one after the other (no node is lost here, so
-  each is a task that ran twice, though never at once).
+  each is a task that ran twice, though never at once);
+* ``stalled``: "" when the run went through; else why it stopped (no new bind decision for a minute,
+  no leader to kill, no bind by a new leader): the figures are then those of where it stopped.
 
 Every wait is bounded and every process (servers, schedulers, agents) is ended at the end, on error
 too; an error names the log files (kept when the bench fails).
@@ -197,24 +199,12 @@ async def _run(tasks: int, nodes: int, agents: int, seed: int, root: Path, settl
         if apply.returncode != 0:
             raise RuntimeError(f"busched apply failed ({apply.returncode}): {out.decode(errors='replace')[-2000:]}")
 
-        # the leader (whichever leads then) SIGKILLed once half the tasks are bound
-        await _until(lambda: len(watch.bound & keys) >= tasks / 2, 300, "half the tasks bound", procs)
-        leader, old_epoch = await _until(lambda: _leader(http, ports), 30, "a leader to kill", procs)
-        epochs_before = sorted(watch.first_bind_of_epoch)
-        bound_at_kill = len(watch.bound & keys)
-        t_kill = time.monotonic()
-        procs.kill(f"sched{leader}")
-        await _until(lambda: any(e > old_epoch for e in watch.first_bind_of_epoch), 60,
-                     "a bind of the new leader", procs)
-        new_epoch = min(e for e in watch.first_bind_of_epoch if e > old_epoch)
-        failover = watch.first_bind_of_epoch[new_epoch] - t_kill
-
-        # then the NATS server leading the state stream, once three quarters are bound
-        await _until(lambda: len(watch.bound & keys) >= tasks * 3 / 4, 300, "three quarters bound", procs)
-        info = await bus.js.stream_info(S.STATE_STREAM)
-        victim = nats.index_of(info.cluster.leader) if info.cluster and info.cluster.leader else 0
-        bound_at_server_kill = len(watch.bound & keys)
-        nats.kill(victim)
+        figures: dict[str, Any] = {"failover_s": None, "stalled": ""}
+        try:
+            await _faults(watch, keys, procs, http, ports, nats, bus, S.STATE_STREAM, figures)
+        except StalledError as e:  # the run stopped moving: what it got to is reported, with why
+            figures["stalled"] = str(e)
+            settle = min(settle, 20.0)
 
         # settle: until every task has Succeeded in the surviving scheduler's view (bounded)
         view: dict[str, dict[str, Any]] = {}
@@ -238,17 +228,69 @@ async def _run(tasks: int, nodes: int, agents: int, seed: int, root: Path, settl
         return {"placed": placed, "lost": len(keys) - placed - pending, "pending": pending,
                 "succeeded": sum(s == "Succeeded" for s in status.values()),
                 "double_runs": len(watch.double_runs), "overcommitted_nodes": len(watch.overcommitted),
-                "failover_s": round(failover, 3), "old_epoch": old_epoch, "new_epoch": new_epoch,
-                "killed_scheduler": f"sched{leader}", "leader_changes_before_kill": len(epochs_before) - 1,
-                "bound_at_leader_kill": bound_at_kill, "bound_at_server_kill": bound_at_server_kill,
-                "killed_server": victim, "reruns": sum(len(v) > 1 for v in watch.placements.values()),
-                "seconds": round(elapsed, 1), "heartbeats": watch.heartbeats}
+                **figures, "reruns": sum(len(v) > 1 for v in watch.placements.values()),
+                "epochs_with_binds": len(watch.first_bind_of_epoch), "seconds": round(elapsed, 1),
+                "heartbeats": watch.heartbeats}
     finally:
-        await http.close()
-        procs.close()
-        if bus is not None:
-            await bus.close()
-        nats.stop()
+        try:
+            await http.close()
+            procs.close()
+            if bus is not None:
+                await bus.close()
+        finally:
+            nats.stop()
+
+
+class StalledError(RuntimeError):
+    """The cluster stopped making progress (no new bind for `IDLE` seconds, or no leader)."""
+
+
+IDLE = 60.0  # seconds without a new bind decision after which a run is reported stalled
+
+
+async def _bound(watch: Watch, keys: set[str], target: float, what: str, procs: _Procs) -> int:
+    """Until bind decisions for ``target`` of ``keys`` are seen; `StalledError` after `IDLE` s without a new one."""
+    last = [len(watch.bound & keys), time.monotonic()]
+
+    def cond() -> bool:
+        n = len(watch.bound & keys)
+        if n != last[0]:
+            last[:] = [n, time.monotonic()]
+        elif time.monotonic() - last[1] > IDLE:
+            raise StalledError(f"no new bind for {IDLE:g}s at {n} of {len(keys)} bound, waiting for {what} "
+                          f"(logs in {procs.dir})")
+        return n >= target
+
+    await _until(cond, 3600, what, procs)
+    return len(watch.bound & keys)
+
+
+async def _faults(watch: Watch, keys: set[str], procs: _Procs, http: aiohttp.ClientSession, ports: list[int],
+                  nats: Any, bus: Any, state_stream: str, figures: dict[str, Any]) -> None:
+    """The leader (whichever leads then) SIGKILLed once half the tasks are bound; the NATS server leading the
+    state stream SIGKILLed once three quarters are.  Figures go into ``figures`` as they are measured."""
+    figures["bound_at_leader_kill"] = await _bound(watch, keys, len(keys) / 2, "half the tasks bound", procs)
+    try:
+        leader, old_epoch = await _until(lambda: _leader(http, ports), 30, "a leader to kill", procs)
+    except RuntimeError as e:
+        raise StalledError(str(e)) from None
+    figures.update(old_epoch=old_epoch, killed_scheduler=f"sched{leader}",
+                   leader_changes_before_kill=len(watch.first_bind_of_epoch) - 1)
+    t_kill = time.monotonic()
+    procs.kill(f"sched{leader}")
+    try:
+        await _until(lambda: any(e > old_epoch for e in watch.first_bind_of_epoch), IDLE,
+                     "a bind of the new leader", procs)
+    except RuntimeError as e:
+        raise StalledError(str(e)) from None
+    new_epoch = min(e for e in watch.first_bind_of_epoch if e > old_epoch)
+    figures.update(new_epoch=new_epoch, failover_s=round(watch.first_bind_of_epoch[new_epoch] - t_kill, 3))
+
+    figures["bound_at_server_kill"] = await _bound(watch, keys, len(keys) * 3 / 4, "three quarters bound", procs)
+    info = await bus.js.stream_info(state_stream)
+    victim = nats.index_of(info.cluster.leader) if info.cluster and info.cluster.leader else 0
+    nats.kill(victim)
+    figures["killed_server"] = victim
 
 
 async def _leader(http: aiohttp.ClientSession, ports: list[int]) -> tuple[int, int] | None:
