@@ -1,12 +1,12 @@
 """failover: does work survive the leader's SIGKILL and then a NATS server's, and how long is the gap?
 
 A NATS cluster of three nats-servers (loopback, every stream three replicas), two schedulers
-(`busched run --lease 2 --replicas 3`, processes of their own: the first leads, the second is a warm
-standby) and ``agents`` agent processes serving ``nodes`` simulated nodes between them (16 cpu / 64Gi
-/ 110 pods each).  ``tasks`` single-task jobs (1 cpu / 1Gi, running 2, 2.5 or 3 s by their
-``busched.io/duration`` annotation) are applied at once by `busched apply`; the fleet holds fewer at
-a time (160 at the defaults: 5,000 tasks, 10 nodes, 2 agents), so they are placed as others finish,
-for a minute and a half.
+(`busched run --lease 2 --replicas 3`, the bench's ``--lease`` changes the 2 s; processes of their
+own: the first leads, the second is a warm standby) and ``agents`` agent processes serving ``nodes``
+simulated nodes between them (16 cpu / 64Gi / 110 pods each).  ``tasks`` single-task jobs (1 cpu /
+1Gi, running 2, 2.5 or 3 s by their ``busched.io/duration`` annotation) are applied at once by
+`busched apply`; the fleet holds fewer at a time (160 at the defaults: 5,000 tasks, 10 nodes, 2
+agents), so they are placed as others finish, for a minute and a half or more.
 
 Once bind decisions for half the tasks have been published, the leader (whichever scheduler's
 ``/readyz`` says it leads then) is SIGKILLed; once three quarters are bound, the server leading the
@@ -33,7 +33,6 @@ too; an error names the log files (kept when the bench fails).
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
 import signal
@@ -53,13 +52,12 @@ from busched.bench import NotAvailable
 from busched.bench import cluster as cl
 from busched.bench.watch import Watch, fetch_tasks
 
-DEFAULTS = {"tasks": 5000, "nodes": 10, "agents": 2, "seed": 0}
+DEFAULTS = {"tasks": 5000, "nodes": 10, "agents": 2, "seed": 0, "lease": 2.0}
 NODE: dict[str, str] = {"cpu": "16", "memory": "64Gi", "pods": "110"}
 TASK = {"cpu": "1", "memory": "1Gi"}
 DURATIONS = (2.0, 2.5, 3.0)  # seconds each task runs on its simulated node, in turn
-LEASE = 2.0  # the leader's lease (`busched run --lease`)
 SCHEDULER = ["--period", "0.2", "--heartbeat-timeout", "3", "--bind-lease", "5", "--backoff", "0.2",
-             "--lease", str(LEASE), "--replicas", "3", "--log-level", "info"]
+             "--replicas", "3", "--log-level", "info"]  # and --lease (the bench's ``lease``, 2 s by default)
 HEARTBEAT = 0.5  # the agents' heartbeat interval
 DURATION = "busched.io/duration"
 CLI = [sys.executable, "-m", "busched.cli.main"]
@@ -98,8 +96,7 @@ class _Procs:
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.dir / f"{name}.log", "ab") as log:
-            p = subprocess.Popen(CLI + args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            p = subprocess.Popen(CLI + args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         self.procs[name] = p
         return p
 
@@ -152,7 +149,8 @@ async def _role(http: aiohttp.ClientSession, port: int) -> str:
         return ""
 
 
-async def _run(tasks: int, nodes: int, agents: int, seed: int, root: Path, settle: float) -> dict[str, Any]:
+async def _run(tasks: int, nodes: int, agents: int, seed: int, lease: float, root: Path,
+               settle: float) -> dict[str, Any]:
     from busched.bus import Bus, StreamSettings
     from busched.bus import subjects as S
     from busched.bus.server import free_port
@@ -172,7 +170,8 @@ async def _run(tasks: int, nodes: int, agents: int, seed: int, root: Path, settl
         ports = [free_port(), free_port()]
 
         def scheduler(i: int) -> None:
-            procs.start(f"sched{i}", ["run", "--nats", nats.url, "--http", f"127.0.0.1:{ports[i]}", *SCHEDULER])
+            procs.start(f"sched{i}", ["run", "--nats", nats.url, "--http", f"127.0.0.1:{ports[i]}", "--lease",
+                                      str(lease), *SCHEDULER])
 
         scheduler(0)  # the first leads; the second starts once it does, a standby
         await _until(lambda: _is(http, ports[0], "leader"), 60, "sched0 leading", procs)
@@ -311,16 +310,17 @@ async def _is(http: aiohttp.ClientSession, port: int, role: str) -> bool:
     return await _role(http, port) == role
 
 
-def run(tasks: int, nodes: int, agents: int = 2, seed: int = 0, settle: float = 180.0,
+def run(tasks: int, nodes: int, agents: int = 2, seed: int = 0, lease: float = 2.0, settle: float = 180.0,
         **_kw: Any) -> dict[str, Any]:
     _requirements()
     root = Path(tempfile.mkdtemp(prefix="busched-failover-"))
     try:
-        res = asyncio.run(_run(tasks, nodes, agents, seed, root, settle))
+        res = asyncio.run(_run(tasks, nodes, agents, seed, lease, root, settle))
     except BaseException:
         print(f"failover: logs kept in {root}", file=sys.stderr)
         raise
-    shutil.rmtree(root, ignore_errors=True)
+    if not res["stalled"]:  # a stalled run's logs stay for a look (its reason names the directory)
+        shutil.rmtree(root, ignore_errors=True)
     return {"workload": "failover", "tasks": tasks, "nodes": nodes, "agents": agents, "servers": 3,
-            "schedulers": 2, **res}
+            "schedulers": 2, "lease": lease, **res}
 
