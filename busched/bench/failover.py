@@ -18,7 +18,8 @@ bench waits (bounded) until every task has Succeeded in the surviving scheduler'
 * ``placed``: tasks Running, Bound or Succeeded in the scheduler's view at the end (``succeeded`` of
   them finished);
 * ``lost``: tasks applied that the scheduler no longer knows, or that ended neither placed nor
-  Pending (``pending``: still waiting when the settle bound ran out, placeable as the fleet has room);
+  Pending (``pending``: still waiting when the settle bound ran out, placeable as the fleet has room;
+  ``binding`` of them decided but not yet answered by their node);
 * ``double_runs``: tasks two nodes held at one moment, from the agents' heartbeats (`busched.bench.watch`);
 * ``overcommitted_nodes``: nodes whose heartbeat said more held (requests) or used than allocatable;
 * ``reruns``: tasks the agents held under two attempts one after the other (no node is lost here, so
@@ -225,6 +226,7 @@ async def _run(tasks: int, nodes: int, agents: int, seed: int, lease: float, roo
         placed = sum(s in ("Running", "Bound", "Succeeded") for s in status.values())
         pending = sum(s in ("Pending", "Binding") for s in status.values())
         return {"placed": placed, "lost": len(keys) - placed - pending, "pending": pending,
+                "binding": sum(s == "Binding" for s in status.values()),
                 "succeeded": sum(s == "Succeeded" for s in status.values()),
                 "double_runs": len(watch.double_runs), "overcommitted_nodes": len(watch.overcommitted),
                 **figures, "reruns": sum(len(v) > 1 for v in watch.placements.values()),
