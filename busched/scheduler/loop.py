@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -550,6 +552,11 @@ class Scheduler:
         keys: list[str] = []
         for subj, (msg, mid) in items:
             if type(msg) is m.BindingRecord:
+                if msg.epoch != self.table.epoch:
+                    # queued before we were elected (a standby applying its agents' results queues their records
+                    # with epoch 0): written as ours now, else every reader, ourselves included, ignores it as a
+                    # deposed leader's and the task it finished is placed again
+                    msg = msgspec.structs.replace(msg, epoch=self.table.epoch)
                 key = f"{msg.namespace}/{msg.name}"
                 b = self.table.bindings.get(key)
                 out.append((subj, msg, mid, b.rec_seq if b is not None else 0))

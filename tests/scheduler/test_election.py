@@ -129,3 +129,23 @@ async def test_a_leader_that_cannot_renew_or_whose_lease_lapsed_is_deposed() -> 
     await asyncio.wait_for(task, 5)
     await e.release()
     assert not lease.released  # a deposed leader does not release what may be another's
+
+
+async def test_a_record_queued_while_standby_is_written_with_the_epoch_it_then_leads_with(harness) -> None:  # noqa: ANN001
+    """A standby applying its agents' results queues their binding records before it has an epoch; once elected it
+    writes them as its own (else every reader, itself included, ignores them as a deposed leader's, and the task
+    they finished is placed again: `busched bench failover` saw tasks run twice)."""
+    s1 = await harness.scheduler(lease=1.0)
+    await wait_for(lambda: s1.election.role == "leader", 5, "s1 leading")
+    s2 = await harness.scheduler(lease=1.0)
+    assert s2.election.role == "standby" and s2.table.epoch == 0
+    s2.table.write_binding("p/t", Binding(attempt=1, node="n1", state="done", outcome="Succeeded"))
+    await s1.stop()
+    await wait_for(lambda: s2.election.role == "leader", 3, "s2 leading after s1 released the lease")
+    bus = await harness.bus()
+
+    async def written() -> m.BindingRecord | None:
+        last = await bus.last_state(S.binding_subject("p/t"))
+        return m.decode(last[1]) if last is not None else None
+    rec = await wait_for(written, 5, "the queued record on the stream")
+    assert rec.epoch == s2.election.epoch > 0 and rec.writer == s2.boot
