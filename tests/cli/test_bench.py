@@ -45,6 +45,7 @@ def failover_held(r: dict) -> None:
     assert r["stalled"] == "", r
     assert r["lost"] == 0 and r["placed"] == 200 and r["pending"] == 0, r
     assert r["double_runs"] == 0 and r["overcommitted_nodes"] == 0, r
+    assert r["reruns"] == 0, r  # no task ran twice, even one after the other (a standby's queued records: epoch 0)
     assert isinstance(r["failover_s"], float) and r["failover_s"] > 0, r
     assert r["new_epoch"] > r["old_epoch"], r
     assert 0 < r["bound_at_leader_kill"] < 200 and r["bound_at_leader_kill"] <= r["bound_at_server_kill"], r
