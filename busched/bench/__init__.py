@@ -14,7 +14,8 @@ from types import ModuleType
 
 __all__ = ["WORKLOADS", "workload", "NotAvailable"]
 
-WORKLOADS: tuple[str, ...] = ("throughput", "gang", "mixed", "preempt", "idle", "restart", "e2e", "trace", "replay")
+WORKLOADS: tuple[str, ...] = ("throughput", "gang", "mixed", "preempt", "idle", "restart", "e2e", "trace", "replay",
+                             "failover")
 
 
 class NotAvailable(RuntimeError):  # noqa: N818 - public (busched.bench, the bench CLI): renaming breaks callers

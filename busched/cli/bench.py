@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["register"]
 
-SCALE_OPTIONS = ("nodes", "jobs", "tasks", "cycles", "agents", "seed", "shards")
+SCALE_OPTIONS = ("nodes", "jobs", "tasks", "cycles", "agents", "seed", "shards", "lease")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,9 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, help="number of jobs (waves for replay)")
     p.add_argument("--tasks", type=int, help="number of tasks (per job for gang; in all for mixed, trace, replay)")
     p.add_argument("--cycles", type=int, help="number of cycles to time (idle)")
-    p.add_argument("--agents", type=int, help="simulated agents (e2e)")
+    p.add_argument("--agents", type=int, help="agent processes (e2e, failover)")
     p.add_argument("--shards", type=int, help="e2e: 0 one unsharded scheduler; N>0 N sharded schedulers (`busched run "
                                               "--shard`), each owning the nodes of N-th of the agents (hard mode)")
+    p.add_argument("--lease", type=float, metavar="SECONDS",
+                   help="failover: the schedulers' `busched run --lease` (default 2)")
     p.add_argument("--seed", type=int, help="seed for tie-breaks (default 0)")
     p.add_argument("--config", metavar="FILE",
                    help="scheduler configuration to use instead of the default (e.g. nodeSearch: "
