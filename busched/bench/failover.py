@@ -49,8 +49,8 @@ import msgspec
 
 from busched.api import objects as o
 from busched.api.resource import Resource
-from busched.bench import NotAvailable
 from busched.bench import cluster as cl
+from busched.bench.e2e import _requirements  # the same parts: scheduler, agents, a nats-server
 from busched.bench.watch import Watch, fetch_tasks
 
 DEFAULTS = {"tasks": 5000, "nodes": 10, "agents": 2, "seed": 0, "lease": 2.0}
@@ -62,19 +62,6 @@ SCHEDULER = ["--period", "0.2", "--heartbeat-timeout", "3", "--bind-lease", "5",
 HEARTBEAT = 0.5  # the agents' heartbeat interval
 DURATION = "busched.io/duration"
 CLI = [sys.executable, "-m", "busched.cli.main"]
-
-
-def _requirements() -> None:
-    try:
-        from busched.agent import Agent  # noqa: F401
-        from busched.bus.server import find_nats_server
-        from busched.scheduler import Scheduler  # noqa: F401
-    except ImportError as e:
-        raise NotAvailable(f"needs busched.bus, busched.agent and busched.scheduler ({e})") from None
-    try:
-        find_nats_server()
-    except Exception as e:  # noqa: BLE001
-        raise NotAvailable(f"no nats-server binary: {e}") from None
 
 
 def workload(tasks: int, seed: int = 0) -> o.ClusterSpec:
