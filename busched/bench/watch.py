@@ -103,15 +103,6 @@ class Watch:
 
 
 async def fetch_tasks(bus: Any, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
-    """The scheduler's tasks (``busched get tasks``' request, a page at a time), by ``ns/name``."""
-    items: list[dict[str, Any]] = []
-    offset: int | None = 0
-    while offset is not None:
-        reply = m.decode(await bus.request(S.API_GET, m.GetRequest(kind="tasks", offset=offset), timeout=timeout))
-        if not isinstance(reply, m.GetReply):
-            raise RuntimeError(f"unexpected reply {type(reply).__name__}")
-        if reply.error:
-            raise RuntimeError(reply.error)
-        items.extend(reply.items)
-        offset = reply.next
+    """The scheduler's tasks (``busched get tasks``' request, `Bus.get_view`), by ``ns/name``."""
+    items = await bus.get_view("tasks", timeout=timeout)
     return {f"{t['namespace']}/{t['name']}": t for t in items}

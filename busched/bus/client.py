@@ -30,7 +30,7 @@ from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions, check_server_version
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import DecisionFeed, Delivery, StateBatchHandler, StateHandler, StateWatch
-from busched.bus.messages import GetReply, Msg, encode
+from busched.bus.messages import GetReply, GetRequest, Msg, decode, encode
 from busched.bus.publish import Ack, Publisher
 from busched.bus.streams import StreamSettings, allow_atomic, ensure_streams, stream_last_seq
 
@@ -347,6 +347,22 @@ class Bus:
         sub = await self.nc.subscribe(subject, cb=cb)
         self._subs.append(sub)
         return sub
+
+    async def get_view(self, kind: str, *, spec: bool = False, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Every row of ``kind`` the running scheduler shows (`busched get`), a page at a time; ``spec``: each
+        with its object's spec (``GetRequest.spec``).  A scheduler's error is raised as RuntimeError."""
+        items: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            reply = decode(await self.request(S.API_GET, GetRequest(kind=kind, offset=offset, spec=spec),
+                                              timeout=timeout))
+            if not isinstance(reply, GetReply):
+                raise RuntimeError(f"unexpected reply {type(reply).__name__}")
+            if reply.error:
+                raise RuntimeError(reply.error)
+            items.extend(reply.items)
+            offset = reply.next
+        return items
 
     async def request(self, subject: str, msg: Msg | bytes, timeout: float = 5.0) -> bytes:
         try:

@@ -47,22 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def fetch(bus: Any, kind: str, timeout: float = 5.0, *, spec: bool = False) -> list[dict[str, Any]]:
-    """Every row of ``kind``, a page at a time; ``spec``: each with its object's spec (``GetRequest.spec``)."""
-    from busched.bus import messages as m
-    from busched.bus import subjects as S
-
-    items: list[dict[str, Any]] = []
-    offset: int | None = 0
-    while offset is not None:
-        reply = m.decode(await bus.request(S.API_GET, m.GetRequest(kind=kind, offset=offset, spec=spec),
-                                           timeout=timeout))
-        if not isinstance(reply, m.GetReply):
-            raise RuntimeError(f"unexpected reply {type(reply).__name__}")
-        if reply.error:
-            raise RuntimeError(reply.error)
-        items.extend(reply.items)
-        offset = reply.next
-    return items
+    """Every row of ``kind``, a page at a time; ``spec``: each with its object's spec (`Bus.get_view`)."""
+    rows: list[dict[str, Any]] = await bus.get_view(kind, spec=spec, timeout=timeout)
+    return rows
 
 
 async def lookup(bus: Any, op: str, kind: str, name: str, timeout: float = 5.0, *,
