@@ -161,7 +161,7 @@ class Scheduler:
                                  stop_attempt=self.table.stop_attempt, release=self.table.release,
                                  connected=lambda: self.bus.connected, ready=lambda: self.ready,
                                  refresh_node=self.effective.refresh_node, new_work=self._new_work,
-                                 send_evict=self._send_stale_evict, next_version=self._next_version,
+                                 send_evict=self._queue_record, next_version=self._next_version,
                                  reject=self.feed.reject, on_heartbeat=self.metrics.heartbeats.inc)
         self.live = live
         self.lifecycle = Lifecycle(specs=self.specs, seqs=self.seqs, table=self.table, effective=self.effective,
@@ -477,12 +477,6 @@ class Scheduler:
         """A heartbeat message (busched.scheduler.agents)."""
         self.liveness.handle_heartbeat(subject, data)
 
-    def _send_stale_evict(self, subject: str, ev: m.EvictDecision, mid: str) -> None:
-        """An evict of an attempt a heartbeat holds that is no longer bound there, with our epoch and shard:
-        an agent ignores a decision of an epoch older than its shard's newest."""
-        self._queue_record(subject, msgspec.structs.replace(ev, epoch=self.table.epoch, shard=self.settings.shard),
-                           mid)
-
     def _queue_record(self, subject: str, msg: m.Msg, mid: str | None) -> None:
         """Queue a message for the stream (the latest per subject is written at the next flush)."""
         self._outbox[subject] = (msg, mid)
@@ -569,6 +563,8 @@ class Scheduler:
                 out.append((subj, msg, mid, b.rec_seq if b is not None else 0))
                 keys.append(key)
             else:
+                if type(msg) is m.EvictDecision and (msg.epoch != epoch or msg.shard != shard):
+                    msg = msgspec.structs.replace(msg, epoch=epoch, shard=shard)  # a stale evict: as above
                 out.append((subj, msg, mid))
                 keys.append("")
         acks = await self.bus.publish_all(out)

@@ -144,13 +144,20 @@ async def test_a_record_queued_while_standing_by_is_written_with_the_epoch_won(h
     s2.table.write_binding("ns/q", b)  # queued: a standby writes nothing
     queued = s2._outbox[S.binding_subject("ns/q")][0]
     assert isinstance(queued, m.BindingRecord) and queued.epoch == 0
+    # and a stale evict its liveness queued from a heartbeat it heard meanwhile
+    evict_subject = S.decision_subject("n1", "evict", "ns/old")
+    s2.liveness.send_evict(evict_subject, m.EvictDecision(namespace="ns", name="old", node="n1", attempt=1), "e")
     seen: list[m.BindingRecord] = []
+    evicts: list[m.EvictDecision] = []
     bus = await harness.bus()
     await bus.subscribe(S.binding_subject("ns/q"), lambda _s, data: seen.append(m.decode(data)))
+    await bus.subscribe(evict_subject, lambda _s, data: evicts.append(m.decode(data)))
     await bus.flush()
     await s1.stop()
     await wait_for(lambda: s2.election.role == "leader", 3, "s2 leading")
     await s2.run_once(force=True)
     await wait_for(lambda: seen, 5, "the queued record written")
     assert seen[-1].epoch == s2.election.epoch > 0 and seen[-1].writer == s2.boot
+    await wait_for(lambda: evicts, 5, "the queued evict sent")
+    assert evicts[-1].epoch == s2.election.epoch  # at epoch 0 an agent that saw a newer one ignores it
     assert s2.handle_state(S.binding_subject("ns/q"), m.encode(seen[-1]), 10**9) != "fenced"
