@@ -39,7 +39,6 @@ class AgentNode:
     hb_seq: int = 0
     done: OrderedDict[tuple[str, int], str] = field(default_factory=OrderedDict)  # answered attempts
     fences: OrderedDict[str, int] = field(default_factory=OrderedDict)  # task -> highest decision fence seen
-    epoch: int = 0  # the highest scheduler epoch a decision for this node carried (leader election)
     epochs: dict[str, int] = field(default_factory=dict)  # per shard ("" the default one): the highest epoch
 
     @property
@@ -68,7 +67,6 @@ class AgentNode:
             return True
         if epoch > newest:
             self.epochs[shard] = epoch
-            self.epoch = max(self.epoch, epoch)
         seen = self.fences.get(task, 0)
         if fence and fence < seen:
             return True

@@ -54,7 +54,7 @@ def _requirements() -> None:
         raise NotAvailable(f"no nats-server binary: {e}") from None
 
 
-def _fleet(nodes: int, agents: int) -> list[tuple[str, int]]:
+def _fleet(nodes: int, agents: int, prefix: str = "e2e") -> list[tuple[str, int]]:
     """(prefix, node count) of each agent process."""
     per = -(-nodes // max(1, agents))
     out = []
@@ -62,7 +62,7 @@ def _fleet(nodes: int, agents: int) -> list[tuple[str, int]]:
         n = min(per, nodes - i * per)
         if n <= 0:
             break
-        out.append((f"e2e{i}", n))
+        out.append((f"{prefix}{i}", n))
     return out
 
 

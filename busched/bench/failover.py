@@ -50,7 +50,7 @@ import msgspec
 from busched.api import objects as o
 from busched.api.resource import Resource
 from busched.bench import cluster as cl
-from busched.bench.e2e import _requirements  # the same parts: scheduler, agents, a nats-server
+from busched.bench.e2e import _fleet, _requirements  # the same parts: scheduler, agents, a nats-server
 from busched.bench.watch import Watch, fetch_tasks
 
 DEFAULTS = {"tasks": 5000, "nodes": 10, "agents": 2, "seed": 0, "lease": 2.0}
@@ -165,14 +165,10 @@ async def _run(tasks: int, nodes: int, agents: int, seed: int, lease: float, roo
         await _until(lambda: _is(http, ports[0], "leader"), 60, "sched0 leading", procs)
         scheduler(1)
         await _until(lambda: _is(http, ports[1], "standby"), 60, "sched1 a ready standby", procs)
-        per = -(-nodes // max(1, agents))
-        for i in range(max(1, agents)):
-            n = min(per, nodes - i * per)
-            if n <= 0:
-                break
+        for i, (prefix, n) in enumerate(_fleet(nodes, agents, prefix="fo")):
             procs.start(f"agent{i}", ["agent", "--nats", nats.url, "--replicas", "3", "--nodes", str(n),
                                       "--cpu", NODE["cpu"], "--memory", NODE["memory"], "--pods", NODE["pods"],
-                                      "--prefix", f"fo{i}", "--heartbeat", str(HEARTBEAT), "--log-level", "info"])
+                                      "--prefix", prefix, "--heartbeat", str(HEARTBEAT), "--log-level", "info"])
         await _until(lambda: len(watch.nodes) >= nodes, 60, f"heartbeats of {nodes} nodes", procs)
 
         spec = workload(tasks, seed)

@@ -95,12 +95,6 @@ class Watch:
             for task in hb.holding.keys() & v.holding.keys():
                 self.double_runs.add(task)
 
-    def held(self) -> dict[str, str]:
-        """task -> node, from the fresh heartbeats."""
-        now = time.monotonic()
-        return {task: node for node, v in self.nodes.items() if now - v.at <= self.fresh_window(v.interval)
-                for task in v.holding}
-
 
 async def fetch_tasks(bus: Any, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
     """The scheduler's tasks (``busched get tasks``' request, `Bus.get_view`), by ``ns/name``."""

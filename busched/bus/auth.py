@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from busched.bus import subjects as S
+from busched.bus.lease import BUCKET as LEASE_BUCKET
 
 __all__ = ["ROLES", "OBJECT_KINDS", "JS_API", "scheduler_permissions", "cli_permissions", "agent_permissions",
            "agent_inbox_prefix", "Credential", "new_credential", "render_authorization", "AuthDir", "AuthError",
@@ -59,7 +60,7 @@ def scheduler_permissions() -> dict[str, Any]:
     return {
         # $KV.busched_leases.>: its shard's lease (busched.bus.lease)
         "publish": {"allow": ["busched.>", f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", f"{SCHEDULER_INBOX_PREFIX}.>",
-                              "$KV.busched_leases.>"]},
+                              f"$KV.{LEASE_BUCKET}.>"]},
         "subscribe": {"allow": ["busched.>", f"{SCHEDULER_INBOX_PREFIX}.>"]},
         "allow_responses": True,  # answers `busched get` on the requester's own inbox
     }
@@ -82,7 +83,7 @@ def cli_permissions(inbox_prefix: str = CLI_INBOX_PREFIX) -> dict[str, Any]:
     publish += [f"{JS_API}.STREAM.INFO.{ev}", f"{JS_API}.CONSUMER.CREATE.{ev}", f"{JS_API}.CONSUMER.CREATE.{ev}.>",
                 f"{JS_API}.CONSUMER.DELETE.{ev}.>", f"$JS.FC.{ev}.>"]
     # `busched get scheduler`: the leases bucket, read only (busched.bus.lease)
-    kv = "KV_busched_leases"
+    kv = f"KV_{LEASE_BUCKET}"
     publish += [f"{JS_API}.STREAM.INFO.{kv}", f"{JS_API}.DIRECT.GET.{kv}.>", f"{JS_API}.STREAM.MSG.GET.{kv}",
                 f"{JS_API}.CONSUMER.CREATE.{kv}", f"{JS_API}.CONSUMER.CREATE.{kv}.>",
                 f"{JS_API}.CONSUMER.INFO.{kv}.>", f"{JS_API}.CONSUMER.DELETE.{kv}.>", f"$JS.FC.{kv}.>"]

@@ -239,7 +239,3 @@ def _exit(task: dict[str, Any]) -> str:
 
 def _reason(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
-
-
-def print_table(kind: str, items: list[dict[str, Any]]) -> None:
-    Printer(kind, "table").table(items)

@@ -43,11 +43,11 @@ async def job_command(bus: Any, verb: str, key: str) -> str:
     from busched.api.objects import JobSpec
     from busched.bus import messages as m
     from busched.bus import subjects as S
-    from busched.bus.edit import DELETE, Refused, change_object, read_kind
+    from busched.bus.edit import DELETE, Refused, change_object, read_kind, read_object
 
     ns, name = key.split("/", 1)
     if verb == "delete":
-        current, _ = await _read(bus, key)
+        current, _ = await read_object(bus, "job", key)
         if current is None:
             raise Refused(f"no job {key!r}")
         tasks = [t for t in await read_kind(bus, "task", ns) if t.job == name]
@@ -67,8 +67,3 @@ async def job_command(bus: Any, verb: str, key: str) -> str:
     await change_object(bus, "job", key, change)
     return f"job {key} {'suspended: its running tasks are evicted' if verb == 'suspend' else 'resumed'}"
 
-
-async def _read(bus: Any, key: str) -> tuple[Any, int]:
-    from busched.bus.edit import read_object
-
-    return await read_object(bus, "job", key)

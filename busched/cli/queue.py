@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-DEFAULT_QUEUE = "default"
+from busched.api.objects import DEFAULT_QUEUE
 
 
 def register(sub: argparse._SubParsersAction) -> None:

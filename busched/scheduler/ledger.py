@@ -112,7 +112,8 @@ class NodeLedgers:
                 continue
             moved = [i for i, seq in zip(idx, tasks) if seq != items[i][4]]
             self._fail(moved, acks, conflict)
-            rest = [i for i in idx if i not in set(moved)]
+            gone = set(moved)
+            rest = [i for i in idx if i not in gone]
             if rest and moved:
                 out.append([(node, rest)])
             else:

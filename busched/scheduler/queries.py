@@ -22,9 +22,7 @@ from busched.bus.resources import resource_list
 from busched.scheduler import events_log, explain, references
 from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _field_error
 
-_ENDED = frozenset({"Succeeded", "Failed"})
 _STILL = frozenset({"Pending", "Succeeded", "Failed"})  # statuses of a task that holds nothing on a node
-_DONE = frozenset({"Succeeded", "Failed"})
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
@@ -140,7 +138,7 @@ class Queries:
                 conditions = [msgspec.to_builtins(c) for c in st.conditions] if st is not None else []
                 refs = references.job_conditions(spec, self.specs["queue"], failed.get(key, []), sum(counts.values()))
                 phase = st.phase if st is not None else spec.phase
-                finished = bool(counts) and all(s in _DONE for s in counts)
+                finished = bool(counts) and all(s in TERMINAL for s in counts)
                 # Volcano's vcjob: Aborting while its pods stop, then Aborted; a finished job stays as it ended
                 if spec.suspend and not finished:
                     phase = "Aborting" if any(s not in _STILL for s in counts) else "Aborted"
@@ -172,7 +170,7 @@ class Queries:
         ended: dict[str, bool] = {}
         for tkey, t in self.specs["task"].items():
             jkey = f"{t.namespace}/{t.job}"
-            ended[jkey] = ended.get(jkey, True) and self.task_status(tkey) in _ENDED
+            ended[jkey] = ended.get(jkey, True) and self.task_status(tkey) in TERMINAL
         out = set()
         for key in self.specs["job"]:
             st = self.pg_status.get(key)
