@@ -96,8 +96,6 @@ class Publisher:
     async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
                       expected: int | None = None, timeout: float = 5.0) -> Ack:
         """Publish one message to a stream; ``expected`` makes it conditional (see `publish_all`)."""
-        if self.fence is not None and not self.fence():
-            return Ack(error=FENCED)
         data = msg if isinstance(msg, bytes) else encode(msg)
         headers = {MSG_ID: msg_id} if msg_id else {}
         if expected is not None:
@@ -135,6 +133,8 @@ class Publisher:
         acks = await self._publish_round(batch, timeout)
         wait = RETRY_WAIT
         while True:
+            if not any(a.no_stream for a in acks):  # the usual case: nothing to send again
+                return acks
             # (a message whose subject a later one of the batch was stored on is not sent again: it would land
             # after it, and on a subject the later message wins)
             stored_last = {batch[i][0]: i for i, a in enumerate(acks) if a.ok}

@@ -45,7 +45,8 @@ class _State:
         self.placed: set[str] = set()  # jobs whose e2e scheduling latency was observed
         self.job_labels: dict[str, tuple[str, str, str]] = {}  # job uid -> (name, queue, namespace)
         self.queues: set[str] = set()
-        self.figures: dict[str, dict[str, Any]] = {}  # queue -> the last cycle's figures (`last_queues`)
+        # queue -> the last cycle's (share, allocated, deserved), read by `last_queues`
+        self.figures: dict[str, tuple[float, Resource, Resource | None]] = {}
 
 
 def _share(allocated: Resource, total: Resource) -> float:
@@ -187,7 +188,7 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
             v.values["volcano_job_retry_counts"].pop((name,), None)
             st.placed.discard(key)
     st.job_labels = seen
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, tuple[float, Resource, Resource | None]] = {}
     computed: dict[str, dict[str, Any]] = getattr(ssn, "queue_figures", {})
     for name, queue in ssn.queues.items():
         q = queues.get(name) or [Resource(), Resource(), Resource(), {}]
@@ -215,8 +216,7 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
             share = _share(q[0], deserved if deserved is not None else total)
         v.set("volcano_queue_weight", queue.weight, (name,))
         v.set("volcano_queue_share", share, (name,))
-        figures[name] = {"weight": queue.weight, "share": share, "allocated": resource_list(q[0]),
-                         "deserved": resource_list(deserved) if deserved is not None else None}
+        figures[name] = (share, q[0], deserved)  # made into resource lists when the status page asks
         overused = fig.get("overused")  # the plugin's own overused (Volcano sets the series in its overusedFn)
         if overused is None:
             overused = deserved is not None and _covers(q[0], deserved)
@@ -232,11 +232,15 @@ def observe(sched: Any, ssn: Any, report: Any) -> None:
 
 
 def last_queues(sched: Any) -> dict[str, dict[str, Any]]:
-    """The last observed cycle's figures per queue: ``weight``, ``share`` (of its deserved resources,
-    or of the cluster when it has none), ``allocated`` and ``deserved`` (resource lists; ``None``
-    without a deserved share); empty before the first cycle."""
+    """The last observed cycle's figures per queue: ``share`` (of its deserved resources, or of the
+    cluster when it has none), ``allocated`` and ``deserved`` (resource lists; ``None`` without a
+    deserved share); empty before the first cycle."""
     st: _State | None = getattr(sched, "_volcano_state", None)
-    return st.figures if st is not None else {}
+    if st is None:
+        return {}
+    return {name: {"share": share, "allocated": resource_list(allocated),
+                   "deserved": resource_list(deserved) if deserved is not None else None}
+            for name, (share, allocated, deserved) in st.figures.items()}
 
 
 def _least(a: Resource, b: Resource) -> Resource:
