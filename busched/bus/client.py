@@ -92,7 +92,8 @@ class Bus:
             # before the first connection, failures are retried and summed up by the BusError below
             log.log(logging.WARNING if holder else logging.DEBUG, "nats: %s", e)
             if not holder:
-                failures[:] = [e]
+                failures.append(e)
+                del failures[:-20]
 
         async def on_disconnect() -> None:
             if not (holder and holder[0]._closing):
@@ -114,7 +115,9 @@ class Bus:
                                                      reconnect_time_wait=0.5, **kw), wait)
         except asyncio.TimeoutError:
             # "within 5s" alone hides a refused user or a TLS mismatch behind what looks like a server down
-            cause = f" (last error: {failures[-1] or type(failures[-1]).__name__})" if failures else ""
+            # the server's own word (an authorization violation) over the socket errors that follow it
+            said = [e for e in failures if not isinstance(e, OSError)] or failures
+            cause = f" (last error: {said[-1] or type(said[-1]).__name__})" if said else ""
             raise BusError(f"cannot connect to NATS at {options.url} within {wait:g}s{cause}") from None
         except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
             raise BusError(f"cannot connect to NATS at {options.url}: {e or type(e).__name__}") from None
