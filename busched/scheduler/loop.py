@@ -168,7 +168,8 @@ class Scheduler:
                                    lock=self._lock, new_work=self._new_work)
         self.queries = Queries(specs=self.specs, table=self.table, live=live, pg_status=self.pg_status,
                                refused=self.refused, effective_task=self.effective.effective_task,
-                               task_status=self.effective.task_status, snapshot=self.snapshot,
+                               task_status=self.effective.task_status,
+                               snapshot=lambda: self.snapshot(memo=False),
                                gather=lambda name: explain.gather(self, name), metrics=self.metrics,
                                max_payload=lambda: self.bus.max_payload, lock=self._lock,
                                in_thread=self.settings.cycle_in_thread, journal=self)
@@ -189,10 +190,12 @@ class Scheduler:
     def sync_cache(self) -> None:
         self.effective.sync_cache()
 
-    def snapshot(self) -> Any:
-        """The cache's snapshot, with the nodes each task is kept off (as of the last `_update_refusals`)."""
+    def snapshot(self, memo: bool | None = None) -> Any:
+        """The cache's snapshot, with the nodes each task is kept off (as of the last `_update_refusals`).
+        A query's snapshot is a private copy (``memo=False``): lending the objects again between the cycle's
+        snapshot and its session (which runs in a thread) superseded the cycle's, and that cycle failed."""
         self.effective.sync_cache()
-        snap = self.cache.snapshot()
+        snap = self.cache.snapshot(memo=memo)
         snap.refused = self._refused
         return snap
 

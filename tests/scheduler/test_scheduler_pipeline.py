@@ -313,3 +313,33 @@ async def test_binds_go_out_before_the_session_closes(harness):
         assert seen_at_close[-1] == {"p/j0-0": True, "p/j1-0": True}
     finally:
         await s.stop()
+
+
+async def test_a_query_between_the_cycles_snapshot_and_its_session_does_not_fail_the_cycle(harness):
+    """`busched get nodes` (or the status page) answered while the cycle's session is being opened in its
+    thread: the query's snapshot is a private copy, so the objects lent to the cycle stay the cycle's (the
+    query's snapshot used to lend them again, and the cycle failed: "snapshot superseded")."""
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    sched = Scheduler(await harness.bus(), None, SchedulerSettings(**FAST))
+    await sched.start(timeout=10)
+    try:
+        await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
+        await apply_cluster(bus, jobs(3))
+        await wait_until(lambda: len(sched.specs["task"]) == 3, what="tasks known")
+        original = sched._in_cycle
+        answered: list[list] = []
+
+        async def query_first(fn, *args, **kw):
+            if fn.__name__ == "run_actions":
+                answered.append(sched.queries.view("nodes"))
+            return await original(fn, *args, **kw)
+
+        sched._in_cycle = query_first
+        report = await sched.run_once(force=True)
+        assert answered and len(answered[0]) == 2
+        assert not report.error, report.error
+        assert len(report.binds) == 3
+    finally:
+        await sched.stop()
