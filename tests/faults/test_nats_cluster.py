@@ -89,7 +89,14 @@ async def test_one_nats_server_killed_mid_run_then_back(cluster3: Cluster, victi
     moved = {k: (before[k]["node"], before[k]["attempt"], during[k]["node"], during[k]["attempt"])
              for k in before if (during[k]["node"], during[k]["attempt"]) != (before[k]["node"], before[k]["attempt"])}
     assert not moved, f"tasks restarted by the loss of one NATS server: {moved}"
-    assert sum(t["status"] == "Succeeded" for t in during.values()) == 4
+    # the burst's four short tasks finish.  Not at once: when the killed server led the lease bucket's (or the
+    # state stream's) raft group, nats-server elects a new leader after 4-9 s, longer than the 2 s lease: the
+    # scheduler cannot renew, is deposed, fences its binds and leads again after the election (CI saw 14 s)
+    async def short_ones_succeeded() -> bool:
+        return sum(t["status"] == "Succeeded" for t in (await obs.tasks()).values()) == 4
+
+    await wait_for(short_ones_succeeded, 30, "the burst's four 1.5 s tasks succeeded")
+    during = await check_invariants(obs)
     assert all(len(obs.attempts(k)) == 1 for k in obs.cluster.applied), \
         {k: sorted(obs.attempts(k)) for k in obs.cluster.applied if len(obs.attempts(k)) != 1}
 
