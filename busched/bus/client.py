@@ -186,6 +186,15 @@ class Bus:
         return lease_mod.Lease(self.js, shard=shard, holder=holder, duration=duration, clock=clock,
                                storage=storage, replicas=replicas)
 
+    def lease_keeper(self, lease: lease_mod.Lease) -> Any:
+        """A keeper that renews ``lease`` from its own thread and connection (`busched.bus.lease_keeper`);
+        None when this bus was not connected from options (the lease is then renewed on the event loop)."""
+        if self.options is None:
+            return None
+        from busched.bus.lease_keeper import Keeper
+
+        return Keeper(self.options, lease)
+
     async def read_leases(self) -> list[lease_mod.LeaseState]:
         """Every shard's lease, as `busched get scheduler` shows them."""
         return await lease_mod.read_leases(self.js)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +137,10 @@ class Lease:
         self.current: LeaseState | None = None  # the key as last read or written
         self._seen_revision = -1
         self._seen_at = 0.0
+        # a renewal may run in another thread (`busched.bus.lease_keeper`): stepping down and a renewal's
+        # success are ordered by this lock, and a renewal sent before a step-down never makes us hold again
+        self._lock = threading.Lock()
+        self._generation = 0  # moves at every step-down
 
     async def open(self) -> None:
         self.kv = await open_bucket(self.js, replicas=self.replicas, storage=self.storage)
@@ -153,7 +158,9 @@ class Lease:
 
     def lost(self) -> None:
         """Forget that we hold it (stepping down)."""
-        self.held_since_send = -1.0
+        with self._lock:
+            self.held_since_send = -1.0
+            self._generation += 1
 
     async def read(self) -> LeaseState | None:
         try:
@@ -172,7 +179,7 @@ class Lease:
         if self.kv is None:
             await self.open()
         if self.held:
-            return await self._renew()
+            return await self.renew()
         cur = await self.read()
         now = self.clock()
         if cur is None:
@@ -201,18 +208,21 @@ class Lease:
         except Exception as e:  # noqa: BLE001 - it lapses by itself
             log.info("lease %s: not released (%s); it lapses after %gs", self.shard, e, self.duration)
 
-    async def _renew(self) -> bool:
-        ok = await self._write(self.revision, self.epoch)
+    async def renew(self, kv: Any = None) -> bool:
+        """Renew the lease we hold, through ``kv`` (another connection's handle on the bucket, from
+        `busched.bus.lease_keeper`) or our own; True while it is held and valid."""
+        ok = await self._write(self.revision, self.epoch, kv=kv)
         if not ok and self.held:
             return self.valid()  # not renewed this time (e.g. a timeout); holds until it may have lapsed
         return ok
 
-    async def _write(self, last: int, epoch: int) -> bool:
+    async def _write(self, last: int, epoch: int, kv: Any = None) -> bool:
+        generation = self._generation
         sent = self.clock()
         rec = LeaseRecord(holder=self.holder, epoch=epoch, duration=self.duration, renewed_at=self.wall_clock(),
                           shard=self.shard)
         try:
-            rev = await self.kv.update(self.shard, _ENCODE(rec), last=last)
+            rev = await (kv or self.kv).update(self.shard, _ENCODE(rec), last=last)
         except nats.js.errors.KeyWrongLastSequenceError:
             if self.held:
                 log.warning("lease %s: taken by another scheduler (epoch %d was ours)", self.shard, self.epoch)
@@ -221,11 +231,14 @@ class Lease:
         except Exception as e:  # noqa: BLE001 - a timeout, a lost connection: try again at the next step
             log.info("lease %s: write failed (%s)", self.shard, e or type(e).__name__)
             return False
-        self.revision = int(rev)
-        self.epoch = epoch
-        self.held_since_send = sent
-        self.current = LeaseState(self.shard, rec, self.revision)
-        self._seen_revision = self.revision
+        with self._lock:
+            if generation != self._generation:
+                return False  # stepped down while this write was on its way: it does not make us hold again
+            self.revision = int(rev)
+            self.epoch = epoch
+            self.held_since_send = sent
+            self.current = LeaseState(self.shard, rec, self.revision)
+            self._seen_revision = self.revision
         return self.valid()
 
     async def _next_epoch_fresh(self) -> int:

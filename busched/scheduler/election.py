@@ -11,6 +11,10 @@ When the claim succeeds the scheduler is *elected*: ``on_elected(epoch)`` writes
 state stream and waits until its own feed has applied it (so every record the previous leader wrote
 before it is in the tables), then recovers in-flight binds; only then is it *leader* and cycles run.
 
+A leader renews from a keeper thread on a connection of its own when one is given
+(``keeper``, `busched.bus.lease_keeper`): a cycle busy on the event loop no longer lets the lease lapse;
+the loop only ticks the keeper and checks the lease is still valid.
+
 A leader that cannot renew (another holder, or a renewal not acknowledged in time) or whose lease may
 have lapsed by its own monotonic clock is *deposed*: it writes nothing from that instant (`may_write`
 is what the bus asks before every write, `busched.bus.client.Bus.fence`) and its scheduler stops, so
@@ -43,12 +47,28 @@ class LeaseLike(Protocol):
     async def release(self) -> None: ...
 
 
+class KeeperLike(Protocol):
+    """What the election needs of `busched.bus.lease_keeper.Keeper`."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def start(self, timeout: float = 10.0) -> bool: ...
+
+    def tick(self) -> None: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
+
+
 class Election:
     """One scheduler's role.  `run` steps the lease until ``stop`` is set or the scheduler is deposed."""
 
     def __init__(self, lease: LeaseLike | None, *, shard: str, on_elected: Callable[[int], Awaitable[None]],
-                 on_role: Callable[[str, int], None] = lambda role, epoch: None) -> None:
+                 on_role: Callable[[str, int], None] = lambda role, epoch: None,
+                 keeper: Callable[[], KeeperLike | None] | None = None) -> None:
         self.lease = lease
+        self.keeper_factory = keeper
+        self.keeper: KeeperLike | None = None  # renewing while we lead, when a factory is given
         self.shard = shard
         self.on_elected = on_elected
         self.on_role = on_role
@@ -86,12 +106,24 @@ class Election:
     async def run(self, stop: asyncio.Event) -> None:
         if self.lease is None:
             return
+        try:
+            await self._run(stop)
+        finally:
+            await self._stop_keeper()
+
+    async def _run(self, stop: asyncio.Event) -> None:
+        assert self.lease is not None
         while not stop.is_set() and not self.deposed:
-            try:
-                held = await self.lease.step()
-            except Exception as e:  # noqa: BLE001 - the bus is down: we hold it only while it is valid
-                log.info("lease %s: %s", self.shard, e or type(e).__name__)
+            keeper = self.keeper
+            if keeper is not None and keeper.running:
+                keeper.tick()  # our loop runs: the keeper renews (its own thread and connection)
                 held = self.lease.valid()
+            else:
+                try:
+                    held = await self.lease.step()
+                except Exception as e:  # noqa: BLE001 - the bus is down: we hold it only while it is valid
+                    log.info("lease %s: %s", self.shard, e or type(e).__name__)
+                    held = self.lease.valid()
             if held and self.role == "standby":
                 self.epoch = self.lease.epoch
                 self._set("elected", f"claimed the lease, epoch {self.epoch}")
@@ -104,9 +136,11 @@ class Election:
                     break
                 if self.may_write():
                     self._set("leader", f"leading with epoch {self.epoch}")
+                    await self._start_keeper()
                 else:
                     self._set("deposed", "the lease lapsed while taking over")
             elif not held and self.role in ("elected", "leader"):
+                await self._stop_keeper()
                 self.lease.lost()
                 self._set("deposed", "the lease was not renewed in time, or another scheduler holds it")
             elif not held:
@@ -125,7 +159,20 @@ class Election:
         """A clean stop: the lease is given up so a standby takes over at its next step."""
         if self.lease is not None and self.role in ("elected", "leader"):
             self._set("deposed", "stopped")
+            await self._stop_keeper()  # no renewal after the release
             await self.lease.release()
+
+    async def _start_keeper(self) -> None:
+        if self.keeper_factory is None or self.keeper is not None:
+            return
+        keeper = self.keeper_factory()
+        if keeper is not None and await asyncio.to_thread(keeper.start):
+            self.keeper = keeper
+
+    async def _stop_keeper(self) -> None:
+        keeper, self.keeper = self.keeper, None
+        if keeper is not None:
+            await asyncio.to_thread(keeper.stop)
 
     def _set(self, role: str, reason: str) -> None:
         if role == self.role:

@@ -176,7 +176,9 @@ class Scheduler:
         st = self.settings
         lease = (bus.lease(shard=st.lease_key, holder=boot, duration=st.lease, clock=clock, storage=st.streams.storage,
                            replicas=st.streams.replicas) if st.lease > 0 else None)
-        self.election = Election(lease, shard=st.lease_key, on_elected=self._elected, on_role=self._role_changed)
+        keeper = (lambda: bus.lease_keeper(lease)) if lease is not None and st.lease_keeper else None
+        self.election = Election(lease, shard=st.lease_key, on_elected=self._elected, on_role=self._role_changed,
+                                 keeper=keeper)
         self._election_task: asyncio.Task[None] | None = None
 
     # the state feed's and the effective objects' entry points, as the scheduler always had them

@@ -66,6 +66,9 @@ class SchedulerSettings:
     # election, this scheduler leads from the start with epoch 0 (in-process tests, replay).  The lease is
     # the shard's (its key in the leases bucket: `lease_key`, "default" without a shard)
     lease: float = 0.0
+    # the leader renews from a thread and connection of its own (busched.bus.lease_keeper), so a busy event
+    # loop does not let the lease lapse; False renews on the event loop (tests of that path)
+    lease_keeper: bool = True
     streams: StreamSettings = field(default_factory=StreamSettings)
     events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
 
