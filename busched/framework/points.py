@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from busched.api.task import TaskInfo
     from busched.fastpath.fit import NodeArrays
 
-__all__ = ["OTHER_SWITCHES", "POINTS", "SWITCHES", "Point", "ValidateResult", "switch_name"]
+__all__ = ["EVICT_GANG_PREEMPT", "EVICT_GANG_RECLAIM", "OTHER_SWITCHES", "POINTS", "SWITCHES", "EvictionContext", "Point",
+           "ValidateResult", "switch_name"]
 
 F = TypeVar("F")
 W = TypeVar("W")
@@ -59,6 +60,20 @@ class ValidateResult:
     passed: bool
     reason: str = ""
     message: str = ""
+
+
+EVICT_GANG_PREEMPT = "GangPreempt"
+EVICT_GANG_RECLAIM = "GangReclaim"
+
+
+@dataclass
+class EvictionContext:
+    """What a unified-evictable callback is asked about: which gang action (``kind``, one of the
+    ``EVICT_*`` names), for which starving job, within which hypernode (the candidate domain)."""
+
+    kind: str
+    job: JobInfo
+    hypernode: str = ""
 
 
 # -- callback signatures, one per extension point ----------------------------------------------------
@@ -130,6 +145,12 @@ class VictimsFn(Protocol):
     """preemptable, reclaimable: (the victims it accepts, 0 to abstain else 1)."""
 
     def __call__(self, actor: TaskInfo, candidates: list[TaskInfo], /) -> tuple[list[TaskInfo], int]: ...
+
+
+class UnifiedEvictableFn(Protocol):
+    """unified_evictable (gangpreempt, gangreclaim): (the candidates it accepts, 0 to abstain else 1)."""
+
+    def __call__(self, ctx: EvictionContext, candidates: list[TaskInfo], /) -> tuple[list[TaskInfo], int]: ...
 
 
 class VictimTasksFn(Protocol):
@@ -215,6 +236,9 @@ SUB_JOB_ORDER: Point[SubJobOrderFn, None] = Point("sub_job_order", yaml="enabled
                                                   combine=tw.first_decision)
 PREEMPTABLE: Point[VictimsFn, None] = Point("preemptable", yaml="enablePreemptable", combine=tw.intersect_victims)
 RECLAIMABLE: Point[VictimsFn, None] = Point("reclaimable", yaml="enableReclaimable", combine=tw.intersect_victims)
+# Volcano's Session.UnifiedEvictable reads no switch: every plugin that registers it votes
+UNIFIED_EVICTABLE: Point[UnifiedEvictableFn, None] = Point("unified_evictable", yaml=None,
+                                                           combine=tw.intersect_victims)
 VICTIM_TASKS: Point[Sequence[VictimTasksFn], None] = Point("victim_tasks", yaml="enabledVictim",
                                                        combine=tw.union_victims)
 JOB_READY: Point[JobCheckFn, None] = Point("job_ready", yaml="enableJobReady", combine=tw.all_pass)
@@ -243,7 +267,8 @@ HYPER_NODE_GRADIENT_FOR_SUB_JOB: Point[SubJobGradientFn, None] = Point(
     "hyper_node_gradient_for_sub_job", yaml="enabledHyperNodeGradient", combine=tw.first_plugin)
 
 POINTS: tuple[Point[Any, Any], ...] = (
-    JOB_ORDER, QUEUE_ORDER, VICTIM_QUEUE_ORDER, TASK_ORDER, SUB_JOB_ORDER, PREEMPTABLE, RECLAIMABLE, VICTIM_TASKS,
+    JOB_ORDER, QUEUE_ORDER, VICTIM_QUEUE_ORDER, TASK_ORDER, SUB_JOB_ORDER, PREEMPTABLE, RECLAIMABLE,
+    UNIFIED_EVICTABLE, VICTIM_TASKS,
     JOB_READY, JOB_PIPELINED, JOB_STARVING, SUB_JOB_READY, SUB_JOB_PIPELINED, JOB_VALID, JOB_ENQUEUEABLE,
     JOB_ENQUEUED, OVERUSED, ALLOCATABLE, PREEMPTIVE, PRE_PREDICATE, PREDICATE, NODE_ORDER, BATCH_NODE_ORDER,
     HYPER_NODE_ORDER, HYPER_NODE_GRADIENT_FOR_JOB, HYPER_NODE_GRADIENT_FOR_SUB_JOB,

@@ -290,7 +290,8 @@ class Session:
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
         return tw.all_pass(self._lists[points.ALLOCATABLE], queue, task)
 
-    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
+    def preemptive(self, queue: QueueInfo, task: TaskInfo | list[TaskInfo]) -> bool:
+        """Whether the queue may take ``task`` (reclaim) or all of a gang's tasks (gangreclaim) by evicting."""
         return tw.all_pass(self._lists[points.PREEMPTIVE], queue, task)
 
     # -- victims -----------------------------------------------------------------------
@@ -299,6 +300,11 @@ class Session:
 
     def reclaimable(self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> list[TaskInfo]:
         return tw.intersect_victims(self._lists[points.RECLAIMABLE], reclaimer, reclaimees) or []
+
+    def unified_evictable(self, ctx: points.EvictionContext, candidates: list[TaskInfo]) -> list[TaskInfo]:
+        """The candidates the gang actions may evict: the preemptable / reclaimable combination
+        (within a tier every voter must accept a task; the first tier with victims decides)."""
+        return tw.intersect_victims(self._lists[points.UNIFIED_EVICTABLE], ctx, candidates) or []
 
     def victim_tasks(self, tasks: list[TaskInfo]) -> list[TaskInfo]:
         return tw.union_victims(self._lists[points.VICTIM_TASKS], tasks)
