@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
+from busched.api.subjob import SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 
 __all__ = ["SAFE", "WHOLE", "Bundle", "job_bundles", "flatten", "keep_allowed", "sort_for_preempt",
@@ -80,11 +81,11 @@ def job_bundles(job: JobInfo, candidates: list[TaskInfo]) -> list[Bundle]:
     broken: set[str] = set()
     group_surplus: dict[str, int] = {}
     if enforce_sub_jobs:
-        for sj in job.sub_jobs.values():
-            if sj.is_ready():
-                group_surplus[sj.gid] = group_surplus.get(sj.gid, 0) + 1
+        for each in job.sub_jobs.values():
+            if each.is_ready():
+                group_surplus[each.gid] = group_surplus.get(each.gid, 0) + 1
             else:
-                broken.add(sj.uid)
+                broken.add(each.uid)
         for gid, m in job.min_sub_jobs.items():
             group_surplus[gid] = group_surplus.get(gid, 0) - m
 
@@ -93,7 +94,7 @@ def job_bundles(job: JobInfo, candidates: list[TaskInfo]) -> list[Bundle]:
     for t in tasks:
         has_role_min = enforce_roles and t.role in job.task_min_available
         role_safe = not has_role_min or role_surplus[t.role] > 0
-        sj = None
+        sj: SubJobInfo | None = None
         group_safe = True
         if enforce_sub_jobs:
             sj = job.sub_jobs.get(job.task_to_sub_job.get(t.uid, ""))

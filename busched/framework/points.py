@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from busched.api.task import TaskInfo
     from busched.fastpath.fit import NodeArrays
 
-__all__ = ["EVICT_GANG_PREEMPT", "EVICT_GANG_RECLAIM", "OTHER_SWITCHES", "POINTS", "SWITCHES", "EvictionContext", "Point",
-           "ValidateResult", "switch_name"]
+__all__ = ["EVICT_GANG_PREEMPT", "EVICT_GANG_RECLAIM", "OTHER_SWITCHES", "POINTS", "SWITCHES", "EvictionContext",
+           "Point", "ValidateResult", "switch_name"]
 
 F = TypeVar("F")
 W = TypeVar("W")
