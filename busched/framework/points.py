@@ -153,6 +153,13 @@ class UnifiedEvictableFn(Protocol):
     def __call__(self, ctx: EvictionContext, candidates: list[TaskInfo], /) -> tuple[list[TaskInfo], int]: ...
 
 
+class SimulateTaskFn(Protocol):
+    """simulate_add_task / simulate_remove_task: ``task`` joins or leaves ``node`` in a dry run for
+    ``preemptor``; the plugin brings the state it keeps for ``preemptor`` up to date (raise to abort)."""
+
+    def __call__(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo, /) -> None: ...
+
+
 class VictimTasksFn(Protocol):
     def __call__(self, tasks: list[TaskInfo], /) -> list[TaskInfo]: ...
 
@@ -241,6 +248,16 @@ UNIFIED_EVICTABLE: Point[UnifiedEvictableFn, None] = Point("unified_evictable", 
                                                            combine=tw.intersect_victims)
 VICTIM_TASKS: Point[Sequence[VictimTasksFn], None] = Point("victim_tasks", yaml="enabledVictim",
                                                        combine=tw.union_victims)
+# The dry run of topology-aware preemption (Volcano's Simulate* functions).  The session walks
+# SIMULATE_ADD_TASK / SIMULATE_REMOVE_TASK only for plugins whose preemptable or allocatable switch is
+# on (two switches, as Volcano reads them: `Hooks.simulating`), so their own switch is None here.
+SIMULATE_ADD_TASK: Point[SimulateTaskFn, None] = Point("simulate_add_task", yaml=None, combine=tw.first_failure)
+SIMULATE_REMOVE_TASK: Point[SimulateTaskFn, None] = Point("simulate_remove_task", yaml=None,
+                                                          combine=tw.first_failure)
+SIMULATE_ALLOCATABLE: Point[QueueTaskCheckFn, None] = Point("simulate_allocatable", yaml="enabledAllocatable",
+                                                            combine=tw.all_pass)
+SIMULATE_PREDICATE: Point[PredicateFn, None] = Point("simulate_predicate", yaml="enablePredicate",
+                                                     combine=tw.first_failure)
 JOB_READY: Point[JobCheckFn, None] = Point("job_ready", yaml="enableJobReady", combine=tw.all_pass)
 JOB_PIPELINED: Point[JobVoteFn, None] = Point("job_pipelined", yaml="enableJobPipelined", combine=tw.vote)
 JOB_STARVING: Point[JobCheckFn, None] = Point("job_starving", yaml="enableJobStarving", combine=tw.starving_vote)
@@ -271,7 +288,8 @@ POINTS: tuple[Point[Any, Any], ...] = (
     UNIFIED_EVICTABLE, VICTIM_TASKS,
     JOB_READY, JOB_PIPELINED, JOB_STARVING, SUB_JOB_READY, SUB_JOB_PIPELINED, JOB_VALID, JOB_ENQUEUEABLE,
     JOB_ENQUEUED, OVERUSED, ALLOCATABLE, PREEMPTIVE, PRE_PREDICATE, PREDICATE, NODE_ORDER, BATCH_NODE_ORDER,
-    HYPER_NODE_ORDER, HYPER_NODE_GRADIENT_FOR_JOB, HYPER_NODE_GRADIENT_FOR_SUB_JOB,
+    HYPER_NODE_ORDER, HYPER_NODE_GRADIENT_FOR_JOB, HYPER_NODE_GRADIENT_FOR_SUB_JOB, SIMULATE_ADD_TASK,
+    SIMULATE_REMOVE_TASK, SIMULATE_ALLOCATABLE, SIMULATE_PREDICATE,
 )
 
 # Switches Volcano's configuration has that gate no point here: enableHierarchy is read by plugins

@@ -87,6 +87,9 @@ class CapacityPlugin:
         ssn.add_fn(points.UNIFIED_EVICTABLE, self.name, self._unified_evictable)
         ssn.add_fn(points.PREEMPTIVE, self.name, self._preemptive)
         ssn.add_fn(points.ALLOCATABLE, self.name, self._allocatable)
+        # the dry run's trial evictions reach `allocated` through the event handler, so Volcano's
+        # simulate add/remove functions (a cycle-state copy of it) are not needed here
+        ssn.add_fn(points.SIMULATE_ALLOCATABLE, self.name, self._simulate_allocatable)
         ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, self._job_enqueueable)
         ssn.add_fn(points.JOB_ENQUEUED, self.name, self._job_enqueued)
         ssn.add_event_handler(EventHandler(allocate=self._on_allocate, deallocate=self._on_deallocate))
@@ -158,7 +161,13 @@ class CapacityPlugin:
         return ok
 
     def _allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        if queue.state != QueueState.Open or not self.ready:
+        if queue.state != QueueState.Open:
+            return False
+        return self._simulate_allocatable(queue, task)
+
+    def _simulate_allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        """`_allocatable` without the queue's state (Volcano's SimulateAllocatableFn)."""
+        if not self.ready:
             return False
         attr = self.attrs.get(queue.uid)
         if attr is None:
