@@ -230,8 +230,7 @@ def _trial(ssn: Session, queue: QueueInfo | None, job: JobInfo, sj: SubJobInfo, 
         for task in _drain(tasks.clone()):
             if queue is not None and not ssn.allocatable(queue, task):
                 return None
-            allowed = {n.name for n in unresolvable_filtered_nodes(ssn, task)}
-            nodes = [n for n in candidate if n.name in allowed]
+            nodes = _usable(ssn, task, candidate)
             if not nodes:
                 return None
             try:
@@ -255,6 +254,16 @@ def _trial(ssn: Session, queue: QueueInfo | None, job: JobInfo, sj: SubJobInfo, 
     finally:
         if not ok:
             trial.discard()
+
+
+def _usable(ssn: Session, task: TaskInfo, candidate: list[NodeInfo]) -> list[NodeInfo]:
+    """The domain's nodes less those the task was last found unresolvable on; as Volcano's
+    intersectNodesByName, an empty filter (every node unresolvable) restricts nothing."""
+    schedulable = unresolvable_filtered_nodes(ssn, task)
+    if schedulable is ssn.node_list or not schedulable:
+        return candidate
+    allowed = {n.name for n in schedulable}
+    return [n for n in candidate if n.name in allowed]
 
 
 def _best_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
