@@ -106,3 +106,44 @@ def test_podgroup_preemptable_unset_allows_set_follows():
     assert not job_preemptable_for_gang(job)
     job.preemptable = True
     assert job_preemptable_for_gang(job)
+
+
+def _sub_job_job(min_available: int, min_sub_jobs: dict[str, int],
+                 layout: dict[str, list[tuple[str, int]]]) -> JobInfo:
+    """A job whose running tasks sit in the given sub-jobs (each sub-job's minAvailable 2, as the
+    Go tests' newSubJob), with the policy group minimums given."""
+    from busched.api.subjob import SubJobInfo
+
+    job = JobInfo(uid="ns/j", name="j", namespace="ns", min_available=min_available)
+    job.sub_jobs = {}
+    job.task_to_sub_job = {}
+    job.min_sub_jobs = dict(min_sub_jobs)
+    for sj_uid, tasks in layout.items():
+        sj = SubJobInfo(gid="g", uid=sj_uid, job=job.uid, min_available=2)
+        job.sub_jobs[sj_uid] = sj
+        for uid, prio in tasks:
+            t = _task(uid, priority=prio)
+            job.tasks[uid] = t
+            job.status_index.setdefault(TaskStatus.Running, {})[uid] = t
+            job.task_to_sub_job[uid] = sj_uid
+            sj.add_task(t)
+    return job
+
+
+def test_sub_group_slack_caps_the_safe_bundle():
+    # job surplus 2 (6 ready, minAvailable 4) but the group may lose only one of its 3 ready sub-jobs
+    job = _sub_job_job(4, {"g": 2}, {"sj1": [("t1a", 100), ("t1b", 101)], "sj2": [("t2a", 102), ("t2b", 103)],
+                                     "sj3": [("t3a", 104), ("t3b", 105)]})
+    bundles = gb.job_bundles(job, [job.tasks["t1a"], job.tasks["t2a"], job.tasks["t3a"]])
+    assert [b.kind for b in bundles] == [gb.SAFE, gb.WHOLE]
+    assert [t.uid for t in bundles[0].tasks] == ["t1a"]
+    assert len(bundles[1].tasks) == 2
+
+
+def test_an_already_broken_sub_job_stays_evictable():
+    # sj1 has one pod of two (broken): evicting it costs the group nothing; the ready ones may not go
+    job = _sub_job_job(3, {"g": 2}, {"sj1": [("sj1a", 1)], "sj2": [("sj2a", 2), ("sj2b", 3)],
+                                     "sj3": [("sj3a", 4), ("sj3b", 5)]})
+    bundles = gb.job_bundles(job, [job.tasks["sj1a"], job.tasks["sj2a"], job.tasks["sj3a"]])
+    assert [t.uid for t in bundles[0].tasks] == ["sj1a"] and bundles[0].kind == gb.SAFE
+    assert sorted(t.uid for t in bundles[1].tasks) == ["sj2a", "sj3a"] and bundles[1].kind == gb.WHOLE
