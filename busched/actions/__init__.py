@@ -17,6 +17,8 @@ _ENTRIES = {
     "preempt": "preempt:PreemptAction",
     "reclaim": "reclaim:ReclaimAction",
     "shuffle": "shuffle:ShuffleAction",
+    "gangpreempt": "gangpreempt:GangPreemptAction",
+    "gangreclaim": "gangreclaim:GangReclaimAction",
 }
 
 

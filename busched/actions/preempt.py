@@ -40,15 +40,19 @@ Algorithm, in session hooks:
   victims in victim order until the task fits, then reprieve them from the most
   important down, keeping evicted only those without which it does not fit.
   Trial evictions are made on the live session and undone, so every plugin's
-  totals follow them, and the task's ``ssn.pre_predicate_fn`` is re-run after
-  each change so that counts it takes once (inter-pod affinity) see the node as
-  it is -- what Volcano's simulate hooks do on a cloned node and cycle state.
+  totals follow them (event handlers), and each is told to the plugins through
+  ``ssn.simulate_remove_task`` / ``ssn.simulate_add_task`` so that state kept
+  per preemptor (inter-pod affinity counts) follows too; "fits" there is
+  ``ssn.simulate_allocatable``, the node's future idle and
+  ``ssn.simulate_predicate`` -- Volcano's Simulate* functions, which it runs
+  on a cloned node and cycle state.
   The best node has the lowest highest-victim priority, then the lowest
   priority sum, then the fewest victims, then the first found; its victims are
   evicted and the task pipelined there, in a statement merged into the
   caller's.  Volcano runs the dry run on ``topologyAwarePreemptWorkerNum``
-  workers; here it is sequential (the argument is read, not needed), with the
-  random start offset drawn from the session's seeded ``rng``.
+  parallel workers; here it is sequential and deterministic, so that argument
+  is not read (a configuration naming it still loads), and the random start
+  offset is drawn from the session's seeded ``rng``.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ from busched.actions.util import (
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
-from busched.api.resource import Resource
+from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework.nodeselect import PredicateHelper, prioritize_nodes, unresolvable_filtered_nodes
 from busched.framework.pqueue import PriorityQueue
@@ -82,7 +86,6 @@ from busched.framework.statement import Statement
 __all__ = ["PreemptAction", "Candidate", "pick_candidate", "num_candidates"]
 
 TOPOLOGY_AWARE_KEY = "enableTopologyAwarePreemption"
-WORKER_NUM_KEY = "topologyAwarePreemptWorkerNum"
 MIN_CANDIDATE_PERCENTAGE_KEY = "minCandidateNodesPercentage"
 MIN_CANDIDATE_ABSOLUTE_KEY = "minCandidateNodesAbsolute"
 MAX_CANDIDATE_ABSOLUTE_KEY = "maxCandidateNodesAbsolute"
@@ -131,7 +134,6 @@ class PreemptAction:
     def __init__(self) -> None:
         self.enable_predicate_error_cache = True
         self.topology_aware = False
-        self.worker_num = 16
         self.min_candidate_nodes_percentage = 10
         self.min_candidate_nodes_absolute = 1
         self.max_candidate_nodes_absolute = 100
@@ -140,7 +142,6 @@ class PreemptAction:
         args = ssn.config.action_arguments(self.name)
         self.enable_predicate_error_cache = args.get_bool(PREDICATE_ERROR_CACHE_KEY, self.enable_predicate_error_cache)
         self.topology_aware = args.get_bool(TOPOLOGY_AWARE_KEY, self.topology_aware)
-        self.worker_num = args.get_int(WORKER_NUM_KEY, self.worker_num)
         self.min_candidate_nodes_percentage = args.get_int(MIN_CANDIDATE_PERCENTAGE_KEY,
                                                            self.min_candidate_nodes_percentage)
         self.min_candidate_nodes_absolute = args.get_int(MIN_CANDIDATE_ABSOLUTE_KEY, self.min_candidate_nodes_absolute)
@@ -290,61 +291,52 @@ def select_victims_on_node(ssn: Session, preemptor: TaskInfo, queue: QueueInfo |
 
     Victims are evicted in victim order until the preemptor fits; then each is given back, the most
     important first, and stays evicted only if the preemptor no longer fits without its room.  All
-    evictions are trials on the live session and are undone before returning.  After every trial
-    change the preemptor's pre-predicate runs again, so that state counted once per task (the
-    inter-pod affinity counts) sees the node as it now is -- what Volcano's simulate-remove and
-    simulate-add hooks do to a copy of that state."""
+    evictions are trials on the live session (`TrialEvictions`), each told to the plugins through
+    the simulate-remove / simulate-add points, and are undone before returning.  "Fits" is the dry
+    run's own check: ``ssn.simulate_allocatable``, the node's future idle, ``ssn.simulate_predicate``
+    (Volcano's SelectVictimsOnNode).  A plugin refusing a trial change drops the node."""
     victims = ssn.preemptable(preemptor, node_candidates(node, keep))
     if not victims_cover(preemptor, node, victims):
         return None
     victims_q = ssn.build_victims_queue([session_task(ssn, v) for v in victims], preemptor)
-    trial = TrialEvictions(ssn)
+    trial = TrialEvictions(ssn, preemptor)
     try:
         potential: list[TaskInfo] = []
         while not victims_q.empty():
             victim = victims_q.pop()
             potential.append(victim)
             trial.evict(victim)
-            _refresh_pre_predicate(ssn, preemptor)
-            if fits_on_node(ssn, queue, preemptor, node):
+            if _fits_in_dry_run(ssn, queue, preemptor, node):
                 break
         if not potential:
             return None
-        if not _predicates_pass(ssn, preemptor, node):
+        if not _simulated_predicate_passes(ssn, preemptor, node):
             return None
         chosen: list[TaskInfo] = []
         for victim in reversed(potential):
             trial.undo(victim)
-            _refresh_pre_predicate(ssn, preemptor)
-            if fits_on_node(ssn, queue, preemptor, node):
+            if _fits_in_dry_run(ssn, queue, preemptor, node):
                 continue  # reprieved
             trial.evict(victim)
             chosen.append(victim)
         return chosen or None
+    except Exception:  # noqa: BLE001 - a plugin refused a trial change: no candidate here
+        return None
     finally:
-        changed = trial.active()
         trial.discard()
-        if changed:
-            _refresh_pre_predicate(ssn, preemptor)
 
 
-def _refresh_pre_predicate(ssn: Session, task: TaskInfo) -> None:
-    """Recompute the preemptor's pre-filter state after a trial eviction or its undo.
+def _fits_in_dry_run(ssn: Session, queue: QueueInfo | None, task: TaskInfo, node: NodeInfo) -> bool:
+    if queue is not None and not ssn.simulate_allocatable(queue, task):
+        return False
+    if not task.init_resreq.less_equal(node.future_idle(), ZERO):
+        return False
+    return _simulated_predicate_passes(ssn, task, node)
 
-    Volcano does this through its simulate hooks, which it calls only for plugins whose
-    preemptable or allocatable switch is on; a plugin with just its predicate switch keeps the
-    state it computed before the trial (so, e.g., an anti-affinity conflict is not lifted)."""
-    if not ssn.simulates_evictions():
-        return
+
+def _simulated_predicate_passes(ssn: Session, task: TaskInfo, node: NodeInfo) -> bool:
     try:
-        ssn.pre_predicate_fn(task)
-    except Exception:  # noqa: BLE001 - it passed for this task already; a failure changes nothing here
-        pass
-
-
-def _predicates_pass(ssn: Session, task: TaskInfo, node: NodeInfo) -> bool:
-    try:
-        ssn.predicate_fn(task, node)
+        ssn.simulate_predicate(task, node)
     except Exception:  # noqa: BLE001 - any failure means no fit
         return False
     return True

@@ -12,7 +12,8 @@ Everything here works through session methods and statements, never plugins:
   it, and every predicate passes on the node as it is now;
 - `session_task` -- the session's own TaskInfo for a node copy or clone of it;
 - `TrialEvictions` -- per-victim evictions on the live session that can be undone
-  one by one (the dry run of topology-aware preemption), leaving no trace.
+  one by one (the dry run of topology-aware preemption), told to the plugins'
+  simulate points, leaving no trace.
 """
 
 from __future__ import annotations
@@ -153,12 +154,15 @@ class TrialEvictions:
     undone (reprieved) and all of them discarded at the end, as if none had happened.
 
     While a trial eviction stands, the session sees the victim Releasing: node accounting, job
-    counts and every plugin's running totals (through the deallocate event) reflect it, which is
-    what Volcano's simulate-remove/simulate-add hooks compute on a cloned node.
+    counts and every plugin's running totals (through the deallocate event) reflect it.  Given a
+    ``preemptor``, each eviction and each undo is also told to the plugins through
+    ``ssn.simulate_remove_task`` / ``ssn.simulate_add_task`` (the state they keep for that
+    preemptor: Volcano's simulate functions), which may raise to refuse the change.
     """
 
-    def __init__(self, ssn: Session) -> None:
+    def __init__(self, ssn: Session, preemptor: TaskInfo | None = None) -> None:
         self.ssn = ssn
+        self.preemptor = preemptor
         self._open: dict[str, Any] = {}  # task uid -> statement holding its eviction
         self._saved: dict[str, tuple[TaskStatus | None, str]] = {}
 
@@ -169,6 +173,7 @@ class TrialEvictions:
         stmt = Statement(self.ssn)
         stmt.evict(task, reason)
         self._open[task.uid] = stmt
+        self._tell(self.ssn.simulate_remove_task, task)
 
     def undo(self, task: TaskInfo) -> None:
         stmt = self._open.pop(task.uid, None)
@@ -178,6 +183,12 @@ class TrialEvictions:
         last = self._saved.get(task.uid)
         if last is not None:
             task.last_status, task.last_node = last
+        self._tell(self.ssn.simulate_add_task, task)
+
+    def _tell(self, fn: Callable[[TaskInfo, TaskInfo, NodeInfo], None], task: TaskInfo) -> None:
+        node = self.ssn.nodes.get(task.node_name)
+        if self.preemptor is not None and node is not None:
+            fn(self.preemptor, task, node)
 
     def evicted(self, task: TaskInfo) -> bool:
         return task.uid in self._open
@@ -187,12 +198,17 @@ class TrialEvictions:
         return bool(self._saved)
 
     def discard(self) -> None:
+        """Undo every standing eviction, the last first; a plugin refusing an undo does not stop the rest."""
         for uid in reversed(list(self._open)):
-            stmt = self._open.pop(uid)
+            stmt = self._open[uid]
             task = stmt.operations[0].task if stmt.operations else None
-            stmt.discard()
-            if task is not None and uid in self._saved:
-                task.last_status, task.last_node = self._saved[uid]
+            if task is None:
+                self._open.pop(uid).discard()
+                continue
+            try:
+                self.undo(task)
+            except Exception:  # noqa: BLE001 - the session is restored; only the plugin's view may lag
+                pass
         self._saved.clear()
 
 

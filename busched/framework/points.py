@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from busched.api.task import TaskInfo
     from busched.fastpath.fit import NodeArrays
 
-__all__ = ["OTHER_SWITCHES", "POINTS", "SWITCHES", "Point", "ValidateResult", "switch_name"]
+__all__ = ["EVICT_GANG_PREEMPT", "EVICT_GANG_RECLAIM", "OTHER_SWITCHES", "POINTS", "SWITCHES", "EvictionContext",
+           "Point", "ValidateResult", "switch_name"]
 
 F = TypeVar("F")
 W = TypeVar("W")
@@ -59,6 +60,20 @@ class ValidateResult:
     passed: bool
     reason: str = ""
     message: str = ""
+
+
+EVICT_GANG_PREEMPT = "GangPreempt"
+EVICT_GANG_RECLAIM = "GangReclaim"
+
+
+@dataclass
+class EvictionContext:
+    """What a unified-evictable callback is asked about: which gang action (``kind``, one of the
+    ``EVICT_*`` names), for which starving job, within which hypernode (the candidate domain)."""
+
+    kind: str
+    job: JobInfo
+    hypernode: str = ""
 
 
 # -- callback signatures, one per extension point ----------------------------------------------------
@@ -130,6 +145,19 @@ class VictimsFn(Protocol):
     """preemptable, reclaimable: (the victims it accepts, 0 to abstain else 1)."""
 
     def __call__(self, actor: TaskInfo, candidates: list[TaskInfo], /) -> tuple[list[TaskInfo], int]: ...
+
+
+class UnifiedEvictableFn(Protocol):
+    """unified_evictable (gangpreempt, gangreclaim): (the candidates it accepts, 0 to abstain else 1)."""
+
+    def __call__(self, ctx: EvictionContext, candidates: list[TaskInfo], /) -> tuple[list[TaskInfo], int]: ...
+
+
+class SimulateTaskFn(Protocol):
+    """simulate_add_task / simulate_remove_task: ``task`` joins or leaves ``node`` in a dry run for
+    ``preemptor``; the plugin brings the state it keeps for ``preemptor`` up to date (raise to abort)."""
+
+    def __call__(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo, /) -> None: ...
 
 
 class VictimTasksFn(Protocol):
@@ -215,8 +243,21 @@ SUB_JOB_ORDER: Point[SubJobOrderFn, None] = Point("sub_job_order", yaml="enabled
                                                   combine=tw.first_decision)
 PREEMPTABLE: Point[VictimsFn, None] = Point("preemptable", yaml="enablePreemptable", combine=tw.intersect_victims)
 RECLAIMABLE: Point[VictimsFn, None] = Point("reclaimable", yaml="enableReclaimable", combine=tw.intersect_victims)
+# Volcano's Session.UnifiedEvictable reads no switch: every plugin that registers it votes
+UNIFIED_EVICTABLE: Point[UnifiedEvictableFn, None] = Point("unified_evictable", yaml=None,
+                                                           combine=tw.intersect_victims)
 VICTIM_TASKS: Point[Sequence[VictimTasksFn], None] = Point("victim_tasks", yaml="enabledVictim",
                                                        combine=tw.union_victims)
+# The dry run of topology-aware preemption (Volcano's Simulate* functions).  The session walks
+# SIMULATE_ADD_TASK / SIMULATE_REMOVE_TASK only for plugins whose preemptable or allocatable switch is
+# on (two switches, as Volcano reads them: `Hooks.simulating`), so their own switch is None here.
+SIMULATE_ADD_TASK: Point[SimulateTaskFn, None] = Point("simulate_add_task", yaml=None, combine=tw.first_failure)
+SIMULATE_REMOVE_TASK: Point[SimulateTaskFn, None] = Point("simulate_remove_task", yaml=None,
+                                                          combine=tw.first_failure)
+SIMULATE_ALLOCATABLE: Point[QueueTaskCheckFn, None] = Point("simulate_allocatable", yaml="enabledAllocatable",
+                                                            combine=tw.all_pass)
+SIMULATE_PREDICATE: Point[PredicateFn, None] = Point("simulate_predicate", yaml="enablePredicate",
+                                                     combine=tw.first_failure)
 JOB_READY: Point[JobCheckFn, None] = Point("job_ready", yaml="enableJobReady", combine=tw.all_pass)
 JOB_PIPELINED: Point[JobVoteFn, None] = Point("job_pipelined", yaml="enableJobPipelined", combine=tw.vote)
 JOB_STARVING: Point[JobCheckFn, None] = Point("job_starving", yaml="enableJobStarving", combine=tw.starving_vote)
@@ -243,10 +284,12 @@ HYPER_NODE_GRADIENT_FOR_SUB_JOB: Point[SubJobGradientFn, None] = Point(
     "hyper_node_gradient_for_sub_job", yaml="enabledHyperNodeGradient", combine=tw.first_plugin)
 
 POINTS: tuple[Point[Any, Any], ...] = (
-    JOB_ORDER, QUEUE_ORDER, VICTIM_QUEUE_ORDER, TASK_ORDER, SUB_JOB_ORDER, PREEMPTABLE, RECLAIMABLE, VICTIM_TASKS,
+    JOB_ORDER, QUEUE_ORDER, VICTIM_QUEUE_ORDER, TASK_ORDER, SUB_JOB_ORDER, PREEMPTABLE, RECLAIMABLE,
+    UNIFIED_EVICTABLE, VICTIM_TASKS,
     JOB_READY, JOB_PIPELINED, JOB_STARVING, SUB_JOB_READY, SUB_JOB_PIPELINED, JOB_VALID, JOB_ENQUEUEABLE,
     JOB_ENQUEUED, OVERUSED, ALLOCATABLE, PREEMPTIVE, PRE_PREDICATE, PREDICATE, NODE_ORDER, BATCH_NODE_ORDER,
-    HYPER_NODE_ORDER, HYPER_NODE_GRADIENT_FOR_JOB, HYPER_NODE_GRADIENT_FOR_SUB_JOB,
+    HYPER_NODE_ORDER, HYPER_NODE_GRADIENT_FOR_JOB, HYPER_NODE_GRADIENT_FOR_SUB_JOB, SIMULATE_ADD_TASK,
+    SIMULATE_REMOVE_TASK, SIMULATE_ALLOCATABLE, SIMULATE_PREDICATE,
 )
 
 # Switches Volcano's configuration has that gate no point here: enableHierarchy is read by plugins

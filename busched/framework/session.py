@@ -168,10 +168,6 @@ class Session:
         """Whether ``plugin`` is configured with ``switch`` (an attribute name of SWITCHES) on."""
         return self.hooks.switch_on(plugin, switch)
 
-    def simulates_evictions(self) -> bool:
-        """Whether a plugin with pre-predicate state follows trial evictions (Volcano calls its
-        simulate hooks only for plugins whose preemptable or allocatable switch is on)."""
-        return self.hooks.simulates_evictions()
 
     def _failed(self, plugin: str, args: tuple[Any, ...], error: Exception) -> Exception:
         """A callback raised something not a FitError: the task fails, naming the plugin."""
@@ -290,7 +286,8 @@ class Session:
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
         return tw.all_pass(self._lists[points.ALLOCATABLE], queue, task)
 
-    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
+    def preemptive(self, queue: QueueInfo, task: TaskInfo | list[TaskInfo]) -> bool:
+        """Whether the queue may take ``task`` (reclaim) or all of a gang's tasks (gangreclaim) by evicting."""
         return tw.all_pass(self._lists[points.PREEMPTIVE], queue, task)
 
     # -- victims -----------------------------------------------------------------------
@@ -299,6 +296,11 @@ class Session:
 
     def reclaimable(self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> list[TaskInfo]:
         return tw.intersect_victims(self._lists[points.RECLAIMABLE], reclaimer, reclaimees) or []
+
+    def unified_evictable(self, ctx: points.EvictionContext, candidates: list[TaskInfo]) -> list[TaskInfo]:
+        """The candidates the gang actions may evict: the preemptable / reclaimable combination
+        (within a tier every voter must accept a task; the first tier with victims decides)."""
+        return tw.intersect_victims(self._lists[points.UNIFIED_EVICTABLE], ctx, candidates) or []
 
     def victim_tasks(self, tasks: list[TaskInfo]) -> list[TaskInfo]:
         return tw.union_victims(self._lists[points.VICTIM_TASKS], tasks)
@@ -335,6 +337,26 @@ class Session:
 
     def batch_node_order_fn(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         return tw.sum_maps(self._lists[points.BATCH_NODE_ORDER], self._failed, task, nodes)
+
+    # -- the dry run of topology-aware preemption (Volcano's Simulate* functions) -----------
+    # The dry run makes its trial evictions on the live session, so node accounting and the running
+    # totals plugins keep through event handlers already follow them; these points are for the state
+    # a plugin keeps per preemptor (the predicates' inter-pod affinity counts).
+    def simulate_remove_task(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo) -> None:
+        """``task`` left ``node`` in the dry run for ``preemptor``; a plugin that cannot follow raises."""
+        tw.first_failure(self.hooks.simulating(points.SIMULATE_REMOVE_TASK), self._failed, preemptor, task, node)
+
+    def simulate_add_task(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo) -> None:
+        """``task`` is back on ``node`` in the dry run for ``preemptor``."""
+        tw.first_failure(self.hooks.simulating(points.SIMULATE_ADD_TASK), self._failed, preemptor, task, node)
+
+    def simulate_allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        """Whether ``queue`` may take ``task`` as things stand in the dry run."""
+        return tw.all_pass(self._lists[points.SIMULATE_ALLOCATABLE], queue, task)
+
+    def simulate_predicate(self, task: TaskInfo, node: NodeInfo) -> None:
+        """Raise `FitError` when ``task`` does not fit ``node`` as things stand in the dry run."""
+        tw.first_failure(self._lists[points.SIMULATE_PREDICATE], self._failed, task, node)
 
     # -- state changes ---------------------------------------------------------------------
     def _on_allocate(self, task: TaskInfo) -> None:

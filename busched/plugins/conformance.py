@@ -22,10 +22,14 @@ class ConformancePlugin:
         self.arguments = Arguments.of(arguments)
 
     def on_session_open(self, ssn: Session) -> None:
-        def evictable(_: TaskInfo, evictees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def keep(evictees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             victims = [t for t in evictees
                        if t.priority_class_name not in CRITICAL_CLASSES and t.namespace != SYSTEM_NAMESPACE]
             return victims, 1
 
+        def evictable(_: TaskInfo, evictees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            return keep(evictees)
+
         ssn.add_fn(points.PREEMPTABLE, self.name, evictable)
         ssn.add_fn(points.RECLAIMABLE, self.name, evictable)
+        ssn.add_fn(points.UNIFIED_EVICTABLE, self.name, lambda _ctx, cands: keep(cands))

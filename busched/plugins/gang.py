@@ -62,6 +62,8 @@ class GangPlugin:
 
         ssn.add_fn(points.PREEMPTABLE, self.name, evictable)
         ssn.add_fn(points.RECLAIMABLE, self.name, evictable)
+        # the gang actions keep minAvailable themselves (safe and whole bundles): every candidate passes
+        ssn.add_fn(points.UNIFIED_EVICTABLE, self.name, lambda _ctx, cands: (cands, 1))
 
         def job_order(l: JobInfo, r: JobInfo) -> int:
             lr, rr = l.is_ready(), r.is_ready()

@@ -207,6 +207,10 @@ class PredicatesPlugin:
         ssn.add_event_handler(EventHandler(allocate=self.view.add, deallocate=self.view.remove))
         ssn.add_fn(points.PRE_PREDICATE, self.name, self.pre_predicate)
         ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=self.predicate_batch)
+        # topology-aware preemption's dry run: only inter-pod affinity follows it, as in Volcano
+        ssn.add_fn(points.SIMULATE_REMOVE_TASK, self.name, self.follow_dry_run)
+        ssn.add_fn(points.SIMULATE_ADD_TASK, self.name, self.follow_dry_run)
+        ssn.add_fn(points.SIMULATE_PREDICATE, self.name, self.simulate_predicate)
 
     def on_session_close(self, ssn: Session) -> None:
         self._states = {}
@@ -251,6 +255,26 @@ class PredicatesPlugin:
                     break
         if statuses:
             raise FitError(task.key, node.name, statuses)
+
+    def follow_dry_run(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo) -> None:
+        """A task left or rejoined a node in the preemptor's dry run (the session's pod view has
+        followed it already): recount the preemptor's inter-pod affinity state.  Its spread state
+        stays what its pre-predicate saw, as Volcano's simulate functions leave it."""
+        if not self.pod_affinity:
+            return
+        view = self.view
+        assert view is not None, "predicates: session not open"
+        _, spread = self._filter_states(preemptor)
+        self._states[preemptor.uid] = (affinity_state(view, preemptor), spread)
+
+    def simulate_predicate(self, task: TaskInfo, node: NodeInfo) -> None:
+        """The dry run's check: inter-pod affinity on the node as it stands (Volcano's
+        SimulatePredicateFn; the other filters passed when the node became a candidate)."""
+        if not self.pod_affinity:
+            return
+        s = self._inter_pod_affinity(task, node)
+        if s is not None:
+            raise FitError(task.key, node.name, [s])
 
     def predicate_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
         """`predicate` for many nodes at once (busched.fastpath.predicates), or None for the per-node path."""

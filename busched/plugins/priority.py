@@ -52,6 +52,19 @@ class PriorityPlugin:
 
         ssn.add_fn(points.PREEMPTABLE, self.name, preemptable)
 
+        def unified_evictable(ctx: points.EvictionContext, candidates: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            # reclaim is about fairness between queues: priority does not gate it
+            if ctx.kind == points.EVICT_GANG_RECLAIM:
+                return candidates, PERMIT
+            victims = []
+            for t in candidates:
+                tj = ssn.jobs.get(t.job)
+                if tj is not None and tj.priority < ctx.job.priority:
+                    victims.append(t)
+            return victims, PERMIT
+
+        ssn.add_fn(points.UNIFIED_EVICTABLE, self.name, unified_evictable)
+
         def starving(job: JobInfo) -> bool:
             return job.ready_task_num() + job.waiting_task_num() < len(job.tasks)
 

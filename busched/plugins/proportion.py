@@ -158,6 +158,9 @@ class ProportionPlugin:
         ssn.add_fn(points.RECLAIMABLE, self.name, lambda r, cands: self.reclaimable(ssn, r, cands))
         ssn.add_fn(points.OVERUSED, self.name, self.overused)
         ssn.add_fn(points.ALLOCATABLE, self.name, self.task_allocatable)
+        # the dry run's trial evictions reach `allocated` through the event handler below, so the
+        # simulate add/remove functions Volcano keeps on a cycle-state copy are not needed here
+        ssn.add_fn(points.SIMULATE_ALLOCATABLE, self.name, self.simulate_allocatable)
         ssn.add_fn(points.PREEMPTIVE, self.name,
                    lambda q, ts: self.queue_allocatable(q, list(ts) if isinstance(ts, (list, tuple)) else [ts]))
         ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, lambda j: self.enqueueable(ssn, j))
@@ -219,6 +222,14 @@ class ProportionPlugin:
                 req.add(t.resreq)
         ok, _ = attr.allocated.clone().add(req).less_equal_with_dimension(attr.deserved, req)
         return ok
+
+    def simulate_allocatable(self, q: QueueInfo, task: TaskInfo) -> bool:
+        """The queue's allocated (as the dry run left it) plus the task within its deserved; unlike
+        `task_allocatable`, the queue's state is not asked (Volcano's SimulateAllocatableFn)."""
+        attr = self.queue_opts.get(q.uid)
+        if attr is None:
+            return False
+        return attr.allocated.plus_less_equal_with_dimension(task.resreq, attr.deserved)
 
     def task_allocatable(self, q: QueueInfo, task: TaskInfo) -> bool:
         """``queue_allocatable(q, [task])``, asked for every task allocate places: the task's own

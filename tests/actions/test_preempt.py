@@ -385,7 +385,13 @@ def test_arguments_are_read_from_the_action_configuration():
     a = PreemptAction()
     a.execute(ssn)
     assert (a.topology_aware, a.min_candidate_nodes_percentage, a.min_candidate_nodes_absolute,
-            a.max_candidate_nodes_absolute, a.worker_num, a.enable_predicate_error_cache) == (True, 50, 2, 7, 4, False)
+            a.max_candidate_nodes_absolute, a.enable_predicate_error_cache) == (True, 50, 2, 7, False)
+    # topologyAwarePreemptWorkerNum (Volcano's parallel dry run) still loads but is not read: the dry
+    # run is sequential, and the same configuration without it decides the same
+    without = {k: v for k, v in cfg.configurations["preempt"].items() if k != "topologyAwarePreemptWorkerNum"}
+    ssn_without = session(c, config("preempt", PREEMPT_TIER, {"preempt": without}))
+    PreemptAction().execute(ssn_without)
+    assert evicted(ssn_without) == evicted(ssn) and pipelined(ssn_without) == pipelined(ssn)
     ssn2 = session(c, config("preempt", PREEMPT_TIER, {"preempt": {"minCandidateNodesPercentage": "lots"}}))
     b = PreemptAction()
     b.execute(ssn2)

@@ -84,8 +84,12 @@ class CapacityPlugin:
             if self.hierarchy:
                 ssn.add_fn(points.VICTIM_QUEUE_ORDER, self.name, self._victim_queue_order)
         ssn.add_fn(points.RECLAIMABLE, self.name, self._reclaimable)
+        ssn.add_fn(points.UNIFIED_EVICTABLE, self.name, self._unified_evictable)
         ssn.add_fn(points.PREEMPTIVE, self.name, self._preemptive)
         ssn.add_fn(points.ALLOCATABLE, self.name, self._allocatable)
+        # the dry run's trial evictions reach `allocated` through the event handler, so Volcano's
+        # simulate add/remove functions (a cycle-state copy of it) are not needed here
+        ssn.add_fn(points.SIMULATE_ALLOCATABLE, self.name, self._simulate_allocatable)
         ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, self._job_enqueueable)
         ssn.add_fn(points.JOB_ENQUEUED, self.name, self._job_enqueued)
         ssn.add_event_handler(EventHandler(allocate=self._on_allocate, deallocate=self._on_deallocate))
@@ -157,7 +161,13 @@ class CapacityPlugin:
         return ok
 
     def _allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        if queue.state != QueueState.Open or not self.ready:
+        if queue.state != QueueState.Open:
+            return False
+        return self._simulate_allocatable(queue, task)
+
+    def _simulate_allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        """`_allocatable` without the queue's state (Volcano's SimulateAllocatableFn)."""
+        if not self.ready:
             return False
         attr = self.attrs.get(queue.uid)
         if attr is None:
@@ -304,6 +314,32 @@ class CapacityPlugin:
             allocated.sub(ee.resreq)
             for a_alloc in {id(x): x for x in touched}.values():
                 a_alloc.sub(ee.resreq)
+            victims.append(ee)
+        return victims, PERMIT
+
+    def _unified_evictable(self, ctx: points.EvictionContext,
+                           candidates: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        """gangpreempt: every candidate (capacity has no say within a queue).  gangreclaim: a
+        candidate whose queue keeps its guarantee without it and either holds nothing the queue
+        deserves or is over its deserved share on the dimensions the candidate uses."""
+        if ctx.kind == points.EVICT_GANG_PREEMPT:
+            return candidates, PERMIT
+        if not self.ready:
+            return [], REJECT
+        victims: list[TaskInfo] = []
+        allocations: dict[str, Resource] = {}
+        for ee in candidates:
+            attr = self._attr_of_job(ee.job)
+            if attr is None:
+                continue
+            allocated = allocations.setdefault(attr.queue_id, attr.allocated.clone())
+            if not attr.guarantee.less_equal(allocated.clone().sub(ee.resreq), ZERO):
+                continue
+            if self._relevant_deserved(ee, attr.deserved):
+                over, _ = ct.greater_partly_with_relevant_dimensions(allocated, attr.deserved, ee.resreq)
+                if not over:
+                    continue
+            allocated.sub(ee.resreq)
             victims.append(ee)
         return victims, PERMIT
 
