@@ -47,7 +47,8 @@ import msgspec
 
 __all__ = ["MAX_MILLI_CPU", "MAX_SCALAR", "MAX_QUANTITY_TEXT", "MAX_EXPONENT", "INT32_MIN", "INT32_MAX",
            "MAX_LABELS", "MAX_ITEMS", "MAX_MEMBERS", "MAX_ANNOTATIONS_BYTES", "MAX_LABEL_KEY", "MAX_LABEL_VALUE",
-           "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID", "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
+           "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID",
+           "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
            "LabelKey", "LabelValue", "Labels", "Annotations", "ShortStr", "Strings", "QuantityText", "Size"]
 
 MAX_MILLI_CPU = 10**7 * 1000

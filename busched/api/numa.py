@@ -140,4 +140,5 @@ def from_spec(s: o.NumaTopologySpec, where: str) -> NumaTopology:
         if not 0 <= reserved <= limits.MAX_MILLI_CPU:
             raise NumaError(f"{where}: numaTopology.resReserved.cpu: out of range")
     allocations = tuple(PodAllocation(a.uid, a.name, a.namespace) for a in s.pod_allocations)
-    return NumaTopology(dict(s.policies), free, capacity, cpus, int(reserved), allocations)
+    policies: dict[str, str] = {str(k): v for k, v in s.policies.items()}
+    return NumaTopology(policies, free, capacity, cpus, int(reserved), allocations)

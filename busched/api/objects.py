@@ -59,8 +59,8 @@ class NumaResourceSpec(_Spec):
     capacity: NonNegInt32 = 0
 
 
-class CpuInfoSpec(_Spec):
-    """Where one cpu sits (Volcano's CPUInfo): its NUMA node, socket and core."""
+class CpuInfoSpec(_Spec, omit_defaults=False):
+    """Where one cpu sits (Volcano's CPUInfo): its NUMA node, socket and core (written even when 0)."""
 
     numa: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_NUMA_ID)] = 0
     socket: NonNegInt32 = 0

@@ -164,3 +164,55 @@ def test_task_qos_and_policy_from_the_spec():
     assert t.qos == GUARANTEED and numa.task_policy(t.annotations) == "restricted"
     with pytest.raises(build.SpecError, match="numa-topology-policy"):
         build.task_info(o.TaskSpec(name="t", annotations={numa.NUMA_POLICY_KEY: "tight"}), {})
+
+
+CONF = """actions: "allocate"
+tiers:
+- plugins:
+  - name: numa-aware
+"""
+
+
+def _topology(free: str, reported: tuple[str, ...] = ()) -> dict:
+    return {"policies": {"CPUManagerPolicy": "static", "TopologyManagerPolicy": "single-numa-node"},
+            "numares": {"cpu": {"allocatable": free, "capacity": 8}},
+            "cpuDetail": {str(i): {"numa": i // 4, "socket": i // 4, "core": i // 2} for i in range(8)},
+            "podAllocations": [{"uid": u} for u in reported]}
+
+
+def _task(name: str, node: str = "") -> o.TaskSpec:
+    return msgspec.convert({"name": name, "namespace": "c1", "job": name, "node": node,
+                            "phase": "Running" if node else "Pending",
+                            "requests": {"cpu": "4", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "1Gi"},
+                            "annotations": {numa.NUMA_POLICY_KEY: "single-numa-node"}}, o.TaskSpec)
+
+
+def _cycle(cache) -> list[tuple[str, str]]:
+    from busched.builtin import run_cycle
+    from busched.framework.config import load_config
+    ssn = run_cycle(cache.snapshot(), load_config(CONF))
+    return [(d.task, d.node) for d in ssn.decisions if d.kind == "bind"]
+
+
+def test_cpus_stay_taken_across_cycles_until_the_node_reports_them():
+    from busched.cache.cache import Cache
+    c = Cache()
+    c.load(o.ClusterSpec(
+        nodes=[msgspec.convert({"name": "n1", "allocatable": {"cpu": "32", "memory": "64Gi", "pods": 110},
+                                "numaTopology": _topology("0-7")}, o.NodeSpec)],
+        queues=[o.QueueSpec(name="default")],
+        jobs=[o.JobSpec(name=n, namespace="c1", min_member=1) for n in ("p1", "p2", "p3")],
+        tasks=[_task("p1")]))
+    assert _cycle(c) == [("c1/p1", "n1")]
+    # the bind is running, the node has not reported its cpus yet: NUMA node 0 stays taken
+    c.upsert("task", _task("p1", "n1"))
+    c.upsert("task", _task("p2"))
+    c.upsert("task", _task("p3"))
+    assert _cycle(c) == [("c1/p2", "n1")]  # p3 finds no NUMA node with 4 free cpus
+    # p1 has finished; the node reports p2 placed (on NUMA node 1) and 0-3 free: the report is believed
+    from busched.cache.cache import object_key
+    assert c.delete("task", object_key("task", _task("p1")))
+    c.upsert("task", _task("p2", "n1"))
+    c.upsert("node", msgspec.convert({"name": "n1", "allocatable": {"cpu": "32", "memory": "64Gi", "pods": 110},
+                                      "numaTopology": _topology("0-3", ("c1-p2",))}, o.NodeSpec))
+    assert _cycle(c) == [("c1/p3", "n1")]
