@@ -131,6 +131,8 @@ def from_spec(s: o.NumaTopologySpec, where: str) -> NumaTopology:
         if cpu >= limits.MAX_CPUS:
             raise NumaError(f"{where}: numaTopology.cpuDetail: cpu id {cpu} above {limits.MAX_CPUS - 1}")
         cpus[cpu] = CpuInfo(c.numa, c.socket, c.core)
+    if len({c.numa for c in cpus.values()}) > limits.MAX_NUMA_NODES:
+        raise NumaError(f"{where}: numaTopology.cpuDetail: more than {limits.MAX_NUMA_NODES} NUMA nodes")
     reserved = 0
     if "cpu" in s.res_reserved:
         try:

@@ -2,6 +2,8 @@
 (cases transcribed from Volcano's numaaware/provider/cpumanager/cpu_mng_test.go and
 numaaware/policy/*_test.go)."""
 
+import random
+
 import msgspec
 import pytest
 
@@ -12,7 +14,7 @@ from busched.api.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, pod_qos
 from busched.api.resource import Resource
 from busched.plugins.numaaware import normalize_reverse, numa_span
 from busched.plugins.numaaware.cpumanager import Topology, allocate, take_by_topology, topology_hints
-from busched.plugins.numaaware.policy import TopologyHint, mask_of, merge, predicate
+from busched.plugins.numaaware.policy import TopologyHint, bits_of, mask_of, merge, predicate
 
 # cpu_mng_test.go's node: two sockets, one NUMA node each, two cores of two threads each
 TOPO = Topology({0: CpuInfo(0, 0, 0), 1: CpuInfo(0, 0, 0), 2: CpuInfo(0, 0, 1), 3: CpuInfo(0, 0, 1),
@@ -45,6 +47,34 @@ def test_topology_hints(request_, free, expect):
 ])
 def test_allocate(request_, free, best, expect):
     assert allocate(request_, best, free, TOPO) == expect
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hints_and_choices_hold_on_random_topologies(seed):
+    rng = random.Random(seed)
+    sockets, cores, threads = rng.randint(1, 3), rng.randint(1, 6), rng.randint(1, 2)
+    per_numa = rng.choice([1, 2])  # NUMA nodes per socket
+    cpus, i = {}, 0
+    for s in range(sockets):
+        for c in range(cores):
+            for _ in range(threads):
+                cpus[i] = CpuInfo(s * per_numa + c % per_numa, s, s * cores + c)
+                i += 1
+    topo = Topology(cpus)
+    free = frozenset(c for c in cpus if rng.random() < 0.7)
+    request = rng.randint(1, len(cpus))
+    for h in topology_hints(free, topo, request):
+        assert h.affinity is not None
+        assert sum(1 for c in free if cpus[c].numa in bits_of(h.affinity)) >= request
+    got = allocate(request, H(*sorted({cpus[c].numa for c in cpus}), preferred=True), free, topo)
+    assert got <= free and len(got) == (request if request <= len(free) else 0)
+    for name in ("best-effort", "restricted", "single-numa-node"):
+        numa_nodes = sorted({c.numa for c in cpus.values()})
+        best, admit = predicate(name, numa_nodes, [{"cpu": topology_hints(free, topo, request)}])
+        if admit and name != "best-effort":
+            assert best.preferred
+            cpus_got = allocate(request, best, free, topo)
+            assert {cpus[c].numa for c in cpus_got} <= set(bits_of(best.affinity))
 
 
 def test_take_by_topology_takes_nothing_for_nothing_and_refuses_too_many():
@@ -130,6 +160,7 @@ def test_node_topology_converts_with_volcano_field_names():
     ({"numares": {"cpu": {"allocatable": "0-99999"}}}, "numares.cpu.allocatable"),
     ({"cpuDetail": {"20000": {"numa": 0}}}, "cpuDetail"),
     ({"resReserved": {"cpu": "lots"}}, "resReserved.cpu"),
+    ({"cpuDetail": {str(i): {"numa": i} for i in range(9)}}, "more than 8 NUMA nodes"),
 ])
 def test_bad_topologies_are_refused_naming_the_field(topology, words):
     with pytest.raises(build.SpecError, match=words):

@@ -11,14 +11,14 @@ that are also free cpu ids (Volcano intersects ids of different kinds), and the 
 ordered by Volcano's comparator (socket affinity with what was taken, then fewer free cpus on the
 socket, then on the core, then socket id, core id, each an "or" rather than a tie-break), sorted
 as Go's ``sort.Slice`` sorts up to 12 items (an insertion sort; its answer for more cores, where
-Go switches to pdqsort over that inconsistent comparator, may differ).  Sockets for whole cores
+Go switches to pdqsort over that inconsistent comparator, may differ: there the comparator's intent,
+as a sort key).  Sockets for whole cores
 are ordered by their free cores, then socket id.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from busched.api.numa import CpuInfo, NumaTopology
 from busched.api.task import TaskInfo
@@ -32,23 +32,22 @@ class NotEnoughCpus(Exception):  # noqa: N818 - the cpu manager's own word
     """The free cpus cannot satisfy the request."""
 
 
-@dataclass(frozen=True)
 class Topology:
-    """k8s' CPUTopology: the cpus, how many physical cores (unique socket/core pairs) and sockets."""
+    """k8s' CPUTopology: the cpus, how many physical cores (unique socket/core pairs) and sockets,
+    and the cpus of each NUMA node, socket and core id, worked out once."""
 
-    cpus: dict[int, CpuInfo]
-
-    @property
-    def num_cpus(self) -> int:
-        return len(self.cpus)
-
-    @property
-    def num_cores(self) -> int:
-        return len({(c.socket, c.core) for c in self.cpus.values()})
-
-    @property
-    def num_sockets(self) -> int:
-        return len({c.socket for c in self.cpus.values()})
+    def __init__(self, cpus: dict[int, CpuInfo]) -> None:
+        self.cpus = cpus
+        self.by_numa: dict[int, set[int]] = {}
+        self.by_socket: dict[int, set[int]] = {}
+        self.by_core: dict[int, set[int]] = {}
+        for i, c in cpus.items():
+            self.by_numa.setdefault(c.numa, set()).add(i)
+            self.by_socket.setdefault(c.socket, set()).add(i)
+            self.by_core.setdefault(c.core, set()).add(i)
+        self.num_cpus = len(cpus)
+        self.num_cores = len({(c.socket, c.core) for c in cpus.values()})
+        self.num_sockets = len(self.by_socket)
 
     def cpus_per_core(self) -> int:
         return self.num_cpus // self.num_cores if self.num_cores else 0
@@ -57,16 +56,11 @@ class Topology:
         return self.num_cpus // self.num_sockets if self.num_sockets else 0
 
 
-def _in_numa(cpus: dict[int, CpuInfo], numa_ids: set[int] | list[int]) -> set[int]:
-    return {i for i, c in cpus.items() if c.numa in numa_ids}
-
-
-def _in_sockets(cpus: dict[int, CpuInfo], sockets: set[int]) -> set[int]:
-    return {i for i, c in cpus.items() if c.socket in sockets}
-
-
-def _in_cores(cpus: dict[int, CpuInfo], cores: set[int]) -> set[int]:
-    return {i for i, c in cpus.items() if c.core in cores}
+def _in_numa(topo: Topology, numa_ids: list[int]) -> set[int]:
+    out: set[int] = set()
+    for n in numa_ids:
+        out |= topo.by_numa.get(n, set())
+    return out
 
 
 def guaranteed_cpus(task: TaskInfo) -> int:
@@ -78,21 +72,27 @@ def guaranteed_cpus(task: TaskInfo) -> int:
 def topology_hints(free: frozenset[int] | set[int], topo: Topology, request: int) -> list[TopologyHint]:
     """Every set of NUMA nodes whose free cpus hold ``request``; preferred: the smallest sets that could
     hold it on an empty node (Volcano's generateCPUTopologyHints)."""
-    numa_nodes = sorted({c.numa for c in topo.cpus.values()})
+    numa_nodes = sorted(topo.by_numa)
+    total = {n: len(topo.by_numa[n]) for n in numa_nodes}
+    free_in = dict.fromkeys(numa_nodes, 0)
+    for c in free:
+        info = topo.cpus.get(c)
+        if info is not None:
+            free_in[info.numa] += 1
     min_size = len(numa_nodes)
     hints: list[TopologyHint] = []
     for size in range(1, len(numa_nodes) + 1):
         for combo in itertools.combinations(numa_nodes, size):
-            in_mask = _in_numa(topo.cpus, list(combo))
-            if len(in_mask) >= request and size < min_size:
+            if sum(total[n] for n in combo) >= request and size < min_size:
                 min_size = size
-            matching = sum(1 for c in free if c in topo.cpus and topo.cpus[c].numa in combo)
-            if matching >= request:
+            if sum(free_in[n] for n in combo) >= request:
                 hints.append(TopologyHint(mask_of(*combo), False))
     return [TopologyHint(h.affinity, (h.affinity or 0).bit_count() == min_size) for h in hints]
 
 
 class _Accumulator:
+    """The cpus still free (``details``, by id), what was taken, how many are still needed."""
+
     def __init__(self, topo: Topology, available: frozenset[int] | set[int], needed: int) -> None:
         self.topo = topo
         self.details = {i: c for i, c in topo.cpus.items() if i in available}
@@ -101,7 +101,8 @@ class _Accumulator:
 
     def take(self, cpus: set[int]) -> None:
         self.result |= cpus
-        self.details = {i: c for i, c in self.details.items() if i not in self.result}
+        for c in cpus:
+            self.details.pop(c, None)
         self.needed -= len(cpus)
 
     def needs(self, n: int) -> bool:
@@ -113,34 +114,50 @@ class _Accumulator:
     def failed(self) -> bool:
         return self.needed > len(self.details)
 
+    def in_sockets(self, socket: int) -> set[int]:
+        return {i for i in self.topo.by_socket.get(socket, ()) if i in self.details}
+
+    def in_cores(self, core: int) -> set[int]:
+        return {i for i in self.topo.by_core.get(core, ()) if i in self.details}
+
     def free_sockets(self) -> list[int]:
         return sorted({c.socket for c in self.details.values()} & set(self.details))
 
     def free_cores(self) -> list[int]:
-        def cores_of(s: int) -> set[int]:
-            return {c.core for c in self.details.values() if c.socket == s} & set(self.details)
-        sockets = sorted({c.socket for c in self.details.values()}, key=lambda s: (len(cores_of(s)), s))
-        return [core for s in sockets for core in sorted(cores_of(s))]
+        cores_of: dict[int, set[int]] = {}
+        for c in self.details.values():
+            cores_of.setdefault(c.socket, set()).add(c.core)
+        for s in cores_of:
+            cores_of[s] &= set(self.details)
+        sockets = sorted(cores_of, key=lambda s: (len(cores_of[s]), s))
+        return [core for s in sockets for core in sorted(cores_of[s])]
 
     def free_cpus(self) -> list[int]:
-        all_cpus = self.topo.cpus
+        topo = self.topo
+        free_on_socket: dict[int, int] = {}
+        free_on_core: dict[int, int] = {}
+        for c in self.details.values():
+            free_on_socket[c.socket] = free_on_socket.get(c.socket, 0) + 1
+            free_on_core[c.core] = free_on_core.get(c.core, 0) + 1
         keys = {}
-        for core in sorted({c.core for c in self.details.values()}):
-            socket = all_cpus[min(_in_cores(all_cpus, {core}))].socket
-            keys[core] = (len(_in_sockets(all_cpus, {socket}) & self.result),
-                          len(_in_sockets(self.details, {socket})), len(_in_cores(self.details, {core})), socket, core)
-
-        def less(i: int, j: int) -> bool:
-            a, b = keys[i], keys[j]
-            return a[0] > b[0] or a[1] < b[1] or a[2] < b[2] or a[3] < b[3] or a[4] < b[4]
-
+        for core in sorted(free_on_core):
+            socket = topo.cpus[min(topo.by_core[core])].socket
+            keys[core] = (len(topo.by_socket[socket] & self.result), free_on_socket.get(socket, 0),
+                          free_on_core[core], socket, core)
         cores = list(keys)
-        for i in range(1, len(cores)):  # Go's insertion sort, as sort.Slice does it for up to 12 items
-            j = i
-            while j > 0 and less(cores[j], cores[j - 1]):
-                cores[j], cores[j - 1] = cores[j - 1], cores[j]
-                j -= 1
-        return [cpu for core in cores for cpu in sorted(_in_cores(self.details, {core}))]
+        if len(cores) <= 12:
+            def less(i: int, j: int) -> bool:
+                a, b = keys[i], keys[j]
+                return a[0] > b[0] or a[1] < b[1] or a[2] < b[2] or a[3] < b[3] or a[4] < b[4]
+
+            for i in range(1, len(cores)):  # Go's insertion sort, as sort.Slice sorts up to 12 items
+                j = i
+                while j > 0 and less(cores[j], cores[j - 1]):
+                    cores[j], cores[j - 1] = cores[j - 1], cores[j]
+                    j -= 1
+        else:  # the comparator's intent, as a key
+            cores.sort(key=lambda k: (-keys[k][0],) + keys[k][1:])
+        return [cpu for core in cores for cpu in sorted(self.in_cores(core))]
 
 
 def take_by_topology(topo: Topology, available: frozenset[int] | set[int], n: int) -> set[int]:
@@ -153,14 +170,14 @@ def take_by_topology(topo: Topology, available: frozenset[int] | set[int], n: in
     per_socket, per_core = topo.cpus_per_socket(), topo.cpus_per_core()
     if acc.needs(per_socket):
         for s in acc.free_sockets():
-            acc.take(_in_sockets(acc.details, {s}))
+            acc.take(acc.in_sockets(s))
             if acc.satisfied():
                 return acc.result
             if not acc.needs(per_socket):
                 break
     if acc.needs(per_core):
         for core in acc.free_cores():
-            acc.take(_in_cores(acc.details, {core}))
+            acc.take(acc.in_cores(core))
             if acc.satisfied():
                 return acc.result
             if not acc.needs(per_core):
@@ -189,7 +206,7 @@ def allocate(request: int, best: TopologyHint, free: frozenset[int] | set[int], 
     result: set[int] = set()
     try:
         if best.affinity is not None:
-            aligned = set(free) & _in_numa(topo.cpus, bits_of(best.affinity))
+            aligned = set(free) & _in_numa(topo, bits_of(best.affinity))
             result |= take_by_topology(topo, aligned, min(request, len(aligned)))
         result |= take_by_topology(topo, set(free) - result, request - len(result))
     except NotEnoughCpus:
