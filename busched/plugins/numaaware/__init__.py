@@ -21,7 +21,7 @@ with the annotation ``volcano.sh/numa-topology-policy``.
 - session close: the tasks placed in the session, with their cpus, are kept across sessions
   (Volcano's UnassignedNumaPods, here in the plugin's cross-cycle state) and their cpus stay
   taken on their node until the node reports every one of them in ``podAllocations``; an entry
-  whose task left the node is dropped (Volcano keeps it).  The bind itself names no cpus: the
+  whose task is gone, finished or on another node is dropped (Volcano keeps it).  The bind itself names no cpus: the
   node's cpu manager picks them, with the same policy (docs/agents.md, NUMA topology).
 
 Argument (Volcano's name): ``weight`` (integer, default 1), multiplies the score.
@@ -35,7 +35,7 @@ from busched.api import numa as numa_api
 from busched.api.fit import Code
 from busched.api.node import NodeInfo
 from busched.api.qos import GUARANTEED
-from busched.api.task import TaskInfo
+from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.decision import fit_error
@@ -49,6 +49,7 @@ NAME = "numa-aware"
 WEIGHT_KEY = "weight"
 MAX_NODE_SCORE = 100
 CPU = "cpu"
+_FINISHED = frozenset({TaskStatus.Succeeded, TaskStatus.Failed})
 
 
 def _asks_alignment(task: TaskInfo) -> bool:
@@ -106,7 +107,7 @@ class _Pending:
 class _SessionState:
     free: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)  # node -> resource -> free cpus
     assigned: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)  # task uid -> node -> cpus
-    bound: dict[str, str] = field(default_factory=dict)  # task uid -> node, for tasks allocated here
+    bound: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # task uid -> node, namespace, name
     layouts: dict[str, tuple[cpumanager.Topology, frozenset[int]]] = field(default_factory=dict)  # + reserved
 
     def layout(self, node: NodeInfo, topo: numa_api.NumaTopology) -> tuple[cpumanager.Topology, frozenset[int]]:
@@ -145,7 +146,7 @@ class NumaAwarePlugin:
             sets = st.free.get(task.node_name)
             if sets is not None and CPU in sets:
                 sets[CPU] = sets[CPU] - cpus
-            st.bound[task.uid] = task.node_name
+            st.bound[task.uid] = (task.node_name, task.namespace, task.name)
 
         def on_deallocate(task: TaskInfo) -> None:
             cpus = st.assigned.get(task.uid, {}).get(task.node_name)
@@ -196,29 +197,24 @@ class NumaAwarePlugin:
     def on_session_close(self, ssn: Session) -> None:
         st = self._state
         pending: dict[str, _Pending] = state_of(ssn, self.name).setdefault("pending", {})
-        for uid, node_name in st.bound.items():
+        for uid, (node_name, namespace, name) in st.bound.items():
             cpus = st.assigned.get(uid, {}).get(node_name)
-            task = _find_task(ssn, uid)
-            if cpus is None or task is None:
-                continue
-            pending[uid] = _Pending(node_name, cpus, task.namespace, task.name)
+            if cpus is not None:
+                pending[uid] = _Pending(node_name, cpus, namespace, name)
         self._state = _SessionState()
-
-
-def _find_task(ssn: Session, uid: str) -> TaskInfo | None:
-    for job in ssn.jobs.values():
-        t = job.tasks.get(uid)
-        if t is not None:
-            return t
-    return None
 
 
 def _settle(pending: dict[str, _Pending], ssn: Session) -> None:
     """Forget the placements their node now reports (all of a node's at once, as Volcano clears them
-    only when every one is reported) and those whose task has left the node."""
+    only when every one is reported), and those whose task is gone, finished or on another node
+    (Volcano keeps these until the node reports the others; a task still waiting keeps its entry)."""
+    if not pending:
+        return
+    tasks = {uid: t for job in ssn.jobs.values() for uid, t in job.tasks.items() if uid in pending}
     for uid, p in list(pending.items()):
-        node = ssn.nodes.get(p.node)
-        if node is None or uid not in node.tasks:
+        t = tasks.get(uid)
+        if (t is None or p.node not in ssn.nodes or t.status in _FINISHED
+                or (t.node_name and t.node_name != p.node)):
             del pending[uid]
     by_node: dict[str, list[str]] = {}
     for uid, p in pending.items():
