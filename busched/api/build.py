@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from busched.api import k8s, k8s_specs, limits, subjob
+from busched.api import k8s, k8s_specs, limits, numa, qos, subjob
 from busched.api import objects as o
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo, NodeUsage
@@ -150,7 +150,16 @@ def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
     cap = resources(s.capacity, f"{where}: capacity") if s.capacity is not None else alloc.clone()
     return NodeInfo.new(s.name, alloc, cap, labels=dict(s.labels), annotations=dict(s.annotations),
                         taints=_plain_list(s.taints), unschedulable=s.unschedulable, images=dict(s.images),
-                        ready=s.ready, usage=node_usage(s.usage, where), index=index)
+                        ready=s.ready, usage=node_usage(s.usage, where), numa=numa_topology(s, where), index=index)
+
+
+def numa_topology(s: o.NodeSpec, where: str) -> numa.NumaTopology | None:
+    if s.numa_topology is None:
+        return None
+    try:
+        return numa.from_spec(s.numa_topology, where)
+    except numa.NumaError as e:
+        raise SpecError(str(e)) from None
 
 
 # Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
@@ -181,6 +190,13 @@ _clone = Resource.clone
 _plain, _plain_list, _to_builtins = k8s_specs.plain, k8s_specs.plain_list, msgspec.to_builtins
 
 
+def _task_qos(s: o.TaskSpec, req: Resource, best_effort: bool) -> str:
+    """The QoS class; a task without limits is BestEffort or Burstable (nothing to parse for most)."""
+    if not s.limits:
+        return qos.BEST_EFFORT if best_effort else qos.BURSTABLE
+    return qos.pod_qos(req, resources(s.limits, f"task {s.namespace}/{s.name}: limits"))
+
+
 def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default_priority: int = 1) -> TaskInfo:
     if s.phase not in TASK_PHASES:
         raise SpecError(f"task {s.namespace}/{s.name}: phase: unknown phase {s.phase!r} "
@@ -197,6 +213,9 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     if annotations or labels:
         if annotations:
             _check_annotations(annotations, f"task {s.namespace}/{s.name}")
+            if annotations.get(numa.NUMA_POLICY_KEY, "none") not in numa.TOPOLOGY_POLICIES:
+                raise SpecError(f"task {s.namespace}/{s.name}: annotations.{numa.NUMA_POLICY_KEY}: "
+                                f"one of {', '.join(numa.TOPOLOGY_POLICIES)} (Volcano's topologyPolicy)")
         if TASK_PRIORITY_KEY in annotations:
             try:
                 prio = int(annotations[TASK_PRIORITY_KEY])
@@ -251,6 +270,7 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.images = list(s.images) if s.images else []
     t.created = time_of(s.created, f"task {s.namespace}/{s.name}: created")
     t.start_time = time_of(s.start_time, f"task {s.namespace}/{s.name}: startTime")
+    t.qos = _task_qos(s, req, best_effort)
     t.eviction_occurred = False
     t.last_status = None
     t.last_node = ""

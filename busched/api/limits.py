@@ -30,6 +30,11 @@ task env                          at most 1,024 entries; names 1 .. 1,024 charac
                                   digits, ``_``, ``-``, ``.`` not starting with a digit (Kubernetes'
                                   C_IDENTIFIER, relaxed as it is since 1.x); values 32 KiB
 task workingDir, image            at most 1,024 characters
+numaTopology                      cpu ids 0 .. 16,383 (at most 16,384 cpus in cpuDetail, cpusets and
+                                  podAllocations); NUMA node ids 0 .. 63 (the topology manager's
+                                  64-bit masks), at most 8 of them on a node (the kubelet topology
+                                  manager's default maxAllowableNUMANodes; every set of them is
+                                  tried); a cpuset list 32 KiB
 ================================  ==================================================================
 
 Nesting needs no bound of its own: every spec field is typed, so a message nests no deeper than
@@ -44,7 +49,8 @@ import msgspec
 
 __all__ = ["MAX_MILLI_CPU", "MAX_SCALAR", "MAX_QUANTITY_TEXT", "MAX_EXPONENT", "INT32_MIN", "INT32_MAX",
            "MAX_LABELS", "MAX_ITEMS", "MAX_MEMBERS", "MAX_ANNOTATIONS_BYTES", "MAX_LABEL_KEY", "MAX_LABEL_VALUE",
-           "MAX_STRING", "MAX_MESSAGE", "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
+           "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID", "MAX_NUMA_NODES",
+           "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
            "LabelKey", "LabelValue", "Labels", "Annotations", "ShortStr", "Strings", "QuantityText", "Size"]
 
 MAX_MILLI_CPU = 10**7 * 1000
@@ -60,6 +66,9 @@ MAX_LABEL_KEY = 253 + 1 + 63
 MAX_LABEL_VALUE = 63
 MAX_STRING = 1024
 MAX_MESSAGE = 32 * 1024
+MAX_CPUS = 16384
+MAX_NUMA_ID = 63
+MAX_NUMA_NODES = 8
 
 Int32 = Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)]
 NonNegInt32 = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]

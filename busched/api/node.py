@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from busched.api.numa import NumaTopology
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 
@@ -41,6 +42,7 @@ class NodeInfo:
     images: dict[str, int] = field(default_factory=dict)  # image name -> size in bytes
     ready: bool = True
     usage: NodeUsage | None = None  # measured load, when the node reports it
+    numa: NumaTopology | None = None  # cpu topology (Volcano's Numatopology), when the node reports it
     idle: Resource = field(default_factory=Resource)
     used: Resource = field(default_factory=Resource)
     releasing: Resource = field(default_factory=Resource)
@@ -129,7 +131,7 @@ class NodeInfo:
         n = NodeInfo.new(self.name, self.allocatable.clone(), self.capacity.clone(), labels=dict(self.labels),
                          annotations=dict(self.annotations), taints=list(self.taints),
                          unschedulable=self.unschedulable, images=dict(self.images), ready=self.ready,
-                         usage=self.usage, index=self.index)
+                         usage=self.usage, numa=self.numa, index=self.index)
         for t in self.tasks.values():
             n.add_task(t)
         return n

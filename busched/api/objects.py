@@ -7,11 +7,12 @@ Every field has a default so the schema can grow.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from busched.api import k8s_specs as k
+from busched.api import limits
 from busched.api.limits import (
     MAX_ITEMS,
     MAX_MEMBERS,
@@ -31,7 +32,7 @@ from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
            "ResourceQuotaSpec", "NodeShardSpec",
-           "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
+           "ClusterSpec", "NodeUsageSpec", "NumaTopologySpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
            "DEFAULT_QUEUE", "BUILTIN_DEFAULT_QUEUE"]
 
 Quantity = QuantityText | int | float
@@ -51,6 +52,52 @@ class NodeUsageSpec(_Spec):
     memory: dict[str, float] = {}
 
 
+class NumaResourceSpec(_Spec):
+    """Volcano's Numatopology ResourceInfo: the free cpus as a cpuset list ("0-3,8") and how many in all."""
+
+    allocatable: Annotated[str, msgspec.Meta(max_length=limits.MAX_MESSAGE)] = ""
+    capacity: NonNegInt32 = 0
+
+
+class CpuInfoSpec(_Spec, omit_defaults=False):
+    """Where one cpu sits (Volcano's CPUInfo): its NUMA node, socket and core (written even when 0)."""
+
+    numa: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_NUMA_ID)] = 0
+    socket: NonNegInt32 = 0
+    core: NonNegInt32 = 0
+
+
+class ContainerAllocationSpec(_Spec):
+    """One container's allocations (Volcano's ContainerAllocation): resource -> cpuset or quantity text."""
+
+    name: ShortStr = ""
+    allocations: Annotated[dict[ShortStr, Annotated[str, msgspec.Meta(max_length=limits.MAX_MESSAGE)]],
+                           msgspec.Meta(max_length=MAX_ITEMS)] = {}
+
+
+class PodAllocationSpec(_Spec):
+    """A task the node's cpu manager has given cpus (Volcano's PodAllocation: uid, or namespace + name)."""
+
+    uid: ShortStr = ""
+    name: ShortStr = ""
+    namespace: ShortStr = ""
+    container_allocations: Annotated[list[ContainerAllocationSpec], msgspec.Meta(max_length=MAX_ITEMS)] = []
+
+
+class NumaTopologySpec(_Spec):
+    """The spec of Volcano's Numatopology (nodeinfo.volcano.sh/v1alpha1) of one node, Volcano's field names:
+    policies (CPUManagerPolicy, TopologyManagerPolicy), resReserved, numares, cpuDetail (by cpu id),
+    podAllocations.  busched.api.numa converts it."""
+
+    policies: Annotated[dict[Literal["CPUManagerPolicy", "TopologyManagerPolicy"], ShortStr],
+                        msgspec.Meta(max_length=2)] = {}
+    res_reserved: ResourceList = {}
+    numares: Annotated[dict[ShortStr, NumaResourceSpec], msgspec.Meta(max_length=MAX_ITEMS)] = {}
+    cpu_detail: Annotated[dict[Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,5}$")], CpuInfoSpec],
+                          msgspec.Meta(max_length=limits.MAX_CPUS)] = {}
+    pod_allocations: Annotated[list[PodAllocationSpec], msgspec.Meta(max_length=limits.MAX_CPUS)] = []
+
+
 class NodeSpec(_Spec):
     name: str
     allocatable: ResourceList = {}
@@ -62,6 +109,7 @@ class NodeSpec(_Spec):
     images: Annotated[dict[ShortStr, Size], msgspec.Meta(max_length=MAX_ITEMS)] = {}
     ready: bool = True
     usage: NodeUsageSpec | None = None  # measured load (Volcano's NodeUsage)
+    numa_topology: NumaTopologySpec | None = None  # cpu topology (Volcano's Numatopology spec), numa-aware reads it
 
 
 class TaskSpec(_Spec):
@@ -72,6 +120,7 @@ class TaskSpec(_Spec):
     phase: str = "Pending"
     deleting: bool = False
     requests: ResourceList = {}
+    limits: ResourceList = {}  # only the QoS class reads them (busched.api.qos)
     priority: Int32 | None = None
     priority_class_name: str = ""
     preemption_policy: str = ""

@@ -119,6 +119,7 @@ class TaskInfo:
     images: list[str] = field(default_factory=list)
     created: float = 0.0  # creation time (seconds); ties fall back on uid
     start_time: float = 0.0  # when it started running (epoch seconds; 0: not known)
+    qos: str = "BestEffort"  # Kubernetes' QoS class from requests and limits (busched.api.qos)
     eviction_occurred: bool = False
     last_status: TaskStatus | None = None  # status before the last discarded transaction
     last_node: str = ""

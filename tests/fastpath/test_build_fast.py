@@ -39,7 +39,7 @@ def ref_task(s, pcs, default_priority=1):
         scheduling_gates=list(s.scheduling_gates), preemption_policy=s.preemption_policy or (
             pc.preemption_policy if pc else ""),
         priority_class_name=s.priority_class_name, nominated_node_name=s.nominated_node_name,
-        images=list(s.images))
+        images=list(s.images), qos="BestEffort" if best_effort else "Burstable")
 
 
 def ref_job(s, pcs, default_priority=0):
