@@ -14,7 +14,8 @@ from busched.framework.plugin_state import state_of
 from busched.plugins import PLUGINS
 
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "busched" / "plugins"
-CLOCK_READERS = {"sla", "tdm", "rescheduling", "usage", "cdp"}
+# (numa-aware keeps cpus taken across cycles: its cycles are never skipped as quiet either)
+CLOCK_READERS = {"sla", "tdm", "rescheduling", "usage", "cdp", "numa-aware"}
 
 
 def _config(*names: str) -> Any:
