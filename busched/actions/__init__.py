@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
+from busched.framework.arguments import declared_of
 from busched.framework.registry import Registry
 
 __all__ = ["ACTIONS"]
@@ -22,13 +22,22 @@ _ENTRIES = {
 }
 
 
-def _lazy(spec: str) -> Callable[[], Any]:
-    mod, cls = spec.split(":")
+class _Lazy:
+    """Builds the action class named by ``"module:Class"``, importing the module on first use."""
 
-    def build() -> Any:
-        return getattr(importlib.import_module(f"busched.actions.{mod}"), cls)()
+    def __init__(self, spec: str) -> None:
+        self.module, self.cls = spec.split(":")
 
-    return build
+    def action_class(self) -> Any:
+        return getattr(importlib.import_module(f"busched.actions.{self.module}"), self.cls)
+
+    @property
+    def reads_arguments(self) -> tuple[str, ...] | None:
+        """The action's declared arguments (busched.framework.arguments)."""
+        return declared_of(self.action_class())
+
+    def __call__(self) -> Any:
+        return self.action_class()()
 
 
-ACTIONS = Registry("action", {name: _lazy(spec) for name, spec in _ENTRIES.items()})
+ACTIONS = Registry("action", {name: _Lazy(spec) for name, spec in _ENTRIES.items()})

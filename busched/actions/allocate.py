@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 
 from busched.actions import allocate_topology
-from busched.actions.util import NO_FIT, SKIP, STOP, predicate_error_cache
+from busched.actions.util import NO_FIT, PREDICATE_ERROR_CACHE_KEY, SKIP, STOP, predicate_error_cache
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.node import NodeAccountingError, NodeInfo
@@ -41,10 +41,11 @@ from busched.framework.statement import Statement
 
 class AllocateAction:
     name = "allocate"
+    reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
 
     def execute(self, ssn: Session) -> None:
         self.ssn = ssn
-        self.error_cache = predicate_error_cache(ssn.config, self.name)
+        self.error_cache = predicate_error_cache(ssn.config, self)
         topology = allocate_topology.TopologyAllocator(self)  # hard topology / sub-group jobs
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
         job_key = ssn.job_order_key()  # jobs change only in their own turn: heaps may compare keys

@@ -10,7 +10,7 @@ and ``ssn.allocate`` directly, without a statement.
 
 from __future__ import annotations
 
-from busched.actions.util import predicate_error_cache
+from busched.actions.util import PREDICATE_ERROR_CACHE_KEY, predicate_error_cache
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
@@ -24,9 +24,10 @@ from busched.framework.statement import Statement
 
 class BackfillAction:
     name = "backfill"
+    reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
 
     def execute(self, ssn: Session) -> None:
-        cache = predicate_error_cache(ssn.config, self.name)
+        cache = predicate_error_cache(ssn.config, self)
         for task in self.pending_tasks(ssn):
             job = ssn.jobs[task.job]
             helper = PredicateHelper(ssn, cache)

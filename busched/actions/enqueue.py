@@ -17,6 +17,7 @@ from busched.framework.session import Session
 
 class EnqueueAction:
     name = "enqueue"
+    reads_arguments = ()
 
     def execute(self, ssn: Session) -> None:
         queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)

@@ -51,6 +51,7 @@ DEFAULT_MAX_DOMAINS = 8
 
 class GangEvictionAction:
     name = ""
+    reads_arguments = (MAX_DOMAINS_KEY, ALLOW_WHOLE_BUNDLE_KEY)  # (allocate's predicateErrorCacheEnable too)
     kind = ""  # the EvictionContext kind the unified-evictable vote hears
 
     def __init__(self) -> None:
@@ -59,7 +60,7 @@ class GangEvictionAction:
         self.enable_predicate_error_cache = True
 
     def parse_arguments(self, ssn: Session) -> None:
-        args = ssn.config.action_arguments(self.name)
+        args = ssn.config.action_arguments(self.name, self.reads_arguments)
         self.max_domains = args.get_int(MAX_DOMAINS_KEY, self.max_domains)
         if self.max_domains <= 0:
             self.max_domains = DEFAULT_MAX_DOMAINS

@@ -89,6 +89,9 @@ TOPOLOGY_AWARE_KEY = "enableTopologyAwarePreemption"
 MIN_CANDIDATE_PERCENTAGE_KEY = "minCandidateNodesPercentage"
 MIN_CANDIDATE_ABSOLUTE_KEY = "minCandidateNodesAbsolute"
 MAX_CANDIDATE_ABSOLUTE_KEY = "maxCandidateNodesAbsolute"
+# Volcano's worker count for the dry run: accepted (declared, so no warning) and not read, as the dry run
+# here is sequential; the same decisions either way
+WORKER_NUM_KEY = "topologyAwarePreemptWorkerNum"
 
 _PRIORITY_OFFSET = 2**31  # makes every priority non-negative when summed
 
@@ -130,6 +133,8 @@ def pick_candidate(candidates: list[Candidate]) -> Candidate | None:
 
 class PreemptAction:
     name = "preempt"
+    reads_arguments = (PREDICATE_ERROR_CACHE_KEY, TOPOLOGY_AWARE_KEY, WORKER_NUM_KEY, MIN_CANDIDATE_PERCENTAGE_KEY,
+                       MIN_CANDIDATE_ABSOLUTE_KEY, MAX_CANDIDATE_ABSOLUTE_KEY)
 
     def __init__(self) -> None:
         self.enable_predicate_error_cache = True
@@ -139,7 +144,7 @@ class PreemptAction:
         self.max_candidate_nodes_absolute = 100
 
     def _parse_arguments(self, ssn: Session) -> None:
-        args = ssn.config.action_arguments(self.name)
+        args = ssn.config.action_arguments(self.name, self.reads_arguments)
         self.enable_predicate_error_cache = args.get_bool(PREDICATE_ERROR_CACHE_KEY, self.enable_predicate_error_cache)
         self.topology_aware = args.get_bool(TOPOLOGY_AWARE_KEY, self.topology_aware)
         self.min_candidate_nodes_percentage = args.get_int(MIN_CANDIDATE_PERCENTAGE_KEY,

@@ -31,6 +31,7 @@ Algorithm, in session hooks:
 from __future__ import annotations
 
 from busched.actions.util import (
+    PREDICATE_ERROR_CACHE_KEY,
     PREEMPT_NEVER,
     candidate_node_groups,
     predicate_error_cache,
@@ -50,12 +51,13 @@ __all__ = ["ReclaimAction"]
 
 class ReclaimAction:
     name = "reclaim"
+    reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
 
     def __init__(self) -> None:
         self.enable_predicate_error_cache = True
 
     def _parse_arguments(self, ssn: Session) -> None:
-        self.enable_predicate_error_cache = predicate_error_cache(ssn.config, self.name)
+        self.enable_predicate_error_cache = predicate_error_cache(ssn.config, self)
 
     def execute(self, ssn: Session) -> None:
         self._parse_arguments(ssn)

@@ -19,6 +19,7 @@ __all__ = ["ShuffleAction"]
 
 class ShuffleAction:
     name = "shuffle"
+    reads_arguments = ()
 
     def execute(self, ssn: Session) -> None:
         running = [t for job in ssn.jobs.values() for t in job.tasks.values() if t.status == TaskStatus.Running]

@@ -27,6 +27,7 @@ from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import ZERO
 from busched.api.task import TaskInfo, TaskStatus, preemptable_status
+from busched.framework.arguments import declared_of
 from busched.framework.config import SchedulerConfig
 from busched.framework.session import Session
 from busched.framework.statement import Statement
@@ -39,9 +40,12 @@ PREEMPT_NEVER = "Never"
 PREDICATE_ERROR_CACHE_KEY = "predicateErrorCacheEnable"
 
 
-def predicate_error_cache(config: SchedulerConfig, action: str) -> bool:
-    """The action's ``predicateErrorCacheEnable`` (default on), read alike by every action that predicates."""
-    return config.action_arguments(action).get_bool(PREDICATE_ERROR_CACHE_KEY, True)
+def predicate_error_cache(config: SchedulerConfig, action: Any) -> bool:
+    """The action's ``predicateErrorCacheEnable`` (default on), read alike by every action that predicates.
+    ``action``: the action itself (its ``reads_arguments`` must name the key), or an action's name."""
+    if isinstance(action, str):
+        return config.action_arguments(action).get_bool(PREDICATE_ERROR_CACHE_KEY, True)
+    return config.action_arguments(action.name, declared_of(action)).get_bool(PREDICATE_ERROR_CACHE_KEY, True)
 
 
 # -- jobs and tasks --------------------------------------------------------------------------

@@ -117,13 +117,20 @@ def parse_duration(text: str) -> float:
 
 def load_scheduler_config(path: str | None) -> SchedulerConfig:
     from busched.actions import ACTIONS
+    from busched.framework.argcheck import check_arguments
     from busched.framework.config import DEFAULT_CONFIG, load_config
     from busched.plugins import PLUGINS
 
     known = {"known_actions": list(ACTIONS), "known_plugins": list(PLUGINS)}
     if not path:
-        return load_config(DEFAULT_CONFIG, **known)
-    return load_config(Path(path).read_text(), where=path, **known)
+        config = load_config(DEFAULT_CONFIG, **known)
+    else:
+        config = load_config(Path(path).read_text(), where=path, **known)
+    # an argument no plugin or action reads is a warning; a Volcano argument we lack refuses the file
+    config = check_arguments(config, plugins=PLUGINS, actions=ACTIONS, where=path or "config")
+    for warning in config.warnings:
+        log.warning("%s", warning)
+    return config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -135,6 +142,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_scheduler_arguments(p)
     add_replicas_argument(p)
     add_log_argument(p)
+    p.add_argument("--check", action="store_true",
+                   help="only check the configuration (--config, else the built-in one): print its warnings; "
+                        "exit 0 when it loads, 2 when it is refused")
     p.set_defaults(func=cmd_run)
 
 
@@ -147,6 +157,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (OSError, ConfigError) as e:
         log.error("%s", e)
         return 2
+    if getattr(args, "check", False):
+        print(f"configuration {args.config or '(built-in)'} loads, with {len(config.warnings)} warning(s)")
+        return 0
     return asyncio.run(run_until_signal(lambda stop: serve(args, config, stop)))
 
 

@@ -26,39 +26,84 @@ mapstructure: the ``decode_*`` functions take a value (None: the zero value)
 and raise `ArgumentError` naming the field when its type is wrong (Volcano
 stops the scheduler on these).  Build one with ``Arguments.of(mapping)``: it is the
 mapping itself, so plain ``args["key"]`` and iteration still work.
+
+Declared arguments.  Every plugin and action names the arguments it reads in a
+class attribute ``reads_arguments`` (exact names, or a prefix ending in ``*``
+for a family such as ``binpack.resources.*``); the configuration check
+(busched.framework.argcheck) reads it to tell an argument we use from one we
+ignore.  So that the declaration cannot drift from the code, the registries hand
+a plugin (and the session an action) an `Arguments` that knows the declaration:
+a getter, ``args[key]``, ``args.get(key)`` or ``key in args`` asking for an
+undeclared name raises `UndeclaredArgument` at once -- in the first test that
+runs that line -- and every key asked for is recorded in ``asked``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from busched.api.duration import DurationError, parse_duration
 from busched.api.task import parse_bool
 
-__all__ = ["Arguments", "ArgumentError", "decode_int", "decode_float", "decode_str", "decode_bool",
+__all__ = ["Arguments", "ArgumentError", "UndeclaredArgument", "declares", "declared_of", "decode_int",
+           "decode_float", "decode_str", "decode_bool",
            "decode_mapping", "decode_field"]
 
 log = logging.getLogger(__name__)
 
 
+class UndeclaredArgument(RuntimeError):  # noqa: N818 - a programming error, named for what it is
+    """Code read an argument its plugin or action does not list in ``reads_arguments``."""
+
+
+def declares(declared: Iterable[str], key: str) -> bool:
+    """Whether ``declared`` (names, or prefixes ending in ``*``) covers the argument ``key``."""
+    return any(d == key or (d.endswith("*") and key.startswith(d[:-1])) for d in declared)
+
+
+def declared_of(obj: Any) -> tuple[str, ...] | None:
+    """The ``reads_arguments`` of a plugin or action class (or instance); None when it has none."""
+    names = getattr(obj, "reads_arguments", None)
+    return None if names is None else tuple(names)
+
+
 class Arguments(Mapping[str, Any]):
-    """A plugin's or action's ``arguments`` mapping with typed getters (read once, at construction)."""
+    """A plugin's or action's ``arguments`` mapping with typed getters (read once, at construction).
 
-    __slots__ = ("_values",)
+    ``declared`` (the owner's ``reads_arguments``; None: not checked) and ``owner`` (its name, for
+    the error) make every read of an undeclared name raise `UndeclaredArgument`."""
 
-    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+    __slots__ = ("_values", "declared", "owner", "asked")
+
+    def __init__(self, values: Mapping[str, Any] | None = None, *, declared: Iterable[str] | None = None,
+                 owner: str = "") -> None:
         self._values: dict[str, Any] = dict(values or {})
+        self.declared: tuple[str, ...] | None = None if declared is None else tuple(declared)
+        self.owner = owner
+        self.asked: set[str] = set()
 
     @classmethod
     def of(cls, values: Mapping[str, Any] | None) -> Arguments:
         """``values`` as Arguments (the same object when it already is one)."""
         return values if isinstance(values, Arguments) else cls(values)
 
+    def _ask(self, key: str) -> None:
+        self.asked.add(key)
+        if self.declared is not None and not declares(self.declared, key):
+            raise UndeclaredArgument(f"{self.owner or 'this plugin'} reads the argument {key!r} but does not "
+                                     f"declare it in reads_arguments {sorted(self.declared)}")
+
     # -- the mapping --------------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
+        self._ask(key)
         return self._values[key]
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self._ask(key)
+        return key in self._values
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
@@ -74,6 +119,7 @@ class Arguments(Mapping[str, Any]):
 
     # -- the getters --------------------------------------------------------------------------------
     def get_bool(self, key: str, default: bool) -> bool:
+        self._ask(key)
         if key not in self._values:
             return default
         v = self._values[key]
@@ -87,6 +133,7 @@ class Arguments(Mapping[str, Any]):
         return default
 
     def get_int(self, key: str, default: int) -> int:
+        self._ask(key)
         if key not in self._values:
             return default
         v = self._values[key]
@@ -96,6 +143,7 @@ class Arguments(Mapping[str, Any]):
         return default
 
     def get_float(self, key: str, default: float) -> float:
+        self._ask(key)
         if key not in self._values:
             return default
         v = self._values[key]
@@ -105,6 +153,7 @@ class Arguments(Mapping[str, Any]):
         return default
 
     def get_str(self, key: str, default: str) -> str:
+        self._ask(key)
         if key not in self._values:
             return default
         v = self._values[key]
@@ -115,6 +164,7 @@ class Arguments(Mapping[str, Any]):
 
     def get_duration(self, key: str, default: float) -> float:
         """Seconds from a Go duration string (``"1m30s"``); anything else keeps the default."""
+        self._ask(key)
         if key not in self._values:
             return default
         v = self._values[key]
@@ -128,6 +178,7 @@ class Arguments(Mapping[str, Any]):
 
     def get_mapping(self, key: str) -> Arguments | None:
         """A nested mapping with string keys (Volcano's ``GetArguments``), or None."""
+        self._ask(key)
         if key not in self._values:
             return None
         v = self._values[key]

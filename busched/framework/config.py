@@ -90,10 +90,14 @@ class SchedulerConfig:
     tiers: tuple[Tier, ...]
     configurations: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_search: SearchOptions = SearchOptions()
+    # what the argument check (busched.framework.argcheck) found odd but not wrong: arguments no plugin
+    # or action reads; logged when the file is loaded and shown on the status page
+    warnings: tuple[str, ...] = ()
 
-    def action_arguments(self, action: str) -> Arguments:
-        """The action's ``configurations`` entry, read through `Arguments` (empty when there is none)."""
-        return Arguments(self.configurations.get(action))
+    def action_arguments(self, action: str, declared: Iterable[str] | None = None) -> Arguments:
+        """The action's ``configurations`` entry, read through `Arguments` (empty when there is none);
+        ``declared``: the action's ``reads_arguments`` (a read of any other name raises)."""
+        return Arguments(self.configurations.get(action), declared=declared, owner=f"action {action}")
 
     def has_action(self, name: str) -> bool:
         return name in self.actions

@@ -6,7 +6,9 @@ needs besides as class attributes: ``reads_clock = True`` when its decisions
 depend on the session's clock or on state kept from cycle to cycle (so a cycle
 is never skipped as quiet while it is configured).  The registry answers that
 from the builder (`Registry.reads_clock`), so no list of plugin names is kept
-anywhere else.  An action has ``name`` and ``execute(ssn)``.  Registries refuse
+anywhere else.  Likewise ``reads_arguments``: the names of the arguments it
+reads (busched.framework.arguments explains the check that keeps it true).
+An action has ``name`` and ``execute(ssn)``.  Registries refuse
 duplicate names.
 """
 
@@ -52,6 +54,12 @@ class Registry(Mapping[str, Callable[..., Any]]):
         for k, v in entries.items():
             r.register(k, v)
         return r
+
+    def reads_arguments(self, name: str) -> tuple[str, ...] | None:
+        """The argument names the plugin or action ``name`` declares it reads (``reads_arguments`` on
+        its builder or the class it builds; busched.framework.arguments), None when it declares none."""
+        names = getattr(self._entries[name], "reads_arguments", None)
+        return None if names is None else tuple(names)
 
     def reads_clock(self, name: str) -> bool:
         """Whether the plugin ``name`` declares ``reads_clock`` (its builder, or the class it builds, says so)."""

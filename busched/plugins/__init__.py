@@ -2,7 +2,8 @@
 
 `PLUGINS` maps a plugin name to a builder taking the plugin's ``arguments``; the
 builder hands the plugin class its arguments as one `Arguments` (the one reader
-of argument values, busched.framework.arguments).
+of argument values, busched.framework.arguments) that knows the class's
+``reads_arguments``: reading a name the class does not declare raises.
 Modules are imported when first used, so a broken optional plugin cannot stop
 the others from loading.
 """
@@ -13,7 +14,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from busched.framework.arguments import Arguments
+from busched.framework.arguments import Arguments, declared_of
 from busched.framework.registry import Registry
 
 __all__ = ["PLUGINS"]
@@ -50,7 +51,8 @@ _ENTRIES: dict[str, str] = {
 class _Lazy:
     """Builds the plugin class named by ``"module:Class"``, importing the module on first use."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, name: str, spec: str) -> None:
+        self.name = name
         self.module, self.cls = spec.split(":")
 
     def plugin_class(self) -> Any:
@@ -60,8 +62,13 @@ class _Lazy:
     def reads_clock(self) -> bool:
         return bool(getattr(self.plugin_class(), "reads_clock", False))
 
+    @property
+    def reads_arguments(self) -> tuple[str, ...] | None:
+        return declared_of(self.plugin_class())
+
     def __call__(self, arguments: Mapping[str, Any]) -> Any:
-        return self.plugin_class()(Arguments.of(arguments))
+        cls = self.plugin_class()
+        return cls(Arguments(arguments, declared=declared_of(cls), owner=f"plugin {self.name}"))
 
 
-PLUGINS = Registry("plugin", {name: _Lazy(spec) for name, spec in _ENTRIES.items()})
+PLUGINS = Registry("plugin", {name: _Lazy(name, spec) for name, spec in _ENTRIES.items()})

@@ -99,6 +99,7 @@ def binpack_score(task: TaskInfo, node: NodeInfo, w: BinpackWeights) -> float:
 
 class BinpackPlugin:
     name = "binpack"
+    reads_arguments = (WEIGHT_KEY, CPU_KEY, MEMORY_KEY, RESOURCES_KEY, RESOURCES_PREFIX + "*")
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:

@@ -58,6 +58,7 @@ def cooling_down(task: TaskInfo, now: float) -> bool:
 
 class CdpPlugin:
     name = "cdp"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = True  # the cooldown after a pod starts is measured against the clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

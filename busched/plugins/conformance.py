@@ -16,6 +16,7 @@ SYSTEM_NAMESPACE = "kube-system"
 
 class ConformancePlugin:
     name = "conformance"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

@@ -93,6 +93,7 @@ def _parse_weight(text: str) -> float:
 
 class DrfPlugin:
     name = "drf"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:

@@ -24,6 +24,7 @@ NOT_ENOUGH_RESOURCES = "NotEnoughResources"
 
 class GangPlugin:
     name = "gang"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

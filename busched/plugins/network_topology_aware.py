@@ -85,6 +85,8 @@ class _Usage:
 
 class NetworkTopologyAwarePlugin:
     name = "network-topology-aware"
+    reads_arguments = (WEIGHT_KEY, CPU_KEY, MEMORY_KEY, RESOURCES_KEY, RESOURCES_KEY + ".*",
+                       NORMAL_POD_ENABLE_KEY, NORMAL_POD_FADING_KEY, EVICT_MAX_KEY)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

@@ -184,6 +184,7 @@ class QueueAttr:
 
 class NodeGroupPlugin:
     name = "nodegroup"
+    reads_arguments = ("strict", "enablePreferredOrder")  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

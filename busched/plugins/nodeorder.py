@@ -309,6 +309,7 @@ BATCH_SCORERS: dict[str, Callable[[SessionPods, TaskInfo, list[NodeInfo]], dict[
 
 class NodeOrderPlugin:
     name = PLUGIN_NAME
+    reads_arguments = tuple(DEFAULT_WEIGHTS)  # every argument it reads (busched.framework.arguments)
     reads_clock = False
     # the per-node scorers the array kernels refresh a node's row with (busched.fastpath.nodeorder)
     per_node = kernel.PerNode(BATCH_SCORERS, least_allocated, most_allocated, balanced_allocation, image_locality)

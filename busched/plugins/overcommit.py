@@ -53,6 +53,7 @@ def _used(node: NodeInfo) -> Resource:
 
 class OvercommitPlugin:
     name = "overcommit"
+    reads_arguments = (OVERCOMMIT_FACTOR_KEY,)  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:

@@ -82,6 +82,7 @@ def _session_pods(ssn: Session) -> list[TaskInfo]:
 
 class PdbPlugin:
     name = "pdb"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

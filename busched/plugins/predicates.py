@@ -186,6 +186,8 @@ _NO_STATES: tuple[Any, Any] = (None, None)
 # -- the plugin ---------------------------------------------------------------------------------------
 class PredicatesPlugin:
     name = PLUGIN_NAME
+    reads_arguments = (NODE_AFFINITY_ENABLE, NODE_PORTS_ENABLE, TAINT_TOLERATION_ENABLE, POD_AFFINITY_ENABLE,
+                       POD_TOPOLOGY_SPREAD_ENABLE, CACHE_ENABLE)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:

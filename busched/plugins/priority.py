@@ -20,6 +20,7 @@ def _desc(l: int, r: int) -> int:
 
 class PriorityPlugin:
     name = "priority"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

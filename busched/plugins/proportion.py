@@ -125,6 +125,7 @@ def water_fill(attrs: list[QueueAttr], total: Resource) -> None:
 
 class ProportionPlugin:
     name = "proportion"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
     judges_queue_capability = True  # its queue verdicts are about capability (busched explain)
 

@@ -22,6 +22,7 @@ NAME = "busched-agent-feedback"
 
 class RefusedNodesPlugin:
     name = NAME
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False  # (its input is the snapshot's; the scheduler's clock decides what it holds)
 
     def __init__(self, arguments: Arguments) -> None:

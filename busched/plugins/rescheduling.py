@@ -176,6 +176,7 @@ def low_node_utilization_victims(ssn: Session, conf: LowNodeUtilizationConf,
 
 class ReschedulingPlugin:
     name = "rescheduling"
+    reads_arguments = ("interval", "strategies")  # every argument it reads (busched.framework.arguments)
     reads_clock = True  # runs once an interval has passed since its last run (kept across cycles)
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

@@ -257,6 +257,7 @@ def check_proportional(task: TaskInfo, node: NodeInfo, proportional: Mapping[str
 
 class ResourceStrategyFitPlugin:
     name = PLUGIN
+    reads_arguments = ("resourceStrategyFitWeight", "resources", "sra", "proportional")
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any] | None = None) -> None:

@@ -79,6 +79,7 @@ def job_min_resources(job: JobInfo) -> ResourceList | None:
 
 class ResourceQuotaPlugin:
     name = "resourcequota"
+    reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

@@ -33,6 +33,7 @@ def _positive(text: Any) -> float | None:
 
 class SlaPlugin:
     name = "sla"
+    reads_arguments = (WAITING_TIME_KEY,)  # every argument it reads (busched.framework.arguments)
     reads_clock = True  # the sla waiting time is measured against the session's clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

@@ -278,6 +278,7 @@ class JobManager:
 
 class TaskTopologyPlugin:
     name = "task-topology"
+    reads_arguments = (WEIGHT_ARG,)  # every argument it reads (busched.framework.arguments)
     reads_clock = False
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

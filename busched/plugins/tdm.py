@@ -147,6 +147,7 @@ def _max_victims(job: JobInfo, candidates: list[TaskInfo]) -> list[TaskInfo]:
 
 class TdmPlugin:
     name = "tdm"
+    reads_arguments = (EVICT_PERIOD_ARG, ZONE_ARG_PREFIX + "*")  # every argument it reads (busched.framework.arguments)
     reads_clock = True  # revocable zones open and close with the clock; the last eviction is kept across cycles
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

@@ -199,6 +199,7 @@ class ShadowLoad:
 
 class UsagePlugin:
     name = "usage"
+    reads_arguments = ("usage.weight", "cpu.weight", "memory.weight", "thresholds", "estimator")
     reads_clock = True  # node metrics go stale with the clock
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:

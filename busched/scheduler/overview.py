@@ -117,7 +117,7 @@ async def build(sched: Any, config: Mapping[str, Any] | None = None) -> dict[str
 def _config(sched: Any, config: Mapping[str, Any] | None) -> dict[str, Any]:
     error = str(config.get("error", "")) if config else ""
     return {"file": str(config.get("file", "")) if config else "", "loaded": not error, "error": error,
-            "actions": list(sched.config.actions)}
+            "actions": list(sched.config.actions), "warnings": list(sched.config.warnings)}
 
 
 def _queues(sched: Any, queues: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:to
 th{background:#eef1f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .meta span{margin-right:1.2em}.ok{color:#17692d}.bad{color:#b00020;font-weight:600}.dim{color:#888}
 .banner{border:1px solid #b00020;background:#fdecee;padding:.5em .8em;margin:.6em 0}
+.banner.warn{border-color:#a66b00;background:#fff6e0}.banner ul{margin:.3em 0 0;padding-left:1.2em}
 code{font-family:ui-monospace,monospace;font-size:.95em}
 """
 
@@ -87,6 +88,10 @@ def _header(d: Mapping[str, Any]) -> str:
         out += (f'<div class="banner" id="config-error"><span class="bad">configuration file '
                 f"{_e(cfg['file'])} refused</span>: {_e(cfg['error'])}<br>the previous configuration stays in "
                 f"force until the file loads</div>")
+    if cfg.get("warnings"):
+        items = "".join(f"<li>{_e(w)}</li>" for w in cfg["warnings"])
+        out += (f'<div class="banner warn" id="config-warnings"><span class="bad">configuration warnings</span>'
+                f"<ul>{items}</ul></div>")
     return out
 
 

@@ -109,7 +109,8 @@ async def test_the_status_page_in_a_real_browser(harness, tmp_path: Path):
         assert all(n["state"] == "alive" for n in nodes.values()) and sum(n["tasks"] for n in nodes.values()) == 4
         decided = [c for c in data["cycles"] if not c["skipped"]]
         assert decided and sum(c["binds"] for c in decided) == 4 and "allocate" in decided[-1]["actions"]
-        assert data["config"] == {"file": "", "loaded": True, "error": "", "actions": list(sched.config.actions)}
+        assert data["config"] == {"file": "", "loaded": True, "error": "", "actions": list(sched.config.actions),
+                                  "warnings": []}
         # a screenshot of it
         png = await asyncio.to_thread(browser.screenshot, chromium, url, tmp_path / "status.png")
         head = png.read_bytes()[:8]
@@ -139,6 +140,21 @@ async def test_a_refused_configuration_file_and_a_process_without_a_scheduler(ha
             async with client.get(f"{http.url}/") as r:
                 page = await r.text()
             assert 'id="config-error"' not in page and "actions enqueue, allocate" in page
+            assert 'id="config-warnings"' not in page
+            # an argument nobody reads: applied, with a warning banner naming plugin and argument
+            path.write_text('actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: gang\n'
+                            '  - name: predicates\n    arguments: {predicate.GPUSharingEnable: true}\n')
+            assert cfg.check() == "applied"
+            async with client.get(f"{http.url}/") as r:
+                page = await r.text()
+            assert 'id="config-warnings"' in page and "predicate.GPUSharingEnable" in page and "predicates" in page
+            # a Volcano argument busched does not implement: refused, the warning configuration stays
+            path.write_text('actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: predicates\n'
+                            '    arguments: {predicate.VolumeZoneEnable: true}\n')
+            assert cfg.check() == "refused"
+            async with client.get(f"{http.url}/") as r:
+                page = await r.text()
+            assert 'id="config-error"' in page and "predicate.VolumeZoneEnable" in page and "does not implement" in page
             async with client.get(f"{bare.url}/") as r:
                 assert r.status == 200 and "No scheduler runs in this process" in await r.text()
             async with client.get(f"{bare.url}/status.json") as r:

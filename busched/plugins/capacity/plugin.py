@@ -49,6 +49,7 @@ ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
 
 class CapacityPlugin:
     name = "capacity"
+    reads_arguments = (ANCESTOR_RECLAIM_LEVEL,)  # every argument it reads (busched.framework.arguments)
     reads_clock = False
     judges_queue_capability = True  # its queue verdicts are about capability (busched explain)
 

@@ -121,6 +121,7 @@ class _SessionState:
 
 class NumaAwarePlugin:
     name = NAME
+    reads_arguments = (WEIGHT_KEY,)  # every argument it reads (busched.framework.arguments)
     reads_clock = True  # its cpus taken stay taken from one cycle to the next (see the module docstring)
 
     def __init__(self, arguments: Arguments) -> None:
