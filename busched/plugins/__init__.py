@@ -43,6 +43,7 @@ _ENTRIES: dict[str, str] = {
     "usage": "usage:UsagePlugin",
     "cdp": "cdp:CdpPlugin",
     "numa-aware": "numaaware:NumaAwarePlugin",
+    "extender": "extender:ExtenderPlugin",
     # the scheduler's own: the nodes that refused a task recently (the snapshot's `refused`)
     "busched-agent-feedback": "refused_nodes:RefusedNodesPlugin",
 }

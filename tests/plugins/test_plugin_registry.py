@@ -14,8 +14,9 @@ from busched.framework.plugin_state import state_of
 from busched.plugins import PLUGINS
 
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "busched" / "plugins"
-# (numa-aware keeps cpus taken across cycles: its cycles are never skipped as quiet either)
-CLOCK_READERS = {"sla", "tdm", "rescheduling", "usage", "cdp", "numa-aware"}
+# (numa-aware keeps cpus taken across cycles, extender asks a service whose state changes without a cluster
+# event: their cycles are never skipped as quiet either)
+CLOCK_READERS = {"sla", "tdm", "rescheduling", "usage", "cdp", "numa-aware", "extender"}
 
 
 def _config(*names: str) -> Any:
