@@ -16,9 +16,11 @@ import pytest
 
 from busched import fastpath
 from busched.bus.server_cluster import NatsCluster
+from busched.framework import arguments
 from tests.nats_fixture import Harness, NatsServer
 
 fastpath.use_by_default(fastpath.FastPathSettings.from_env(os.environ))
+arguments.STRICT = True  # a plugin or action reading an argument it does not declare fails its test at once
 
 
 @pytest.fixture

@@ -122,6 +122,20 @@ def test_an_undeclared_read_fails_loudly():
     assert Arguments({"k": 1}).get_int("k", 0) == 1  # no declaration: not checked
 
 
+def test_outside_the_tests_an_undeclared_read_is_logged_once_and_answered(monkeypatch, caplog) -> None:
+    """A declaration missed on a rare path must not fail a live cycle: the read is answered and logged."""
+    from busched.framework import arguments
+
+    monkeypatch.setattr(arguments, "STRICT", False)
+    monkeypatch.setattr(arguments, "_logged", set())
+    args = Arguments({"k": 7}, declared=("other",), owner="plugin lax")
+    with caplog.at_level("ERROR", logger="busched.framework.arguments"):
+        assert args.get_int("k", 0) == 7
+        assert args["k"] == 7
+    errors = [r for r in caplog.records if "plugin lax reads the argument 'k'" in r.getMessage()]
+    assert len(errors) == 1
+
+
 def test_our_names_are_volcanos_for_volcanos_plugins_and_actions():
     """A declared name of a plugin Volcano has is one of Volcano's (we do not invent arguments for them)."""
     for name in PLUGINS:
