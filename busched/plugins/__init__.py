@@ -41,6 +41,7 @@ _ENTRIES: dict[str, str] = {
     "network-topology-aware": "network_topology_aware:NetworkTopologyAwarePlugin",
     "usage": "usage:UsagePlugin",
     "cdp": "cdp:CdpPlugin",
+    "deviceshare": "deviceshare:DeviceSharePlugin",
     # the scheduler's own: the nodes that refused a task recently (the snapshot's `refused`)
     "busched-agent-feedback": "refused_nodes:RefusedNodesPlugin",
 }
