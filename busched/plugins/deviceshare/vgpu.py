@@ -208,7 +208,7 @@ class VgpuDevices:
 
     def filter(self, task: TaskInfo, capped: frozenset[int] = frozenset()) -> str | None:
         fit = self.fit(task, capped)
-        return fit if isinstance(fit, str) else None
+        return f"hami-vgpuDeviceSharing error: {fit}" if isinstance(fit, str) else None
 
     def score(self, task: TaskInfo, policy: str, capped: frozenset[int] = frozenset()) -> float:
         fit = self.fit(task, capped, policy)

@@ -162,7 +162,7 @@ def test_podgroup_spread_keeps_a_group_off_a_card():
     d.allocate(vreq("a", annotations=ann), 0)
     d.allocate(vreq("b", annotations=ann), 0)
     assert all(c.used_num == 1 for c in d.cards.values())
-    assert d.filter(vreq("c", annotations=ann)) == "not enough gpu fitted on this node"
+    assert d.filter(vreq("c", annotations=ann)) == "hami-vgpuDeviceSharing error: not enough gpu fitted on this node"
     assert d.filter(vreq("c")) is None  # without the policy it may share
 
 
@@ -178,7 +178,7 @@ def test_exclusive_cores_and_full_cards():
 def test_mode_and_card_count():
     d = vgpu_node(cards=2)
     assert "sharing mode mig" in (d.filter(vreq("a", annotations={"volcano.sh/vgpu-mode": "mig"})) or "")
-    assert d.filter(vreq("a", num=3)) == "no enough gpu cards on node n1"
+    assert d.filter(vreq("a", num=3)) == "hami-vgpuDeviceSharing error: no enough gpu cards on node n1"
 
 
 def test_allocate_without_fit_raises():
@@ -282,3 +282,15 @@ def test_allocated_rule_task_reserves_its_card():
     assert ex.rule_cards == {0: {1}}
     assert ex.filter(vreq("b", labels=train, num=2)) is not None
     assert ex.filter(vreq("b", labels={"app": "serving"}, num=2)) is None
+
+
+def test_uuid_constraints():  # TestGPUUUIDConstraints
+    d = vgpu_node()
+    assert "volcano.sh/vgpu-use-gpuuuid" in (d.filter(vreq("a", annotations={"volcano.sh/vgpu-use-gpuuuid":
+                                                                          "GPU-unknown"})) or "")
+    assert "volcano.sh/vgpu-nouse-gpuuuid" in (d.filter(vreq("a", annotations={"volcano.sh/vgpu-nouse-gpuuuid":
+                                                                            "GPU-0,GPU-1"})) or "")
+    given = d.allocate(vreq("a", annotations={"volcano.sh/vgpu-use-gpuuuid": "GPU-0"}), 0)
+    assert given[ASSIGNED_IDS].startswith("GPU-0,")
+    given = d.allocate(vreq("b", annotations={"volcano.sh/vgpu-nouse-gpuuuid": "GPU-1"}), 0)
+    assert given[ASSIGNED_IDS].startswith("GPU-0,")
