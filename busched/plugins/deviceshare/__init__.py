@@ -38,7 +38,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from busched.api.fit import Code
+import numpy as np
+
+from busched.api.fit import Code, FitError
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework import points
@@ -47,8 +49,8 @@ from busched.framework.decision import fit_error
 from busched.framework.session import EventHandler, Session
 from busched.plugins.deviceshare.base import DeviceError, Devices, holds_devices
 from busched.plugins.deviceshare.exclusive import RULES_KEY, ExclusiveVgpu, parse_rules
-from busched.plugins.deviceshare.gpushare import GpuShareDevices
-from busched.plugins.deviceshare.vgpu import VgpuDevices
+from busched.plugins.deviceshare.gpushare import GpuShareDevices, gpu_memory_of, gpu_number_of
+from busched.plugins.deviceshare.vgpu import VgpuDevices, request_of
 
 __all__ = ["DeviceSharePlugin", "DeviceShareSettings", "open_devices"]
 
@@ -136,7 +138,7 @@ class DeviceSharePlugin:
             found = open_devices(node, s)
             if found:
                 self.devices[node.name] = found
-        ssn.add_fn(points.PREDICATE, self.name, self.predicate)
+        ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=self.predicate_batch)
         if s.weight > 0:
             ssn.add_fn(points.NODE_ORDER, self.name, self.score)
         ssn.add_event_handler(EventHandler(allocate=self.allocated, deallocate=self.deallocated))
@@ -146,6 +148,28 @@ class DeviceSharePlugin:
 
     def _asked(self, task: TaskInfo, node: str) -> list[Devices]:
         return [d for d in self.devices.get(node, ()) if d.has_request(task)]
+
+    def wants_devices(self, task: TaskInfo) -> bool:
+        """The task asks for a kind of device that is enabled (else the predicate passes it everywhere)."""
+        s = self.settings
+        return ((s.gpu_sharing and gpu_memory_of(task) > 0) or (s.gpu_number and gpu_number_of(task) > 0)
+                or (s.vgpu and request_of(task) is not None))
+
+    def predicate_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
+        """`predicate` over many nodes at once (the fast path's twin): True where it passes.  A task asking
+        for no device passes everywhere; one that does is checked on each node that has devices."""
+        ok = np.ones(len(rows), dtype=bool)
+        if not self.devices or not self.wants_devices(task):
+            return ok
+        nodes = arrays.nodes
+        for k, r in enumerate(rows.tolist()):
+            node = nodes[r]
+            if node.name in self.devices:
+                try:
+                    self.predicate(task, node)
+                except FitError:
+                    ok[k] = False
+        return ok
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> None:
         for devices in self._asked(task, node.name):

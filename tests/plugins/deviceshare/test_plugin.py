@@ -3,9 +3,11 @@ and evictions."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 from busched.actions import ACTIONS
@@ -111,3 +113,55 @@ def test_predicate_and_no_devices():
         ssn.predicate_fn(ssn.jobs["c1/pa"].tasks["c1-big"], node)
     assert e.value.reasons() == ["GpuShare no enough gpu memory on node n1"]
     ssn.predicate_fn(ssn.jobs["c1/pb"].tasks["c1-cpu"], node)  # asks for no device: passes
+
+
+def test_predicate_twin_matches_the_predicate_on_random_clusters():
+    """The fast path's twin (`predicate_batch`) against the per-node predicate, node by node."""
+    rng = random.Random(7)
+    seen: set[bool] = set()
+    for round_ in range(20):
+        vgpu = round_ % 2 == 0
+        nodes, tasks = [], []
+        for i in range(8):
+            if vgpu:
+                cards = rng.randint(1, 3)
+                reg = "".join(f"GPU-{i}-{c},{rng.randint(1, 3)},{rng.choice([8000, 16000])},NVIDIA,true,hami-core:"
+                              for c in range(cards))
+                alloc = {"cpu": "8", "memory": "8Gi", "pods": 110, "volcano.sh/vgpu-number": 10,
+                         "volcano.sh/vgpu-memory": 48000, "volcano.sh/vgpu-cores": 300}
+                nodes.append(NodeSpec(name=f"n{i}", allocatable=alloc,
+                                      annotations={"volcano.sh/node-vgpu-register": reg} if i % 4 else {}))
+            else:
+                alloc = {"cpu": "8", "memory": "8Gi", "pods": 110}
+                if i % 4:
+                    alloc.update({"volcano.sh/gpu-memory": rng.choice([2000, 4000]), "volcano.sh/gpu-number": 2})
+                nodes.append(NodeSpec(name=f"n{i}", allocatable=alloc))
+        for j in range(10):
+            if vgpu:
+                req = {"volcano.sh/vgpu-number": rng.randint(1, 3),
+                       "volcano.sh/vgpu-memory": rng.choice([0, 4000, 9000]),
+                       "volcano.sh/vgpu-cores": rng.choice([0, 50, 100])}
+            else:
+                req = {"volcano.sh/gpu-memory": rng.choice([0, 500, 1500, 2500])}
+            tasks.append({"name": f"t{j}", "job": f"j{j}", "requests": req if j % 5 else {"cpu": "1"}})
+        args = "{deviceshare.VGPUEnable: true}" if vgpu else "{deviceshare.GPUSharingEnable: true}"
+        conf = f'actions: ""\ntiers:\n- plugins:\n  - name: deviceshare\n    arguments: {args}\n'
+        c = Cache()
+        c.load(ClusterSpec(nodes=nodes, tasks=[msgspec.convert({"namespace": "c1", **t}, TaskSpec) for t in tasks],
+                           jobs=[JobSpec(name=t["job"], namespace="c1", queue="q1", min_member=1, phase="Inqueue")
+                                 for t in tasks], queues=[QueueSpec(name="q1")]))
+        ssn = open_session(c.snapshot(), load_config(conf))
+        plugin = ssn.plugins["deviceshare"]
+        rows = np.arange(len(ssn.node_list))
+        for job in ssn.jobs.values():
+            for t in job.tasks.values():
+                want = []
+                for n in ssn.node_list:
+                    try:
+                        plugin.predicate(t, n)
+                        want.append(True)
+                    except FitError:
+                        want.append(False)
+                assert plugin.predicate_batch(t, ssn.arrays, rows).tolist() == want, (round_, t.key)
+                seen.update(want)
+    assert seen == {True, False}  # both verdicts were compared
