@@ -140,7 +140,7 @@ class DeviceSharePlugin:
                 self.devices[node.name] = found
         ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=self.predicate_batch)
         if s.weight > 0:
-            ssn.add_fn(points.NODE_ORDER, self.name, self.score)
+            ssn.add_fn(points.NODE_ORDER, self.name, self.score, twin=self.score_batch)
         ssn.add_event_handler(EventHandler(allocate=self.allocated, deallocate=self.deallocated))
 
     def on_session_close(self, ssn: Session) -> None:
@@ -180,6 +180,18 @@ class DeviceSharePlugin:
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         s = sum(d.score(task, self.settings.policy) for d in self._asked(task, node.name))
         return float(math.floor(s + 0.5) * self.settings.weight)
+
+    def score_batch(self, task: TaskInfo, arrays: Any, rows: Any) -> Any:
+        """`score` for many nodes at once (the fast path's twin): 0 but on the nodes with devices the task asks."""
+        out = np.zeros(len(rows), dtype=float)
+        if not self.devices or not self.wants_devices(task):
+            return out
+        nodes = arrays.nodes
+        for k, r in enumerate(rows.tolist()):
+            node = nodes[r]
+            if node.name in self.devices:
+                out[k] = self.score(task, node)
+        return out
 
     def allocated(self, task: TaskInfo) -> None:
         for devices in self._asked(task, task.node_name):

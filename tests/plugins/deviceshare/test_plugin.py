@@ -116,9 +116,10 @@ def test_predicate_and_no_devices():
 
 
 def test_predicate_twin_matches_the_predicate_on_random_clusters():
-    """The fast path's twin (`predicate_batch`) against the per-node predicate, node by node."""
+    """The fast path's twins (`predicate_batch`, `score_batch`) against the per-node predicate and score."""
     rng = random.Random(7)
     seen: set[bool] = set()
+    scored: set[bool] = set()
     for round_ in range(20):
         vgpu = round_ % 2 == 0
         nodes, tasks = [], []
@@ -144,7 +145,8 @@ def test_predicate_twin_matches_the_predicate_on_random_clusters():
             else:
                 req = {"volcano.sh/gpu-memory": rng.choice([0, 500, 1500, 2500])}
             tasks.append({"name": f"t{j}", "job": f"j{j}", "requests": req if j % 5 else {"cpu": "1"}})
-        args = "{deviceshare.VGPUEnable: true}" if vgpu else "{deviceshare.GPUSharingEnable: true}"
+        args = ("{deviceshare.VGPUEnable: true, deviceshare.SchedulePolicy: binpack, deviceshare.ScheduleWeight: 3}"
+                if vgpu else "{deviceshare.GPUSharingEnable: true, deviceshare.ScheduleWeight: 3}")
         conf = f'actions: ""\ntiers:\n- plugins:\n  - name: deviceshare\n    arguments: {args}\n'
         c = Cache()
         c.load(ClusterSpec(nodes=nodes, tasks=[msgspec.convert({"namespace": "c1", **t}, TaskSpec) for t in tasks],
@@ -164,4 +166,7 @@ def test_predicate_twin_matches_the_predicate_on_random_clusters():
                         want.append(False)
                 assert plugin.predicate_batch(t, ssn.arrays, rows).tolist() == want, (round_, t.key)
                 seen.update(want)
-    assert seen == {True, False}  # both verdicts were compared
+                scores = [plugin.score(t, n) for n in ssn.node_list]
+                assert plugin.score_batch(t, ssn.arrays, rows).tolist() == scores, (round_, t.key)
+                scored.update(s > 0 for s in scores)
+    assert seen == scored == {True, False}  # both verdicts, and scores both zero and not, were compared
