@@ -13,7 +13,9 @@ bind (``TaskInfo.bind_annotations``); a task taken back (an undone allocation, a
 Predicate: a task that asks for an enabled kind of device must have its cards on the node
 (Unschedulable otherwise); a node without devices of that kind passes, as in Volcano, and is left to
 the resource fit.  Node order (only with ``deviceshare.ScheduleWeight`` > 0): the devices' score under
-``deviceshare.SchedulePolicy``, rounded to an integer, times the weight.
+``deviceshare.SchedulePolicy``, rounded to an integer, times the weight.  Both have fast-path twins
+(``predicate_batch``, ``score_batch``): a task asking for no device passes and scores 0 everywhere, so
+configuring the plugin leaves the vectorised paths on for every other task.
 
 Arguments (Volcano's names)::
 
