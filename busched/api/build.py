@@ -275,6 +275,7 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.last_status = None
     t.last_node = ""
     t.extra = {}
+    t.bind_annotations = {}
     return t
 
 

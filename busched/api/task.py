@@ -124,6 +124,9 @@ class TaskInfo:
     last_status: TaskStatus | None = None  # status before the last discarded transaction
     last_node: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # what the scheduler adds to the task's annotations with its bind (Volcano's PodAnnotations: the devices
+    # deviceshare gave it); replaced, never changed in place (clones share it)
+    bind_annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

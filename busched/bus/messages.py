@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from busched.api.limits import ShortStr
+from busched.api.limits import LabelKey, ShortStr
 from busched.api.objects import (
     HyperNodeSpec,
     JobSpec,
@@ -63,6 +63,8 @@ DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
+# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices")
+BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=4096)]], msgspec.Meta(max_length=32)]
 
 
 class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
@@ -172,6 +174,7 @@ class BindingRecord(Msg, tag="binding"):
     writer: str = ""  # the scheduler instance that wrote the record
     epoch: Count = 0  # the writer's epoch (leader elections); a record of an older epoch is ignored
     shard: ShardName = ""  # the writer's shard ("": the default one): epochs are compared within a shard only
+    annotations: BindAnnotations = {}  # added to the task's with this attempt (its devices); the cache shows them
 
 
 class NodeLedger(Msg, tag="ledger"):

@@ -7,7 +7,7 @@ session's dispatchers; the session re-exports both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from busched.api.fit import Code, FitError, Status
 from busched.api.node import NodeInfo
@@ -22,6 +22,7 @@ class Decision:
     task: str  # "namespace/name"
     node: str
     reason: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)  # a bind's: added to the task's (its devices)
 
 
 def fit_error(task: TaskInfo, node: NodeInfo, reason: str, plugin: str = "",

@@ -389,7 +389,7 @@ class Session:
 
     def dispatch(self, task: TaskInfo) -> None:
         """Hand a task to the binder: a bind decision, and the task is Binding."""
-        self.decisions.append(Decision("bind", task.key, task.node_name))
+        self.decisions.append(Decision("bind", task.key, task.node_name, annotations=task.bind_annotations))
         job = self.jobs[task.job]
         job.update_task_status(task, TaskStatus.Binding)
         node = self.nodes.get(task.node_name)

@@ -44,6 +44,7 @@ _ENTRIES: dict[str, str] = {
     "cdp": "cdp:CdpPlugin",
     "numa-aware": "numaaware:NumaAwarePlugin",
     "extender": "extender:ExtenderPlugin",
+    "deviceshare": "deviceshare:DeviceSharePlugin",
     # the scheduler's own: the nodes that refused a task recently (the snapshot's `refused`)
     "busched-agent-feedback": "refused_nodes:RefusedNodesPlugin",
 }

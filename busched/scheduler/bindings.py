@@ -37,6 +37,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+import msgspec
+
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -158,7 +160,7 @@ class BindingTable:
                 continue  # the node's agent was lost while the cycle ran
             attempt = (cur.attempt if cur is not None else 0) + 1
             b = Binding(attempt=attempt, node=d.node, version=self.next_version(), decided=now, published=False,
-                        rec_seq=cur.rec_seq if cur is not None else 0)
+                        rec_seq=cur.rec_seq if cur is not None else 0, annotations=d.annotations)
             self.bindings[key] = b
             self.results.pop(key, None)
             self.outbox.pop(S.binding_subject(key), None)  # superseded by this record
@@ -312,6 +314,8 @@ class BindingTable:
                 spec = self.task_specs.get(key)
                 if spec is None:
                     continue
+                if b.annotations:  # the devices it was given travel with the task (docs/agents.md, "Devices")
+                    spec = msgspec.structs.replace(spec, annotations={**spec.annotations, **b.annotations})
                 msg: m.Msg = m.BindDecision(version=b.version, node=b.node, attempt=b.attempt, task=spec,
                                             fence=b.rec_seq, epoch=self.epoch, shard=self.settings.shard)
             else:
@@ -522,7 +526,8 @@ class BindingTable:
             return "own"
         # a record written by another scheduler (or replayed by the catch-up): it is what holds
         b = Binding(attempt=rec.attempt, node=rec.node, state=rec.state, reason=rec.reason, version=rec.version,
-                    backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot)
+                    backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot,
+                    annotations=dict(rec.annotations))
         if rec.state == "evicting":
             b.evict_reason = rec.reason
             b.stop = rec.stop or "evict"
@@ -714,4 +719,4 @@ class BindingTable:
                                else b.evict_reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
                                outcome=b.outcome, exit_code=b.exit_code,
                                stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch,
-                               shard=self.settings.shard)
+                               shard=self.settings.shard, annotations=b.annotations if b.live else {})

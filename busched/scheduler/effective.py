@@ -196,8 +196,9 @@ class EffectiveObjects:
         if r is not None and r.attempt == b.attempt and r.what in ("Running", "Succeeded", "Failed"):
             phase = r.what
         node = b.node if phase not in TERMINAL else ""
+        annotations = {**spec.annotations, **b.annotations} if b.annotations else spec.annotations
         return msgspec.structs.replace(spec, node=node, phase=phase, deleting=b.state == "evicting",
-                                       scheduling_gates=gates)
+                                       scheduling_gates=gates, annotations=annotations)
 
     def task_status(self, key: str) -> str:
         """Volcano's task status name as `busched get tasks` shows it."""

@@ -106,6 +106,8 @@ class Binding:
     stop: str = ""  # why an evicting attempt is being stopped (see above)
     outcome: str = ""  # done: Succeeded | Failed, as its agent reported it (final)
     exit_code: int | None = None
+    # what the bind adds to the task's annotations (the devices deviceshare gave it), for the attempt's life
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def final(self) -> bool:

@@ -4,7 +4,7 @@ liveness and outbox, the clock injected; no nats-server and no Scheduler."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from busched.api import objects as o
@@ -24,6 +24,7 @@ class Decision:
     node: str
     kind: str = "bind"
     reason: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 class FakeBus:
