@@ -7,7 +7,7 @@ Every field has a default so the schema can grow.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -15,6 +15,7 @@ from busched.api import k8s_specs as k
 from busched.api.limits import (
     MAX_ITEMS,
     MAX_MEMBERS,
+    MAX_PATTERN,
     Annotations,
     CommandText,
     EnvName,
@@ -30,6 +31,7 @@ from busched.api.limits import (
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
+           "HyperNodeMember", "MemberSelector", "ExactMatch", "RegexMatch",
            "ResourceQuotaSpec", "NodeShardSpec",
            "ClusterSpec", "NodeUsageSpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
            "DEFAULT_QUEUE", "BUILTIN_DEFAULT_QUEUE"]
@@ -147,11 +149,38 @@ class PriorityClassSpec(_Spec):
     global_default: bool = False
 
 
+class ExactMatch(_Spec):
+    name: ShortStr
+
+
+class RegexMatch(_Spec):
+    # RE2 syntax (Go's regexp), searched anywhere in a node's name as Go's MatchString does: anchor
+    # with ^ and $ to match the whole name
+    pattern: Annotated[str, msgspec.Meta(max_length=MAX_PATTERN)]
+
+
+class MemberSelector(_Spec):
+    """Volcano's MemberSelector: exactly one of the three (`busched.api.members` checks)."""
+
+    exact_match: ExactMatch | None = None
+    regex_match: RegexMatch | None = None
+    label_match: k.LabelSelector | None = None  # nodes' labels; only for members of type Node
+
+
+class HyperNodeMember(_Spec):
+    """Volcano's MemberSpec: a node or a lower hypernode (a hypernode only by exactMatch)."""
+
+    type: Literal["Node", "HyperNode"]
+    selector: MemberSelector
+
+
 class HyperNodeSpec(_Spec):
     name: str
     tier: NonNegInt32 = 1
     tier_name: str = ""
-    members: Annotated[list[ShortStr], msgspec.Meta(max_length=MAX_MEMBERS)] = []
+    # Volcano's members, or a plain name (busched's older shape): a hypernode when one is named so,
+    # else a node
+    members: Annotated[list[ShortStr | HyperNodeMember], msgspec.Meta(max_length=MAX_MEMBERS)] = []
 
 
 class ResourceQuotaSpec(_Spec):
