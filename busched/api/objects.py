@@ -45,12 +45,17 @@ class _Spec(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_def
     pass
 
 
+Percentage = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Loads = Annotated[dict[Annotated[str, msgspec.Meta(max_length=16)], Percentage], msgspec.Meta(max_length=16)]
+
+
 class NodeUsageSpec(_Spec):
-    """Volcano's NodeUsage: when it was measured, and cpu and memory load per period ("5m") in percent."""
+    """Volcano's NodeUsage: when it was measured, and cpu and memory load per period ("5m") in percent
+    (0..100, at most 16 periods)."""
 
     time: Timestamp | None = None
-    cpu: dict[str, float] = {}
-    memory: dict[str, float] = {}
+    cpu: Loads = {}
+    memory: Loads = {}
 
 
 class NodeSpec(_Spec):

@@ -39,12 +39,14 @@ from busched.api.objects import (
     JobSpec,
     NodeShardSpec,
     NodeSpec,
+    NodeUsageSpec,
     PriorityClassSpec,
     QueueSpec,
     ResourceList,
     ResourceQuotaSpec,
     TaskSpec,
 )
+from busched.api.timestamp import Timestamp
 
 __all__ = [
     "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",
@@ -265,6 +267,9 @@ class TaskPhaseChanged(Msg, tag="task.phase"):
     reason: str = ""
     exit_code: Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)] | None = None
     boot: str = ""
+    # with Running: when the task started, as the agent saw it (the pod's startTime; cdp's cooldown and
+    # the usage plugin's shadow load count from it); RFC 3339 or epoch seconds
+    start_time: Timestamp | None = None
 
 
 class NodeHeartbeat(Msg, tag="node.heartbeat"):
@@ -284,6 +289,9 @@ class NodeHeartbeat(Msg, tag="node.heartbeat"):
     through_seq: Count = 0
     used: ResourceList = {}
     consumer: str = ""  # the durable consumer this agent reads the node's decisions from
+    # the node's measured load (Volcano's NodeUsage: when it was measured, cpu and memory percent per
+    # period); the latest measurement again until the agent measures anew
+    usage: NodeUsageSpec | None = None
 
 
 # -- request/reply --------------------------------------------------------------------------------------------------
