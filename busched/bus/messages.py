@@ -52,7 +52,7 @@ __all__ = [
     "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",
     "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "NodeShardUpsert", "NodeShardDelete", "NodeLedger",
-    "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
+    "BindingRecord", "Condition", "PodGroupStatus", "QueueStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
     "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord", "Event", "EventObject", "EventSource",
@@ -213,6 +213,21 @@ class PodGroupStatus(Msg, tag="podgroup.status"):
     name: str
     phase: str = ""
     conditions: list[Condition] = []
+
+
+class QueueStatus(Msg, tag="queue.status"):
+    """A queue's status as the scheduler writes it after a cycle (Volcano's QueueStatus): ``allocated``, the
+    requests of its tasks that hold a node (and, under a ``root`` queue, of its children's), and how many of
+    its podgroups are in each phase (counted by Volcano's queue controller)."""
+
+    name: str
+    state: str = ""
+    allocated: ResourceList = {}
+    pending: Count = 0
+    running: Count = 0
+    inqueue: Count = 0
+    unknown: Count = 0
+    completed: Count = 0
 
 
 # -- decisions ------------------------------------------------------------------------------------------------------
@@ -451,9 +466,9 @@ SPEC_FIELD: dict[str, str] = {
 STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
-    NodeLedger, BindingRecord, LeaderEpoch, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
-    TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event,
-    LogsRequest, LogsReply)
+    NodeLedger, BindingRecord, LeaderEpoch, PodGroupStatus, QueueStatus, BindDecision, EvictDecision,
+    BindAccepted, BindRejected, TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest,
+    CycleRecord, Event, LogsRequest, LogsReply)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 
