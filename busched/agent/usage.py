@@ -10,7 +10,8 @@ least every ``interval`` (30 s, Volcano's metrics interval) and, in between, sen
 Three sources:
 
 * `RequestsMeter` (the simulated agent): the node's running tasks' requests over its allocatable;
-  deterministic, measured again as soon as the tasks change.
+  deterministic, measured once per ``interval`` (a fleet of thousands then costs the scheduler a few node
+  updates a second, not one per bind).
 * `ProcMeter` (``busched agent --exec process``, through `busched.agent.process.ProcessExecutor`):
   this host's cpu (/proc/stat, busy time between two reads) and memory (/proc/meminfo: 1 -
   MemAvailable / MemTotal), each period the mean of the samples it covers.
@@ -59,13 +60,12 @@ class RequestsMeter:
         self._last: dict[str, NodeUsageSpec] = {}
 
     def measure(self, node: AgentNode) -> NodeUsageSpec:
-        used, alloc = node.used(), node.allocatable
-        cpu, mem = percent(used.cpu, alloc.cpu), percent(used.memory, alloc.memory)
         now = self.clock()
         last = self._last.get(node.name)
-        if last is not None and isinstance(last.time, float) and now - last.time < self.interval \
-                and last.cpu.get("10m") == cpu and last.memory.get("10m") == mem:
-            return last
+        if last is not None and isinstance(last.time, float) and now - last.time < self.interval:
+            return last  # one measurement per interval, as a metrics source samples: no node update per bind
+        used, alloc = node.used(), node.allocatable
+        cpu, mem = percent(used.cpu, alloc.cpu), percent(used.memory, alloc.memory)
         out = NodeUsageSpec(time=now, cpu=dict.fromkeys(PERIODS, cpu), memory=dict.fromkeys(PERIODS, mem))
         self._last[node.name] = out
         return out

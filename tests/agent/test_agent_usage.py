@@ -44,17 +44,17 @@ def test_percent_is_bounded():
         25.0, 100.0, 0.0, 0.0, 0.0)
 
 
-def test_the_simulated_load_is_the_requests_over_allocatable_and_measured_again_on_change():
+def test_the_simulated_load_is_the_requests_over_allocatable_measured_once_per_interval():
     clock, n = Clock(), _node()
     meter = RequestsMeter(clock, interval=30)
-    assert meter.measure(n) == NodeUsageSpec(time=clock.t, cpu=dict.fromkeys(PERIODS, 0.0),
-                                             memory=dict.fromkeys(PERIODS, 0.0))
+    empty = meter.measure(n)
+    assert empty == NodeUsageSpec(time=clock.t, cpu=dict.fromkeys(PERIODS, 0.0), memory=dict.fromkeys(PERIODS, 0.0))
     _hold(n, "a", "3", "2Gi")
-    clock.t += 1
+    clock.t += 10
+    assert meter.measure(n) is empty  # within the interval: the same measurement (the scheduler skips it)
+    clock.t += 20
     first = meter.measure(n)
     assert (first.time, first.cpu["10m"], first.memory["5m"]) == (clock.t, 75.0, 25.0)
-    clock.t += 10
-    assert meter.measure(n) is first  # unchanged and recent: the same measurement (the scheduler skips it)
     clock.t += 30
     again = meter.measure(n)
     assert again.time == clock.t and again.cpu == first.cpu  # measured again before it could go stale

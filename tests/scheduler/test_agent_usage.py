@@ -53,7 +53,7 @@ async def cycles(sched, n: int = 3) -> None:  # noqa: ANN001
 
 async def test_an_agents_reported_load_makes_the_usage_plugin_refuse_its_node(harness):
     sched = await harness.scheduler(USAGE)
-    agent = await harness.agent(fleet_nodes(1, cpu="10", memory="100Gi"))
+    agent = await harness.agent(fleet_nodes(1, cpu="10", memory="100Gi"), usage_interval=0.2)
     bus = await harness.bus()
     await apply_cluster(bus, ClusterSpec(queues=[QueueSpec(name="default")]))
     await apply_cluster(bus, job("big", "9"))
