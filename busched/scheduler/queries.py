@@ -121,7 +121,9 @@ class Queries:
                 out.append({"name": key, "allocatable": dict(spec.allocatable), "used": used,
                             "state": lv.state, "ready": info is not None, "tasks": ntasks,
                             "unschedulable": spec.unschedulable,
-                            "labels": dict(spec.labels), "refused": self.refused.get(("node", key), "")})
+                            "labels": dict(spec.labels), "refused": self.refused.get(("node", key), ""),
+                            # the load its agent last measured (docs/agents.md, node.heartbeat); None: none
+                            "usage": msgspec.to_builtins(lv.usage) if lv.usage is not None else None})
             return out
         if kind == "jobs":
             by_job: dict[str, dict[str, int]] = {}

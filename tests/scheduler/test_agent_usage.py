@@ -63,6 +63,7 @@ async def test_an_agents_reported_load_makes_the_usage_plugin_refuse_its_node(ha
                      what="the load in the cache")
     usage = sched.cache.objects["node"]["node-00"].usage
     assert usage.memory == {"5m": 1.0, "10m": 1.0} and abs(parse_time(usage.time) - time.time()) < 60
+    assert next(n for n in sched.view("nodes") if n["name"] == "node-00")["usage"]["cpu"]["10m"] == 90  # busched get
 
     await apply_cluster(bus, job("small", "1"))  # fits by requests (9 + 1 of 10), not by load
     await wait_until(lambda: status(sched, "u/small-0"), what="small applied")
