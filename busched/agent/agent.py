@@ -39,15 +39,17 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from busched.agent import usage as agent_usage
 from busched.agent.answers import load_answers
 from busched.agent.decisions import DURATION_KEY, BindCallback, Decider, EvictCallback, Reject
 from busched.agent.executor import Executor, Launcher, TaskRun, recover_runs
-from busched.agent.heartbeat import Heartbeat
+from busched.agent.heartbeat import Heartbeat, UsageSource
 from busched.agent.logs import LogReader, serve_logs
 from busched.agent.node import AgentNode, HeldTask
-from busched.api.objects import NodeSpec
+from busched.api.objects import NodeSpec, NodeUsageSpec
 from busched.api.resource import Resource
 from busched.bus import edit
 from busched.bus import messages as m
@@ -66,7 +68,8 @@ class Agent:
                  duration: float | None = None, check_capacity: bool = True, consume: bool = True,
                  register: bool = True, metrics: AgentMetrics | None = None, ack_wait: float = 30.0,
                  executor: Executor | None = None, grace: float = 30.0, concurrency: int = 4,
-                 streams: StreamSettings | None = None) -> None:
+                 streams: StreamSettings | None = None, usage: UsageSource | None = None,
+                 usage_interval: float = agent_usage.INTERVAL, wall_clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))
@@ -89,8 +92,11 @@ class Agent:
         self._feed: DecisionFeed | None = None
         self._running = False
         self._last_version = 0
+        self.wall_clock = wall_clock  # epoch seconds: tasks' start times, the simulated load's measurement time
+        if usage is None:
+            usage = _default_usage(executor, wall_clock, usage_interval)
         self._heartbeat = Heartbeat(bus, self.nodes, boot=self.boot, interval=heartbeat_interval,
-                                    consumer=self.consumer_name, version=self._version)
+                                    consumer=self.consumer_name, version=self._version, usage=usage)
         # an executor (busched.agent.executor): binds accepted now, started, waited for and stopped in the background
         self.launcher = Launcher(executor, self._report_run, concurrency=concurrency, grace=grace) \
             if executor is not None else None
@@ -98,7 +104,8 @@ class Agent:
                                 history=self.history, finish=self._finish, on_bind=on_bind, on_evict=on_evict,
                                 check_capacity=check_capacity, duration=duration,
                                 launch=self._launch if executor is not None else None,
-                                halt=self.launcher.stop if self.launcher is not None else None)
+                                halt=self.launcher.stop if self.launcher is not None else None,
+                                wall_clock=wall_clock)
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -184,9 +191,12 @@ class Agent:
             self.history.append((phase.lower(), node, task, held.attempt))
             self.metrics.running.set(sum(len(x.tasks) for x in self.nodes.values()))
         held.phase = phase
+        if phase == "Running":
+            held.start_time = self.wall_clock()
         ns, name = task.split("/", 1)
         msg = m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt,
-                                 phase=phase, reason=reason, exit_code=exit_code, boot=boot or self.boot)
+                                 phase=phase, reason=reason, exit_code=exit_code, boot=boot or self.boot,
+                                 start_time=held.start_time if phase == "Running" else None)
         # the same id on every copy: one the stream stored although its acknowledgement was lost is not stored twice
         msg_id = f"phase.{self.boot}.{node}.{task}.{held.attempt}.{msg.version}"
         ack = await self.bus.publish(S.result_subject(node, task), msg, msg_id=msg_id)
@@ -270,3 +280,22 @@ class Agent:
     def _forget(self, task: asyncio.Task[Any]) -> None:
         if task in self._tasks:
             self._tasks.remove(task)
+
+
+def _default_usage(executor: Executor | None, wall_clock: Callable[[], float], interval: float) -> UsageSource | None:
+    """Where a heartbeat's load comes from unless the embedding program says: an executor that measures it
+    (`busched.agent.usage.MeasuresUsage`), else, for the simulated agent (no executor), its tasks' requests
+    (`RequestsMeter`); an executor that cannot measure reports none."""
+    if executor is None:
+        meter = agent_usage.RequestsMeter(wall_clock, interval=interval)
+
+        async def requested(n: AgentNode) -> NodeUsageSpec | None:
+            return meter.measure(n)
+        return requested
+    if isinstance(executor, agent_usage.MeasuresUsage):
+        measures = executor
+
+        async def measured(n: AgentNode) -> NodeUsageSpec | None:
+            return await measures.usage(n.name)
+        return measured
+    return None

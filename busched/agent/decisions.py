@@ -60,7 +60,8 @@ class Decider:
     def __init__(self, bus: Bus, nodes: Mapping[str, AgentNode], *, boot: str, version: Callable[[], int],
                  metrics: AgentMetrics, history: list[tuple[str, str, str, int]], finish: Callable[[str, str], Any],
                  on_bind: BindCallback | None, on_evict: EvictCallback | None, check_capacity: bool,
-                 duration: float | None, launch: Launch | None = None, halt: Halt | None = None) -> None:
+                 duration: float | None, launch: Launch | None = None, halt: Halt | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
         self.nodes = nodes
         self.boot = boot
@@ -74,6 +75,7 @@ class Decider:
         self.duration = duration
         self.launch = launch  # given (an executor): a bind is accepted now and started by launch(node, held)
         self.halt = halt  # given: an evicted attempt is stopped by halt(node, task, attempt)
+        self.wall_clock = wall_clock  # a started task's startTime (epoch seconds)
 
     async def handle_batch(self, batch: list[Delivery]) -> None:
         """Decide every decision of a batch in order, publish all the answers together, then ack each."""
@@ -212,9 +214,11 @@ class Decider:
                             commit=accepted, rollback=undo)
         # the task starts at once: Running says the bind was accepted too (bind.accepted is for an agent
         # that takes a bind now and starts the task later)
+        new.start_time = self.wall_clock()
         return _Outcome(d, [
             (subject, m.TaskPhaseChanged(version=self.version(), namespace=ns, name=name, node=n.name,
-                                         attempt=b.attempt, phase="Running", boot=self.boot))],
+                                         attempt=b.attempt, phase="Running", boot=self.boot,
+                                         start_time=new.start_time))],
             commit=accepted, rollback=undo)
 
     async def evict(self, n: AgentNode, d: Delivery, e: m.EvictDecision) -> _Outcome:

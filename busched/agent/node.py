@@ -26,7 +26,8 @@ class HeldTask:
     spec: TaskSpec
     request: Resource
     phase: str = "Running"
-    started: float = 0.0
+    started: float = 0.0  # monotonic
+    start_time: float = 0.0  # wall clock (epoch seconds) when it was reported Running: the pod's startTime
     timer: asyncio.TimerHandle | None = None
 
 

@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -38,7 +39,8 @@ import msgspec
 
 from busched.agent import procwrap
 from busched.agent.executor import Exit, StartError, TaskRun
-from busched.api.objects import TaskSpec
+from busched.agent.usage import ProcMeter
+from busched.api.objects import NodeUsageSpec, TaskSpec
 from busched.api.resource import Resource
 
 __all__ = ["ProcessExecutor", "cgroup_v2_root", "process_start_time", "alive"]
@@ -80,8 +82,10 @@ class ProcessExecutor:
 
     def __init__(self, state_dir: str | Path, *, log_max: int = 10 * 2**20, log_keep: int = 2, poll: float = 0.2,
                  cgroup: str | None = "/sys/fs/cgroup", python: str = sys.executable,
-                 base_env: Mapping[str, str] = BASE_ENV) -> None:
+                 base_env: Mapping[str, str] = BASE_ENV, meter: ProcMeter | None = None) -> None:
         self.state_dir = Path(state_dir)
+        # this host's load, the same for every node it serves (busched.agent.usage): what heartbeats report
+        self.meter = meter if meter is not None else ProcMeter(time.time)
         self.log_max = log_max
         self.log_keep = log_keep
         self.poll = poll  # how often a recovered run (not our child) is looked for in /proc
@@ -94,6 +98,10 @@ class ProcessExecutor:
             log.info("process executor: a cgroup per task under %s (memory.max, cpu.max)", self.cgroup_root)
 
     # -- the Executor protocol ----------------------------------------------------------------------------------
+    async def usage(self, node: str) -> NodeUsageSpec | None:
+        """This host's cpu and memory load from /proc (`busched.agent.usage.MeasuresUsage`)."""
+        return self.meter.measure()
+
     async def start(self, run: TaskRun) -> None:
         spec = run.spec
         if spec.image:

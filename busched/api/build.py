@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from busched.api import k8s, k8s_specs, limits, numa, qos, subjob
+from busched.api import k8s, k8s_specs, limits, members, numa, qos, subjob
 from busched.api import objects as o
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo, NodeUsage
@@ -21,6 +21,7 @@ from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_fro
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
 __all__ = ["SpecError", "validate", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
+           "hyper_node_members",
            "resources", "node_shard", "shard_members"]
 
 
@@ -359,10 +360,19 @@ def priority_class(s: o.PriorityClassSpec) -> PriorityClass:
     return PriorityClass(s.name, s.value, s.preemption_policy, s.global_default)
 
 
-def hyper_node(s: o.HyperNodeSpec) -> HyperNode:
+def hyper_node(s: o.HyperNodeSpec, nodes: Iterable[o.NodeSpec] = ()) -> HyperNode:
+    """The hypernode with its members checked and resolved against ``nodes`` (`busched.api.members`)."""
+    return members.resolve(s, hyper_node_members(s), nodes)
+
+
+def hyper_node_members(s: o.HyperNodeSpec) -> members.Members:
+    """The hypernode's members checked and compiled; raises `SpecError` naming the member."""
     if s.tier < 0:
         raise SpecError(f"hyperNode {s.name}: tier: must not be negative")
-    return HyperNode(s.name, s.tier, s.tier_name, list(s.members))
+    try:
+        return members.compile_members(s)
+    except members.MemberError as e:
+        raise SpecError(str(e)) from None
 
 
 def node_shard(s: o.NodeShardSpec) -> Any:

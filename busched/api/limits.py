@@ -24,6 +24,8 @@ annotations                       keys 317 characters, 256 KiB in all (keys and 
 lists (tolerations, taints,       at most 1,024 items
 terms, expressions, values, ...)
 hyperNode members                 at most 100,000
+hyperNode member regexMatch       a pattern of at most 256 characters, RE2 syntax (Go's regexp: no
+                                  backreferences, matched in time linear in the name)
 other strings in k8s shapes       at most 1,024 characters (a condition's message 32 KiB)
 task command, args                at most 1,024 items of 1,024 characters each
 task env                          at most 1,024 entries; names 1 .. 1,024 characters of letters,
@@ -48,8 +50,8 @@ from typing import Annotated
 import msgspec
 
 __all__ = ["MAX_MILLI_CPU", "MAX_SCALAR", "MAX_QUANTITY_TEXT", "MAX_EXPONENT", "INT32_MIN", "INT32_MAX",
-           "MAX_LABELS", "MAX_ITEMS", "MAX_MEMBERS", "MAX_ANNOTATIONS_BYTES", "MAX_LABEL_KEY", "MAX_LABEL_VALUE",
-           "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID", "MAX_NUMA_NODES",
+           "MAX_LABELS", "MAX_ITEMS", "MAX_MEMBERS", "MAX_PATTERN", "MAX_ANNOTATIONS_BYTES", "MAX_LABEL_KEY",
+           "MAX_LABEL_VALUE", "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID", "MAX_NUMA_NODES",
            "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
            "LabelKey", "LabelValue", "Labels", "Annotations", "ShortStr", "Strings", "QuantityText", "Size"]
 
@@ -61,6 +63,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MAX_LABELS = 256
 MAX_ITEMS = 1024
 MAX_MEMBERS = 100_000
+MAX_PATTERN = 256
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 MAX_LABEL_KEY = 253 + 1 + 63
 MAX_LABEL_VALUE = 63

@@ -16,6 +16,7 @@ from busched.api import limits
 from busched.api.limits import (
     MAX_ITEMS,
     MAX_MEMBERS,
+    MAX_PATTERN,
     Annotations,
     CommandText,
     EnvName,
@@ -31,6 +32,7 @@ from busched.api.limits import (
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
+           "HyperNodeMember", "MemberSelector", "ExactMatch", "RegexMatch",
            "ResourceQuotaSpec", "NodeShardSpec",
            "ClusterSpec", "NodeUsageSpec", "NumaTopologySpec", "PodDisruptionBudgetSpec", "Quantity", "ResourceList",
            "DEFAULT_QUEUE", "BUILTIN_DEFAULT_QUEUE"]
@@ -44,12 +46,17 @@ class _Spec(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_def
     pass
 
 
+Percentage = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Loads = Annotated[dict[Annotated[str, msgspec.Meta(max_length=16)], Percentage], msgspec.Meta(max_length=16)]
+
+
 class NodeUsageSpec(_Spec):
-    """Volcano's NodeUsage: when it was measured, and cpu and memory load per period ("5m") in percent."""
+    """Volcano's NodeUsage: when it was measured, and cpu and memory load per period ("5m") in percent
+    (0..100, at most 16 periods)."""
 
     time: Timestamp | None = None
-    cpu: dict[str, float] = {}
-    memory: dict[str, float] = {}
+    cpu: Loads = {}
+    memory: Loads = {}
 
 
 class NumaResourceSpec(_Spec):
@@ -196,11 +203,38 @@ class PriorityClassSpec(_Spec):
     global_default: bool = False
 
 
+class ExactMatch(_Spec):
+    name: ShortStr
+
+
+class RegexMatch(_Spec):
+    # RE2 syntax (Go's regexp), searched anywhere in a node's name as Go's MatchString does: anchor
+    # with ^ and $ to match the whole name
+    pattern: Annotated[str, msgspec.Meta(max_length=MAX_PATTERN)]
+
+
+class MemberSelector(_Spec):
+    """Volcano's MemberSelector: exactly one of the three (`busched.api.members` checks)."""
+
+    exact_match: ExactMatch | None = None
+    regex_match: RegexMatch | None = None
+    label_match: k.LabelSelector | None = None  # nodes' labels; only for members of type Node
+
+
+class HyperNodeMember(_Spec):
+    """Volcano's MemberSpec: a node or a lower hypernode (a hypernode only by exactMatch)."""
+
+    type: Literal["Node", "HyperNode"]
+    selector: MemberSelector
+
+
 class HyperNodeSpec(_Spec):
     name: str
     tier: NonNegInt32 = 1
     tier_name: str = ""
-    members: Annotated[list[ShortStr], msgspec.Meta(max_length=MAX_MEMBERS)] = []
+    # Volcano's members, or a plain name (busched's older shape): a hypernode when one is named so,
+    # else a node
+    members: Annotated[list[ShortStr | HyperNodeMember], msgspec.Meta(max_length=MAX_MEMBERS)] = []
 
 
 class ResourceQuotaSpec(_Spec):

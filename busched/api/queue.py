@@ -53,7 +53,13 @@ class PriorityClass:
 
 @dataclass(eq=False)
 class HyperNode:
+    """A hypernode with its members resolved (`busched.api.members`): ``members`` the untyped names (a
+    hypernode when one is so named, else a node), ``hypernode_members`` and ``node_members`` the typed
+    ones, a node member's pattern or labels already matched against the nodes there are."""
+
     name: str
     tier: int
     tier_name: str = ""
     members: list[str] = field(default_factory=list)
+    hypernode_members: list[str] = field(default_factory=list)
+    node_members: list[str] = field(default_factory=list)

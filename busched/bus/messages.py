@@ -39,18 +39,20 @@ from busched.api.objects import (
     JobSpec,
     NodeShardSpec,
     NodeSpec,
+    NodeUsageSpec,
     PriorityClassSpec,
     QueueSpec,
     ResourceList,
     ResourceQuotaSpec,
     TaskSpec,
 )
+from busched.api.timestamp import Timestamp
 
 __all__ = [
     "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",
     "QueueDelete", "PriorityClassUpsert", "PriorityClassDelete", "HyperNodeUpsert", "HyperNodeDelete",
     "ResourceQuotaUpsert", "ResourceQuotaDelete", "NodeShardUpsert", "NodeShardDelete", "NodeLedger",
-    "BindingRecord", "Condition", "PodGroupStatus", "BindDecision",
+    "BindingRecord", "Condition", "PodGroupStatus", "QueueStatus", "BindDecision",
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
     "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord", "Event", "EventObject", "EventSource",
@@ -216,6 +218,21 @@ class PodGroupStatus(Msg, tag="podgroup.status"):
     conditions: list[Condition] = []
 
 
+class QueueStatus(Msg, tag="queue.status"):
+    """A queue's status as the scheduler writes it after a cycle (Volcano's QueueStatus): ``allocated``, the
+    requests of its tasks that hold a node (and, under a ``root`` queue, of its children's), and how many of
+    its podgroups are in each phase (counted by Volcano's queue controller)."""
+
+    name: str
+    state: str = ""
+    allocated: ResourceList = {}
+    pending: Count = 0
+    running: Count = 0
+    inqueue: Count = 0
+    unknown: Count = 0
+    completed: Count = 0
+
+
 # -- decisions ------------------------------------------------------------------------------------------------------
 class BindDecision(Msg, tag="bind"):
     """Run ``task`` on ``node``.  ``attempt`` identifies this bind; results must echo it."""
@@ -268,6 +285,9 @@ class TaskPhaseChanged(Msg, tag="task.phase"):
     reason: str = ""
     exit_code: Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)] | None = None
     boot: str = ""
+    # with Running: when the task started, as the agent saw it (the pod's startTime; cdp's cooldown and
+    # the usage plugin's shadow load count from it); RFC 3339 or epoch seconds
+    start_time: Timestamp | None = None
 
 
 class NodeHeartbeat(Msg, tag="node.heartbeat"):
@@ -287,6 +307,9 @@ class NodeHeartbeat(Msg, tag="node.heartbeat"):
     through_seq: Count = 0
     used: ResourceList = {}
     consumer: str = ""  # the durable consumer this agent reads the node's decisions from
+    # the node's measured load (Volcano's NodeUsage: when it was measured, cpu and memory percent per
+    # period); the latest measurement again until the agent measures anew
+    usage: NodeUsageSpec | None = None
 
 
 # -- request/reply --------------------------------------------------------------------------------------------------
@@ -446,9 +469,9 @@ SPEC_FIELD: dict[str, str] = {
 STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
-    NodeLedger, BindingRecord, LeaderEpoch, PodGroupStatus, BindDecision, EvictDecision, BindAccepted, BindRejected,
-    TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest, CycleRecord, Event,
-    LogsRequest, LogsReply)
+    NodeLedger, BindingRecord, LeaderEpoch, PodGroupStatus, QueueStatus, BindDecision, EvictDecision,
+    BindAccepted, BindRejected, TaskPhaseChanged, NodeHeartbeat, GetRequest, GetReply, LookupRequest, DrainRequest,
+    CycleRecord, Event, LogsRequest, LogsReply)
 
 Message = Union[MESSAGE_TYPES]  # type: ignore[valid-type]
 

@@ -13,10 +13,11 @@ State stream (``BUSCHED_STATE``, subjects ``busched.state.>``), one subject per 
     busched.state.ledger.<node>                ledger (sharded schedulers, with their binding records)
     busched.state.binding.<ns>.<name>          binding                          (scheduler)
     busched.state.podgroup.<ns>.<name>         podgroup.status                  (scheduler)
+    busched.state.queueStatus.<name>           queue.status                     (scheduler)
     busched.state.result.<node>.<ns>.<name>    bind.accepted/rejected, task.phase (the node's agent)
 
 Once caught up, a scheduler follows only what others write (`followed_subjects`): the object
-kinds and the agents' results, not its own binding and podgroup records.
+kinds and the agents' results, not its own binding, podgroup and queue status records.
 
 Decision stream (``BUSCHED_DECISIONS``, subjects ``busched.decision.>``)::
 
@@ -51,7 +52,8 @@ import hashlib
 import re
 
 __all__ = ["STATE_STREAM", "DECISION_STREAM", "STATE_PREFIX", "DECISION_PREFIX", "HEARTBEAT_PREFIX", "API_GET",
-           "API_DRAIN", "token", "untoken", "state_subject", "binding_subject", "podgroup_subject", "result_subject",
+           "API_DRAIN", "token", "untoken", "state_subject", "binding_subject", "podgroup_subject",
+           "queue_status_subject", "result_subject",
            "decision_subject", "heartbeat_subject", "agent_consumer", "parse_state_subject", "FOLLOWED_KINDS",
            "APPLY_ORDER", "followed_subjects", "fleet_consumer", "decision_consumer", "decision_node", "task_results",
            "node_results", "EVENT_STREAM", "EVENT_PREFIX", "event_subject", "events_filter", "ledger_subject"]
@@ -132,6 +134,10 @@ def leader_subject(shard: str) -> str:
 
 def podgroup_subject(job_key: str) -> str:
     return f"{STATE_PREFIX}.podgroup.{_key_tokens(job_key)}"
+
+
+def queue_status_subject(queue: str) -> str:
+    return f"{STATE_PREFIX}.queueStatus.{token(queue)}"
 
 
 def result_subject(node: str, task_key: str) -> str:

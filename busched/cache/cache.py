@@ -14,12 +14,12 @@ from typing import Any
 import msgspec
 
 from busched import fastpath
-from busched.api import build
+from busched.api import build, members
 from busched.api import objects as o
 from busched.api.disruption import PdbError, parse_pdb
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
-from busched.api.queue import PriorityClass
+from busched.api.queue import HyperNode, PriorityClass
 from busched.api.snapshot import ClusterSnapshot, Shard
 from busched.api.task import TaskInfo, completed_status
 from busched.fastpath import unfit
@@ -81,6 +81,11 @@ class Cache:
         # that object's nodes, worked out again when it or a node changes
         self.own_shard: tuple[str, str] | None = None
         self._shard_memo: tuple[Any, int, Shard] | None = None
+        # each hypernode's members checked and compiled when it arrives, and its node members resolved
+        # against the nodes as they were at a count of node changes (names, labels): a node that comes
+        # later and matches a member's pattern or labels joins without the hypernode being applied again
+        self._hypernode_members: dict[str, tuple[Any, members.Members]] = {}
+        self._hypernode_nodes: dict[str, tuple[Any, int, list[str]]] = {}
         self._nodes_changed = 0
         self.generation = 0
         # State some plugins keep from one cycle to the next (tdm's last eviction, rescheduling's
@@ -119,6 +124,9 @@ class Cache:
         if old is not None:
             self._changed(kind, key, old, None)
             self._memo.forget(kind, key)
+            if kind == "hyperNode":
+                self._hypernode_members.pop(key, None)
+                self._hypernode_nodes.pop(key, None)
             self.generation += 1
         return old is not None
 
@@ -226,7 +234,7 @@ class Cache:
         elif kind == "priorityClass":
             build.priority_class(spec)
         elif kind == "hyperNode":
-            build.hyper_node(spec)
+            self._hypernode_members[key] = (spec, build.hyper_node_members(spec))
         elif kind == "resourceQuota":
             build.resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
         elif kind == "nodeShard":
@@ -314,6 +322,20 @@ class Cache:
         self._shard_memo = (spec, self._nodes_changed, shard)
         return shard
 
+    def _hypernode(self, key: str, spec: o.HyperNodeSpec) -> HyperNode:
+        """The hypernode with its node members resolved against the cache's nodes (worked out again only
+        when it or a node's name or labels changed); a fresh object each time: snapshots are private."""
+        held = self._hypernode_members.get(key)
+        compiled = held[1] if held is not None and held[0] is spec else build.hyper_node_members(spec)
+        if not members.selects_by_node(compiled):
+            return members.resolve(spec, compiled, ())
+        memo = self._hypernode_nodes.get(key)
+        if memo is None or memo[0] is not spec or memo[1] != self._nodes_changed:
+            found = members.resolve(spec, compiled, self.objects["node"].values()).node_members
+            memo = self._hypernode_nodes[key] = (spec, self._nodes_changed, found)
+        return HyperNode(spec.name, spec.tier, spec.tier_name, list(compiled.plain),
+                         hypernode_members=list(compiled.hypernodes), node_members=list(memo[2]))
+
     def snapshot(self, memo: bool | None = None) -> ClusterSnapshot:
         """A private copy of the cluster for one session.  ``memo`` False converts every object
         again (the reference the shared conversion is tested against)."""
@@ -340,8 +362,8 @@ class Cache:
             for uid, j in jobs.items():
                 if j.has_podgroup and j.queue in snap.queues:
                     snap.jobs[uid] = j
-        for spec in self.objects["hyperNode"].values():
-            h = build.hyper_node(spec)
+        for key, spec in self.objects["hyperNode"].items():
+            h = self._hypernode(key, spec)
             snap.hypernodes[h.name] = h
         snap.resource_quotas = [msgspec.to_builtins(v) for v in self.objects["resourceQuota"].values()]
         snap.others["podDisruptionBudgets"] = [dict(v) for v in self.objects["podDisruptionBudget"].values()]

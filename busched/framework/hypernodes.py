@@ -4,9 +4,11 @@ A hypernode groups nodes (or lower-tier hypernodes) that are close on the
 network; tier 1 (or 0) is closest to the nodes.  When a session opens,
 `open_topology` builds from the snapshot's hypernode objects:
 
-- the tree: a member named like another hypernode is its child (a hypernode
-  claimed by two parents, or a cycle, makes the topology *not ready*, and jobs
-  with a network topology then wait, as in Volcano);
+- the tree: a member of type HyperNode, or an untyped member named like another
+  hypernode, is its child; node members come resolved (`busched.api.members`: a
+  pattern or labels matched against the cache's nodes); a hypernode claimed by
+  two parents, or a cycle, makes the topology *not ready*, and jobs with a
+  network topology then wait, as in Volcano;
 - ``real_nodes_list`` / ``real_nodes_set``: every session node under each
   hypernode, in node scan order;
 - a virtual ``CLUSTER_TOP`` hypernode one tier above the highest, parent of
@@ -130,8 +132,10 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo]) -> Topolog
             topo.tier_name_map[s.tier_name] = s.tier
     direct: dict[str, set[str]] = {}
     for s in specs:
-        direct[s.name] = set()
-        for m in s.members:
+        direct[s.name] = set(s.node_members)
+        # an untyped member is a child when a hypernode has its name, else a node; a typed hypernode
+        # member is a child or nothing (one not applied yet holds no node)
+        for m, typed in [(m, False) for m in s.members] + [(m, True) for m in s.hypernode_members]:
             if m in hns and m != s.name:
                 child = hns[m]
                 if child.parent and child.parent != s.name:
@@ -141,7 +145,7 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo]) -> Topolog
                 child.parent = s.name
                 if m not in hns[s.name].children:
                     hns[s.name].children.append(m)
-            else:
+            elif not typed:
                 direct[s.name].add(m)
     # every node under each hypernode (a cycle leaves the topology not ready)
     under: dict[str, set[str]] = {}

@@ -47,6 +47,8 @@ protocols or callables, and the clock), wires them, and keeps the lifecycle and 
 - `agents`: `Liveness` (``Scheduler.liveness``): heartbeats in, agents alive, unreachable, lost;
 - `statuses`: `PodGroupStatuses` (``Scheduler.statuses``): the podgroup statuses a cycle changed, written
   to the stream in the background;
+- `queue_statuses`: `QueueStatuses` (``Scheduler.queue_statuses``): each queue's allocated resources and
+  podgroup counts, written the same way when they change;
 - `trigger`: `CycleTrigger` (``Scheduler.trigger``): when the next cycle starts (new work settled, or the period);
 - `events`: `StateFeed` (``Scheduler.feed``): the state stream in, decoding, validating and applying each
   message (binding records and results handed to the table), and stream hygiene (purges);

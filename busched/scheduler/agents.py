@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from busched.api import build
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.scheduler.records import (
@@ -97,11 +98,14 @@ class Liveness:
         lv.through_seq = hb.through_seq
         lv.consumer = hb.consumer
         old_boot, lv.boot = lv.boot, hb.boot
+        load_changed = hb.usage is not None and hb.usage != lv.usage and self._take_usage(hb, lv)
         if was != "alive":
             if was in ("lost", "unreachable"):
                 log.info("node %s is back", hb.node)
             self.refresh_node(hb.node)
             self.new_work()
+        elif load_changed:
+            self.refresh_node(hb.node)  # the next cycle sees it; a load alone does not start one
         if not self.ready():
             return
         if rebooted:
@@ -131,6 +135,22 @@ class Liveness:
             log.warning("node %s holds %s attempt %d, which is no longer bound there: evicting it", hb.node, key,
                         attempt)
             self.send_evict(S.decision_subject(hb.node, "evict", key), ev, f"evict:{key}:{attempt}:stale")
+
+    def _take_usage(self, hb: m.NodeHeartbeat, lv: NodeLive) -> bool:
+        """Keep the heartbeat's load if it is valid (the check `busched apply` runs on a node's usage) and no
+        older than the one held (heartbeats are core NATS: one may overtake another); whether it was kept.
+        How old a load may be to count is the usage plugin's rule (five minutes before its cycle, Volcano's)."""
+        assert hb.usage is not None
+        try:
+            usage = build.node_usage(hb.usage, f"heartbeat of node {hb.node}")
+        except build.SpecError as e:
+            self.reject("invalid", "heartbeat", str(e))
+            return False
+        when = usage.time if usage is not None else 0.0
+        if when < lv.usage_time:
+            return False
+        lv.usage, lv.usage_time = hb.usage, when
+        return True
 
     def on_connection(self, connected: bool) -> None:
         """Our own link to the bus: while it is down nobody's silence counts; once it is back, every agent gets a

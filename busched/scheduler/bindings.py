@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from busched.api import build
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
@@ -561,8 +562,14 @@ class BindingTable:
             if what not in ("Running", "Succeeded", "Failed"):
                 return self.reject("invalid", "result", f"task {key}: phase: unknown phase {what!r} "
                                                          "(one of Running, Succeeded, Failed)")
+        started: float | None = None
+        if isinstance(msg, m.TaskPhaseChanged) and msg.start_time is not None:
+            try:  # the check `busched apply` runs on a task's startTime
+                started = build.time_of(msg.start_time, f"task {key}: {what}: startTime")
+            except build.SpecError as e:
+                return self.reject("invalid", "result", str(e))
         r = Result(attempt=msg.attempt, node=msg.node, what=what, reason=reason, boot=msg.boot, version=seq,
-                   exit_code=getattr(msg, "exit_code", None))
+                   exit_code=getattr(msg, "exit_code", None), start_time=started)
         b = self.bindings.get(key)
         if b is None or r.attempt > b.attempt or (not self.caught_up and key not in self.task_specs):
             if not self.caught_up:
@@ -570,6 +577,8 @@ class BindingTable:
                 # its last message was refused) may come later
                 keep = self.orphans.get(key)
                 if keep is None or seq > keep.version:
+                    if r.start_time is None and keep is not None and keep.attempt == r.attempt:
+                        r.start_time = keep.start_time  # as below: an attempt keeps the start its Running said
                     self.orphans[key] = r
                 return "deferred"
             if key not in self.task_specs:
@@ -596,6 +605,8 @@ class BindingTable:
                                                       f"boot {r.boot or '?'} of {r.node}, but boot {b.boot} took it")
         if not b.boot and what != "rejected":
             b.boot = r.boot
+        if r.start_time is None and cur is not None and cur.attempt == r.attempt:
+            r.start_time = cur.start_time  # an attempt's end keeps the start its Running said
         self.results[key] = r
         self.metrics.bind_results.labels(what).inc()
         answered = what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt))
@@ -659,7 +670,7 @@ class BindingTable:
                                  boot=r.boot)
         else:
             msg = m.TaskPhaseChanged(namespace=ns, name=name, node=r.node, attempt=r.attempt, phase=r.what,
-                                     reason=r.reason, boot=r.boot, exit_code=r.exit_code)
+                                     reason=r.reason, boot=r.boot, exit_code=r.exit_code, start_time=r.start_time)
         self.apply_result(key, msg, r.version)
 
     def settle_orphans(self) -> None:

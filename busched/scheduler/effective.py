@@ -120,9 +120,13 @@ class EffectiveObjects:
         spec = self.specs["node"].get(key)
         if spec is None:
             return
-        ready = spec.ready and (not self.settings.require_heartbeat
-                                or self.live.get(key, NodeLive()).state == "alive")
-        self.upsert("node", spec if ready == spec.ready else msgspec.structs.replace(spec, ready=ready), strict, key)
+        lv = self.live.get(key)
+        ready = spec.ready and (not self.settings.require_heartbeat or (lv is not None and lv.state == "alive"))
+        # the load its agent measured wins over one the spec was applied with (the newer, and the node's own)
+        usage = lv.usage if lv is not None and lv.usage is not None else spec.usage
+        if ready != spec.ready or usage is not spec.usage:
+            spec = msgspec.structs.replace(spec, ready=ready, usage=usage)
+        self.upsert("node", spec, strict, key)
 
     def refresh_job(self, key: str, strict: bool = False, *, now: bool = False) -> None:
         """Bring the cache's copy of a job up to date: now for a new spec (to validate it), else lazily."""
@@ -197,8 +201,11 @@ class EffectiveObjects:
             phase = r.what
         node = b.node if phase not in TERMINAL else ""
         annotations = {**spec.annotations, **b.annotations} if b.annotations else spec.annotations
+        # when it started, as its agent saw it (cdp's cooldown, the usage plugin's shadow load); else the spec's
+        started = r.start_time if r is not None and r.attempt == b.attempt and r.start_time is not None \
+            else spec.start_time
         return msgspec.structs.replace(spec, node=node, phase=phase, deleting=b.state == "evicting",
-                                       scheduling_gates=gates, annotations=annotations)
+                                       scheduling_gates=gates, annotations=annotations, start_time=started)
 
     def task_status(self, key: str) -> str:
         """Volcano's task status name as `busched get tasks` shows it."""

@@ -89,6 +89,8 @@ class StateFeed:
         self.purges: list[tuple[str, int | None]] = []  # stream hygiene: (subject, purge below this seq)
         # a node ledger message heard (node, sequence): a sharded scheduler's ledgers (busched.scheduler.ledger)
         self.on_ledger: Callable[[str, int], None] | None = None
+        # a queue status read back (name, status): the queue statuses' record (busched.scheduler.queue_statuses)
+        self.on_queue_status: Callable[[str, m.QueueStatus], None] | None = None
         self.install_default_queue()
 
     def install_default_queue(self) -> None:
@@ -213,6 +215,12 @@ class StateFeed:
             return self.table.apply_epoch(key, msg, seq)
         if kind == "podgroup" and isinstance(msg, m.PodGroupStatus):
             return self.apply_pg_status(key, msg)
+        if kind == "queueStatus" and isinstance(msg, m.QueueStatus):
+            if msg.name != key:
+                return self.reject("mismatch", kind, f"{_describe(kind, key)}: status of queue {msg.name}")
+            if self.on_queue_status is not None:
+                self.on_queue_status(key, msg)
+            return "applied"
         if kind == "ledger" and isinstance(msg, m.NodeLedger):
             if msg.node != key:
                 return self.reject("mismatch", kind, f"{_describe(kind, key)}: ledger of node {msg.node}")
@@ -294,6 +302,8 @@ class StateFeed:
             self.purges.append((S.task_results(key), None))
         elif kind == "job":
             self.purges.append((S.podgroup_subject(key), None))
+        elif kind == "queue":
+            self.purges.append((S.queue_status_subject(key), None))
 
     def apply_pg_status(self, key: str, st: m.PodGroupStatus) -> str:
         if st.phase not in JOB_PHASES:

@@ -61,6 +61,7 @@ from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.lifecycle import Lifecycle
 from busched.scheduler.memory import CollectorPolicy
 from busched.scheduler.queries import Queries
+from busched.scheduler.queue_statuses import QueueStatuses
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
@@ -127,6 +128,8 @@ class Scheduler:
                                          refresh_job=lambda key: self.effective.refresh_job(key),
                                          on_error=self._record_not_written)
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
+        self.queue_statuses = QueueStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
+                                            next_version=self._next_version, on_error=self._record_not_written)
         self.sched_events = EventRecorder(self.settings.events, lambda items: self.bus.publish_all(items),
                                           boot=lambda: self.boot, stream=self.settings.streams.events_max_age > 0,
                                           last=lambda subject: self.bus.last_event(subject),
@@ -156,6 +159,7 @@ class Scheduler:
             self.cache.own_shard = (self.settings.shard, self.settings.shard_mode)
             self.table.ledgers = NodeLedgers(self.settings.shard, boot)
             self.feed.on_ledger = self.table.ledgers.heard
+        self.feed.on_queue_status = self.queue_statuses.record
         self.refused = self.feed.refused  # (kind, key) -> why the object's last change was refused
         self.liveness = Liveness(self.settings, clock, live=live, bindings=self.bindings, results=self.results,
                                  stop_attempt=self.table.stop_attempt, release=self.table.release,
@@ -172,7 +176,8 @@ class Scheduler:
                                snapshot=lambda: self.snapshot(memo=False),
                                gather=lambda name: explain.gather(self, name), metrics=self.metrics,
                                max_payload=lambda: self.bus.max_payload, lock=self._lock,
-                               in_thread=self.settings.cycle_in_thread, journal=self)
+                               in_thread=self.settings.cycle_in_thread, journal=self,
+                               queue_status=self.queue_statuses.recorded)
         st = self.settings
         lease = (bus.lease(shard=st.lease_key, holder=boot, duration=st.lease, clock=clock, storage=st.streams.storage,
                            replicas=st.streams.replicas) if st.lease > 0 else None)
@@ -310,6 +315,7 @@ class Scheduler:
         try:
             await self._flush_outbox()
             await self.statuses.flush()
+            await self.queue_statuses.flush()
             await self.sched_events.flush()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
@@ -358,6 +364,7 @@ class Scheduler:
             t0 = time.perf_counter()
             await self._flush_outbox()
             self.statuses.write_soon()
+            self.queue_statuses.write_soon()
             await self._expire(report)
             await self._flush_outbox()  # records of what the clock stopped, before their decisions
             await self.table.republish()
@@ -402,6 +409,8 @@ class Scheduler:
             # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
             # and the stream in the background (busched.scheduler.statuses)
             changed = await self.statuses.collect(ssn)
+            if not self.settings.shard:  # each shard sees its own nodes' part of a queue: no one total to write
+                self.queue_statuses.collect(ssn)
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
             self.sched_events.record(ssn, report, changed)  # published in the background, after the record
             self._gate.done(ssn, before, self.cache.generation)
@@ -409,6 +418,7 @@ class Scheduler:
             await self._flush_outbox()
             await self.table.republish()
             self.statuses.write_soon()
+            self.queue_statuses.write_soon()
             report.seconds = time.perf_counter() - t0
             self.metrics.cycles.inc()
             self.metrics.cycle_seconds.observe(report.seconds)

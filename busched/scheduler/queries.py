@@ -23,6 +23,7 @@ from busched.scheduler import events_log, explain, references
 from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _field_error
 
 _STILL = frozenset({"Pending", "Succeeded", "Failed"})  # statuses of a task that holds nothing on a node
+QUEUE_COUNTS = ("pending", "running", "inqueue", "unknown", "completed")  # a queue's podgroups per phase
 KIND_OF_SPEC = {"tasks": "task", "jobs": "job", "queues": "queue", "nodes": "node"}
 
 
@@ -46,11 +47,13 @@ class Queries:
                  pg_status: Mapping[str, m.PodGroupStatus], refused: Mapping[tuple[str, str], str],
                  effective_task: Callable[[str, Any], Any], task_status: Callable[[str], str],
                  snapshot: Callable[[], Any], gather: Callable[[str], explain.Inputs], metrics: Any,
-                 max_payload: Callable[[], int], lock: asyncio.Lock, in_thread: bool, journal: Any) -> None:
+                 max_payload: Callable[[], int], lock: asyncio.Lock, in_thread: bool, journal: Any,
+                 queue_status: Mapping[str, m.QueueStatus] | None = None) -> None:
         self.specs = specs
         self.table = table
         self.live = live
         self.pg_status = pg_status
+        self.queue_status = queue_status if queue_status is not None else {}  # queue -> its last written status
         self.refused = refused
         self.effective_task = effective_task
         self.task_status = task_status
@@ -118,7 +121,9 @@ class Queries:
                 out.append({"name": key, "allocatable": dict(spec.allocatable), "used": used,
                             "state": lv.state, "ready": info is not None, "tasks": ntasks,
                             "unschedulable": spec.unschedulable,
-                            "labels": dict(spec.labels), "refused": self.refused.get(("node", key), "")})
+                            "labels": dict(spec.labels), "refused": self.refused.get(("node", key), ""),
+                            # the load its agent last measured (docs/agents.md, node.heartbeat); None: none
+                            "usage": msgspec.to_builtins(lv.usage) if lv.usage is not None else None})
             return out
         if kind == "jobs":
             by_job: dict[str, dict[str, int]] = {}
@@ -158,10 +163,14 @@ class Queries:
                 state = spec.state
                 if state == "Closed" and any(f"{j.namespace}/{j.name}" in unfinished for j in jobs):
                     state = "Closing"  # Volcano: closed, but jobs of it still to finish
+                qs = self.queue_status.get(key)
                 out.append({"name": key, "weight": spec.weight, "state": state, "jobs": len(jobs),
                             "origin": "built-in" if spec is BUILTIN_DEFAULT_QUEUE else "applied",
                             "capability": dict(spec.capability or {}),
-                            "refused": self.refused.get(("queue", key), "")})
+                            "refused": self.refused.get(("queue", key), ""),
+                            # the status the scheduler wrote after its last cycle (busched.scheduler.queue_statuses)
+                            "allocated": dict(qs.allocated) if qs is not None else {},
+                            **{f: getattr(qs, f) if qs is not None else 0 for f in QUEUE_COUNTS}})
             return out
         raise ValueError(f"unknown kind {kind!r} (nodes, queues, jobs, tasks)")
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from busched.api.objects import NodeUsageSpec
 from busched.bus import messages as m
 from busched.bus.client import StreamSettings
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
@@ -128,6 +129,7 @@ class Result:
     boot: str = ""
     version: int = 0
     exit_code: int | None = None
+    start_time: float | None = None  # when the attempt started, as its agent saw it (epoch seconds)
 
 
 @dataclass
@@ -141,6 +143,8 @@ class NodeLive:
     through_seq: int = 0
     interval: float = 1.0
     consumer: str = ""  # the agent's durable consumer of this node's decisions
+    usage: NodeUsageSpec | None = None  # the newest load its agent reported, None when none
+    usage_time: float = 0.0  # when that load was measured (epoch seconds)
 
 
 @dataclass

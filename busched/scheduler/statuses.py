@@ -40,26 +40,78 @@ class StatusSettings(Protocol):
     status_interval: float
 
 
-class PodGroupStatuses:
+class StatusOutbox:
+    """Statuses waiting to be written (``waiting``, subject -> the latest), published in the background once
+    the oldest has waited ``status_interval``; one that fails waits for the next write.  The podgroup
+    statuses and the queue statuses (`busched.scheduler.queue_statuses`) each have one."""
+
+    name = "statuses"
+
+    def __init__(self, settings: StatusSettings, clock: Callable[[], float], publish_all: Publish, *,
+                 on_error: Callable[[], None]) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.publish_all = publish_all
+        self.on_error = on_error
+        self.waiting: dict[str, Any] = {}  # subject -> latest status to write
+        self.writer: asyncio.Task[None] | None = None
+        self.since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
+
+    def queue(self, subject: str, status: m.Msg) -> None:
+        if not self.waiting:
+            self.since = self.clock()  # the write window opens with the first waiting status
+        self.waiting[subject] = status
+
+    def write_soon(self) -> None:
+        """Start the background write of the waiting statuses once the oldest has waited ``status_interval``
+        (unless a write is still under way)."""
+        if not self.waiting or (self.writer is not None and not self.writer.done()):
+            return
+        if self.clock() - self.since < self.settings.status_interval:
+            return
+        self.writer = asyncio.create_task(self.write(), name=f"busched-{self.name}")
+
+    async def write(self) -> None:
+        """Publish every waiting status; one that fails waits for the next write, unless a newer one replaced it."""
+        if not self.waiting:
+            return
+        items = list(self.waiting.items())
+        self.waiting.clear()
+        acks: list[Any]
+        try:
+            acks = await self.publish_all((subj, st, None) for subj, st in items)
+        except Exception as e:  # noqa: BLE001 - e.g. the connection closed: keep them for the next write
+            acks = [None] * len(items)
+            log.warning("%s not written (%s); retrying", self.name, e)
+        for (subj, st), ack in zip(items, acks):
+            if ack is None or not ack.ok:
+                self.on_error()
+                self.waiting.setdefault(subj, st)
+
+    async def flush(self) -> None:
+        """Write every waiting status now (on the way out), after a write in progress."""
+        w = self.writer
+        if w is not None and not w.done():
+            await asyncio.wait({w})
+        await self.write()
+
+
+class PodGroupStatuses(StatusOutbox):
     """The podgroup statuses: the last recorded per job (``recorded``, job key -> status; the state
     stream's, or what a cycle changed) and the ones waiting to be written (``waiting``, subject ->
     latest status).  ``refresh_job`` is told a job's status changed (its cache copy is due);
     ``on_error`` that a write failed."""
 
+    name = "podgroup-statuses"
+
     def __init__(self, settings: StatusSettings, clock: Callable[[], float], publish_all: Publish, *,
                  job_specs: Mapping[str, o.JobSpec], next_version: Callable[[], int],
                  refresh_job: Callable[[str], None], on_error: Callable[[], None]) -> None:
-        self.settings = settings
-        self.clock = clock
-        self.publish_all = publish_all
+        super().__init__(settings, clock, publish_all, on_error=on_error)
         self.job_specs = job_specs
         self.next_version = next_version
         self.refresh_job = refresh_job
-        self.on_error = on_error
         self.recorded: dict[str, m.PodGroupStatus] = {}  # job key -> its last status
-        self.waiting: dict[str, m.PodGroupStatus] = {}  # subject -> latest status to write
-        self.writer: asyncio.Task[None] | None = None
-        self.since = 0.0  # when the oldest waiting status was queued (scheduler's clock)
 
     async def collect(self, ssn: Any, slice_seconds: float = 0.005) -> list[m.PodGroupStatus]:
         """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those),
@@ -103,44 +155,9 @@ class PodGroupStatuses:
                 log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
             pgs[uid] = st
             changed.append(st)
-            if not self.waiting:
-                self.since = self.clock()  # the write window opens with the first waiting status
-            self.waiting[S.podgroup_subject(uid)] = st
+            self.queue(S.podgroup_subject(uid), st)
             self.refresh_job(uid)
         return changed
-
-    def write_soon(self) -> None:
-        """Start the background write of the waiting statuses once the oldest has waited ``status_interval``
-        (unless a write is still under way)."""
-        if not self.waiting or (self.writer is not None and not self.writer.done()):
-            return
-        if self.clock() - self.since < self.settings.status_interval:
-            return
-        self.writer = asyncio.create_task(self.write(), name="busched-podgroup-statuses")
-
-    async def write(self) -> None:
-        """Publish every waiting status; one that fails waits for the next write, unless a newer one replaced it."""
-        if not self.waiting:
-            return
-        items = list(self.waiting.items())
-        self.waiting.clear()
-        acks: list[Any]
-        try:
-            acks = await self.publish_all((subj, st, None) for subj, st in items)
-        except Exception as e:  # noqa: BLE001 - e.g. the connection closed: keep them for the next write
-            acks = [None] * len(items)
-            log.warning("podgroup statuses not written (%s); retrying", e)
-        for (subj, st), ack in zip(items, acks):
-            if ack is None or not ack.ok:
-                self.on_error()
-                self.waiting.setdefault(subj, st)
-
-    async def flush(self) -> None:
-        """Write every waiting status now (on the way out), after a write in progress."""
-        w = self.writer
-        if w is not None and not w.done():
-            await asyncio.wait({w})
-        await self.write()
 
 
 def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> bool:
