@@ -25,6 +25,7 @@ from busched.fastpath.podview import PodViewArrays
 __all__ = ["predicate_mask", "stable_mask", "passing", "passing_reference"]
 
 TEMPLATE_UID_KEY = "volcano.sh/template-uid"
+KEEP_FROM = 2048  # nodes from which `passing` keeps the filter per template (below, afresh is cheaper)
 
 
 def _stable_key(task: TaskInfo) -> Any:
@@ -81,6 +82,8 @@ def passing(plugin: Any, pv: PodViewArrays, arrays: NodeArrays, key: Any, stable
     predicate cache, for the whole filter): a placed pod changes one node's count, and only that
     row is computed again (`rowcache`).  Do not modify the result."""
     max_tasks, count = pv.max_tasks, pv.count
+    if len(count) < KEEP_FROM:
+        return (max_tasks > count) & stable  # a small cluster: afresh costs less than keeping it
     # the stable mask is fixed for the session under its key and the plugin's switches
     ck = ("passing", key, plugin.cache_enable, plugin.node_affinity, plugin.taint_toleration, id(pv))
 

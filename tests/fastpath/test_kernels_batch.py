@@ -12,7 +12,7 @@ import pytest
 from busched.api.fit import FitError
 from busched.bench import cluster as cl
 from busched.builtin import open_session
-from busched.fastpath import select
+from busched.fastpath import predicates, select
 from busched.framework import points
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.statement import Statement
@@ -65,7 +65,8 @@ def _pods(task_count: int, seed: int):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_kept_filter_follows_pods_to_the_limit(seed):
+def test_kept_filter_follows_pods_to_the_limit(seed, monkeypatch):
+    monkeypatch.setattr(predicates, "KEEP_FROM", 0)  # kept on small clusters too, to be checked here
     rng, ssn = _pods(200, seed)
     arrays = ssn.arrays
     [(name, fn, twin)] = ssn.hooks.with_twins(points.PREDICATE)
