@@ -7,8 +7,10 @@ the resource fit on every node's free resources, the sampled walk from the rotat
 until enough nodes fit (Volcano's feasible-node sampling), the default node-order scores
 over those nodes (least requested and balanced allocation, weight 1 each, and binpack with
 cpu and memory at weight 1; the constant scores of taints and image locality are left out),
-their best, and the chosen node's accounting.  That is the work any scheduler that places
-tasks one by one must do, written as plainly and cheaply as numpy allows; the ratio of the
+their best, and the chosen node's accounting.  The fit vector is kept while the tasks keep one
+shape (only the chosen node's entry changes), and the walk looks at a window first, as the
+scheduler's own kernels do.  That is the work any scheduler that places tasks one by one must
+do, written as cheaply as numpy allows; the ratio of the
 scheduler's rate to it says how much of the cycle is everything else.
 
 The loop places each task on the node the cycle chose (so both follow the same state) and
@@ -52,11 +54,18 @@ def place_all(inp: KernelInput) -> int:
     has_cpu, has_mem = a_cpu != 0, a_mem != 0
     safe_cpu, safe_mem = np.where(has_cpu, a_cpu, 1.0), np.where(has_mem, a_mem, 1.0)
     start, to_find = inp.start, min(inp.to_find, n)
+    window = 2 * to_find + 64
     agrees = 0
+    shape = None
+    ok = np.zeros(n, dtype=bool)
     for (rc, rm), row in zip(inp.requests.tolist(), inp.chosen.tolist()):
-        ok = (u_cpu + rc <= a_cpu) & (u_mem + rm <= a_mem) & (u_pods + 1 <= a_pods)
-        # the walk from ``start``, wrapping, until ``to_find`` nodes fit
-        head = ok[start:].nonzero()[0]
+        if (rc, rm) != shape:  # the fit of every node, kept while the tasks keep one shape
+            shape = (rc, rm)
+            ok = (u_cpu + rc <= a_cpu) & (u_mem + rm <= a_mem) & (u_pods + 1 <= a_pods)
+        # the walk from ``start``, wrapping, until ``to_find`` nodes fit (a window first)
+        head = ok[start:start + window].nonzero()[0]
+        if len(head) < to_find:
+            head = ok[start:].nonzero()[0]
         if len(head) >= to_find:
             rows = head[:to_find] + start
             processed = int(head[to_find - 1]) + 1
@@ -81,4 +90,5 @@ def place_all(inp: KernelInput) -> int:
         u_cpu[row] += rc
         u_mem[row] += rm
         u_pods[row] += 1
+        ok[row] = u_cpu[row] + rc <= a_cpu[row] and u_mem[row] + rm <= a_mem[row] and u_pods[row] + 1 <= a_pods[row]
     return agrees
