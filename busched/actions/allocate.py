@@ -131,13 +131,13 @@ class AllocateAction:
                 continue
             found = self.candidates_for(job, task, nodes, node_names, self.helper,
                                         role_failed=job.task_has_fit_errors(task),
-                                        keep_going=job.need_continue_allocating)
+                                        keep_going=job.need_continue_allocating, lazy=True)
             if found is SKIP:
                 continue
             if found is NO_FIT:
                 self.turn_unfit = (attempted == 1 and nodes is ssn.node_list and not self.pipelined_any
                                    and unfit.repeatable(task))
-            if not isinstance(found, list):
+            if isinstance(found, str):
                 break
             candidates = found
             best = self.best_node(task, candidates)
@@ -156,10 +156,12 @@ class AllocateAction:
 
     def candidates_for(self, job: JobInfo, task: TaskInfo, nodes: list[NodeInfo], node_names: Container[str],
                        helper: PredicateHelper, *, role_failed: bool, keep_going: Callable[[], bool],
-                       hypernode: str = "") -> list[NodeInfo] | str:
+                       hypernode: str = "", lazy: bool = False) -> list[NodeInfo] | str:
         """The nodes ``task`` may go to (nominated node first), or SKIP (try the job's next task),
         STOP (pre-predicates failed and the turn ends) or NO_FIT (no node fits and the turn ends).
-        Every failure is recorded in the job's fit errors.  Shared with topology allocation."""
+        Every failure is recorded in the job's fit errors.  Shared with topology allocation.
+        ``lazy``: the nodes may come as a sequence that fetches them when read (only the best one
+        is: `PredicateHelper.predicate_nodes`)."""
         ssn = self.ssn
         if role_failed:
             fe = FitErrors()
@@ -185,7 +187,8 @@ class AllocateAction:
         if not candidates:
             # the fit errors are read only when no node is found
             candidates, fit_errors = helper.predicate_nodes(
-                task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
+                task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False,
+                lazy=lazy)
         if candidates:
             return candidates
         if hypernode:

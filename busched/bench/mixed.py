@@ -4,7 +4,8 @@ On 5,000 nodes (32 cpu / 256Gi / 110 pods), four separate runs of 10,000
 pending tasks (1 cpu / 4Gi): 10,000 jobs of 1, 500 of 20, 20 of 500 and one
 of 10,000, each job a gang (minMember = its size).  Default configuration,
 one cycle each.  ``tasks_per_second`` is all binds over all four cycles' wall
-time; ``shapes`` gives each run's own figures.  The 20 x 500 run is the shape
+time; ``shapes`` gives each run's own figures; ``kernel_*`` the bare
+array loop's for the same placements (`busched.bench.limit`).  The 20 x 500 run is the shape
 users report multi-second stalls for in Volcano.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from busched.bench import cluster as cl
 from busched.bench.driver import bench_config, timed_cycle
+from busched.bench.limit import kernel_figures
 from busched.framework.config import DEFAULT_CONFIG
 
 DEFAULTS = {"nodes": 5000, "tasks": 10000, "seed": 0}
@@ -36,6 +38,7 @@ def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_
     per_shape = {}
     binds = 0
     total = 0.0
+    kernel_s = 0.0
     for jobs, size in shapes(tasks):
         job_specs, task_specs = [], []
         for j in range(jobs):
@@ -43,7 +46,9 @@ def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_
             job_specs.append(job)
             task_specs.extend(ts)
         cache = cl.new_cache(node_specs, arriving=(job_specs, task_specs))
-        _, timing = timed_cycle(cache, cfg, seed=seed)
+        ssn, timing = timed_cycle(cache, cfg, seed=seed)
+        kernel = kernel_figures(ssn, timing.total)
+        kernel_s += kernel["kernel_ms"] / 1000
         binds += timing.binds
         total += timing.total
         per_shape[f"{jobs}x{size}"] = {
@@ -52,6 +57,7 @@ def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_
             "cycle_cpu_ms": round(timing.cpu * 1000, 3),
             "tasks_per_second": round(timing.binds / timing.total, 1) if timing.total > 0 else 0.0,
             "phases_ms": timing.ms(),
+            **kernel,
         }
     return {
         "workload": "mixed",
@@ -59,6 +65,8 @@ def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_
         "tasks": tasks,
         "placed": binds,
         "tasks_per_second": round(binds / total, 1) if total > 0 else 0.0,
+        "kernel_tasks_per_second": round(binds / kernel_s, 1) if kernel_s > 0 else 0.0,
+        "kernel_ratio": round(kernel_s / total, 3) if total > 0 else 0.0,
         "shapes": per_shape,
         "missing_plugins": missing_p,
         "missing_actions": missing_a,

@@ -17,22 +17,30 @@ from typing import Any
 import numpy as np
 
 from busched.api.task import TaskInfo
+from busched.fastpath import rowcache
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import view_arrays
+from busched.fastpath.podview import PodViewArrays
 
-__all__ = ["predicate_mask", "stable_mask"]
+__all__ = ["predicate_mask", "stable_mask", "passing", "passing_reference"]
 
 TEMPLATE_UID_KEY = "volcano.sh/template-uid"
+KEEP_FROM = 2048  # nodes from which `passing` keeps the filter per template (below, afresh is cheaper)
 
 
-def stable_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
-    """Where the cache-stable filters (``PredicatesPlugin._stable``) leave no status, over every node."""
+def _stable_key(task: TaskInfo) -> Any:
+    """What the cache-stable filters read of the task (its template, as far as they can tell)."""
     if not task.node_selector and not task.affinity and not task.tolerations:
-        key: Any = ("stable", "")  # most tasks: nothing that tells nodes apart but the nodes themselves
-    else:
-        aff = (task.affinity or {}).get("nodeAffinity") or {}
-        key = ("stable", repr((sorted(task.node_selector.items()),
-                               aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
+        return ("stable", "")  # most tasks: nothing that tells nodes apart but the nodes themselves
+    aff = (task.affinity or {}).get("nodeAffinity") or {}
+    return ("stable", repr((sorted(task.node_selector.items()),
+                            aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
+
+
+def stable_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, key: Any = None) -> np.ndarray:
+    """Where the cache-stable filters (``PredicatesPlugin._stable``) leave no status, over every node."""
+    if key is None:
+        key = _stable_key(task)
     if plugin.cache_enable:
         m = arrays.cache.get(key)
         if m is None:
@@ -62,6 +70,29 @@ def predicate_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.nda
     pv = view_arrays(plugin.view, arrays)
     if pv is None:
         return None
-    if rows is arrays.all_rows:
-        return (pv.max_tasks > pv.count) & stable_mask(plugin, task, arrays)
-    return (pv.max_tasks[rows] > pv.count[rows]) & stable_mask(plugin, task, arrays)[rows]
+    key = _stable_key(task)
+    stable = stable_mask(plugin, task, arrays, key)
+    if rows is not arrays.all_rows:
+        return (pv.max_tasks[rows] > pv.count[rows]) & stable[rows]
+    return passing(plugin, pv, arrays, key, stable)
+
+
+def passing(plugin: Any, pv: PodViewArrays, arrays: NodeArrays, key: Any, stable: np.ndarray) -> np.ndarray:
+    """``(pv.max_tasks > pv.count) & stable`` over every node, kept per task template (Volcano's
+    predicate cache, for the whole filter): a placed pod changes one node's count, and only that
+    row is computed again (`rowcache`).  Do not modify the result."""
+    max_tasks, count = pv.max_tasks, pv.count
+    if len(count) < KEEP_FROM:
+        return (max_tasks > count) & stable  # a small cluster: afresh costs less than keeping it
+    # the stable mask is fixed for the session under its key and the plugin's switches
+    ck = ("passing", key, plugin.cache_enable, plugin.node_affinity, plugin.taint_toleration, id(pv))
+
+    def one(r: int) -> bool:
+        return bool(max_tasks[r] > count[r] and stable[r])
+
+    return rowcache.cached(arrays.cache, ck, (pv.log,), len(arrays.nodes), lambda: (max_tasks > count) & stable, one)
+
+
+def passing_reference(pv: PodViewArrays, stable: np.ndarray) -> np.ndarray:
+    """The plain form `passing` keeps: the filter over every node, computed afresh."""
+    return (pv.max_tasks > pv.count) & stable

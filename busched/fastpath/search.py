@@ -10,7 +10,7 @@ request is kept on the session's node arrays while the node's accounting is unch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from busched.api.node import NodeInfo
@@ -51,11 +51,13 @@ class KeptReasons:
         return self.explain(node, fi)
 
 
-def predicate_nodes(ssn: Any, search: Any, nodes: list[NodeInfo], failures: bool
-                    ) -> tuple[list[NodeInfo], int] | None:
+def predicate_nodes(ssn: Any, search: Any, nodes: list[NodeInfo], failures: bool, lazy: bool = False
+                    ) -> tuple[Sequence[NodeInfo], int] | None:
     """The nodes found and how many were looked at, or None when the masks cannot decide (then
     the search's plain walk runs).  ``failures`` False: the failing nodes' errors are built only
-    when no node passes.  A plugin's vectorised twin that raises: the caller names the plugin."""
+    when no node passes.  ``lazy``: the nodes found as a `select.RowNodes`, fetched when read (a
+    caller that reads few of them).  A plugin's vectorised twin that raises: the caller names the
+    plugin."""
     scan = select.scan(ssn, search.task, nodes, search.fn, search.resource_fit, start=search.start,
                        to_find=search.to_find, skip=search.skip, in_shard=search.in_shard, failures=failures)
     if scan is None:
@@ -67,5 +69,7 @@ def predicate_nodes(ssn: Any, search: Any, nodes: list[NodeInfo], failures: bool
     feasible = search.feasible
     for i in failed:
         feasible(nodes[i], fit[i] if fit is not None else None)
+    if lazy:
+        return select.RowNodes.found(nodes, scan.found, scan.rows), scan.processed
     found: list[NodeInfo] = select.NodeRows.take(nodes, scan.found, scan.rows)
     return found, scan.processed

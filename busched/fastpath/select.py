@@ -36,8 +36,8 @@ from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
-__all__ = ["NodeRows", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask", "scores", "pick",
-           "pick_unless_nan", "gradients"]
+__all__ = ["NodeRows", "RowNodes", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask",
+           "scores", "pick", "pick_unless_nan", "gradients"]
 
 
 class NodeRows(list[NodeInfo]):
@@ -70,6 +70,44 @@ class NodeRows(list[NodeInfo]):
         out = cls(itemgetter(*positions)(nodes)) if len(positions) > 1 else cls([nodes[p] for p in positions])
         out.rows = rows[positions] if positions else rows[:0]
         return out
+
+
+class RowNodes(Sequence[NodeInfo]):
+    """``[base[p] for p in positions]`` with their rows, the nodes fetched only when read.
+
+    A sampled search on a large cluster finds thousands of nodes, of which allocate reads one
+    (the best): a list of them costs a touch of every node object, scattered in memory, which
+    on 50,000 nodes is most of a task's time.  The kernels read the rows; ``nodes[i]`` and
+    iteration give the nodes themselves, as the list would."""
+
+    __slots__ = ("base", "positions", "rows")
+
+    def __init__(self, base: Sequence[NodeInfo], positions: np.ndarray, rows: np.ndarray) -> None:
+        self.base, self.positions, self.rows = base, positions, rows
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.base[p] for p in self.positions[i].tolist()]
+        return self.base[int(self.positions[i])]
+
+    def __iter__(self) -> Any:
+        base = self.base
+        return iter([base[p] for p in self.positions.tolist()])
+
+    def __repr__(self) -> str:
+        return f"RowNodes({list(self)!r})"
+
+    @classmethod
+    def found(cls, nodes: Sequence[NodeInfo], positions: np.ndarray, rows: np.ndarray) -> RowNodes:
+        """What `NodeRows.take` gives for ``positions`` (an integer array), unread."""
+        return cls(nodes, positions, rows[positions])
+
+    def take(self, at: np.ndarray) -> RowNodes:
+        """The nodes at positions ``at`` (an integer array) of this sequence, unread."""
+        return RowNodes(self.base, self.positions[at], self.rows[at])
 
 
 class Scan(NamedTuple):
@@ -112,6 +150,19 @@ def predicate_mask(ssn: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarra
     return mask
 
 
+def _head(ok: np.ndarray, start: int, to_find: int) -> np.ndarray:
+    """The passing positions of ``ok[start:]``, or only a prefix of them holding at least ``to_find``
+    (every caller keeps the first ``to_find`` and reads nothing past them).  A sampled search wants
+    a few hundred of tens of thousands of nodes: it looks at a window twice that wide first, and
+    at the rest only when the window holds too few."""
+    window = 2 * to_find + 64
+    if to_find > 0 and len(ok) - start > 2 * window:
+        got = _where(ok[start:start + window])
+        if len(got) >= to_find:
+            return got
+    return _where(ok[start:])
+
+
 def feasible_scan(ok: np.ndarray, start: int, to_find: int) -> tuple[list[int], int, list[int]]:
     """Walk positions ``start, start+1, ...`` (wrapping) until ``to_find`` pass ``ok``.
 
@@ -132,14 +183,14 @@ def feasible_scan_array(ok: np.ndarray, start: int, to_find: int,
     if not start and not failures and to_find > 0:
         # a walk from the first node (every unsampled search) that reports no failures: the
         # passing positions as they are, no shifting or joining
-        found = _where(ok)
+        found = _head(ok, 0, to_find)
         if len(found) > to_find:
             found = found[:to_find]
         elif len(found) < to_find:
             return found, total, [] if len(found) else _where(~ok).tolist()
         return found, int(found[-1]) + 1, []
     # the walk is ok[start:] then ok[:start]; slices are views, no reordered copy is made
-    head = _where(ok[start:])
+    head = _head(ok, start, to_find)
     if len(head) >= to_find:
         found = head[:to_find] + start
         processed = int(head[to_find - 1]) + 1
@@ -301,9 +352,10 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     if not other_shard and np.count_nonzero(idle) == len(idle):
         # the usual case: every node fits on idle, the first gradient is the list itself
         # (a NodeRows carrying these very rows is handed back as it is)
-        whole: list[NodeInfo] = (nodes if isinstance(nodes, NodeRows) and getattr(nodes, "rows", None) is rows
-                                 else NodeRows.take(nodes, list(range(len(nodes))), rows))
-        return [whole, NodeRows(), NodeRows(), NodeRows()]
+        whole: Sequence[NodeInfo] = (nodes if isinstance(nodes, (NodeRows, RowNodes))
+                                     and getattr(nodes, "rows", None) is rows
+                                     else NodeRows.take(nodes, list(range(len(nodes))), rows))
+        return [whole, NodeRows(), NodeRows(), NodeRows()]  # type: ignore[list-item]
     future = fits(arrays, req, FUTURE_IDLE)[rows] & ~idle
     if other_shard:
         out_of = ~_shard_mask(arrays, ssn.nodes_in_shard)[rows]
@@ -311,4 +363,6 @@ def gradients(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], other_shard: 
     else:
         empty = np.zeros(len(rows), dtype=bool)
         masks = (idle, empty, future, empty)
+    if isinstance(nodes, RowNodes):
+        return [nodes.take(_where(m)) for m in masks]  # type: ignore[misc]
     return [NodeRows.take(nodes, _where(m), rows) for m in masks]

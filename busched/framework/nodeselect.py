@@ -73,7 +73,7 @@ class PredicateHelper:
     def predicate_nodes(self, task: TaskInfo, nodes: list[NodeInfo],
                         fn: Callable[[TaskInfo, NodeInfo], None],
                         resource_fit: Resource | None = None,
-                        errors_if_found: bool = True) -> tuple[list[NodeInfo], FitErrors]:
+                        errors_if_found: bool = True, lazy: bool = False) -> tuple[list[NodeInfo], FitErrors]:
         """Nodes (in scan order, up to the sampling limit) on which ``fn`` raises no FitError.
 
         With ``resource_fit`` given, nodes whose future idle cannot hold it fail first with
@@ -81,7 +81,9 @@ class PredicateHelper:
         reads the fit errors only when no node is found (allocate); then, when the fast path
         found nodes and the error cache is off for the task, the failing nodes' errors (which
         nothing would read) are not built.  The session's fast path (busched.fastpath.search)
-        decides with masks; the plain walk (`Search.walk`) is the reference.
+        decides with masks; the plain walk (`Search.walk`) is the reference.  ``lazy``: the fast
+        path may give the nodes as a sequence that fetches them when read (`busched.fastpath.select.RowNodes`),
+        for a caller that reads only the best of them.
         """
         if not nodes:
             return [], FitErrors()
@@ -94,7 +96,7 @@ class PredicateHelper:
                 search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, search.explain)
             try:
                 # the failing nodes matter when no node passes, or for the error cache, or to the caller
-                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache)
+                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache, lazy)
             except FitError:
                 raise
             except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names it
@@ -103,7 +105,7 @@ class PredicateHelper:
         found, processed = got if got is not None else search.walk(nodes)
         if search.to_find < search.total:
             ssn.last_node_index = (search.start + processed) % search.total
-        return found, search.fe
+        return found, search.fe  # type: ignore[return-value]  # a RowNodes only when asked (lazy)
 
 
 class Search:

@@ -24,9 +24,9 @@ TINY = {
     "failover": ["--tasks", "200", "--nodes", "4", "--agents", "2"],
 }
 KEYS = {
-    "throughput": {"tasks_per_second", "phases_ms", "placed", "cycle_ms"},
-    "gang": {"placed", "cycle_ms"},
-    "mixed": {"tasks_per_second", "shapes"},
+    "throughput": {"tasks_per_second", "phases_ms", "placed", "cycle_ms", "kernel_tasks_per_second", "kernel_ratio"},
+    "gang": {"placed", "cycle_ms", "kernel_tasks_per_second", "kernel_ratio"},
+    "mixed": {"tasks_per_second", "shapes", "kernel_tasks_per_second", "kernel_ratio"},
     "preempt": {"evictions", "cycle_ms"},
     "idle": {"cycle_ms", "rss_mb", "gated_cycle_ms", "churn_cycle_ms"},
     "restart": {"first_bind_s", "first_bind_s_in_process"},
@@ -82,9 +82,12 @@ def test_workload_reports_its_figures(capsys, name):
 def test_sane_values(capsys):
     _, t = bench(capsys, "throughput")
     assert t["placed"] == 40 and t["tasks_per_second"] > 0
+    # the bare loop did the same work: every bind's node is among its best
+    assert t["kernel_agrees"] == 40 and t["kernel_tasks_per_second"] > 0
     assert {"snapshot", "open", "enqueue", "allocate", "backfill", "close"} <= set(t["phases_ms"])
     _, g = bench(capsys, "gang")
     assert g["placed"] == 40  # two gangs of 20 fill the four nodes (ten 3-cpu tasks each)
+    assert g["kernel_agrees"] == 40
     _, m = bench(capsys, "mixed")
     assert m["placed"] == sum(s["placed"] for s in m["shapes"].values()) > 0
     _, p = bench(capsys, "preempt")
