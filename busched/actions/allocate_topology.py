@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from typing import Any, Protocol
 
-from busched.actions.util import SKIP
+from busched.actions.util import SKIP, sub_job_order
 from busched.api import subjob as sjm
 from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
@@ -159,27 +159,7 @@ class TopologyAllocator:
 
     def organize(self, job: JobInfo) -> JobWorksheet:
         ssn = self.ssn
-        ready: dict[str, int] = {}
-        not_ready: list[SubJobInfo] = []
-        for sj in job.sub_jobs.values():
-            if ssn.sub_job_ready(job, sj):
-                ready[sj.gid] = ready.get(sj.gid, 0) + 1
-            else:
-                not_ready.append(sj)
-        # the fewest sub-jobs that still make every policy's minSubGroups go first
-        required: set[str] = set()
-        for sj in _sorted(not_ready, ssn.sub_job_order_fn):
-            if ready.get(sj.gid, 0) < job.min_sub_jobs.get(sj.gid, 0):
-                required.add(sj.uid)
-                ready[sj.gid] = ready.get(sj.gid, 0) + 1
-
-        def less(l: SubJobInfo, r: SubJobInfo) -> bool:
-            lq, rq = l.uid in required, r.uid in required
-            if lq != rq:
-                return lq
-            return ssn.sub_job_order_fn(l, r)
-
-        sub_jobs: PriorityQueue[SubJobInfo] = PriorityQueue(less)
+        sub_jobs: PriorityQueue[SubJobInfo] = PriorityQueue(sub_job_order(ssn, job))
         worksheets: dict[str, SubJobWorksheet] = {}
         for uid, sj in job.sub_jobs.items():
             tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn)
@@ -343,10 +323,3 @@ def _best(candidates: dict[str, Any], score: Any) -> str:
             best, best_score = name, s
     return best
 
-
-def _sorted(items: list[SubJobInfo], less: Any) -> list[SubJobInfo]:
-    q: PriorityQueue[SubJobInfo] = PriorityQueue(less, items)
-    out = []
-    while not q.empty():
-        out.append(q.pop())
-    return out

@@ -20,8 +20,7 @@ pkg/scheduler/actions/utils/simulate.go and util.go.
 
 from __future__ import annotations
 
-from typing import TypeVar
-
+from busched.actions.util import drain, session_task, sub_job_order
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
@@ -37,7 +36,6 @@ from busched.framework.statement import Statement
 __all__ = ["PURPOSE_EVICT", "Plan", "Worksheet", "candidate_domains", "pending_for_eviction", "nomination_plan",
            "job_preemptable_for_gang", "sum_init_resreq", "idle_and_releasing", "apply_nominations"]
 
-T = TypeVar("T")
 PURPOSE_EVICT = "evict"
 PREEMPTABLE_KEY = "volcano.sh/preemptable"
 
@@ -101,26 +99,7 @@ class Worksheet:
     """A job's sub-jobs with work to place, in placing order, each with its tasks in task order."""
 
     def __init__(self, ssn: Session, job: JobInfo) -> None:
-        ready: dict[str, int] = {}
-        not_ready: list[SubJobInfo] = []
-        for sj in job.sub_jobs.values():
-            if ssn.sub_job_ready(job, sj):
-                ready[sj.gid] = ready.get(sj.gid, 0) + 1
-            else:
-                not_ready.append(sj)
-        required: set[str] = set()
-        for sj in _drain(PriorityQueue(ssn.sub_job_order_fn, not_ready)):
-            if ready.get(sj.gid, 0) < job.min_sub_jobs.get(sj.gid, 0):
-                required.add(sj.uid)
-                ready[sj.gid] = ready.get(sj.gid, 0) + 1
-
-        def less(l: SubJobInfo, r: SubJobInfo) -> bool:
-            lq, rq = l.uid in required, r.uid in required
-            if lq != rq:
-                return lq
-            return ssn.sub_job_order_fn(l, r)
-
-        self.sub_jobs: PriorityQueue[SubJobInfo] = PriorityQueue(less)
+        self.sub_jobs: PriorityQueue[SubJobInfo] = PriorityQueue(sub_job_order(ssn, job))
         self.tasks: dict[str, PriorityQueue[TaskInfo]] = {}
         for uid, sj in job.sub_jobs.items():
             tasks = [t for t in sj.status_index.get(TaskStatus.Pending, {}).values()
@@ -139,11 +118,11 @@ def pending_for_eviction(ssn: Session, job: JobInfo) -> list[TaskInfo]:
     ws = Worksheet(ssn, job)
     out: list[TaskInfo] = []
     only_first = ssn.job_ready(job)
-    for sj in _drain(ws.sub_jobs.clone()):
+    for sj in drain(ws.sub_jobs.clone()):
         tasks = ws.tasks.get(sj.uid)
         if tasks is None or tasks.empty():
             continue
-        out.extend(_drain(tasks.clone()))
+        out.extend(drain(tasks.clone()))
         if only_first:
             break
     return out
@@ -167,7 +146,7 @@ def nomination_plan(ssn: Session, queue: QueueInfo | None, job: JobInfo, domain:
         if victims:
             evictions = Statement(ssn)
             for v in victims:
-                evictions.evict(_session_task(ssn, v), reason)
+                evictions.evict(session_task(ssn, v), reason)
             chain.append(evictions)
         nominations: dict[str, str] = {}
         pipelined = False
@@ -203,19 +182,6 @@ def nomination_plan(ssn: Session, queue: QueueInfo | None, job: JobInfo, domain:
             stmt.discard()
 
 
-def _drain(q: PriorityQueue[T]) -> list[T]:
-    out = []
-    while not q.empty():
-        out.append(q.pop())
-    return out
-
-
-def _session_task(ssn: Session, task: TaskInfo) -> TaskInfo:
-    job = ssn.jobs.get(task.job)
-    own = job.tasks.get(task.uid) if job is not None else None
-    return own if own is not None else task
-
-
 def _trial(ssn: Session, queue: QueueInfo | None, job: JobInfo, sj: SubJobInfo, tasks: PriorityQueue[TaskInfo],
            hypernode: str, victims_present: bool, error_cache: bool) -> Statement | None:
     """Pipeline the sub-job's tasks inside ``hypernode``: the statement (still applied) when the
@@ -227,7 +193,7 @@ def _trial(ssn: Session, queue: QueueInfo | None, job: JobInfo, sj: SubJobInfo, 
     helper = PredicateHelper(ssn, error_cache)
     ok = False
     try:
-        for task in _drain(tasks.clone()):
+        for task in drain(tasks.clone()):
             if queue is not None and not ssn.allocatable(queue, task):
                 return None
             nodes = _usable(ssn, task, candidate)

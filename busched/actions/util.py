@@ -19,16 +19,18 @@ Everything here works through session methods and statements, never plugins:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from busched.api.fit import Code, FitError
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import ZERO
+from busched.api.subjob import SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus, preemptable_status
 from busched.framework.arguments import declared_of
 from busched.framework.config import SchedulerConfig
+from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
@@ -71,6 +73,42 @@ def session_task(ssn: Session, task: TaskInfo) -> TaskInfo:
         if t is not None:
             return t
     return task
+
+
+T = TypeVar("T")
+
+
+def drain(q: PriorityQueue[T]) -> list[T]:
+    """Everything in ``q``, in its order (``q`` is emptied: drain a clone to keep it)."""
+    out = []
+    while not q.empty():
+        out.append(q.pop())
+    return out
+
+
+def sub_job_order(ssn: Session, job: JobInfo) -> Callable[[SubJobInfo, SubJobInfo], bool]:
+    """The order ``job``'s sub-jobs are placed in (Volcano's allocate and gang actions alike): the fewest
+    not-yet-ready sub-jobs that still make every policy's minSubGroups first, then the session's order."""
+    ready: dict[str, int] = {}
+    not_ready: list[SubJobInfo] = []
+    for sj in job.sub_jobs.values():
+        if ssn.sub_job_ready(job, sj):
+            ready[sj.gid] = ready.get(sj.gid, 0) + 1
+        else:
+            not_ready.append(sj)
+    required: set[str] = set()
+    for sj in drain(PriorityQueue(ssn.sub_job_order_fn, not_ready)):
+        if ready.get(sj.gid, 0) < job.min_sub_jobs.get(sj.gid, 0):
+            required.add(sj.uid)
+            ready[sj.gid] = ready.get(sj.gid, 0) + 1
+
+    def less(left: SubJobInfo, right: SubJobInfo) -> bool:
+        lq, rq = left.uid in required, right.uid in required
+        if lq != rq:
+            return lq
+        return ssn.sub_job_order_fn(left, right)
+
+    return less
 
 
 def basic_preemptee(preemptor: TaskInfo, task: TaskInfo) -> bool:
