@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from busched.bus import messages as m
 from busched.bus.client import StreamSettings
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
+from busched.scheduler.checkpoint import CheckpointSettings
 from busched.scheduler.sched_events import EventSettings
 
 log = logging.getLogger("busched.scheduler")
@@ -68,6 +69,7 @@ class SchedulerSettings:
     lease: float = 0.0
     streams: StreamSettings = field(default_factory=StreamSettings)
     events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)  # restarts (checkpoint.py)
 
     @property
     def lease_key(self) -> str:
