@@ -16,6 +16,14 @@ Two paths, each timed from a cold start to the first bind decision:
   the stream (``catchup_s``) and runs cycles until one publishes a bind.
 
 ``first_bind_s`` is the bus figure when it ran, else the in-process one.
+
+Through the bus, the state is published, a checkpoint of it written (`busched.scheduler.checkpoint`:
+``checkpoint_write_s``, ``checkpoint_bytes``) and ``TAIL`` more events published after it, as a scheduler
+that ran before would have left it.  A scheduler that reads the whole stream catches up first
+(``catchup_s_full``, its peak RSS ``peak_rss_mb_full``, then it is dropped); then the timed one starts
+from the checkpoint and the tail (``first_bind_s``, ``catchup_s``, ``peak_rss_mb``).  The peaks are the
+process's resident peak from the start of that phase (reset through /proc/self/clear_refs where Linux
+allows it).
 """
 
 from __future__ import annotations
@@ -37,6 +45,29 @@ from busched.framework.config import DEFAULT_CONFIG
 from busched.framework.cycle import paused_gc
 
 DEFAULTS = {"nodes": 5000, "tasks": 140000, "jobs": 87000, "seed": 0}
+TAIL = 2000  # state events published after the checkpoint
+
+
+def reset_peak() -> bool:
+    """Restart the kernel's count of this process's peak RSS (VmHWM); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_mb() -> float:
+    """This process's peak RSS since the last `reset_peak` (VmHWM), else since it started."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return round(rss_mb(), 1)
 
 
 def build(nodes: int, tasks: int, jobs: int) -> o.ClusterSpec:
@@ -97,6 +128,7 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
     from busched.bus.client import Bus
     from busched.bus.server import NatsServer
     from busched.scheduler import Scheduler, SchedulerSettings
+    from busched.scheduler.checkpoint import CheckpointSettings, CheckpointWriter
 
     # a restarted scheduler is a fresh process: collect what the in-process run left behind first (else the
     # scheduler's freeze after its catch-up would keep that garbage for good)
@@ -107,14 +139,38 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
         pub = await Bus.connect(srv.url)
         await pub.ensure_streams()
         events = cluster_events(spec)
+        n_events = len(events)
         t_pub = time.perf_counter()
+        cut = max(0, len(events) - TAIL)
         for i in range(0, len(events), 2000):
-            acks = await pub.publish_all(((s, msg, None) for s, msg in events[i:i + 2000]), timeout=120)
-            bad = [a.error for a in acks if not a.ok]
-            if bad:
-                raise RuntimeError(f"publishing the state failed: {bad[0]}")
+            if i == cut or (i < cut < i + 2000):
+                await _publish(pub, events[i:cut])
+                t_ck = time.perf_counter()
+                ck_bytes = await CheckpointWriter(pub, CheckpointSettings(), lambda: True).write_once(force=True)
+                ck_s = time.perf_counter() - t_ck
+                await _publish(pub, events[cut:i + 2000])
+            else:
+                await _publish(pub, events[i:i + 2000])
         published = time.perf_counter() - t_pub
         await pub.close()
+        del events
+
+        # A/B in the same run: a scheduler that reads the whole stream, up to its catch-up only (a bind of its
+        # own would leave the timed one nothing to bind)
+        gc.collect()
+        reset_peak()
+        t0 = time.perf_counter()
+        bus = await Bus.connect(srv.url)
+        full = Scheduler(bus, config, SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0,
+                                                        seed=seed, checkpoint=CheckpointSettings(read=False)))
+        await full.start(timeout=1800)
+        catchup_full = time.perf_counter() - t0
+        peak_full = peak_mb()
+        await full.stop()
+        await bus.close()
+        del full
+        gc.unfreeze()  # its start froze what it built: collectable again
+        gc.collect()
 
         # the first bind decision as an agent would see it, on the decision subjects: from a thread with its
         # own connection and event loop, as an agent has its own process (a watcher on the scheduler's event
@@ -123,6 +179,7 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
         watcher = _Watcher(srv.url, f"{S.DECISION_PREFIX}.>", seen)
         watcher.start()
         settings = SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0, seed=seed)
+        reset_peak()
         t0 = time.perf_counter()
         bus = await Bus.connect(srv.url)
         sched = Scheduler(bus, config, settings)
@@ -140,15 +197,29 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
                         break
                     await asyncio.sleep(0.01)
                 break
+        peak = peak_mb()
+        restored = sched.restored
         await sched.stop()
         await bus.close()
         watcher.close()
         first = seen[0] - t0 if seen else None
         return {"first_bind_s": round(first, 3) if first is not None else None, "catchup_s": round(caught_up, 3),
                 "first_cycle_done_s": round(cycle_done, 3) if cycle_done is not None else None,
-                "cycles": cycles, "published_events": len(events), "publish_s": round(published, 3)}
+                "cycles": cycles, "published_events": n_events,
+                "publish_s": round(published, 3), "peak_rss_mb": peak,
+                "from_checkpoint": restored is not None, "checkpoint_write_s": round(ck_s, 3),
+                "checkpoint_bytes": ck_bytes, "catchup_s_full": round(catchup_full, 3), "peak_rss_mb_full": peak_full}
     finally:
         srv.stop()
+
+
+async def _publish(pub: Any, events: list[Any]) -> None:
+    if not events:
+        return
+    acks = await pub.publish_all(((s, msg, None) for s, msg in events), timeout=120)
+    bad = [a.error for a in acks if not a.ok]
+    if bad:
+        raise RuntimeError(f"publishing the state failed: {bad[0]}")
 
 
 class _Watcher:
@@ -213,6 +284,7 @@ def run(nodes: int, tasks: int, jobs: int, seed: int = 0, config: str = DEFAULT_
             res = asyncio.run(_through_bus(spec, cfg, seed, d))
         out["bus"] = {"available": True, **res}
         out["first_bind_s_bus"] = res["first_bind_s"]
+        out["peak_rss_mb"] = res["peak_rss_mb"]
         out["first_bind_s"] = res["first_bind_s"] if res["first_bind_s"] is not None else inproc["first_bind_s"]
     out["rss_mb"] = round(rss_mb(), 1)
     out["missing_plugins"] = missing_p

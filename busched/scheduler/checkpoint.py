@@ -105,19 +105,65 @@ def decode(blob: bytes, max_bytes: int = 4 << 30) -> Checkpoint:
     return ck
 
 
-def merge(ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> list[tuple[str, bytes, int]]:
-    """The last message of every subject of ``ck`` and ``tail`` (later sequence wins), in stream order, as the
-    handler takes them: ``(subject, data, sequence)``."""
-    last: dict[str, tuple[int, bytes]] = {}
-    if ck is not None:
-        last = dict(zip(ck.subjects, zip(ck.seqs, ck.data)))
-    for subject, seq, data in tail:
-        have = last.get(subject)
-        if have is None or have[0] < seq:
+class Merged:
+    """The last message of every subject of a checkpoint and the tail after it (the later sequence wins), in
+    stream order, without a copy of the checkpoint: its entries are handed over batch by batch and let go as
+    they are (`batches`), so a restart holds the checkpoint's messages once, shrinking as they are applied.
+    The checkpoint's entries all come before the tail's (its sequence ends where the tail starts)."""
+
+    def __init__(self, ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> None:
+        self.ck = ck
+        last: dict[str, tuple[int, bytes]] = {}
+        for subject, seq, data in tail:
             last[subject] = (seq, data)
-    items = [(subject, data, seq) for subject, (seq, data) in last.items()]
-    items.sort(key=lambda it: it[2])
-    return items
+        self.tail = sorted(((subject, data, seq) for subject, (seq, data) in last.items()), key=lambda it: it[2])
+        self.keep: set[str] | None = None  # only these subjects (the stream's), when some were purged
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._subjects())
+
+    def _subjects(self) -> Any:
+        over = {it[0] for it in self.tail}
+        keep = self.keep
+        if self.ck is not None:
+            for subject in self.ck.subjects:
+                if subject not in over and (keep is None or subject in keep):
+                    yield subject
+        for subject, _, _ in self.tail:
+            if keep is None or subject in keep:
+                yield subject
+
+    def batches(self, size: int = BATCH, *, release: bool = False) -> Any:
+        """Lists of ``(subject, data, sequence)`` as the handler takes them; ``release``: the checkpoint's
+        entries are dropped once handed over (it can then be iterated once only)."""
+        over = {it[0] for it in self.tail}
+        keep = self.keep
+        out: list[tuple[str, bytes, int]] = []
+        ck = self.ck
+        if ck is not None:
+            subjects, seqs, data = ck.subjects, ck.seqs, ck.data
+            for i in range(len(subjects)):
+                subject = subjects[i]
+                if subject not in over and (keep is None or subject in keep):
+                    out.append((subject, data[i], seqs[i]))
+                    if len(out) >= size:
+                        yield out
+                        out = []
+                if release:
+                    data[i] = b""
+        for it in self.tail:
+            if keep is None or it[0] in keep:
+                out.append(it)
+                if len(out) >= size:
+                    yield out
+                    out = []
+        if out:
+            yield out
+
+
+def merge(ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> list[tuple[str, bytes, int]]:
+    """All of `Merged` at once (tests, and a checkpoint written from it)."""
+    return [it for batch in Merged(ck, tail).batches() for it in batch]
 
 
 def unusable(ck: Checkpoint, facts: StreamFacts) -> str:
@@ -133,9 +179,9 @@ def unusable(ck: Checkpoint, facts: StreamFacts) -> str:
     return ""
 
 
-async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[list[tuple[str, bytes, int]], int] | str:
+async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, int] | str:
     """The last message per subject of the whole stream, from the stored checkpoint and the tail after it:
-    ``(items, sequence covered)``, or why the checkpoint cannot be used."""
+    ``(merged, sequence covered)``, or why the checkpoint cannot be used."""
     try:
         blob = await bus.checkpoint_get(OBJECT)
     except Exception as e:  # noqa: BLE001 - unreadable is as missing
@@ -152,18 +198,19 @@ async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[list[tup
         return why
     tail = await bus.checkpoint_read(ck.seq + 1) if facts.last_seq > ck.seq else []
     covered = max(ck.seq, tail[-1][1] if tail else 0)
-    items = await asyncio.to_thread(merge, ck, tail)
+    merged = Merged(ck, tail)
     del ck, tail
     after = await bus.checkpoint_facts()
     if after.last_seq != covered:
         return f"the stream moved on while reading (to {after.last_seq}, read to {covered})"
-    if after.subjects != len(items):
+    n = len(merged)
+    if after.subjects != n:
         # subjects purged since (a deleted object's, `StateFeed.purge_object`): a full read does not see them
-        held = await bus.checkpoint_subjects()
-        items = [it for it in items if it[0] in held]
-        if len(items) != after.subjects:
-            return f"does not match the stream: {len(items)} subjects to {after.subjects}"
-    return items, covered
+        merged.keep = await bus.checkpoint_subjects()
+        n = len(merged)
+        if n != after.subjects:
+            return f"does not match the stream: {n} subjects to {after.subjects}"
+    return merged, covered
 
 
 @dataclass
@@ -184,10 +231,11 @@ async def restore(bus: Any, handler: Callable[[list[tuple[str, bytes, int]]], No
     if isinstance(got, str):
         log.info("state checkpoint not used: %s; reading the whole state stream", got)
         return None
-    items, covered = got
-    n = len(items)
-    for i in range(0, n, BATCH):
-        handler(items[i:i + BATCH])
+    merged, covered = got
+    n = 0
+    for batch in merged.batches(release=True):
+        handler(batch)
+        n += len(batch)
         await asyncio.sleep(0)  # the event loop goes on between batches
     log.info("started from the state checkpoint: %d subjects up to sequence %d", n, covered)
     return Restored(seq=covered, messages=n)
@@ -232,7 +280,9 @@ class CheckpointWriter:
             items = merge(None, tail)
             del tail
         else:
-            items, covered = got
+            items = [it for batch in got[0].batches() for it in batch]
+            covered = got[1]
+            del got
         ck = Checkpoint(stream=S.STATE_STREAM, created=facts.created, seq=covered,
                         subjects=[it[0] for it in items], seqs=[it[2] for it in items],
                         data=[bytes(it[1]) for it in items])
