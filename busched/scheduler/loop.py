@@ -273,6 +273,8 @@ class Scheduler:
             if self.settings.checkpoint.read:
                 restored = await checkpoint.restore(self.bus, self.handle_state_batch, self.settings.checkpoint)
             self.restored = restored
+            if restored is not None:
+                self.checkpoints.written_seq = restored.seq  # the next is due once the stream has grown past it
             self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch,
                                                     start=restored.seq + 1 if restored is not None else 0)
             try:
