@@ -91,6 +91,12 @@ async def read_since(js: Any, start: int, *, timeout: float = 300.0) -> list[tup
     sub = await js.subscribe(f"{S.STATE_PREFIX}.>", stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
                              config=cfg, pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 ** 3)
     try:
+        if not out:
+            # nothing to deliver (the messages after ``start`` purged, say): no message will say "none pending"
+            info = await sub.consumer_info()
+            delivered = int(info.delivered.stream_seq or 0) if info.delivered else 0
+            if not info.num_pending and delivered < max(start, 1):  # none pending, none sent
+                return out
         await asyncio.wait_for(done.wait(), timeout)
     finally:
         await unsubscribe_quietly(sub)

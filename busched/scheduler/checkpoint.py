@@ -197,7 +197,8 @@ async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, 
     if why:
         return why
     tail = await bus.checkpoint_read(ck.seq + 1) if facts.last_seq > ck.seq else []
-    covered = max(ck.seq, tail[-1][1] if tail else 0)
+    # every message up to the stream's last when it was asked has been read (some may be gone: purged)
+    covered = max(facts.last_seq, tail[-1][1] if tail else 0)
     merged = Merged(ck, tail)
     del ck, tail
     after = await bus.checkpoint_facts()

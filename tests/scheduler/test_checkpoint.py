@@ -178,3 +178,21 @@ async def test_the_writer_builds_on_its_last_checkpoint_and_a_standby_writes_non
     assert ck.seqs == sorted(ck.seqs) and len(set(ck.subjects)) == len(ck.subjects)
     bus.fence = lambda: False  # a standby (or a deposed leader) may not write
     assert await bus.checkpoint_put(C.OBJECT, b"x") is False
+
+
+async def test_a_tail_whose_messages_were_all_purged_still_starts_from_the_checkpoint(harness):
+    bus, sched, agent, _ = await settled_cluster(harness)
+    await quiet(agent, sched)
+    writer = C.CheckpointWriter(bus, C.CheckpointSettings(), lambda: True)
+    assert await writer.write_once(force=True) > 0
+    # after the checkpoint: a task written, then its subject purged: the stream's last sequence moved on, and
+    # no message after the checkpoint is left to read
+    ack = await bus.publish(S.state_subject("task", "t/gone"), m.upsert("task", tasks(1, job="gone").tasks[0], 1))
+    assert ack.ok and await bus.purge_state(S.state_subject("task", "t/gone"))
+    facts = await bus.checkpoint_facts()
+    assert facts.last_seq == ack.seq > writer.written_seq
+    again = await asyncio.wait_for(harness.scheduler(run=False), 30)
+    full = await harness.scheduler(run=False, checkpoint=C.CheckpointSettings(read=False))
+    assert again.restored is not None and again.restored.seq == ack.seq
+    assert "t/gone-0" not in again.specs["task"] and everything(again) == everything(full)
+
