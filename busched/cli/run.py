@@ -15,7 +15,6 @@ from busched.cli.common import add_log_argument, add_replicas_argument, run_unti
 if TYPE_CHECKING:  # (a command imports what it uses when it runs: a fast `busched --help`)
     from busched.framework.config import SchedulerConfig
     from busched.scheduler import SchedulerSettings
-    from busched.scheduler.checkpoint import CheckpointSettings
 
 log = logging.getLogger("busched.run")
 
@@ -85,6 +84,7 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
     from busched.bus.client import StreamSettings
     from busched.scheduler import SchedulerSettings
+    from busched.scheduler.checkpoint import CheckpointSettings
 
     streams = StreamSettings(history_max_age=parse_duration(getattr(args, "history", "7d")),
                              replicas=getattr(args, "replicas", 1))  # (`busched up` has one server: no --replicas)
