@@ -196,3 +196,40 @@ async def test_a_tail_whose_messages_were_all_purged_still_starts_from_the_check
     assert again.restored is not None and again.restored.seq == ack.seq
     assert "t/gone-0" not in again.specs["task"] and everything(again) == everything(full)
 
+
+
+async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_path):
+    """Under exactly `auth.scheduler_permissions` (as `busched up` gives them)."""
+    import json
+
+    from busched.bus import Bus, auth
+    from busched.bus.connect import NatsOptions
+    from busched.bus.server import NatsServer
+    from busched.scheduler import Scheduler, SchedulerSettings
+    from tests.nats_fixture import FAST
+
+    perms = json.dumps(auth.scheduler_permissions())
+    conf = f"authorization {{ users = [ {{ user: scheduler, password: s3cret, permissions: {perms} }} ] }}"
+    srv = NatsServer(tmp_path / "nats", config=conf).start()
+    opts = NatsOptions(url=srv.url, user="scheduler", password="s3cret", inbox_prefix=auth.SCHEDULER_INBOX_PREFIX)
+    buses: list[Any] = []
+    scheds: list[Any] = []
+    try:
+        for _ in range(2):
+            buses.append(await Bus.connect(opts))
+        first = Scheduler(buses[0], None, SchedulerSettings(**FAST))
+        scheds.append(first)
+        await first.start()
+        await apply_cluster(buses[0], tasks(3, job="p"))
+        await wait_until(lambda: len(first.specs["task"]) == 3, what="the tasks applied")
+        assert await first.checkpoints.write_once(force=True) > 0
+        again = Scheduler(buses[1], None, SchedulerSettings(**FAST))
+        scheds.append(again)
+        await again.start()
+        assert again.restored is not None and sorted(again.specs["task"]) == ["t/p-0", "t/p-1", "t/p-2"]
+    finally:
+        for s in scheds:
+            await s.stop()
+        for b in buses:
+            await b.close()
+        srv.stop()
