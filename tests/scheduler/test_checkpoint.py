@@ -233,3 +233,14 @@ async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_pa
         for b in buses:
             await b.close()
         srv.stop()
+
+
+async def test_a_running_scheduler_writes_checkpoints_in_the_background(harness):
+    bus = await harness.bus()
+    sched = await harness.scheduler(checkpoint=C.CheckpointSettings(interval=0.05, min_messages=1))
+    await apply_cluster(bus, tasks(2, job="p"))
+    await wait_until(lambda: sched.checkpoints.writes >= 1, timeout=15, what="a checkpoint written")
+    ck = C.decode(await bus.checkpoint_get(C.OBJECT))
+    assert {"t/p-0", "t/p-1"} <= {k for kind, k in map(S.parse_state_subject, ck.subjects) if kind == "task"}
+    await sched.stop()  # the writer stops with it
+    assert sched._checkpoint_task is not None and sched._checkpoint_task.done()
