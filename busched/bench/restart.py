@@ -16,12 +16,22 @@ Two paths, each timed from a cold start to the first bind decision:
   the stream (``catchup_s``) and runs cycles until one publishes a bind.
 
 ``first_bind_s`` is the bus figure when it ran, else the in-process one.
+
+Through the bus, the state is published, a checkpoint of it written (`busched.scheduler.checkpoint`:
+``checkpoint_write_s``, ``checkpoint_bytes``) and ``TAIL`` more events published after it, as a scheduler
+that ran before would have left it.  A scheduler that reads the whole stream catches up first
+(``catchup_s_full``, its peak RSS then ``peak_rss_mb_catchup_full``); then the timed one starts from the
+checkpoint and the tail (``first_bind_s``, ``catchup_s``, ``peak_rss_mb_catchup``, and ``peak_rss_mb`` after
+its first cycle).  Each runs in a fresh process, as a restarted
+scheduler does: its peak RSS is its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
+import multiprocessing
 import tempfile
 import threading
 import time
@@ -37,6 +47,7 @@ from busched.framework.config import DEFAULT_CONFIG
 from busched.framework.cycle import paused_gc
 
 DEFAULTS = {"nodes": 5000, "tasks": 140000, "jobs": 87000, "seed": 0}
+TAIL = 2000  # state events published after the checkpoint
 
 
 def build(nodes: int, tasks: int, jobs: int) -> o.ClusterSpec:
@@ -91,12 +102,11 @@ def bus_available() -> str:
     return ""
 
 
-async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) -> dict[str, Any]:
-    from busched.bus import subjects as S
+async def _through_bus(spec: o.ClusterSpec, config_name: str, seed: int, store: str) -> dict[str, Any]:
     from busched.bus.apply import cluster_events
     from busched.bus.client import Bus
     from busched.bus.server import NatsServer
-    from busched.scheduler import Scheduler, SchedulerSettings
+    from busched.scheduler.checkpoint import CheckpointSettings, CheckpointWriter
 
     # a restarted scheduler is a fresh process: collect what the in-process run left behind first (else the
     # scheduler's freeze after its catch-up would keep that garbage for good)
@@ -107,48 +117,111 @@ async def _through_bus(spec: o.ClusterSpec, config: Any, seed: int, store: str) 
         pub = await Bus.connect(srv.url)
         await pub.ensure_streams()
         events = cluster_events(spec)
+        n_events = len(events)
         t_pub = time.perf_counter()
+        cut = max(0, len(events) - TAIL)
         for i in range(0, len(events), 2000):
-            acks = await pub.publish_all(((s, msg, None) for s, msg in events[i:i + 2000]), timeout=120)
-            bad = [a.error for a in acks if not a.ok]
-            if bad:
-                raise RuntimeError(f"publishing the state failed: {bad[0]}")
+            if i == cut or (i < cut < i + 2000):
+                await _publish(pub, events[i:cut])
+                t_ck = time.perf_counter()
+                ck_bytes = await CheckpointWriter(pub, CheckpointSettings(), lambda: True).write_once(force=True)
+                ck_s = time.perf_counter() - t_ck
+                await _publish(pub, events[cut:i + 2000])
+            else:
+                await _publish(pub, events[i:i + 2000])
         published = time.perf_counter() - t_pub
         await pub.close()
+        del events
 
-        # the first bind decision as an agent would see it, on the decision subjects: from a thread with its
-        # own connection and event loop, as an agent has its own process (a watcher on the scheduler's event
-        # loop would only hear of it once the scheduler next yields, after closing its session)
-        seen: list[float] = []
-        watcher = _Watcher(srv.url, f"{S.DECISION_PREFIX}.>", seen)
-        watcher.start()
-        settings = SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0, seed=seed)
-        t0 = time.perf_counter()
-        bus = await Bus.connect(srv.url)
-        sched = Scheduler(bus, config, settings)
-        await sched.start(timeout=1800)
-        caught_up = time.perf_counter() - t0
-        cycles = 0
-        cycle_done = None
-        while not seen and cycles < 5:
-            report = await sched.run_once()
-            cycles += 1
-            if report.binds:
-                cycle_done = time.perf_counter() - t0
-                for _ in range(500):  # the watcher hears of it from its own thread: 5 s at most
-                    if seen:
-                        break
-                    await asyncio.sleep(0.01)
-                break
-        await sched.stop()
-        await bus.close()
-        watcher.close()
-        first = seen[0] - t0 if seen else None
-        return {"first_bind_s": round(first, 3) if first is not None else None, "catchup_s": round(caught_up, 3),
-                "first_cycle_done_s": round(cycle_done, 3) if cycle_done is not None else None,
-                "cycles": cycles, "published_events": len(events), "publish_s": round(published, 3)}
+        # each start in a fresh process, as a restarted scheduler is (its peak RSS its own): A/B in the same run,
+        # one that reads the whole stream up to its catch-up only (a bind of its own would leave the other
+        # nothing to bind), then the timed one, from the checkpoint and the tail
+        full = _in_child(srv.url, config_name, seed, False, False)
+        res = _in_child(srv.url, config_name, seed, True, True)
+        return {**res, "published_events": n_events, "publish_s": round(published, 3),
+                "checkpoint_write_s": round(ck_s, 3), "checkpoint_bytes": ck_bytes,
+                "catchup_s_full": full["catchup_s"], "peak_rss_mb_catchup_full": full["peak_rss_mb_catchup"]}
     finally:
         srv.stop()
+
+
+def _in_child(url: str, config_name: str, seed: int, read: bool, bind: bool) -> dict[str, Any]:
+    """`_restart` in a fresh interpreter (spawned: nothing of this process's heap)."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_child, url, config_name, seed, read, bind).result()
+
+
+def _child(url: str, config_name: str, seed: int, read: bool, bind: bool) -> dict[str, Any]:
+    config, _, _ = bench_config(config_name)
+    return asyncio.run(_restart(url, config, seed, read, bind))
+
+
+def _own_peak_mb() -> float:
+    """This process's peak RSS (VmHWM: its own since exec; getrusage's keeps the parent's peak across it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return round(rss_mb(), 1)
+
+
+async def _restart(url: str, config: Any, seed: int, read: bool, bind: bool) -> dict[str, Any]:
+    """A scheduler's start over the stream at ``url`` (from the checkpoint with ``read``), then with ``bind``
+    cycles until the first bind decision is seen on the decision subjects."""
+    from busched.bus import subjects as S
+    from busched.bus.client import Bus
+    from busched.scheduler import Scheduler, SchedulerSettings
+    from busched.scheduler.checkpoint import CheckpointSettings
+
+    # the first bind decision as an agent would see it, on the decision subjects: from a thread with its
+    # own connection and event loop, as an agent has its own process (a watcher on the scheduler's event
+    # loop would only hear of it once the scheduler next yields, after closing its session)
+    seen: list[float] = []
+    watcher = _Watcher(url, f"{S.DECISION_PREFIX}.>", seen)
+    watcher.start()
+    settings = SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0, seed=seed,
+                                 checkpoint=CheckpointSettings(read=read))
+    t0 = time.perf_counter()
+    bus = await Bus.connect(url)
+    sched = Scheduler(bus, config, settings)
+    await sched.start(timeout=1800)
+    caught_up = time.perf_counter() - t0
+    peak_caught_up = _own_peak_mb()
+    cycles = 0
+    cycle_done = None
+    while bind and not seen and cycles < 5:
+        report = await sched.run_once()
+        cycles += 1
+        if report.binds:
+            cycle_done = time.perf_counter() - t0
+            for _ in range(500):  # the watcher hears of it from its own thread: 5 s at most
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            break
+    peak = _own_peak_mb()
+    restored = sched.restored
+    await sched.stop()
+    await bus.close()
+    watcher.close()
+    first = seen[0] - t0 if seen else None
+    return {"first_bind_s": round(first, 3) if first is not None else None, "catchup_s": round(caught_up, 3),
+            "first_cycle_done_s": round(cycle_done, 3) if cycle_done is not None else None,
+            "cycles": cycles, "peak_rss_mb": peak, "peak_rss_mb_catchup": peak_caught_up,
+            "from_checkpoint": restored is not None}
+
+
+async def _publish(pub: Any, events: list[Any]) -> None:
+    if not events:
+        return
+    acks = await pub.publish_all(((s, msg, None) for s, msg in events), timeout=120)
+    bad = [a.error for a in acks if not a.ok]
+    if bad:
+        raise RuntimeError(f"publishing the state failed: {bad[0]}")
 
 
 class _Watcher:
@@ -210,9 +283,10 @@ def run(nodes: int, tasks: int, jobs: int, seed: int = 0, config: str = DEFAULT_
         out["first_bind_s"] = inproc["first_bind_s"]
     else:
         with tempfile.TemporaryDirectory(prefix="busched-bench-") as d:
-            res = asyncio.run(_through_bus(spec, cfg, seed, d))
+            res = asyncio.run(_through_bus(spec, config, seed, d))
         out["bus"] = {"available": True, **res}
         out["first_bind_s_bus"] = res["first_bind_s"]
+        out["peak_rss_mb"] = res["peak_rss_mb"]
         out["first_bind_s"] = res["first_bind_s"] if res["first_bind_s"] is not None else inproc["first_bind_s"]
     out["rss_mb"] = round(rss_mb(), 1)
     out["missing_plugins"] = missing_p

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from busched.bus import subjects as S
+from busched.bus.checkpoints import BUCKET as CHECKPOINT_BUCKET
 from busched.bus.lease import BUCKET as LEASE_BUCKET
 
 __all__ = ["ROLES", "OBJECT_KINDS", "JS_API", "scheduler_permissions", "cli_permissions", "agent_permissions",
@@ -58,9 +59,10 @@ class AuthError(RuntimeError):
 # -- permissions -----------------------------------------------------------------------------------------------------
 def scheduler_permissions() -> dict[str, Any]:
     return {
-        # $KV.busched_leases.>: its shard's lease (busched.bus.lease)
+        # $KV.busched_leases.>: its shard's lease (busched.bus.lease); $O.busched_checkpoints.>: its state
+        # checkpoint (busched.bus.checkpoints)
         "publish": {"allow": ["busched.>", f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", f"{SCHEDULER_INBOX_PREFIX}.>",
-                              f"$KV.{LEASE_BUCKET}.>"]},
+                              f"$KV.{LEASE_BUCKET}.>", f"$O.{CHECKPOINT_BUCKET}.>"]},
         "subscribe": {"allow": ["busched.>", f"{SCHEDULER_INBOX_PREFIX}.>"]},
         "allow_responses": True,  # answers `busched get` on the requester's own inbox
     }

@@ -24,7 +24,7 @@ from typing import Any
 import nats
 import nats.errors
 
-from busched.bus import events, feeds, reads
+from busched.bus import checkpoints, events, feeds, reads
 from busched.bus import lease as lease_mod
 from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions, check_server_version
@@ -212,6 +212,31 @@ class Bus:
     async def stream_last_seq(self, stream: str) -> int:
         return await stream_last_seq(self.js, stream)
 
+    # -- the state checkpoint (busched.bus.checkpoints, busched.scheduler.checkpoint) --------------------------------
+    async def checkpoint_facts(self) -> checkpoints.StreamFacts:
+        """The state stream's creation time, first and last sequences, messages and subjects."""
+        return await checkpoints.stream_facts(self.nc)
+
+    async def checkpoint_subjects(self) -> set[str]:
+        """Every subject the state stream holds a message on."""
+        return await checkpoints.stream_subjects(self.nc)
+
+    async def checkpoint_read(self, start: int, timeout: float = 300.0) -> list[tuple[str, int, bytes]]:
+        """The state stream from sequence ``start`` (0: the last message of every subject), until nothing is
+        pending (`busched.bus.checkpoints.read_since`)."""
+        return await checkpoints.read_since(self.js, start, timeout=timeout)
+
+    async def checkpoint_get(self, name: str) -> bytes | None:
+        """The stored checkpoint ``name``, None when there is none."""
+        return await checkpoints.get_object(self.js, name)
+
+    async def checkpoint_put(self, name: str, data: bytes, *, storage: str = "file", replicas: int = 1) -> bool:
+        """Store checkpoint ``name`` (in chunks: any size); False when this process may not write now."""
+        if not self.may_write():
+            return False
+        await checkpoints.put_object(self.js, name, data, storage=storage, replicas=replicas)
+        return True
+
     # -- publishing ------------------------------------------------------------------------------------------------
     async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
                       expected: int | None = None, timeout: float = 5.0) -> Ack:
@@ -244,7 +269,8 @@ class Bus:
 
     # -- the state stream -----------------------------------------------------------------------------------------
     async def watch_state(self, handler: StateHandler | None = None, *, subject: str = f"{S.STATE_PREFIX}.>",
-                          batch_handler: StateBatchHandler | None = None, max_batch: int = 8192) -> StateWatch:
+                          batch_handler: StateBatchHandler | None = None, max_batch: int = 8192,
+                          start: int = 0) -> StateWatch:
         """Deliver the latest message of every state subject, then every new one.
 
         Either ``handler(subject, data, seq)`` per message, or ``batch_handler(items)`` with lists of
@@ -252,10 +278,11 @@ class Bus:
         call (up to ``max_batch``) as soon as the event loop is free, so a catch-up of many thousands of
         messages costs one call per batch, while a lone live message is handled at once.  Returns at
         once; ``watch.caught_up`` is set when everything that was in the stream at the start has been
-        handled.
+        handled.  ``start``: every message from that stream sequence on instead (what came before is known,
+        e.g. from a checkpoint).
         """
         return await feeds.watch_state(self.js, handler, subject=subject, batch_handler=batch_handler,
-                                       max_batch=max_batch)
+                                       max_batch=max_batch, start=start)
 
     async def read_state(self, subject: str = f"{S.STATE_PREFIX}.>", timeout: float = 10.0) -> list[tuple[str, bytes]]:
         """The latest message of every matching state subject (a one-off read, e.g. for `busched delete`)."""

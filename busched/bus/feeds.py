@@ -117,7 +117,8 @@ class StateWatch:
 
 
 async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: str = f"{S.STATE_PREFIX}.>",
-                      batch_handler: StateBatchHandler | None = None, max_batch: int = 8192) -> StateWatch:
+                      batch_handler: StateBatchHandler | None = None, max_batch: int = 8192,
+                      start: int = 0) -> StateWatch:
     """`Bus.watch_state` over the JetStream context ``js`` (see there)."""
     if (handler is None) == (batch_handler is None):
         raise TypeError("watch_state needs exactly one of handler and batch_handler")
@@ -133,12 +134,14 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
 
     w = StateWatch()
     w.target = await stream_last_seq(js, S.STATE_STREAM)
-    if w.target == 0:
+    if start:  # what came before ``start`` is known already (a checkpoint): every message from there on
+        w.last_seq = start - 1
+    if w.target < max(start, 1):
         w.caught_up.set()
     loop = asyncio.get_running_loop()
     buf: list[tuple[str, bytes, int]] = []
     scheduled = False
-    caught = [w.target == 0]  # seen the message that completes the catch-up
+    caught = [w.target < max(start, 1)]  # seen the message that completes the catch-up
     current = [0]  # the subscription messages are taken from; others' late deliveries are dropped
 
     def flush() -> None:
@@ -197,7 +200,7 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
         flush()  # ... after what it already handed over is handled
         await subscribe(subjects, w.last_seq + 1)
 
-    await subscribe([subject], 0)
+    await subscribe([subject], start)
     w._follow = follow
     return w
 

@@ -64,6 +64,10 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shard-mode", choices=("hard", "soft"), default="hard",
                    help="with --shard: hard places on and evicts from the shard's nodes only; soft tries them "
                         "first and the other nodes when they cannot take a task (default %(default)s)")
+    g.add_argument("--checkpoint", type=float, default=300.0, metavar="SECONDS",
+                   help="write a checkpoint of the state stream this often (when it has grown by 10,000 messages "
+                        "since the last), in the busched_checkpoints object store, so a restart reads only the "
+                        "messages after it (docs/bus.md, Checkpoints); 0: write none (default %(default)s)")
     g.add_argument("--lease", type=float, default=2.0, metavar="SECONDS",
                    help="leader election: the lease's length; a scheduler starts as standby (following the state "
                         "stream, no cycles, no writes) and leads once it holds its shard's lease, renewed every "
@@ -80,6 +84,7 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
     from busched.bus.client import StreamSettings
     from busched.scheduler import SchedulerSettings
+    from busched.scheduler.checkpoint import CheckpointSettings
 
     streams = StreamSettings(history_max_age=parse_duration(getattr(args, "history", "7d")),
                              replicas=getattr(args, "replicas", 1))  # (`busched up` has one server: no --replicas)
@@ -90,7 +95,8 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
                              max_attempts=args.max_attempts,
                              require_heartbeat=not args.no_require_heartbeat, max_event_bytes=args.max_event_bytes,
                              shard=getattr(args, "shard", ""), shard_mode=getattr(args, "shard_mode", "hard"),
-                             lease=max(0.0, getattr(args, "lease", 0.0)))
+                             lease=max(0.0, getattr(args, "lease", 0.0)),
+                             checkpoint=CheckpointSettings(interval=max(0.0, getattr(args, "checkpoint", 0.0))))
 
 
 def _exit_at(wanted: str) -> Callable[[str], None]:

@@ -51,7 +51,7 @@ from busched.framework.config import (
 )
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import explain, history, overview, volcano_metrics
+from busched.scheduler import checkpoint, explain, history, overview, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
@@ -185,6 +185,10 @@ class Scheduler:
         self.election = Election(lease, shard=st.lease_key, on_elected=self._elected, on_role=self._role_changed,
                                  keeper=keeper)
         self._election_task: asyncio.Task[None] | None = None
+        self.checkpoints = checkpoint.CheckpointWriter(bus, st.checkpoint, bus.may_write, storage=st.streams.storage,
+                                                       replicas=st.streams.replicas)
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self.restored: checkpoint.Restored | None = None  # what the start took from a checkpoint, if it did
 
     # the state feed's and the effective objects' entry points, as the scheduler always had them
     def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
@@ -270,7 +274,16 @@ class Scheduler:
         await self.bus.serve(S.API_GET, self.queries.serve_get)
         await self.bus.serve(S.API_DRAIN, self.lifecycle.serve_drain)
         with paused_gc():  # the whole catch-up, between batches too
-            self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch)
+            # from the checkpoint and the messages after it when there is a usable one (the same input as a
+            # full read: busched.scheduler.checkpoint), then every message after what it covered
+            restored = None
+            if self.settings.checkpoint.read:
+                restored = await checkpoint.restore(self.bus, self.handle_state_batch, self.settings.checkpoint)
+            self.restored = restored
+            if restored is not None:
+                self.checkpoints.written_seq = restored.seq  # the next is due once the stream has grown past it
+            self.watch = await self.bus.watch_state(batch_handler=self.handle_state_batch,
+                                                    start=restored.seq + 1 if restored is not None else 0)
             try:
                 await asyncio.wait_for(self.watch.caught_up.wait(), timeout)
             except asyncio.TimeoutError:
@@ -287,7 +300,7 @@ class Scheduler:
             # from here the podgroup records on the stream are our own echoes: leave them out (binding records
             # are followed: another scheduler's must not be missed; ours are skipped by sequence)
             await self.watch.narrow(S.followed_subjects())
-            if self.watch.count >= FREEZE_AFTER_EVENTS:
+            if self.watch.count + (restored.messages if restored is not None else 0) >= FREEZE_AFTER_EVENTS:
                 # What a big catch-up built (specs, cache, conversion memo) lives as long as the scheduler:
                 # keep it out of every later collection, instead of re-enabling the collector on millions of
                 # young objects and paying for several full passes over them during the first cycles.
@@ -299,6 +312,8 @@ class Scheduler:
         self._role_changed(self.election.role, self.election.epoch)
         if self.election.enabled:
             self._election_task = asyncio.create_task(self.election.run(self._stop))
+        if self.settings.checkpoint.interval > 0:
+            self._checkpoint_task = asyncio.create_task(self.checkpoints.run(self._stop))
         log.info("caught up with the state stream in %.3fs: %d nodes, %d jobs, %d tasks, %d live binds",
                  self.catchup_seconds, len(self.specs["node"]), len(self.specs["job"]), len(self.specs["task"]),
                  sum(1 for b in self.bindings.values() if b.live))
@@ -308,6 +323,9 @@ class Scheduler:
         self.trigger.stop()
         if self._election_task is not None:
             await asyncio.gather(self._election_task, return_exceptions=True)
+        if self._checkpoint_task is not None:
+            self._checkpoint_task.cancel()  # a checkpoint half made is not written; the last one stands
+            await asyncio.gather(self._checkpoint_task, return_exceptions=True)
         self.ready = False
         self.metrics.ready.set(0)
         if self.watch is not None:

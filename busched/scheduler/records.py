@@ -20,6 +20,7 @@ from busched.api.objects import NodeUsageSpec
 from busched.bus import messages as m
 from busched.bus.client import StreamSettings
 from busched.framework.config import PluginOption, SchedulerConfig, Tier
+from busched.scheduler.checkpoint import CheckpointSettings
 from busched.scheduler.sched_events import EventSettings
 
 log = logging.getLogger("busched.scheduler")
@@ -72,6 +73,7 @@ class SchedulerSettings:
     lease_keeper: bool = True
     streams: StreamSettings = field(default_factory=StreamSettings)
     events: EventSettings = field(default_factory=EventSettings)  # scheduling events (sched_events.py)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)  # restarts (checkpoint.py)
 
     @property
     def lease_key(self) -> str:

@@ -97,6 +97,8 @@ def test_sane_values(capsys):
     assert i["churn_binds"] == i["churn"] == 5  # every newcomer placed in the cycle after it arrived
     _, r = bench(capsys, "restart")
     assert r["first_bind_s"] > 0 and r["in_process"]["bound"]
+    if r["bus"]["available"]:  # started from the checkpoint written before the tail
+        assert r["bus"]["from_checkpoint"] and r["bus"]["checkpoint_bytes"] > 0
 
 
 def test_reference_path_places_the_same(capsys):

@@ -1,0 +1,136 @@
+"""What a state checkpoint needs of the bus: the state stream's identity and extent, a compacting read of
+it, and one object in a JetStream object store (`busched.scheduler.checkpoint` says what is in it).
+
+An object store splits an object into chunks of 128 KiB, each one stream message, so a checkpoint of any
+size is stored whatever the server's max payload (1 MiB by default); its size is bounded by the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+from nats.js import api
+
+from busched.bus import subjects as S
+from busched.bus.errors import BusError, unsubscribe_quietly
+from busched.bus.feeds import JS_API, stream_position
+
+__all__ = ["BUCKET", "StreamFacts", "stream_facts", "stream_subjects", "read_since", "put_object", "get_object"]
+
+log = logging.getLogger("busched.bus")
+
+BUCKET = "busched_checkpoints"  # the object store of the scheduler's checkpoints
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    """What says whether a checkpoint still fits the stream: when the stream was made (a stream deleted and
+    made again is another stream), its first and last sequences, and how many subjects it holds."""
+
+    created: str
+    first_seq: int
+    last_seq: int
+    messages: int
+    subjects: int
+
+
+async def stream_facts(nc: Any, stream: str = S.STATE_STREAM, timeout: float = 10.0) -> StreamFacts:
+    """The stream's `StreamFacts`, from one stream-info request (its raw answer: nats-py's StreamState has no
+    ``num_subjects``)."""
+    resp = await nc.request(f"{JS_API}.STREAM.INFO.{stream}", b"", timeout=timeout)
+    info = json.loads(resp.data)
+    if "error" in info:
+        raise BusError(f"stream {stream}: {info['error'].get('description', info['error'])}")
+    st = info.get("state", {})
+    messages = int(st.get("messages", 0))
+    return StreamFacts(created=str(info.get("created", "")), first_seq=int(st.get("first_seq", 0)),
+                       last_seq=int(st.get("last_seq", 0)) if messages else 0, messages=messages,
+                       subjects=int(st.get("num_subjects", 0)))
+
+
+async def stream_subjects(nc: Any, stream: str = S.STATE_STREAM, timeout: float = 10.0) -> set[str]:
+    """Every subject the stream holds a message on (stream info pages them, up to 100,000 an answer)."""
+    out: set[str] = set()
+    while True:
+        req = json.dumps({"subjects_filter": ">", "offset": len(out)}).encode()
+        resp = await nc.request(f"{JS_API}.STREAM.INFO.{stream}", req, timeout=timeout)
+        info = json.loads(resp.data)
+        if "error" in info:
+            raise BusError(f"stream {stream}: {info['error'].get('description', info['error'])}")
+        page = (info.get("state") or {}).get("subjects") or {}
+        before = len(out)
+        out.update(page)
+        if len(out) == before or len(out) >= int(info.get("total", 0)):
+            return out
+
+
+async def read_since(js: Any, start: int, *, timeout: float = 300.0) -> list[tuple[str, int, bytes]]:
+    """``(subject, sequence, data)`` of the state stream, in stream order, until nothing is pending: with
+    ``start`` 0 the last message of every subject (a consistent cut, and what came after it while reading),
+    else every message from sequence ``start`` on.  The caller keeps the last per subject."""
+    out: list[tuple[str, int, bytes]] = []
+    done = asyncio.Event()
+
+    async def cb(m: Any) -> None:
+        seq, pending = stream_position(m)
+        if seq < 0:
+            return  # not a stream message
+        out.append((m.subject, seq, m.data))
+        if pending == 0:
+            done.set()
+
+    if start:
+        cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+    else:
+        cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
+    sub = await js.subscribe(f"{S.STATE_PREFIX}.>", stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
+                             config=cfg, pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 ** 3)
+    try:
+        if not out:
+            # nothing to deliver (the messages after ``start`` purged, say): no message will say "none pending"
+            info = await sub.consumer_info()
+            delivered = int(info.delivered.stream_seq or 0) if info.delivered else 0
+            if not info.num_pending and delivered < max(start, 1):  # none pending, none sent
+                return out
+        await asyncio.wait_for(done.wait(), timeout)
+    finally:
+        await unsubscribe_quietly(sub)
+    return out
+
+
+async def _store(js: Any, bucket: str, *, create: bool, storage: str = "file", replicas: int = 1) -> Any:
+    try:
+        return await js.object_store(bucket)
+    except (nats.js.errors.NotFoundError, nats.js.errors.BucketNotFoundError):
+        if not create:
+            return None
+    st = api.StorageType.MEMORY if storage == "memory" else api.StorageType.FILE
+    cfg = api.ObjectStoreConfig(bucket=bucket, storage=st, replicas=replicas,
+                                description="busched scheduler checkpoints")
+    return await js.create_object_store(bucket, config=cfg)
+
+
+async def put_object(js: Any, name: str, data: bytes, *, bucket: str = BUCKET, storage: str = "file",
+                     replicas: int = 1) -> None:
+    """Store ``data`` as object ``name`` (the bucket made if missing), replacing the one there."""
+    store = await _store(js, bucket, create=True, storage=storage, replicas=replicas)
+    await store.put(name, data)
+
+
+async def get_object(js: Any, name: str, *, bucket: str = BUCKET) -> bytes | None:
+    """Object ``name``'s bytes, or None when neither it nor its bucket exists."""
+    store = await _store(js, bucket, create=False)
+    if store is None:
+        return None
+    try:
+        res = await store.get(name)
+    except nats.js.errors.ObjectNotFoundError:
+        return None
+    except nats.js.errors.ObjectDeletedError:
+        return None
+    return bytes(res.data or b"")

@@ -1,0 +1,301 @@
+"""Restart from a checkpoint: the state stream's last message per subject, stored as one object.
+
+A catch-up applies the last message of every state subject, in stream order (`busched.bus.feeds`).  A
+checkpoint holds exactly that input, cut at a stream sequence ``seq``: for every subject, the last
+``(sequence, bytes)`` at or before ``seq``.  A restart loads it, reads only the messages after ``seq``,
+keeps the last per subject of both, and hands the result to the same handler in stream order: what
+the scheduler applies is the last message of every subject, the very input of a full read, so the
+restarted scheduler (cache, specs, binding records, results, epochs, ledgers, statuses, the objects'
+order) is the one a full read builds, and replays reproduce its decisions.  Keeping inputs rather
+than the tables built from them keeps the format independent of those tables.  What it saves is
+the per-message delivery of the whole stream (the client's parsing, callbacks and acks of hundreds
+of thousands of messages); the handler's work remains.
+
+A checkpoint is ignored, with a log line, and the full read done, when it is missing, corrupt, of a
+newer format, of another stream (made again: its creation time differs), ahead of the stream or older
+than what the stream retains (its first sequence is past ``seq``), when the messages after it are more
+than it holds (a full read is cheaper), or when the subjects it and the tail name are not those the
+stream holds (subjects purged since, or written while reading: a purge leaves no message to read).
+
+Writing (`CheckpointWriter`) builds the next checkpoint the same way (the last one plus the tail, or
+a full read of the last messages when there is none) in the background, every ``interval`` seconds
+once the stream has grown by ``min_messages``; the encoding and compression run in a worker thread.  A
+checkpoint over ``max_bytes`` (after compression) is not written.  Only a scheduler that may write
+(the leader, or the only one) writes; standbys read it when they start, as any restart does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from busched.bus import subjects as S
+from busched.bus.checkpoints import StreamFacts
+
+__all__ = ["CheckpointSettings", "Checkpoint", "encode", "decode", "Restored", "restore", "CheckpointWriter",
+           "FORMAT", "OBJECT"]
+
+log = logging.getLogger("busched.scheduler")
+
+FORMAT = 1  # this encoding; a checkpoint of a newer one is ignored
+MAGIC = b"BSCK"
+OBJECT = "state"  # the checkpoint's object name (one per state stream)
+BATCH = 8192  # messages handed to the handler at once (as the live feed's batches)
+
+
+@dataclass
+class CheckpointSettings:
+    interval: float = 0.0  # seconds between checkpoints; 0: none written (one found is still read)
+    min_messages: int = 10_000  # ... and only once the stream has grown by this many messages
+    max_bytes: int = 1 << 30  # a larger checkpoint (compressed) is not written
+    read: bool = True  # start from a checkpoint when there is a usable one
+
+
+class Checkpoint(msgspec.Struct, frozen=True):
+    """The last message of every state subject up to stream sequence ``seq``, in stream order (columns)."""
+
+    stream: str
+    created: str  # the stream's creation time, as the server reports it
+    seq: int
+    subjects: list[str]
+    seqs: list[int]
+    data: list[bytes]
+
+
+def encode(ck: Checkpoint) -> bytes:
+    """``MAGIC``, the format (2 bytes), ``z`` (zlib) or ``r`` (raw), then the msgpack body; compressed when
+    that saves a fifth at least (JSON specs usually shrink several times)."""
+    raw = msgspec.msgpack.encode(ck)
+    packed = zlib.compress(raw, 1)
+    head = MAGIC + FORMAT.to_bytes(2, "big")
+    return head + b"z" + packed if len(packed) < 0.8 * len(raw) else head + b"r" + raw
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def decode(blob: bytes, max_bytes: int = 4 << 30) -> Checkpoint:
+    """The checkpoint in ``blob``; `CheckpointError` says why it cannot be used."""
+    if len(blob) < 7 or blob[:4] != MAGIC:
+        raise CheckpointError("corrupt: not a checkpoint")
+    fmt = int.from_bytes(blob[4:6], "big")
+    if fmt > FORMAT:
+        raise CheckpointError(f"format {fmt} is newer than this scheduler's ({FORMAT})")
+    kind, body = blob[6:7], blob[7:]
+    try:
+        if kind == b"z":
+            d = zlib.decompressobj()
+            body = d.decompress(body, max_bytes)
+            if d.unconsumed_tail or not d.eof:
+                raise CheckpointError("corrupt: truncated, or larger than the limit")
+        elif kind != b"r":
+            raise CheckpointError("corrupt: unknown compression")
+        ck = msgspec.msgpack.decode(body, type=Checkpoint)
+    except (zlib.error, msgspec.DecodeError) as e:
+        raise CheckpointError(f"corrupt: {e}") from None
+    if not len(ck.subjects) == len(ck.seqs) == len(ck.data):
+        raise CheckpointError("corrupt: columns of different lengths")
+    return ck
+
+
+class Merged:
+    """The last message of every subject of a checkpoint and the tail after it (the later sequence wins), in
+    stream order, without a copy of the checkpoint: its entries are handed over batch by batch and let go as
+    they are (`batches`), so a restart holds the checkpoint's messages once, shrinking as they are applied.
+    The checkpoint's entries all come before the tail's (its sequence ends where the tail starts)."""
+
+    def __init__(self, ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> None:
+        self.ck = ck
+        last: dict[str, tuple[int, bytes]] = {}
+        for subject, seq, data in tail:
+            last[subject] = (seq, data)
+        self.tail = sorted(((subject, data, seq) for subject, (seq, data) in last.items()), key=lambda it: it[2])
+        self.keep: set[str] | None = None  # only these subjects (the stream's), when some were purged
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._subjects())
+
+    def _subjects(self) -> Any:
+        over = {it[0] for it in self.tail}
+        keep = self.keep
+        if self.ck is not None:
+            for subject in self.ck.subjects:
+                if subject not in over and (keep is None or subject in keep):
+                    yield subject
+        for subject, _, _ in self.tail:
+            if keep is None or subject in keep:
+                yield subject
+
+    def batches(self, size: int = BATCH, *, release: bool = False) -> Any:
+        """Lists of ``(subject, data, sequence)`` as the handler takes them; ``release``: the checkpoint's
+        entries are dropped once handed over (it can then be iterated once only)."""
+        over = {it[0] for it in self.tail}
+        keep = self.keep
+        out: list[tuple[str, bytes, int]] = []
+        ck = self.ck
+        if ck is not None:
+            subjects, seqs, data = ck.subjects, ck.seqs, ck.data
+            for i in range(len(subjects)):
+                subject = subjects[i]
+                if subject not in over and (keep is None or subject in keep):
+                    out.append((subject, data[i], seqs[i]))
+                    if len(out) >= size:
+                        yield out
+                        out = []
+                if release:
+                    data[i] = b""
+        for it in self.tail:
+            if keep is None or it[0] in keep:
+                out.append(it)
+                if len(out) >= size:
+                    yield out
+                    out = []
+        if out:
+            yield out
+
+
+def merge(ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> list[tuple[str, bytes, int]]:
+    """All of `Merged` at once (tests, and a checkpoint written from it)."""
+    return [it for batch in Merged(ck, tail).batches() for it in batch]
+
+
+def unusable(ck: Checkpoint, facts: StreamFacts) -> str:
+    """Why ``ck`` cannot start a reader of the stream ``facts`` describe ("" when it can)."""
+    if ck.stream != S.STATE_STREAM or ck.created != facts.created:
+        return "another stream (made again since)"
+    if ck.seq > facts.last_seq:
+        return f"ahead of the stream (at {ck.seq}, the stream at {facts.last_seq}: purged or made again)"
+    if ck.seqs and facts.first_seq > ck.seq:
+        return f"older than what the stream retains (at {ck.seq}, the stream from {facts.first_seq})"
+    if facts.last_seq - ck.seq > max(len(ck.seqs), 1000):
+        return f"{facts.last_seq - ck.seq} messages behind the stream: a full read is cheaper"
+    return ""
+
+
+async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, int] | str:
+    """The last message per subject of the whole stream, from the stored checkpoint and the tail after it:
+    ``(merged, sequence covered)``, or why the checkpoint cannot be used."""
+    try:
+        blob = await bus.checkpoint_get(OBJECT)
+    except Exception as e:  # noqa: BLE001 - unreadable is as missing
+        return f"cannot be read ({type(e).__name__}: {e})"
+    if blob is None:
+        return "none stored"
+    try:
+        ck = await asyncio.to_thread(decode, blob, max_bytes)  # (the event loop keeps its turns meanwhile)
+    except CheckpointError as e:
+        return str(e)
+    del blob
+    why = unusable(ck, facts)
+    if why:
+        return why
+    tail = await bus.checkpoint_read(ck.seq + 1) if facts.last_seq > ck.seq else []
+    # every message up to the stream's last when it was asked has been read (some may be gone: purged)
+    covered = max(facts.last_seq, tail[-1][1] if tail else 0)
+    merged = Merged(ck, tail)
+    del ck, tail
+    after = await bus.checkpoint_facts()
+    if after.last_seq != covered:
+        return f"the stream moved on while reading (to {after.last_seq}, read to {covered})"
+    n = len(merged)
+    if after.subjects != n:
+        # subjects purged since (a deleted object's, `StateFeed.purge_object`): a full read does not see them
+        merged.keep = await bus.checkpoint_subjects()
+        n = len(merged)
+        if n != after.subjects:
+            return f"does not match the stream: {n} subjects to {after.subjects}"
+    return merged, covered
+
+
+@dataclass
+class Restored:
+    seq: int  # the stream sequence applied up to: the live feed starts after it
+    messages: int  # messages applied
+
+
+async def restore(bus: Any, handler: Callable[[list[tuple[str, bytes, int]]], None],
+                  settings: CheckpointSettings) -> Restored | None:
+    """Apply the last message of every state subject from the checkpoint and the tail after it; None (and a
+    log line) when there is no usable checkpoint, and nothing was applied: the caller reads it all."""
+    try:
+        facts = await bus.checkpoint_facts()
+        got = await latest(bus, facts, settings.max_bytes)
+    except Exception as e:  # noqa: BLE001 - whatever went wrong, the full read is there
+        got = f"failed ({type(e).__name__}: {e})"
+    if isinstance(got, str):
+        log.info("state checkpoint not used: %s; reading the whole state stream", got)
+        return None
+    merged, covered = got
+    n = 0
+    for batch in merged.batches(release=True):
+        handler(batch)
+        n += len(batch)
+        await asyncio.sleep(0)  # the event loop goes on between batches
+    log.info("started from the state checkpoint: %d subjects up to sequence %d", n, covered)
+    return Restored(seq=covered, messages=n)
+
+
+class CheckpointWriter:
+    """Writes the state checkpoint now and then, in the background (see the module's docstring)."""
+
+    def __init__(self, bus: Any, settings: CheckpointSettings, may_write: Callable[[], bool], *,
+                 storage: str = "file", replicas: int = 1) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.may_write = may_write
+        self.storage, self.replicas = storage, replicas
+        self.written_seq = 0  # the sequence the last checkpoint written covers
+        self.last_bytes = 0
+        self.writes = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.settings.interval)
+                return
+            except asyncio.TimeoutError:
+                pass
+            if not self.may_write():
+                continue
+            try:
+                await self.write_once()
+            except Exception:  # noqa: BLE001 - the next round tries again; restarts read the stream meanwhile
+                log.exception("state checkpoint not written")
+
+    async def write_once(self, *, force: bool = False) -> int:
+        """Write a checkpoint of the stream as it is now; returns its size in bytes (0: not written)."""
+        facts = await self.bus.checkpoint_facts()
+        if not force and facts.last_seq - self.written_seq < self.settings.min_messages:
+            return 0
+        got = await latest(self.bus, facts, self.settings.max_bytes)
+        if isinstance(got, str):  # none usable: the last message of every subject, read afresh
+            tail = await self.bus.checkpoint_read(0) if facts.messages else []
+            covered = max((seq for _, seq, _ in tail), default=0)
+            items = merge(None, tail)
+            del tail
+        else:
+            items = [it for batch in got[0].batches() for it in batch]
+            covered = got[1]
+            del got
+        ck = Checkpoint(stream=S.STATE_STREAM, created=facts.created, seq=covered,
+                        subjects=[it[0] for it in items], seqs=[it[2] for it in items],
+                        data=[bytes(it[1]) for it in items])
+        del items
+        blob = await asyncio.to_thread(encode, ck)
+        if len(blob) > self.settings.max_bytes:
+            log.warning("state checkpoint of %d bytes exceeds the limit of %d: not written", len(blob),
+                        self.settings.max_bytes)
+            return 0
+        await self.bus.checkpoint_put(OBJECT, blob, storage=self.storage, replicas=self.replicas)
+        self.written_seq, self.last_bytes = covered, len(blob)
+        self.writes += 1
+        log.info("state checkpoint written: %d subjects up to sequence %d, %d bytes", len(ck.seqs), covered,
+                 len(blob))
+        return len(blob)
