@@ -185,8 +185,8 @@ class Scheduler:
         self.election = Election(lease, shard=st.lease_key, on_elected=self._elected, on_role=self._role_changed,
                                  keeper=keeper)
         self._election_task: asyncio.Task[None] | None = None
-        self.checkpoints = checkpoint.CheckpointWriter(bus, st.checkpoint, bus.may_write, storage=st.streams.storage,
-                                                       replicas=st.streams.replicas)
+        self.checkpoints = checkpoint.CheckpointWriter(bus, st.checkpoint, lambda: bus.may_write(),
+                                                       storage=st.streams.storage, replicas=st.streams.replicas)
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.restored: checkpoint.Restored | None = None  # what the start took from a checkpoint, if it did
 
