@@ -1,0 +1,130 @@
+"""Where an e2e run's time goes (`busched bench e2e --stages`): the scheduler's stages and each process's CPU.
+
+The scheduler runs in the bench's process, so its stages are timed by wrapping the methods that do
+them on that one instance (nothing changes for any other scheduler): the cycles' session parts
+(`run_actions`, `finish_cycle`, in the worker thread), the write-ahead binding records (each chunk
+from its first publish to its last acknowledgement), the decisions, and the state stream's batches
+as they are ingested (the agents' results among them).  Every time is wall-clock seconds from the
+publisher's first publish (the bench's clock), or seconds spent.  CPU is read from
+``/proc/<pid>/stat`` (user + system) at that first publish and at the end, for the scheduler's
+process, nats-server and each agent; the publisher reports its own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14 and 15 of stat(5))
+
+
+class Stages:
+    """Stage timings of one scheduler ``sched`` and the CPU of the processes ``pids`` (name -> pid)."""
+
+    def __init__(self, sched: Any, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.t0 = 0.0
+        self.cpu0: dict[str, float | None] = {}
+        self.session: list[tuple[str, float, float]] = []  # (part, start, end)
+        self.records: list[tuple[float, float, int]] = []  # (start, end, binds) per write-ahead chunk
+        self.decisions: list[tuple[float, float, int]] = []
+        self.ingest_s = 0.0  # seconds in the state feed's batch handler
+        self.ingest_msgs = 0
+        self.ingest_batches = 0
+        self.running: list[float] = []  # when each Running result was applied
+        self._wrap(sched)
+
+    def _wrap(self, sched: Any) -> None:
+        table, feed = sched.table, sched.feed
+        in_cycle = sched._in_cycle
+
+        async def timed_cycle(fn: Any, *args: Any, **kw: Any) -> Any:
+            t = time.time()
+            try:
+                return await in_cycle(fn, *args, **kw)
+            finally:
+                self.session.append((getattr(fn, "__name__", "?"), t, time.time()))
+
+        sched._in_cycle = timed_cycle
+        table.record_binds = self._timed(table.record_binds, self.records)
+        table.send_decisions = self._timed(table.send_decisions, self.decisions)
+        handle = feed.handle_state_batch
+        apply_result = table.apply_result
+
+        def timed_batch(items: list[Any]) -> None:
+            t = time.perf_counter()
+            try:
+                handle(items)
+            finally:
+                self.ingest_s += time.perf_counter() - t
+                self.ingest_msgs += len(items)
+                self.ingest_batches += 1
+
+        def counted_result(key: str, msg: Any, seq: int = 0) -> str:
+            out = apply_result(key, msg, seq)
+            if out == "applied" and getattr(msg, "phase", "") == "Running":
+                self.running.append(time.time())
+            return out
+
+        feed.handle_state_batch = timed_batch
+        table.apply_result = counted_result
+
+    @staticmethod
+    def _timed(fn: Callable[..., Any], into: list[tuple[float, float, int]]) -> Callable[..., Any]:
+        async def timed(items: list[Any], *args: Any, **kw: Any) -> Any:
+            t = time.time()
+            try:
+                return await fn(items, *args, **kw)
+            finally:
+                into.append((t, time.time(), len(items)))
+        return timed
+
+    def start(self, t0: float) -> None:
+        """The clock starts (the publisher's first publish)."""
+        self.t0 = t0
+        self.cpu0 = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def report(self, publisher_cpu: float | None) -> dict[str, Any]:
+        t0 = self.t0
+
+        def rel(t: float) -> float:
+            return round(t - t0, 3)
+
+        cpu: dict[str, float | None] = {}
+        for name, pid in self.pids.items():
+            a, b = self.cpu0.get(name), cpu_seconds(pid)
+            cpu[name] = round(b - a, 3) if a is not None and b is not None else None
+        cpu["publisher"] = round(publisher_cpu, 3) if publisher_cpu is not None else None
+        run = [(rel(s), rel(e)) for part, s, e in self.session if part == "run_actions" and e >= t0]
+        close = [(rel(s), rel(e)) for part, s, e in self.session if part == "finish_cycle" and e >= t0]
+
+        def span(rows: list[tuple[float, float, int]]) -> dict[str, Any]:
+            rows = [r for r in rows if r[2] and r[1] >= t0]
+            if not rows:
+                return {"n": 0}
+            return {"n": sum(r[2] for r in rows), "calls": len(rows), "first_start": rel(rows[0][0]),
+                    "last_end": rel(rows[-1][1]), "busy_s": round(sum(e - s for s, e, _ in rows), 3)}
+
+        running = sorted(self.running)
+        return {
+            "cpu_s": cpu,
+            "actions": run,  # (start, end) of each cycle's actions in the measured window
+            "close": close,
+            "records": span(self.records),
+            "decisions": span(self.decisions),
+            "ingest": {"s": round(self.ingest_s, 3), "messages": self.ingest_msgs, "batches": self.ingest_batches},
+            "running": {"n": len(running), "first": rel(running[0]) if running else None,
+                        "last": rel(running[-1]) if running else None},
+        }
