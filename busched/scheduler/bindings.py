@@ -31,6 +31,7 @@ more than 400 lines on purpose: one state machine, whose transitions are easier 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -40,6 +41,7 @@ from typing import Any, Protocol
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.bus.publish import MAX_BATCH, Ack
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import events_log
 from busched.scheduler.ledger import NodeLedgers
@@ -56,6 +58,7 @@ from busched.scheduler.records import (
 log = logging.getLogger("busched.scheduler")
 
 WRITE_AHEAD_CHUNK = 500  # binds whose records are written (and acknowledged) before their decisions go out
+WRITE_AHEAD_WINDOW = 3  # chunks of binding records in flight at once
 
 
 class DecisionBus(Protocol):
@@ -127,6 +130,8 @@ class BindingTable:
         # a sharded scheduler's node ledgers: its binding records go out with them, one atomic batch per node
         # (busched.scheduler.ledger); None: each record on its own, as always
         self.ledgers: NodeLedgers | None = None
+        # binding records go out as atomic batches (`_write_batched`); off once the stream refused one
+        self.atomic = True
 
     def forget(self, key: str) -> None:
         """A task is gone (deleted, its attempt known stopped): nothing of it is kept."""
@@ -167,21 +172,33 @@ class BindingTable:
         if not todo:
             return
         # write-ahead, in chunks: a chunk's decisions go out as soon as its binding records are acknowledged,
-        # while the next chunk's records are being written, so the first agents start long before the last
-        # record of a big cycle is stored
+        # while the next chunks' records are being written, so the first agents start long before the last
+        # record is stored, and up to WRITE_AHEAD_WINDOW chunks of records are in flight at once (a chunk holds
+        # other tasks than the next, so their conditional writes are independent); chunks are settled in order
         sending: list[asyncio.Task[None]] = []
+        writing: collections.deque[asyncio.Task[list[tuple[str, Binding]]]] = collections.deque()
+
+        async def settle_oldest() -> None:
+            ready = await writing.popleft()
+            if ready:
+                self.checkpoint("records")
+                sending.append(asyncio.create_task(self._send_then(
+                    self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
+            for key, b in ready:
+                report.binds.append((key, b.node))
+            events_log.binds(self.journal, ready)
+            self.metrics.action_binds.inc(len(ready))
+
         try:
             for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
-                ready = await self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
-                if ready:
-                    self.checkpoint("records")
-                    sending.append(asyncio.create_task(self._send_then(
-                        self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
-                for key, b in ready:
-                    report.binds.append((key, b.node))
-                events_log.binds(self.journal, ready)
-                self.metrics.action_binds.inc(len(ready))
+                writing.append(asyncio.create_task(self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])))
+                if len(writing) >= WRITE_AHEAD_WINDOW:
+                    await settle_oldest()
+            while writing:
+                await settle_oldest()
         finally:
+            if writing:  # failed half way: the chunks in flight are waited for, not abandoned mid-write
+                await asyncio.gather(*writing, return_exceptions=True)
             if sending:
                 await asyncio.gather(*sending)
 
@@ -198,8 +215,8 @@ class BindingTable:
             acks = await self.ledgers.write(self.bus, [
                 (key, b.node, S.binding_subject(key), self.binding_record(key, b), b.rec_seq) for key, b in items])
         else:
-            acks = await self.bus.publish_all(
-                (S.binding_subject(key), self.binding_record(key, b), None, b.rec_seq) for key, b in items)
+            acks = await self._write_batched([(S.binding_subject(key), self.binding_record(key, b), b.rec_seq)
+                                              for key, b in items])
         stored: list[tuple[str, Binding]] = []
         failed: list[tuple[str, Binding, str]] = []
         lost: list[str] = []
@@ -216,6 +233,36 @@ class BindingTable:
         if lost:
             await self.lost_race(lost)
         return stored, failed
+
+    async def _write_batched(self, records: list[tuple[str, m.Msg, int]]) -> list[Any]:
+        """Conditional writes of ``records`` ``(subject, record, expected)`` as atomic batches: one acknowledgement
+        a batch instead of one a record, for the server and for us.  A batch is stored whole or not at all, each
+        record on its own condition; one that was not stored because a condition lost (or no stream answered, or
+        the stream takes no batches) is written again record by record, so only the records whose subject moved
+        lose.  One `Ack` per record, in order."""
+        if not self.atomic or len(records) < 2:
+            return await self.bus.publish_all((subj, rec, None, expected) for subj, rec, expected in records)
+        acks: list[Any] = [None] * len(records)
+        again: list[int] = []
+        parts = [list(range(i, min(i + MAX_BATCH, len(records)))) for i in range(0, len(records), MAX_BATCH)]
+        for part, ack in zip(parts, await self.bus.publish_batches([[records[i] for i in part] for part in parts])):
+            if ack.ok:
+                for n, i in enumerate(part, 1 - len(part)):  # stored at consecutive sequences, the last acknowledged
+                    acks[i] = Ack(seq=ack.seq + n)
+            elif ack.conflict or ack.no_stream or ack.error.startswith("APIError"):
+                # not stored (the server refused the whole batch): each record again on its own
+                if not (ack.conflict or ack.no_stream):
+                    log.warning("binding records as an atomic batch refused (%s): writing them one by one", ack.error)
+                    self.atomic = False
+                again += part
+            else:
+                for i in part:  # no answer: stored or not, unknown; as a record without acknowledgement
+                    acks[i] = ack
+        if again:
+            singles = await self.bus.publish_all((*records[i][:2], None, records[i][2]) for i in again)
+            for i, ack in zip(again, singles):
+                acks[i] = ack
+        return acks
 
     async def node_taken(self, keys: list[str], items: dict[str, Binding]) -> list[str]:
         """A node's batch lost a condition (busched.scheduler.ledger): of its tasks, those whose own binding subject

@@ -37,6 +37,8 @@ class FakeBus:
         self.last: dict[str, tuple[int, bytes]] = {}
         self.deleted: list[int] = []
         self.delivered: int | None = None
+        self.batches: list[int] = []  # the size of each atomic batch published
+        self.batch_error = ""  # every atomic batch refused with this error
 
     async def publish_all(self, items: Iterable[tuple[Any, ...]]) -> list[Ack]:
         acks = []
@@ -49,6 +51,23 @@ class FakeBus:
                 self.records.append((subj, msg, expect[0] if expect else None))
             else:
                 self.decisions.append((subj, msg, mid))
+            acks.append(Ack(seq=self.seq))
+        return acks
+
+    async def publish_batches(self, batches: Iterable[list[tuple[str, Any, int | None]]]) -> list[Ack]:
+        """Atomic batches: one whose subject loses a condition is not stored at all."""
+        acks = []
+        for batch in batches:
+            self.batches.append(len(batch))
+            if self.batch_error:
+                acks.append(Ack(error=self.batch_error))
+                continue
+            if any(subj in self.conflict for subj, _, _ in batch):
+                acks.append(Ack(error="APIError: wrong last sequence", conflict=True))
+                continue
+            for subj, msg, expect in batch:
+                self.seq += 1
+                self.records.append((subj, msg, expect))
             acks.append(Ack(seq=self.seq))
         return acks
 
@@ -213,6 +232,66 @@ async def test_a_lost_conditional_write_adopts_the_winners_record() -> None:
     assert report.binds == [] and w.bus.decisions == []
     b = w.table.bindings[KEY]
     assert (b.node, b.rec_seq) == ("n2", 42)
+
+
+def _many(w: World, n: int) -> list[str]:
+    keys = [f"t/b{i}" for i in range(n)]
+    for k in keys:
+        w.tasks[k] = o.TaskSpec(name=k[2:], namespace="t", job="j")
+    return keys
+
+
+async def test_the_records_of_a_cycle_go_out_as_one_atomic_batch_each_at_its_own_sequence() -> None:
+    w = World()
+    keys = _many(w, 5)
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
+    assert w.bus.batches == [5]
+    assert [(subj, expect) for subj, _, expect in w.bus.records] == [(S.binding_subject(k), 0) for k in keys]
+    assert [w.table.bindings[k].rec_seq for k in keys] == [1, 2, 3, 4, 5]  # consecutive, in batch order
+    assert sorted((dec.task.name, dec.fence) for _, dec, _ in w.bus.decisions) == \
+        [(k[2:], i) for i, k in enumerate(keys, 1)]
+    assert report.binds == [(k, "n1") for k in keys]
+
+
+async def test_a_batch_that_lost_a_condition_is_written_again_one_by_one_and_only_the_moved_task_loses() -> None:
+    w = World()
+    keys = _many(w, 5)
+    w.bus.conflict.add(S.binding_subject(keys[2]))
+    theirs = m.BindingRecord(version=9, namespace="t", name="b2", attempt=1, node="n2", state="binding",
+                             writer="other")
+    w.bus.last[S.binding_subject(keys[2])] = (42, m.encode(theirs))
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
+    assert w.bus.batches == [5]  # refused whole: nothing of it stored
+    assert [subj for subj, _, _ in w.bus.records] == [S.binding_subject(k) for k in keys if k != keys[2]]
+    assert report.binds == [(k, "n1") for k in keys if k != keys[2]]
+    assert {dec.task.name for _, dec, _ in w.bus.decisions} == {k[2:] for k in keys if k != keys[2]}
+    b = w.table.bindings[keys[2]]
+    assert (b.node, b.rec_seq) == ("n2", 42)  # the winner's record adopted
+    assert w.table.atomic  # a lost condition says nothing against batches
+
+
+async def test_a_stream_that_refuses_batches_gets_the_records_one_by_one_from_then_on() -> None:
+    w = World()
+    keys = _many(w, 4)
+    w.bus.batch_error = "APIError: atomic publish is disabled"
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(k, "n1") for k in keys[:2]], report)
+    assert not w.table.atomic and w.bus.batches == [2]
+    await w.table.publish_binds([Decision(k, "n1") for k in keys[2:]], report)
+    assert w.bus.batches == [2]  # not tried again
+    assert report.binds == [(k, "n1") for k in keys] and len(w.bus.decisions) == 4
+
+
+async def test_records_whose_batch_went_unanswered_are_not_sent_again_nor_their_decisions() -> None:
+    w = World()
+    keys = _many(w, 3)
+    w.bus.batch_error = "TimeoutError: no acknowledgement within 10s"  # stored or not: unknown
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
+    assert w.bus.records == [] and w.bus.decisions == [] and report.binds == []
+    assert all(w.table.bindings[k].state == "released" for k in keys)  # Pending again, as any unrecorded bind
 
 
 async def test_a_result_from_another_node_or_an_unbound_attempt_is_refused() -> None:
