@@ -41,7 +41,6 @@ from typing import Any, Protocol
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.bus.publish import MAX_BATCH, Ack
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import events_log
 from busched.scheduler.ledger import NodeLedgers
@@ -130,8 +129,6 @@ class BindingTable:
         # a sharded scheduler's node ledgers: its binding records go out with them, one atomic batch per node
         # (busched.scheduler.ledger); None: each record on its own, as always
         self.ledgers: NodeLedgers | None = None
-        # binding records go out as atomic batches (`_write_batched`); off once the stream refused one
-        self.atomic = True
 
     def forget(self, key: str) -> None:
         """A task is gone (deleted, its attempt known stopped): nothing of it is kept."""
@@ -215,8 +212,8 @@ class BindingTable:
             acks = await self.ledgers.write(self.bus, [
                 (key, b.node, S.binding_subject(key), self.binding_record(key, b), b.rec_seq) for key, b in items])
         else:
-            acks = await self._write_batched([(S.binding_subject(key), self.binding_record(key, b), b.rec_seq)
-                                              for key, b in items])
+            acks = await self.bus.publish_all(
+                (S.binding_subject(key), self.binding_record(key, b), None, b.rec_seq) for key, b in items)
         stored: list[tuple[str, Binding]] = []
         failed: list[tuple[str, Binding, str]] = []
         lost: list[str] = []
@@ -233,36 +230,6 @@ class BindingTable:
         if lost:
             await self.lost_race(lost)
         return stored, failed
-
-    async def _write_batched(self, records: list[tuple[str, m.Msg, int]]) -> list[Any]:
-        """Conditional writes of ``records`` ``(subject, record, expected)`` as atomic batches: one acknowledgement
-        a batch instead of one a record, for the server and for us.  A batch is stored whole or not at all, each
-        record on its own condition; one that was not stored because a condition lost (or no stream answered, or
-        the stream takes no batches) is written again record by record, so only the records whose subject moved
-        lose.  One `Ack` per record, in order."""
-        if not self.atomic or len(records) < 2:
-            return await self.bus.publish_all((subj, rec, None, expected) for subj, rec, expected in records)
-        acks: list[Any] = [None] * len(records)
-        again: list[int] = []
-        parts = [list(range(i, min(i + MAX_BATCH, len(records)))) for i in range(0, len(records), MAX_BATCH)]
-        for part, ack in zip(parts, await self.bus.publish_batches([[records[i] for i in part] for part in parts])):
-            if ack.ok:
-                for n, i in enumerate(part, 1 - len(part)):  # stored at consecutive sequences, the last acknowledged
-                    acks[i] = Ack(seq=ack.seq + n)
-            elif ack.conflict or ack.no_stream or ack.error.startswith("APIError"):
-                # not stored (the server refused the whole batch): each record again on its own
-                if not (ack.conflict or ack.no_stream):
-                    log.warning("binding records as an atomic batch refused (%s): writing them one by one", ack.error)
-                    self.atomic = False
-                again += part
-            else:
-                for i in part:  # no answer: stored or not, unknown; as a record without acknowledgement
-                    acks[i] = ack
-        if again:
-            singles = await self.bus.publish_all((*records[i][:2], None, records[i][2]) for i in again)
-            for i, ack in zip(again, singles):
-                acks[i] = ack
-        return acks
 
     async def node_taken(self, keys: list[str], items: dict[str, Binding]) -> list[str]:
         """A node's batch lost a condition (busched.scheduler.ledger): of its tasks, those whose own binding subject

@@ -3,6 +3,7 @@ liveness and outbox, the clock injected; no nats-server and no Scheduler."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +38,6 @@ class FakeBus:
         self.last: dict[str, tuple[int, bytes]] = {}
         self.deleted: list[int] = []
         self.delivered: int | None = None
-        self.batches: list[int] = []  # the size of each atomic batch published
-        self.batch_error = ""  # every atomic batch refused with this error
 
     async def publish_all(self, items: Iterable[tuple[Any, ...]]) -> list[Ack]:
         acks = []
@@ -51,23 +50,6 @@ class FakeBus:
                 self.records.append((subj, msg, expect[0] if expect else None))
             else:
                 self.decisions.append((subj, msg, mid))
-            acks.append(Ack(seq=self.seq))
-        return acks
-
-    async def publish_batches(self, batches: Iterable[list[tuple[str, Any, int | None]]]) -> list[Ack]:
-        """Atomic batches: one whose subject loses a condition is not stored at all."""
-        acks = []
-        for batch in batches:
-            self.batches.append(len(batch))
-            if self.batch_error:
-                acks.append(Ack(error=self.batch_error))
-                continue
-            if any(subj in self.conflict for subj, _, _ in batch):
-                acks.append(Ack(error="APIError: wrong last sequence", conflict=True))
-                continue
-            for subj, msg, expect in batch:
-                self.seq += 1
-                self.records.append((subj, msg, expect))
             acks.append(Ack(seq=self.seq))
         return acks
 
@@ -241,57 +223,54 @@ def _many(w: World, n: int) -> list[str]:
     return keys
 
 
-async def test_the_records_of_a_cycle_go_out_as_one_atomic_batch_each_at_its_own_sequence() -> None:
+async def test_chunks_of_records_in_flight_together_each_chunks_decisions_after_its_own_records(monkeypatch) -> None:
+    from busched.scheduler import bindings
+
+    monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 2)
     w = World()
-    keys = _many(w, 5)
+    keys = _many(w, 7)
+    wire: list[tuple[str, str]] = []
+    writes = w.bus.publish_all
+    in_flight = [0, 0]  # now, most
+
+    async def publish_all(items: Any) -> list[Ack]:
+        items = list(items)
+        for subj, msg, mid, *_ in items:
+            wire.append(("decision" if mid else "record", msg.task.name if mid else msg.name))
+        if items[0][2] is not None:
+            return await writes(items)
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        await asyncio.sleep(0)  # the acknowledgements come later: the next chunks go out meanwhile
+        await asyncio.sleep(0)
+        in_flight[0] -= 1
+        return await writes(items)
+
+    w.bus.publish_all = publish_all  # type: ignore[method-assign]
     report = CycleReport(1)
     await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
-    assert w.bus.batches == [5]
-    assert [(subj, expect) for subj, _, expect in w.bus.records] == [(S.binding_subject(k), 0) for k in keys]
-    assert [w.table.bindings[k].rec_seq for k in keys] == [1, 2, 3, 4, 5]  # consecutive, in batch order
-    assert sorted((dec.task.name, dec.fence) for _, dec, _ in w.bus.decisions) == \
-        [(k[2:], i) for i, k in enumerate(keys, 1)]
-    assert report.binds == [(k, "n1") for k in keys]
+    assert in_flight[1] == bindings.WRITE_AHEAD_WINDOW
+    first = {item: i for i, item in reversed(list(enumerate(wire)))}
+    assert all(first[("record", k[2:])] < first[("decision", k[2:])] for k in keys)
+    assert report.binds == [(k, "n1") for k in keys]  # settled in chunk order
+    assert all(dec.fence == w.table.bindings[f"t/{dec.task.name}"].rec_seq for _, dec, _ in w.bus.decisions)
 
 
-async def test_a_batch_that_lost_a_condition_is_written_again_one_by_one_and_only_the_moved_task_loses() -> None:
+async def test_a_lost_condition_in_one_chunk_in_flight_loses_only_its_task(monkeypatch) -> None:
+    from busched.scheduler import bindings
+
+    monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 2)
     w = World()
-    keys = _many(w, 5)
-    w.bus.conflict.add(S.binding_subject(keys[2]))
-    theirs = m.BindingRecord(version=9, namespace="t", name="b2", attempt=1, node="n2", state="binding",
+    keys = _many(w, 6)
+    w.bus.conflict.add(S.binding_subject(keys[3]))
+    theirs = m.BindingRecord(version=9, namespace="t", name="b3", attempt=1, node="n2", state="binding",
                              writer="other")
-    w.bus.last[S.binding_subject(keys[2])] = (42, m.encode(theirs))
+    w.bus.last[S.binding_subject(keys[3])] = (42, m.encode(theirs))
     report = CycleReport(1)
     await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
-    assert w.bus.batches == [5]  # refused whole: nothing of it stored
-    assert [subj for subj, _, _ in w.bus.records] == [S.binding_subject(k) for k in keys if k != keys[2]]
-    assert report.binds == [(k, "n1") for k in keys if k != keys[2]]
-    assert {dec.task.name for _, dec, _ in w.bus.decisions} == {k[2:] for k in keys if k != keys[2]}
-    b = w.table.bindings[keys[2]]
-    assert (b.node, b.rec_seq) == ("n2", 42)  # the winner's record adopted
-    assert w.table.atomic  # a lost condition says nothing against batches
-
-
-async def test_a_stream_that_refuses_batches_gets_the_records_one_by_one_from_then_on() -> None:
-    w = World()
-    keys = _many(w, 4)
-    w.bus.batch_error = "APIError: atomic publish is disabled"
-    report = CycleReport(1)
-    await w.table.publish_binds([Decision(k, "n1") for k in keys[:2]], report)
-    assert not w.table.atomic and w.bus.batches == [2]
-    await w.table.publish_binds([Decision(k, "n1") for k in keys[2:]], report)
-    assert w.bus.batches == [2]  # not tried again
-    assert report.binds == [(k, "n1") for k in keys] and len(w.bus.decisions) == 4
-
-
-async def test_records_whose_batch_went_unanswered_are_not_sent_again_nor_their_decisions() -> None:
-    w = World()
-    keys = _many(w, 3)
-    w.bus.batch_error = "TimeoutError: no acknowledgement within 10s"  # stored or not: unknown
-    report = CycleReport(1)
-    await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
-    assert w.bus.records == [] and w.bus.decisions == [] and report.binds == []
-    assert all(w.table.bindings[k].state == "released" for k in keys)  # Pending again, as any unrecorded bind
+    assert report.binds == [(k, "n1") for k in keys if k != keys[3]]
+    assert {dec.task.name for _, dec, _ in w.bus.decisions} == {k[2:] for k in keys if k != keys[3]}
+    assert (w.table.bindings[keys[3]].node, w.table.bindings[keys[3]].rec_seq) == ("n2", 42)
 
 
 async def test_a_result_from_another_node_or_an_unbound_attempt_is_refused() -> None:
