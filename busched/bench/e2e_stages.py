@@ -1,8 +1,9 @@
 """Where an e2e run's time goes (`busched bench e2e --stages`): the scheduler's stages and each process's CPU.
 
 The scheduler runs in the bench's process, so its stages are timed by wrapping the methods that do
-them on that one instance (nothing changes for any other scheduler): the cycles' session parts
-(`run_actions`, `finish_cycle`, in the worker thread), the write-ahead binding records (each chunk
+them on that one instance (nothing changes for any other scheduler): each cycle that ran, its sync of
+the changes into the cache (those of 5 ms or more), its snapshot and session parts (`run_actions`,
+`finish_cycle`, in the worker thread), the write-ahead binding records (each chunk
 from its first publish to its last acknowledgement), the decisions, and the state stream's batches
 as they are ingested (the agents' results among them).  Every time is wall-clock seconds from the
 publisher's first publish (the bench's clock), or seconds spent.  CPU is read from
@@ -44,6 +45,8 @@ class Stages:
         self.ingest_msgs = 0
         self.ingest_batches = 0
         self.running: list[float] = []  # when each Running result was applied
+        self.cycles: list[tuple[float, float, int]] = []  # (start, end, binds) of each cycle that ran
+        self.syncs: list[tuple[float, float, int]] = []  # the changes gathered since the last cycle, into the cache
         self._wrap(sched)
 
     def _wrap(self, sched: Any) -> None:
@@ -58,6 +61,32 @@ class Stages:
                 self.session.append((getattr(fn, "__name__", "?"), t, time.time()))
 
         sched._in_cycle = timed_cycle
+        run_once, sync, snapshot = sched.run_once, sched.effective.sync_cache_yielding, sched.snapshot
+
+        async def timed_run_once(**kw: Any) -> Any:
+            t = time.time()
+            report = await run_once(**kw)
+            if not report.skipped:
+                self.cycles.append((t, time.time(), len(report.binds)))
+            return report
+
+        async def timed_sync() -> Any:
+            t = time.time()
+            try:
+                return await sync()
+            finally:
+                self.syncs.append((t, time.time(), 1))
+
+        def timed_snapshot(*args: Any, **kw: Any) -> Any:
+            t = time.time()
+            try:
+                return snapshot(*args, **kw)
+            finally:
+                self.session.append(("snapshot", t, time.time()))
+
+        sched.run_once = timed_run_once
+        sched.effective.sync_cache_yielding = timed_sync
+        sched.snapshot = timed_snapshot
         table.record_binds = self._timed(table.record_binds, self.records)
         table.send_decisions = self._timed(table.send_decisions, self.decisions)
         handle = feed.handle_state_batch
@@ -107,8 +136,8 @@ class Stages:
             a, b = self.cpu0.get(name), cpu_seconds(pid)
             cpu[name] = round(b - a, 3) if a is not None and b is not None else None
         cpu["publisher"] = round(publisher_cpu, 3) if publisher_cpu is not None else None
-        run = [(rel(s), rel(e)) for part, s, e in self.session if part == "run_actions" and e >= t0]
-        close = [(rel(s), rel(e)) for part, s, e in self.session if part == "finish_cycle" and e >= t0]
+        def parts(name: str) -> list[tuple[float, float]]:
+            return [(rel(s), rel(e)) for part, s, e in self.session if part == name and e >= t0]
 
         def span(rows: list[tuple[float, float, int]]) -> dict[str, Any]:
             rows = [r for r in rows if r[2] and r[1] >= t0]
@@ -120,8 +149,12 @@ class Stages:
         running = sorted(self.running)
         return {
             "cpu_s": cpu,
-            "actions": run,  # (start, end) of each cycle's actions in the measured window
-            "close": close,
+            # (start, end[, binds]) of each cycle that ran in the measured window, and of its parts
+            "cycles": [(rel(s), rel(e), n) for s, e, n in self.cycles if e >= t0],
+            "sync": [(rel(s), rel(e)) for s, e, _ in self.syncs if e >= t0 and e - s >= 0.005],
+            "snapshot": parts("snapshot"),
+            "actions": parts("run_actions"),
+            "close": parts("finish_cycle"),
             "records": span(self.records),
             "decisions": span(self.decisions),
             "ingest": {"s": round(self.ingest_s, 3), "messages": self.ingest_msgs, "batches": self.ingest_batches},

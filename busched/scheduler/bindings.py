@@ -2,7 +2,8 @@
 
 A bind is written ahead: its binding record goes to the state stream first, then the decision (with
 ``Nats-Msg-Id: bind:<ns>/<name>:<attempt>`` so a republish is dropped); a big cycle's binds go out
-in chunks, a chunk's decisions as soon as its records are acknowledged.  Every binding record is a
+in chunks (a few chunks' records in flight at once), a chunk's decisions as soon as its own records are
+acknowledged.  Every binding record is a
 conditional write (`BindingTable.write_binding`, `record_binds`): it is stored only if the task's binding
 subject is still at the sequence this scheduler last saw, so of two schedulers only one advances a
 task; the one whose write fails has lost the task, drops its reservation and adopts the record that
