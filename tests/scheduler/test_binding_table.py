@@ -235,7 +235,7 @@ async def test_chunks_of_records_in_flight_together_each_chunks_decisions_after_
 
     async def publish_all(items: Any) -> list[Ack]:
         items = list(items)
-        for subj, msg, mid, *_ in items:
+        for _subj, msg, mid, *_ in items:
             wire.append(("decision" if mid else "record", msg.task.name if mid else msg.name))
         if items[0][2] is not None:
             return await writes(items)
