@@ -2,8 +2,7 @@
 
 A bind is written ahead: its binding record goes to the state stream first, then the decision (with
 ``Nats-Msg-Id: bind:<ns>/<name>:<attempt>`` so a republish is dropped); a big cycle's binds go out
-in chunks (a few chunks' records in flight at once), a chunk's decisions as soon as its own records are
-acknowledged.  Every binding record is a
+in chunks, a chunk's decisions as soon as its records are acknowledged.  Every binding record is a
 conditional write (`BindingTable.write_binding`, `record_binds`): it is stored only if the task's binding
 subject is still at the sequence this scheduler last saw, so of two schedulers only one advances a
 task; the one whose write fails has lost the task, drops its reservation and adopts the record that
@@ -32,7 +31,6 @@ more than 400 lines on purpose: one state machine, whose transitions are easier 
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 import time
@@ -58,7 +56,6 @@ from busched.scheduler.records import (
 log = logging.getLogger("busched.scheduler")
 
 WRITE_AHEAD_CHUNK = 500  # binds whose records are written (and acknowledged) before their decisions go out
-WRITE_AHEAD_WINDOW = 3  # chunks of binding records in flight at once
 
 
 class DecisionBus(Protocol):
@@ -170,33 +167,21 @@ class BindingTable:
         if not todo:
             return
         # write-ahead, in chunks: a chunk's decisions go out as soon as its binding records are acknowledged,
-        # while the next chunks' records are being written, so the first agents start long before the last
-        # record is stored, and up to WRITE_AHEAD_WINDOW chunks of records are in flight at once (a chunk holds
-        # other tasks than the next, so their conditional writes are independent); chunks are settled in order
+        # while the next chunk's records are being written, so the first agents start long before the last
+        # record of a big cycle is stored
         sending: list[asyncio.Task[None]] = []
-        writing: collections.deque[asyncio.Task[list[tuple[str, Binding]]]] = collections.deque()
-
-        async def settle_oldest() -> None:
-            ready = await writing.popleft()
-            if ready:
-                self.checkpoint("records")
-                sending.append(asyncio.create_task(self._send_then(
-                    self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
-            for key, b in ready:
-                report.binds.append((key, b.node))
-            events_log.binds(self.journal, ready)
-            self.metrics.action_binds.inc(len(ready))
-
         try:
             for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
-                writing.append(asyncio.create_task(self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])))
-                if len(writing) >= WRITE_AHEAD_WINDOW:
-                    await settle_oldest()
-            while writing:
-                await settle_oldest()
+                ready = await self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
+                if ready:
+                    self.checkpoint("records")
+                    sending.append(asyncio.create_task(self._send_then(
+                        self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
+                for key, b in ready:
+                    report.binds.append((key, b.node))
+                events_log.binds(self.journal, ready)
+                self.metrics.action_binds.inc(len(ready))
         finally:
-            if writing:  # failed half way: the chunks in flight are waited for, not abandoned mid-write
-                await asyncio.gather(*writing, return_exceptions=True)
             if sending:
                 await asyncio.gather(*sending)
 

@@ -3,7 +3,6 @@ liveness and outbox, the clock injected; no nats-server and no Scheduler."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -223,40 +222,7 @@ def _many(w: World, n: int) -> list[str]:
     return keys
 
 
-async def test_chunks_of_records_in_flight_together_each_chunks_decisions_after_its_own_records(monkeypatch) -> None:
-    from busched.scheduler import bindings
-
-    monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 2)
-    w = World()
-    keys = _many(w, 7)
-    wire: list[tuple[str, str]] = []
-    writes = w.bus.publish_all
-    in_flight = [0, 0]  # now, most
-
-    async def publish_all(items: Any) -> list[Ack]:
-        items = list(items)
-        for _subj, msg, mid, *_ in items:
-            wire.append(("decision" if mid else "record", msg.task.name if mid else msg.name))
-        if items[0][2] is not None:
-            return await writes(items)
-        in_flight[0] += 1
-        in_flight[1] = max(in_flight[1], in_flight[0])
-        await asyncio.sleep(0)  # the acknowledgements come later: the next chunks go out meanwhile
-        await asyncio.sleep(0)
-        in_flight[0] -= 1
-        return await writes(items)
-
-    w.bus.publish_all = publish_all  # type: ignore[method-assign]
-    report = CycleReport(1)
-    await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
-    assert in_flight[1] == bindings.WRITE_AHEAD_WINDOW
-    first = {item: i for i, item in reversed(list(enumerate(wire)))}
-    assert all(first[("record", k[2:])] < first[("decision", k[2:])] for k in keys)
-    assert report.binds == [(k, "n1") for k in keys]  # settled in chunk order
-    assert all(dec.fence == w.table.bindings[f"t/{dec.task.name}"].rec_seq for _, dec, _ in w.bus.decisions)
-
-
-async def test_a_lost_condition_in_one_chunk_in_flight_loses_only_its_task(monkeypatch) -> None:
+async def test_a_lost_condition_in_one_chunk_loses_only_its_task(monkeypatch) -> None:
     from busched.scheduler import bindings
 
     monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 2)
