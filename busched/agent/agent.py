@@ -36,6 +36,7 @@ answers at start) and `busched.agent.node` (what it knows of each node).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -60,6 +61,8 @@ from busched.metrics import AgentMetrics
 __all__ = ["Agent", "Reject", "HeldTask", "AgentNode", "DURATION_KEY"]
 
 log = logging.getLogger("busched.agent")
+
+ANSWER_WINDOW = 4  # batches of answers in flight while the next batches are read and decided
 
 
 class Agent:
@@ -90,6 +93,7 @@ class Agent:
         self.history: list[tuple[str, str, str, int]] = []  # (event, node, task, attempt), for tests and tools
         self._tasks: list[asyncio.Task[Any]] = []
         self._feed: DecisionFeed | None = None
+        self._answering: collections.deque[asyncio.Task[None]] = collections.deque()  # answers in flight, in order
         self._running = False
         self._last_version = 0
         self.wall_clock = wall_clock  # epoch seconds: tasks' start times, the simulated load's measurement time
@@ -231,6 +235,17 @@ class Agent:
 
     async def _consume(self) -> None:
         assert self._feed is not None
+        try:
+            await self._consume_loop()
+        finally:
+            # stopping (as a crash would): answers not yet stored are not waited for; their decisions, never
+            # acknowledged, come again to the next incarnation
+            for t in self._answering:
+                t.cancel()
+            self._answering.clear()
+
+    async def _consume_loop(self) -> None:
+        assert self._feed is not None
         while self._running:
             try:
                 batch = await self._feed.fetch(1024, timeout=1.0)
@@ -249,9 +264,24 @@ class Agent:
                     log.exception("%s: a batch of %d decisions failed", self._feed.node, len(batch))
 
     async def _handle_batch(self, batch: list[Delivery]) -> None:
-        """Decide every decision of a batch in order, publish all the answers together, then ack each
-        (`Decider.handle_batch`)."""
-        await self._decider.handle_batch(batch)
+        """Decide every decision of a batch in order now; publish all its answers together, then ack each, in the
+        background (`Decider.decide_batch`, `Decider.answer`): the next batch is read and decided while these
+        answers are on their way, up to `ANSWER_WINDOW` batches of answers in flight.  A batch decided meanwhile
+        counts the binds of the batches before it against their nodes even while their answers may still fail
+        (and be rolled back): it can only refuse more, never overcommit."""
+        outcomes = await self._decider.decide_batch(batch)
+        t = asyncio.create_task(self._answer(outcomes))
+        self._answering.append(t)
+        while self._answering and (len(self._answering) >= ANSWER_WINDOW or self._answering[0].done()):
+            await self._answering.popleft()
+
+    async def _answer(self, outcomes: list[Any]) -> None:
+        try:
+            await self._decider.answer(outcomes)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - unacknowledged, the decisions come again after ack_wait
+            log.exception("%s: answering a batch of %d decisions failed", self.consumer_name, len(outcomes))
 
     def _launch(self, node: str, held: HeldTask) -> None:
         assert self.launcher is not None

@@ -3,7 +3,9 @@
 A batch of decisions is decided in order (a bind counts against its node for the rest of the batch),
 every answer is published together, and only then is each decision acknowledged, or handed back
 when its answer was not stored, so a crash in between never loses an answer nor runs an attempt
-twice (docs/bus.md, "Agents").  The `Agent` owns one `Decider`.
+twice (docs/bus.md, "Agents").  Deciding (`decide_batch`) and answering (`answer`) are two steps, so
+an agent may decide its next batch while the answers of the last are on their way.  The `Agent` owns
+one `Decider`.
 """
 
 from __future__ import annotations
@@ -79,6 +81,11 @@ class Decider:
 
     async def handle_batch(self, batch: list[Delivery]) -> None:
         """Decide every decision of a batch in order, publish all the answers together, then ack each."""
+        await self.answer(await self.decide_batch(batch))
+
+    async def decide_batch(self, batch: list[Delivery]) -> list[_Outcome]:
+        """Decide every decision of a batch in order (a bind counts against its node from here, for the rest of
+        the batch and for the batches after it); nothing is published or acknowledged yet (`answer`)."""
         nodes = self.nodes
         outcomes: list[_Outcome] = []
         for d in batch:
@@ -96,6 +103,12 @@ class Decider:
             except Exception:  # noqa: BLE001
                 log.exception("node %s: decision %d failed", n.name, d.stream_seq)
                 outcomes.append(_Outcome(d, [], ok=False))
+        return outcomes
+
+    async def answer(self, outcomes: list[_Outcome]) -> None:
+        """Publish the answers of a decided batch together; then each decision whose answers are stored is
+        committed and acknowledged, the others rolled back and handed back."""
+        nodes = self.nodes
         msgs = [(subj, msg, None) for o in outcomes for subj, msg in o.messages]
         acks = await self.bus.publish_all(msgs) if msgs else []
         i = 0

@@ -24,6 +24,7 @@ their binds with node ledgers (atomic batches; docs/bus.md, Shards).
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from busched.bench import NotAvailable
 from busched.bench import cluster as cl
 from busched.bench.driver import rss_mb
 
-DEFAULTS = {"nodes": 200, "jobs": 5000, "agents": 2, "seed": 0, "shards": 0}
+DEFAULTS = {"nodes": 200, "jobs": 5000, "agents": 2, "seed": 0, "shards": 0, "stages": 0}
 PERIOD = 0.2
 
 
@@ -77,7 +78,7 @@ def node_shards(nodes: int, agents: int, shards: int) -> list[o.NodeShardSpec]:
 
 
 async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeout: float,
-               shards: int = 0) -> dict[str, Any]:
+               shards: int = 0, stages: bool = False) -> dict[str, Any]:
     from busched.bus.client import Bus
     from busched.bus.server import NatsServer
     from busched.scheduler import Scheduler, SchedulerSettings
@@ -120,6 +121,14 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
                 raise RuntimeError("agents did not come alive")
             await asyncio.sleep(0.05)
 
+        timing = None
+        if stages:
+            from busched.bench.e2e_stages import Stages
+
+            assert srv.proc is not None
+            pids = {"scheduler": os.getpid(), "nats-server": srv.proc.pid}
+            pids.update({f"agent{i}": p.pid for i, p in enumerate(procs[max(0, shards - 1):])})
+            timing = Stages(sched, pids)
         job_specs, task_specs = [], []
         for j in range(jobs):
             job, ts = cl.gang_job(f"e2e{j:06d}", 1)
@@ -138,6 +147,8 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
         if not line.startswith(b"start "):
             raise RuntimeError(f"the publisher did not start: {line!r}")
         t0_wall = float(line.split()[1])
+        if timing is not None:
+            timing.start(t0_wall)
 
         waiting = set(keys)
         status = sched.task_status
@@ -156,11 +167,13 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
         elapsed = time.time() - t0_wall
         done = len(keys) - len(waiting)
         out, _ = await asyncio.wait_for(publisher.communicate(), 60)
-        published = None
+        published = publisher_cpu = None
         for ln in out.split(b"\n"):
             if ln.startswith(b"done "):
                 published = float(ln.split()[1]) - t0_wall
-        return {"placed": done, "seconds": round(elapsed, 3),
+                publisher_cpu = float(ln.split()[2])
+        more = {"stages": timing.report(publisher_cpu)} if timing is not None else {}
+        return {**more, "placed": done, "seconds": round(elapsed, 3),
                 "publish_s": round(published, 3) if published is not None else None,
                 "binds_per_second": round(done / elapsed, 1) if elapsed > 0 else 0.0, "cycles": sched.cycle,
                 "complete": done == len(keys), "shards": shards,
@@ -193,7 +206,8 @@ def _write(path: str, data: bytes) -> None:
 
 def _publish_main(url: str, path: str) -> None:
     """The publisher process: every object of the cluster file, as `busched apply` publishes them; prints the
-    wall-clock time of its first publish (``start T``) and of the last acknowledgement (``done T``)."""
+    wall-clock time of its first publish (``start T``) and of the last acknowledgement, with its CPU seconds
+    (``done T CPU``)."""
     from busched.bus.apply import cluster_events
     from busched.bus.client import Bus
 
@@ -210,7 +224,7 @@ def _publish_main(url: str, path: str) -> None:
                 bad = [a.error for a in acks if not a.ok]
                 if bad:
                     raise RuntimeError(f"publishing failed: {bad[0]}")
-            print(f"done {time.time()!r}", flush=True)
+            print(f"done {time.time()!r} {time.process_time()!r}", flush=True)
         finally:
             await bus.close()
 
@@ -218,9 +232,9 @@ def _publish_main(url: str, path: str) -> None:
 
 
 def run(nodes: int, jobs: int, agents: int = 4, seed: int = 0, timeout: float = 600.0, shards: int = 0,
-        **_kw: Any) -> dict[str, Any]:
+        stages: int = 0, **_kw: Any) -> dict[str, Any]:
     _requirements()
     with tempfile.TemporaryDirectory(prefix="busched-e2e-") as d:
-        res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout, shards))
+        res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout, shards, bool(stages)))
     return {"workload": "e2e", "nodes": nodes, "agents": agents, "jobs": jobs, "tasks": jobs, **res,
             "rss_mb": round(rss_mb(), 1)}

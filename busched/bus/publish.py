@@ -200,6 +200,9 @@ class Publisher:
             f: asyncio.Future[Ack] = loop.create_future()
             futs.append(f)
             tokens.append(token)
+            if self.fence is not None and not self.fence():  # checked before each batch leaves, as before each message
+                f.set_result(Ack(error=FENCED))
+                continue
             self._futs[token] = f
             bid = f"{prefix}{token}"[-64:]  # unique per connection and batch (the server allows 64 characters)
             last = len(batch)

@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["register"]
 
-SCALE_OPTIONS = ("nodes", "jobs", "tasks", "cycles", "agents", "seed", "shards", "lease")
+SCALE_OPTIONS = ("nodes", "jobs", "tasks", "cycles", "agents", "seed", "shards", "lease", "stages")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--agents", type=int, help="agent processes (e2e, failover)")
     p.add_argument("--shards", type=int, help="e2e: 0 one unsharded scheduler; N>0 N sharded schedulers (`busched run "
                                               "--shard`), each owning the nodes of N-th of the agents (hard mode)")
+    p.add_argument("--stages", action="store_const", const=1,
+                   help="e2e: also report where the time went (the scheduler's stages, each process's CPU)")
     p.add_argument("--lease", type=float, metavar="SECONDS",
                    help="failover: the schedulers' `busched run --lease` (default 2)")
     p.add_argument("--seed", type=int, help="seed for tie-breaks (default 0)")

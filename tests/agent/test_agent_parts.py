@@ -140,3 +140,47 @@ def test_epochs_are_compared_within_a_shard_only():
     assert not n.fenced("t/z", 0, 1)  # the default shard's likewise
     assert n.fenced("t/w", 0, 2, "b")  # shard b's own older epoch is
     assert not n.fenced("t/w", 0, 3, "b")
+
+
+class GatedBus(FakeBus):
+    """Its answers are acknowledged only once ``gate`` is set (the stream is slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def publish_all(self, items, timeout: float = 10.0):
+        items = list(items)
+        self.published += [(s, msg) for s, msg, _ in items]
+        await self.gate.wait()
+        return [Ack(seq=i + 1) for i in range(len(items))]
+
+
+def test_an_agent_decides_its_next_batch_while_the_answers_of_the_last_are_on_their_way(monkeypatch):
+    from busched.agent import Agent
+    from busched.agent import agent as agent_mod
+
+    monkeypatch.setattr(agent_mod, "ANSWER_WINDOW", 2)
+
+    async def main() -> None:
+        bus = GatedBus()
+        a = Agent(bus, fleet_nodes(1, cpu="2", memory="8Gi"))  # type: ignore[arg-type]
+        name = next(iter(a.nodes))
+        first = [FakeDelivery(*_bind(name, "j-0", 1), seq=1)]
+        await a._handle_batch(first)  # decided; its answer not yet stored
+        assert "t/j-0" in a.nodes[name].tasks and not first[0].acked
+        second = [FakeDelivery(*_bind(name, "j-1", 1), seq=2), FakeDelivery(*_bind(name, "j-2", 1), seq=3)]
+        waiting = asyncio.create_task(a._handle_batch(second))  # two batches in flight: it waits for the first
+        for _ in range(5):
+            await asyncio.sleep(0)
+        # decided with j-0 counted against the node (2 cpu): j-2 is refused, and nothing is acknowledged yet
+        assert [type(msg).__name__ for _, msg in bus.published] == ["TaskPhaseChanged", "TaskPhaseChanged",
+                                                                    "BindRejected"]
+        assert not waiting.done() and not any(d.acked for d in first + second)
+        bus.gate.set()
+        await waiting
+        await asyncio.gather(*a._answering)
+        assert all(d.acked for d in first + second)
+        assert [h[0] for h in a.history] == ["bind", "bind", "reject"]
+
+    asyncio.run(main())

@@ -94,3 +94,16 @@ async def test_a_task_another_writer_bound_loses_alone_its_node_takes_the_others
     assert ledgers.lost == 0  # no node was taken: the ledger had not moved
     ledger = m.decode((await bus.last_state(S.ledger_subject("n1")))[1])
     assert ledger.tasks == ["t/x1", "t/x3"]
+
+
+async def test_a_fenced_writer_sends_no_batch(harness):
+    """The write fence (a scheduler that lost its lease) is checked before each batch, as before each message."""
+    from busched.bus.publish import FENCED
+
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    bus.fence = lambda: False
+    fenced, = await bus.publish_batches([[(S.binding_subject("t/x1"), record(1), 0)]])
+    assert fenced.error == FENCED and not fenced.ok
+    bus.fence = None
+    assert await stored(bus, S.binding_subject("t/x1")) == 0

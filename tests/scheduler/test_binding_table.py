@@ -216,6 +216,30 @@ async def test_a_lost_conditional_write_adopts_the_winners_record() -> None:
     assert (b.node, b.rec_seq) == ("n2", 42)
 
 
+def _many(w: World, n: int) -> list[str]:
+    keys = [f"t/b{i}" for i in range(n)]
+    for k in keys:
+        w.tasks[k] = o.TaskSpec(name=k[2:], namespace="t", job="j")
+    return keys
+
+
+async def test_a_lost_condition_in_one_chunk_loses_only_its_task(monkeypatch) -> None:
+    from busched.scheduler import bindings
+
+    monkeypatch.setattr(bindings, "WRITE_AHEAD_CHUNK", 2)
+    w = World()
+    keys = _many(w, 6)
+    w.bus.conflict.add(S.binding_subject(keys[3]))
+    theirs = m.BindingRecord(version=9, namespace="t", name="b3", attempt=1, node="n2", state="binding",
+                             writer="other")
+    w.bus.last[S.binding_subject(keys[3])] = (42, m.encode(theirs))
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(k, "n1") for k in keys], report)
+    assert report.binds == [(k, "n1") for k in keys if k != keys[3]]
+    assert {dec.task.name for _, dec, _ in w.bus.decisions} == {k[2:] for k in keys if k != keys[3]}
+    assert (w.table.bindings[keys[3]].node, w.table.bindings[keys[3]].rec_seq) == ("n2", 42)
+
+
 async def test_a_result_from_another_node_or_an_unbound_attempt_is_refused() -> None:
     w = World()
     await w.bind()
