@@ -23,6 +23,7 @@ from busched.fastpath.podview import pod_view_arrays
 from busched.framework import points
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.statement import Statement
+from tests.fastpath.test_kernels_batch import walk
 from tests.kernel_cases import cache_of, random_cluster
 
 WEIGHTED = DEFAULT_CONFIG.replace("  - name: binpack\n", """  - name: binpack
@@ -131,17 +132,7 @@ def test_feasible_scan_walks_like_the_loop(seed):
     n = rng.randint(1, 40)
     ok = np.array([rng.random() < 0.6 for _ in range(n)])
     start, to_find = rng.randrange(n), rng.randint(1, n)
-    found, processed, failed = [], 0, []
-    for k in range(n):
-        i = (start + k) % n
-        processed += 1
-        if ok[i]:
-            found.append(i)
-            if len(found) >= to_find:
-                break
-        else:
-            failed.append(i)
-    assert select.feasible_scan(ok, start, to_find) == (found, processed, failed)
+    assert select.feasible_scan(ok, start, to_find) == walk(ok, start, to_find)
 
 
 @pytest.mark.parametrize("seed", range(10))
