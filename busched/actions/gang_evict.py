@@ -31,14 +31,13 @@ from __future__ import annotations
 
 from busched.actions import gang_bundle as gb
 from busched.actions import gang_plan as gp
-from busched.actions.util import PREDICATE_ERROR_CACHE_KEY
+from busched.actions.util import PREDICATE_ERROR_CACHE_KEY, starving_by_queue
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import ZERO, Resource
 from busched.api.task import TaskInfo
 from busched.framework.hypernodes import CLUSTER_TOP
 from busched.framework.points import EvictionContext
-from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
@@ -85,21 +84,7 @@ class GangEvictionAction:
     # -- the action --------------------------------------------------------------------------------
     def execute(self, ssn: Session) -> None:
         self.parse_arguments(ssn)
-        queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
-        seen: set[str] = set()
-        starving: dict[str, PriorityQueue[JobInfo]] = {}
-        for job in ssn.jobs.values():
-            if job.is_pending() or ssn.job_valid(job) is not None:
-                continue
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
-            if queue.uid not in seen:
-                seen.add(queue.uid)
-                queues.push(queue)
-            if ssn.job_starving(job):
-                starving.setdefault(queue.uid, PriorityQueue(ssn.job_order_fn)).push(job)
-
+        queues, starving = starving_by_queue(ssn)
         while not queues.empty():
             queue = queues.pop()
             if not self.queue_may_evict(ssn, queue):

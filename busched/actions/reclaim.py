@@ -36,6 +36,7 @@ from busched.actions.util import (
     candidate_node_groups,
     predicate_error_cache,
     session_task,
+    starving_by_queue,
     victims_cover,
 )
 from busched.api.job import JobInfo
@@ -61,26 +62,10 @@ class ReclaimAction:
 
     def execute(self, ssn: Session) -> None:
         self._parse_arguments(ssn)
-        queues = PriorityQueue(ssn.queue_order_fn)
-        seen_queues: set[str] = set()
-        reclaimers: dict[str, PriorityQueue[JobInfo]] = {}
-        reclaimer_tasks: dict[str, PriorityQueue[TaskInfo]] = {}
-
-        for job in ssn.jobs.values():
-            if job.is_pending():
-                continue
-            if ssn.job_valid(job) is not None:
-                continue
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
-            if queue.uid not in seen_queues:
-                seen_queues.add(queue.uid)
-                queues.push(queue)
-            if ssn.job_starving(job):
-                reclaimers.setdefault(queue.uid, PriorityQueue(ssn.job_order_fn)).push(job)
-                reclaimer_tasks[job.uid] = PriorityQueue(
-                    ssn.task_order_fn, [t for t in job.tasks_in(TaskStatus.Pending) if not t.sch_gated])
+        queues, reclaimers = starving_by_queue(ssn)
+        reclaimer_tasks: dict[str, PriorityQueue[TaskInfo]] = {
+            job.uid: PriorityQueue(ssn.task_order_fn, [t for t in job.tasks_in(TaskStatus.Pending) if not t.sch_gated])
+            for jobs in reclaimers.values() for job in jobs.items()}
 
         while not queues.empty():
             queue = queues.pop()

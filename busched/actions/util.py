@@ -86,6 +86,26 @@ def drain(q: PriorityQueue[T]) -> list[T]:
     return out
 
 
+def starving_by_queue(ssn: Session) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo]]]:
+    """The queues of the session's valid, non-pending jobs in queue order, and per queue its starving jobs
+    in job order: where reclaim and the gang actions look for jobs to evict for."""
+    queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
+    seen: set[str] = set()
+    starving: dict[str, PriorityQueue[JobInfo]] = {}
+    for job in ssn.jobs.values():
+        if job.is_pending() or ssn.job_valid(job) is not None:
+            continue
+        queue = ssn.queues.get(job.queue)
+        if queue is None:
+            continue
+        if queue.uid not in seen:
+            seen.add(queue.uid)
+            queues.push(queue)
+        if ssn.job_starving(job):
+            starving.setdefault(queue.uid, PriorityQueue(ssn.job_order_fn)).push(job)
+    return queues, starving
+
+
 def sub_job_order(ssn: Session, job: JobInfo) -> Callable[[SubJobInfo, SubJobInfo], bool]:
     """The order ``job``'s sub-jobs are placed in (Volcano's allocate and gang actions alike): the fewest
     not-yet-ready sub-jobs that still make every policy's minSubGroups first, then the session's order."""

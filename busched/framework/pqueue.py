@@ -47,6 +47,10 @@ class PriorityQueue(Generic[T]):
     def __len__(self) -> int:
         return len(self._h)
 
+    def items(self) -> list[T]:
+        """The items waiting, in no particular order (the queue is left as it is)."""
+        return [e[1] if self._key is not None else e.v for e in self._h]
+
     def clone(self) -> PriorityQueue[T]:
         q: PriorityQueue[T] = PriorityQueue(self._less, key=self._key)
         q._h = list(self._h)
