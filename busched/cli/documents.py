@@ -75,7 +75,8 @@ def age(t: Any, now: float) -> str:
     return f"{s // 86400}d"
 
 
-def _res(d: dict[str, Any] | None) -> str:
+def resources_text(d: dict[str, Any] | None) -> str:
+    """A resource list for a table cell: memory in binary units, pods left out."""
     return ",".join(f"{k}={binary_units(str(v)) if k == 'memory' else v}"
                     for k, v in (d or {}).items() if k != "pods")
 
@@ -92,7 +93,7 @@ def _last_condition(row: dict[str, Any]) -> str:
 # command's clock (ages).  A header the plain table already has is not repeated.
 Column = tuple[str, Callable[[dict[str, Any], float], Any]]
 WIDE: dict[str, list[Column]] = {
-    "tasks": [("REQUESTS", lambda r, now: _res(r.get("requests"))),
+    "tasks": [("REQUESTS", lambda r, now: resources_text(r.get("requests"))),
               ("EXIT", lambda r, now: "" if r.get("exitCode") is None else r["exitCode"]),
               ("START", lambda r, now: r["spec"].get("startTime", "")),
               ("AGE", lambda r, now: age(r["spec"].get("created"), now))],
@@ -100,8 +101,8 @@ WIDE: dict[str, list[Column]] = {
               ("REFUSED", lambda r, now: r.get("refused", ""))],
     "jobs": [("CONDITION", lambda r, now: _last_condition(r)), ("REFUSED", lambda r, now: r.get("refused", "")),
              ("AGE", lambda r, now: age(r["spec"].get("created"), now))],
-    "queues": [("CAPABILITY", lambda r, now: _res(r.get("capability"))),
-               ("DESERVED", lambda r, now: _res(r["spec"].get("deserved"))),
+    "queues": [("CAPABILITY", lambda r, now: resources_text(r.get("capability"))),
+               ("DESERVED", lambda r, now: resources_text(r["spec"].get("deserved"))),
                ("REFUSED", lambda r, now: r.get("refused", "")),
                ("AGE", lambda r, now: age(r["spec"].get("created"), now))],
 }

@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Any
 
-from busched.api.quantity import binary_units
 from busched.cli import documents
 
 KINDS = ("nodes", "queues", "jobs", "tasks")
@@ -204,19 +203,16 @@ def _at_now(f: Any, printer: Printer) -> Any:
     return lambda row: f(row, printer.now)
 
 
-def _res(d: dict[str, Any]) -> str:
-    return ",".join(f"{k}={binary_units(str(v)) if k == 'memory' else v}" for k, v in d.items() if k != "pods")
-
-
 COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "nodes": [("NAME", "name"),
               ("STATE", lambda x: x["state"] + (",SchedulingDisabled" if x.get("unschedulable") else "")),
               ("TASKS", "tasks"),
-              ("ALLOCATABLE", lambda x: _res(x["allocatable"])), ("USED", lambda x: _res(x["used"]))],
+              ("ALLOCATABLE", lambda x: documents.resources_text(x["allocatable"])),
+              ("USED", lambda x: documents.resources_text(x["used"]))],
     "queues": [("NAME", "name"), ("WEIGHT", "weight"), ("STATE", "state"), ("JOBS", "jobs"),
                ("ORIGIN", "origin"), ("PENDING", lambda x: x.get("pending", 0)),
                ("RUNNING", lambda x: x.get("running", 0)), ("INQUEUE", lambda x: x.get("inqueue", 0)),
-               ("ALLOCATED", lambda x: _res(x.get("allocated") or {}))],
+               ("ALLOCATED", lambda x: documents.resources_text(x.get("allocated")))],
     "jobs": [("NAMESPACE", "namespace"), ("NAME", "name"), ("QUEUE", "queue"), ("MIN", "minMember"),
              ("PHASE", lambda x: phase(x)),
              ("TASKS", lambda x: ",".join(f"{k}={v}" for k, v in sorted(x["tasks"].items()))),

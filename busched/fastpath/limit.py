@@ -8,8 +8,8 @@ until enough nodes fit (Volcano's feasible-node sampling), the default node-orde
 over those nodes (least requested and balanced allocation, weight 1 each, and binpack with
 cpu and memory at weight 1; the constant scores of taints and image locality are left out),
 their best, and the chosen node's accounting.  The fit vector is kept while the tasks keep one
-shape (only the chosen node's entry changes), and the walk looks at a window first, as the
-scheduler's own kernels do.  That is the work any scheduler that places tasks one by one must
+shape (only the chosen node's entry changes), and the walk is the scheduler's own
+(`select.feasible_scan_array`: a window first).  That is the work any scheduler that places tasks one by one must
 do, written as cheaply as numpy allows; the ratio of the
 scheduler's rate to it says how much of the cycle is everything else.
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from busched.fastpath import select
 
 __all__ = ["KernelInput", "place_all"]
 
@@ -54,7 +56,6 @@ def place_all(inp: KernelInput) -> int:
     has_cpu, has_mem = a_cpu != 0, a_mem != 0
     safe_cpu, safe_mem = np.where(has_cpu, a_cpu, 1.0), np.where(has_mem, a_mem, 1.0)
     start, to_find = inp.start, min(inp.to_find, n)
-    window = 2 * to_find + 64
     agrees = 0
     shape = None
     ok = np.zeros(n, dtype=bool)
@@ -62,17 +63,8 @@ def place_all(inp: KernelInput) -> int:
         if (rc, rm) != shape:  # the fit of every node, kept while the tasks keep one shape
             shape = (rc, rm)
             ok = (u_cpu + rc <= a_cpu) & (u_mem + rm <= a_mem) & (u_pods + 1 <= a_pods)
-        # the walk from ``start``, wrapping, until ``to_find`` nodes fit (a window first)
-        head = ok[start:start + window].nonzero()[0]
-        if len(head) < to_find:
-            head = ok[start:].nonzero()[0]
-        if len(head) >= to_find:
-            rows = head[:to_find] + start
-            processed = int(head[to_find - 1]) + 1
-        else:
-            tail = ok[:start].nonzero()[0][:to_find - len(head)]
-            rows = np.concatenate((head + start, tail))
-            processed = n - start + (int(tail[-1]) + 1 if len(tail) else start)
+        # the walk from ``start``, wrapping, until ``to_find`` nodes fit: the scheduler's own scan
+        rows, processed, _ = select.feasible_scan_array(ok, start, to_find, failures=False)
         if to_find < n:
             start = (start + processed) % n
         if len(rows):

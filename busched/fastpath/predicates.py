@@ -22,7 +22,7 @@ from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import view_arrays
 from busched.fastpath.podview import PodViewArrays
 
-__all__ = ["predicate_mask", "stable_mask", "passing", "passing_reference"]
+__all__ = ["predicate_mask", "stable_mask", "passing"]
 
 TEMPLATE_UID_KEY = "volcano.sh/template-uid"
 KEEP_FROM = 2048  # nodes from which `passing` keeps the filter per template (below, afresh is cheaper)
@@ -91,8 +91,3 @@ def passing(plugin: Any, pv: PodViewArrays, arrays: NodeArrays, key: Any, stable
         return bool(max_tasks[r] > count[r] and stable[r])
 
     return rowcache.cached(arrays.cache, ck, (pv.log,), len(arrays.nodes), lambda: (max_tasks > count) & stable, one)
-
-
-def passing_reference(pv: PodViewArrays, stable: np.ndarray) -> np.ndarray:
-    """The plain form `passing` keeps: the filter over every node, computed afresh."""
-    return (pv.max_tasks > pv.count) & stable
