@@ -18,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
+
 from busched.agent.agent import Agent
 from busched.agent.executor import Executor
 from busched.api.objects import NodeSpec
+from busched.api.resource import PODS
 from busched.bus.client import Bus
 from busched.bus.connect import NatsOptions
 
@@ -46,9 +49,8 @@ def complete_nodes(nodes: list[NodeSpec]) -> list[NodeSpec]:
         if missing:
             raise ValueError(f"node {n.name}: allocatable has no {' and no '.join(missing)} "
                              f"(e.g. allocatable={{'cpu': '8', 'memory': '16Gi'}}): no task could fit it")
-        if "pods" not in n.allocatable:
-            alloc = {**n.allocatable, "pods": DEFAULT_PODS}
-            n = NodeSpec(**{f: getattr(n, f) for f in n.__struct_fields__ if f != "allocatable"}, allocatable=alloc)
+        if PODS not in n.allocatable:
+            n = msgspec.structs.replace(n, allocatable={**n.allocatable, PODS: DEFAULT_PODS})
         out.append(n)
     return out
 

@@ -19,6 +19,7 @@ from nats.js import api
 from busched.bus import subjects as S
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import JS_API, stream_position
+from busched.bus.streams import storage_type
 
 __all__ = ["BUCKET", "StreamFacts", "stream_facts", "stream_subjects", "read_since", "put_object", "get_object"]
 
@@ -109,7 +110,7 @@ async def _store(js: Any, bucket: str, *, create: bool, storage: str = "file", r
     except (nats.js.errors.NotFoundError, nats.js.errors.BucketNotFoundError):
         if not create:
             return None
-    st = api.StorageType.MEMORY if storage == "memory" else api.StorageType.FILE
+    st = storage_type(storage)
     cfg = api.ObjectStoreConfig(bucket=bucket, storage=st, replicas=replicas,
                                 description="busched scheduler checkpoints")
     return await js.create_object_store(bucket, config=cfg)

@@ -177,8 +177,7 @@ class Bus:
         self._publisher.condition = value
 
     def may_write(self) -> bool:
-        f = self._publisher.fence
-        return f is None or f()
+        return self._publisher.may_write()
 
     def lease(self, *, shard: str, holder: str, duration: float, clock: Callable[[], float],
               storage: str = "file", replicas: int = 1) -> lease_mod.Lease:

@@ -30,7 +30,8 @@ from typing import Annotated, Any
 
 import msgspec
 import nats.js.errors
-from nats.js import api
+
+from busched.bus.streams import storage_type
 
 __all__ = ["BUCKET", "LeaseRecord", "LeaseState", "Lease", "read_leases"]
 
@@ -76,7 +77,7 @@ async def open_bucket(js: Any, *, replicas: int = 1, storage: str = "file") -> A
         return await js.key_value(BUCKET)
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.NotFoundError):
         pass
-    st = api.StorageType.MEMORY if storage == "memory" else api.StorageType.FILE
+    st = storage_type(storage)
     try:
         return await js.create_key_value(bucket=BUCKET, history=1, replicas=replicas, storage=st, direct=True,
                                          description="busched scheduler leases, one key per shard")

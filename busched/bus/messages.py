@@ -56,7 +56,7 @@ __all__ = [
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
     "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord", "Event", "EventObject", "EventSource",
-    "EVENT_KINDS", "MAX_EVENT_MESSAGE", "MAX_EVENT_REASON",
+    "MAX_EVENT_MESSAGE", "MAX_EVENT_REASON",
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
@@ -411,7 +411,6 @@ class CycleRecord(Msg, tag="cycle"):
 
 
 # -- scheduling events ----------------------------------------------------------------------------------------------
-EVENT_KINDS = ("task", "job", "queue", "node")  # what an event is about (a job is a PodGroup)
 MAX_EVENT_REASON = 128
 MAX_EVENT_MESSAGE = 1024  # as Kubernetes' events.k8s.io note; the recorder cuts longer messages
 

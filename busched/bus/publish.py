@@ -93,6 +93,10 @@ class Publisher:
         self._futs: dict[str, asyncio.Future[Any]] = {}  # token -> the acknowledgement awaited
         self._counter = 0
 
+    def may_write(self) -> bool:
+        """Whether the fence (the lease, when there is an election) lets a write leave now."""
+        return self.fence is None or self.fence()
+
     async def publish(self, subject: str, msg: Msg | bytes, *, msg_id: str | None = None,
                       expected: int | None = None, timeout: float = 5.0) -> Ack:
         """Publish one message to a stream; ``expected`` makes it conditional (see `publish_all`)."""
@@ -106,7 +110,7 @@ class Publisher:
         deadline = loop.time() + timeout
         wait = RETRY_WAIT
         while True:
-            if self.fence is not None and not self.fence():  # (again before each resend)
+            if not self.may_write():  # (again before each resend)
                 return Ack(error=FENCED)
             try:
                 pa = await self.js.publish(subject, data, timeout=max(0.1, deadline - loop.time()),
@@ -200,7 +204,7 @@ class Publisher:
             f: asyncio.Future[Ack] = loop.create_future()
             futs.append(f)
             tokens.append(token)
-            if self.fence is not None and not self.fence():  # checked before each batch leaves, as before each message
+            if not self.may_write():  # checked before each batch leaves, as before each message
                 f.set_result(Ack(error=FENCED))
                 continue
             self._futs[token] = f

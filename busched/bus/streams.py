@@ -23,7 +23,8 @@ from nats.js import api
 from busched.bus import subjects as S
 from busched.bus.errors import BusError
 
-__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config", "allow_atomic"]
+__all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config", "allow_atomic",
+           "storage_type"]
 
 log = logging.getLogger("busched.bus")
 
@@ -47,13 +48,18 @@ class StreamSettings:
             raise ValueError(f"replicas must be 1 to 5, not {self.replicas}")
 
 
+def storage_type(name: str) -> api.StorageType:
+    """JetStream's storage type for busched's setting ("memory"; anything else is "file")."""
+    return api.StorageType.MEMORY if name == "memory" else api.StorageType.FILE
+
+
 async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, history: bool | None = None) -> None:
     """Create the state and decision streams unless they exist (an existing stream is left as configured, but
     for its replicas: see the module's docstring); with ``history`` (default: whether ``settings`` are given,
     i.e. the scheduler's) the history streams too."""
     st = settings or StreamSettings()
     history = settings is not None if history is None else history
-    storage = api.StorageType.MEMORY if st.storage == "memory" else api.StorageType.FILE
+    storage = storage_type(st.storage)
     configs = [
         api.StreamConfig(name=S.STATE_STREAM, subjects=[f"{S.STATE_PREFIX}.>"],
                          retention=api.RetentionPolicy.LIMITS, max_msgs_per_subject=st.state_history,

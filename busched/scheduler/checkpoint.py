@@ -252,7 +252,6 @@ class CheckpointWriter:
         self.may_write = may_write
         self.storage, self.replicas = storage, replicas
         self.written_seq = 0  # the sequence the last checkpoint written covers
-        self.last_bytes = 0
         self.writes = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -293,8 +292,9 @@ class CheckpointWriter:
             log.warning("state checkpoint of %d bytes exceeds the limit of %d: not written", len(blob),
                         self.settings.max_bytes)
             return 0
-        await self.bus.checkpoint_put(OBJECT, blob, storage=self.storage, replicas=self.replicas)
-        self.written_seq, self.last_bytes = covered, len(blob)
+        if not await self.bus.checkpoint_put(OBJECT, blob, storage=self.storage, replicas=self.replicas):
+            return 0  # deposed (fenced) while it was being built: nothing was written
+        self.written_seq = covered
         self.writes += 1
         log.info("state checkpoint written: %d subjects up to sequence %d, %d bytes", len(ck.seqs), covered,
                  len(blob))

@@ -197,11 +197,13 @@ class Queries:
         if not isinstance(req, m.GetRequest):
             return m.encode(m.GetReply(error=f"expected a get request, got {type(req).__name__}"))
         try:
-            items = self.with_specs(req.kind, self.view(req.kind)) if req.spec else self.view(req.kind)
+            items = self.view(req.kind)
         except ValueError as e:
             return m.encode(m.GetReply(kind=req.kind, error=str(e)))
         limit = max(1, min(req.limit, 5000))
         page = items[req.offset:req.offset + limit]
+        if req.spec:  # the page's specs only (a get of every task asks page by page)
+            page = self.with_specs(req.kind, page)
         nxt = req.offset + limit if req.offset + limit < len(items) else None
         reply = m.encode(m.GetReply(kind=req.kind, items=page, next=nxt))
         while len(reply) > self.max_payload() - 1024 and len(page) > 1:

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from busched.api.resource import Resource
-from busched.api.task import allocated_status
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.resources import resource_list
@@ -47,11 +46,6 @@ class QueueStatuses(StatusOutbox):
         """A status read back from the stream (catching up): what the next collect compares with."""
         self.recorded[name] = st
 
-    def forget(self, name: str) -> None:
-        """The queue is deleted: its status goes (the state feed purges its subject)."""
-        self.recorded.pop(name, None)
-        self.waiting.pop(S.queue_status_subject(name), None)
-
     def collect(self, ssn: Any) -> list[m.QueueStatus]:
         """Queue a ``queue.status`` for every queue of the session whose status changed; returns them."""
         allocated = {name: Resource() for name in ssn.queues}
@@ -65,11 +59,7 @@ class QueueStatuses(StatusOutbox):
                 if field is not None:
                     per = counts[job.queue]
                     per[field] = per.get(field, 0) + 1
-            held = Resource()
-            for status, tasks in job.status_index.items():
-                if allocated_status(status):
-                    for t in tasks.values():
-                        held.add(t.resreq)
+            held = job.allocated  # kept by the job as its tasks change (Volcano's job.Allocated)
             if held.is_empty():
                 continue
             for name in _chain(ssn.queues, job.queue, hierarchical):

@@ -14,7 +14,7 @@ import msgspec
 from busched.agent import fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.api.resource import Resource
-from busched.api.task import TaskStatus
+from busched.api.task import TaskStatus, allocated_status
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
@@ -39,6 +39,16 @@ class Job:
     phase: str
     status_index: dict[TaskStatus, dict[str, Task]] = field(default_factory=dict)
     has_podgroup: bool = True
+
+    @property
+    def allocated(self) -> Resource:
+        """What JobInfo keeps as its tasks change: the requests of its tasks in an allocated status."""
+        held = Resource()
+        for status, tasks in self.status_index.items():
+            if allocated_status(status):
+                for t in tasks.values():
+                    held.add(t.resreq)
+        return held
 
 
 @dataclass
