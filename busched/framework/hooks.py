@@ -48,7 +48,7 @@ class _Resolved(dict[Point[Any, Any], tw.Tiers]):
         self._fns = fns
 
     def __missing__(self, point: Point[Any, Any]) -> tw.Tiers:
-        r = self[point] = tw.resolve(self._config_tiers, self._fns[point], point.switch)
+        r = self[point] = tw.resolve(self._config_tiers, self._fns[point], point.switch, point.any_of)
         return r
 
 
@@ -59,7 +59,6 @@ class Hooks:
         self.twins: dict[Point[Any, Any], dict[str, Any]] = {p: {} for p in points.POINTS}
         self.lists = _Resolved(tiers, self.fns)  # point -> (plugin, callback) by tier
         self._twinned: dict[Point[Any, Any], list[tuple[str, Any, Any]]] = {}
-        self._simulating: dict[Any, tw.Tiers] = {}
 
     def add(self, point: Point[F, W], plugin: str, fn: F, twin: W | None = None) -> None:
         if point not in _KNOWN:
@@ -71,14 +70,12 @@ class Hooks:
             self.twins[point][plugin] = twin
         self.lists.pop(point, None)
         self._twinned.pop(point, None)
-        self._simulating.clear()
 
     def freeze(self) -> None:
         """Resolve every point's lists now (every plugin has registered)."""
         for point in points.POINTS:
-            self.lists[point] = tw.resolve(self.tiers, self.fns[point], point.switch)
+            self.lists[point] = tw.resolve(self.tiers, self.fns[point], point.switch, point.any_of)
         self._twinned.clear()
-        self._simulating.clear()
 
     def callbacks(self, point: Point[F, W]) -> list[list[tuple[str, F]]]:
         return self.lists[point]
@@ -97,14 +94,3 @@ class Hooks:
                 if p.name == plugin:
                     return p.enabled(switch)
         return False
-
-    def simulating(self, point: Point[F, W]) -> tw.Tiers:
-        """``point``'s callbacks by tier, kept only for plugins whose preemptable or allocatable switch is
-        on (Volcano's gate for its simulate-add-task and simulate-remove-task functions)."""
-        key = ("simulating", point)
-        got = self._simulating.get(key)
-        if got is None:
-            on = {p.name for tier in self.tiers for p in tier.plugins
-                  if p.enabled("preemptable") or p.enabled("allocatable")}
-            got = self._simulating[key] = [[(n, f) for n, f in row if n in on] for row in self.lists[point]]
-        return got

@@ -220,14 +220,17 @@ def switch_name(yaml_key: str) -> str:
 
 class Point(Generic[F, W]):
     """One extension point: callbacks of type ``F`` (twins of type ``W``), combined by ``combine``,
-    on for a plugin whose switch ``yaml`` is (None: always on)."""
+    on for a plugin whose switch ``yaml`` is (None: always on) and, when ``any_of`` names switches,
+    one of them is (Volcano gates its simulate-add/remove-task functions on two)."""
 
-    __slots__ = ("combine", "name", "switch", "yaml")
+    __slots__ = ("any_of", "combine", "name", "switch", "yaml")
 
-    def __init__(self, name: str, *, yaml: str | None, combine: Callable[..., Any]) -> None:
+    def __init__(self, name: str, *, yaml: str | None, combine: Callable[..., Any],
+                 any_of: tuple[str, ...] = ()) -> None:
         self.name = name
         self.yaml = yaml
         self.switch = switch_name(yaml) if yaml is not None else None
+        self.any_of = tuple(switch_name(k) for k in any_of)
         self.combine = combine
 
     def __repr__(self) -> str:
@@ -248,12 +251,14 @@ UNIFIED_EVICTABLE: Point[UnifiedEvictableFn, None] = Point("unified_evictable", 
                                                            combine=tw.intersect_victims)
 VICTIM_TASKS: Point[Sequence[VictimTasksFn], None] = Point("victim_tasks", yaml="enabledVictim",
                                                        combine=tw.union_victims)
-# The dry run of topology-aware preemption (Volcano's Simulate* functions).  The session walks
-# SIMULATE_ADD_TASK / SIMULATE_REMOVE_TASK only for plugins whose preemptable or allocatable switch is
-# on (two switches, as Volcano reads them: `Hooks.simulating`), so their own switch is None here.
-SIMULATE_ADD_TASK: Point[SimulateTaskFn, None] = Point("simulate_add_task", yaml=None, combine=tw.first_failure)
+# The dry run of topology-aware preemption (Volcano's Simulate* functions).  SIMULATE_ADD_TASK and
+# SIMULATE_REMOVE_TASK are on for plugins whose preemptable or allocatable switch is (two switches, as
+# Volcano reads them).
+_PREEMPTABLE_OR_ALLOCATABLE = ("enablePreemptable", "enabledAllocatable")
+SIMULATE_ADD_TASK: Point[SimulateTaskFn, None] = Point("simulate_add_task", yaml=None, combine=tw.first_failure,
+                                                       any_of=_PREEMPTABLE_OR_ALLOCATABLE)
 SIMULATE_REMOVE_TASK: Point[SimulateTaskFn, None] = Point("simulate_remove_task", yaml=None,
-                                                          combine=tw.first_failure)
+                                                          combine=tw.first_failure, any_of=_PREEMPTABLE_OR_ALLOCATABLE)
 SIMULATE_ALLOCATABLE: Point[QueueTaskCheckFn, None] = Point("simulate_allocatable", yaml="enabledAllocatable",
                                                             combine=tw.all_pass)
 SIMULATE_PREDICATE: Point[PredicateFn, None] = Point("simulate_predicate", yaml="enablePredicate",

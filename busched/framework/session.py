@@ -344,11 +344,11 @@ class Session:
     # a plugin keeps per preemptor (the predicates' inter-pod affinity counts).
     def simulate_remove_task(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo) -> None:
         """``task`` left ``node`` in the dry run for ``preemptor``; a plugin that cannot follow raises."""
-        tw.first_failure(self.hooks.simulating(points.SIMULATE_REMOVE_TASK), self._failed, preemptor, task, node)
+        tw.first_failure(self._lists[points.SIMULATE_REMOVE_TASK], self._failed, preemptor, task, node)
 
     def simulate_add_task(self, preemptor: TaskInfo, task: TaskInfo, node: NodeInfo) -> None:
         """``task`` is back on ``node`` in the dry run for ``preemptor``."""
-        tw.first_failure(self.hooks.simulating(points.SIMULATE_ADD_TASK), self._failed, preemptor, task, node)
+        tw.first_failure(self._lists[points.SIMULATE_ADD_TASK], self._failed, preemptor, task, node)
 
     def simulate_allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
         """Whether ``queue`` may take ``task`` as things stand in the dry run."""

@@ -32,13 +32,16 @@ Tiers = list[list[tuple[str, Any]]]
 Fail = Callable[[str, tuple[Any, ...], Exception], Exception]
 
 
-def resolve(tiers: Sequence[Tier], fns: dict[str, Any], switch: str | None) -> Tiers:
-    """Callbacks of one extension point grouped by tier; ``switch`` None means always on."""
+def resolve(tiers: Sequence[Tier], fns: dict[str, Any], switch: str | None, any_of: Sequence[str] = ()) -> Tiers:
+    """Callbacks of one extension point grouped by tier; ``switch`` None means always on; ``any_of``, when
+    given, keeps only the plugins with one of those switches on."""
     out: Tiers = []
     for tier in tiers:
         row = []
         for p in tier.plugins:
             if switch is not None and not p.enabled(switch):
+                continue
+            if any_of and not any(p.enabled(s) for s in any_of):
                 continue
             fn = fns.get(p.name)
             if fn is not None:
