@@ -33,7 +33,8 @@ from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
-from busched.framework.nodeselect import PredicateHelper, choose_node, gradients
+from busched.framework import nodeselect
+from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
@@ -198,15 +199,7 @@ class AllocateAction:
 
     def best_node(self, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
         """Score in gradients: idle (in shard, then elsewhere), then future idle (same split)."""
-        for bucket in gradients(self.ssn, task, nodes):
-            if not bucket:
-                continue
-            if len(bucket) == 1:
-                return bucket[0]
-            best = choose_node(self.ssn, task, bucket)
-            if best is not None:
-                return best
-        return None
+        return nodeselect.best_node(self.ssn, task, nodes)
 
     def place(self, stmt: Statement, task: TaskInfo, node: NodeInfo) -> None:
         if task.init_resreq.less_equal(node.idle):

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
-from busched.api.resource import Resource
+from busched.api.resource import Resource, total
 from busched.api.subjob import SubJobInfo
-from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.api.task import TaskInfo
 
 __all__ = ["SAFE", "WHOLE", "Bundle", "job_bundles", "flatten", "keep_allowed", "sort_for_preempt",
            "sort_for_reclaim"]
@@ -47,13 +47,6 @@ class Bundle:
     whole: Resource  # what evicting it costs beyond them: the whole job (empty for a safe bundle)
 
 
-def _sum(tasks: list[TaskInfo]) -> Resource:
-    r = Resource()
-    for t in tasks:
-        r.add(t.resreq)
-    return r
-
-
 def job_bundles(job: JobInfo, candidates: list[TaskInfo]) -> list[Bundle]:
     """Split one job's candidate tasks into its safe and whole bundles (lowest priority first)."""
     if not candidates:
@@ -61,19 +54,14 @@ def job_bundles(job: JobInfo, candidates: list[TaskInfo]) -> list[Bundle]:
     tasks = sorted(candidates, key=lambda t: (t.priority, t.uid))
     job_surplus = job.ready_task_num() - job.min_available
     if job_surplus < 0:  # not gang-ready already: evicting more breaks nothing further
-        return [Bundle(SAFE, job, tasks, _sum(tasks), Resource())]
+        return [Bundle(SAFE, job, tasks, total(t.resreq for t in tasks), Resource())]
 
     # roles: how many tasks each role with a minimum can lose (skipped, as the gang check does,
     # when minAvailable is below the roles' minimums together)
     enforce_roles = job.min_available >= job.task_min_available_total
     role_surplus: dict[str, int] = {}
     if enforce_roles:
-        ready: dict[str, int] = {}
-        for status, by_uid in job.status_index.items():
-            for t in by_uid.values():
-                if (allocated_status(status) or status == TaskStatus.Succeeded
-                        or (status == TaskStatus.Pending and t.init_resreq.is_empty())):
-                    ready[t.role] = ready.get(t.role, 0) + 1
+        ready = job.allocated_roles()
         role_surplus = {role: ready.get(role, 0) - m for role, m in job.task_min_available.items()}
 
     # sub-group policies: how many ready sub-jobs each group can lose; a sub-job missing a pod is broken
@@ -112,9 +100,9 @@ def job_bundles(job: JobInfo, candidates: list[TaskInfo]) -> list[Bundle]:
 
     out = []
     if safe:
-        out.append(Bundle(SAFE, job, safe, _sum(safe), Resource()))
+        out.append(Bundle(SAFE, job, safe, total(t.resreq for t in safe), Resource()))
     if whole:
-        out.append(Bundle(WHOLE, job, whole, _sum(whole), _sum(list(job.tasks.values()))))
+        out.append(Bundle(WHOLE, job, whole, total(t.resreq for t in whole), job.total_request.clone()))
     return out
 
 
@@ -132,7 +120,7 @@ def keep_allowed(bundles: list[Bundle], allowed: set[str]) -> list[Bundle]:
             if ok and len(ok) == len(b.tasks):
                 out.append(b)
         elif ok:
-            out.append(Bundle(b.kind, b.job, ok, _sum(ok), b.whole))
+            out.append(Bundle(b.kind, b.job, ok, total(t.resreq for t in ok), b.whole))
     return out
 
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from busched.actions import gang_bundle as gb
 from busched.actions import gang_plan as gp
-from busched.actions.util import PREDICATE_ERROR_CACHE_KEY, starving_by_queue
+from busched.actions.util import predicate_error_cache, starving_by_queue
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
-from busched.api.resource import ZERO, Resource
+from busched.api.resource import ZERO, Resource, total
 from busched.api.task import TaskInfo
 from busched.framework.hypernodes import CLUSTER_TOP
 from busched.framework.points import EvictionContext
@@ -64,8 +64,7 @@ class GangEvictionAction:
         if self.max_domains <= 0:
             self.max_domains = DEFAULT_MAX_DOMAINS
         self.allow_whole_bundle = args.get_bool(ALLOW_WHOLE_BUNDLE_KEY, self.allow_whole_bundle)
-        self.enable_predicate_error_cache = ssn.config.action_arguments("allocate").get_bool(
-            PREDICATE_ERROR_CACHE_KEY, True)
+        self.enable_predicate_error_cache = predicate_error_cache(ssn.config, "allocate")
 
     # -- what each action decides ------------------------------------------------------------------
     def queue_may_evict(self, ssn: Session, queue: QueueInfo) -> bool:
@@ -104,7 +103,7 @@ class GangEvictionAction:
         pending = gp.pending_for_eviction(ssn, job)
         if not pending or not self.job_may_evict(ssn, queue, pending):
             return {}
-        need = gp.sum_init_resreq(pending)
+        need = total(t.init_resreq for t in pending)
         topo = ssn.topology
         for domain in gp.candidate_domains(ssn, job, self.max_domains):
             nodes = topo.real_nodes_list.get(domain) or []
@@ -113,7 +112,7 @@ class GangEvictionAction:
             bundles = self.select_bundles(ssn, job, need, domain)
             if not bundles:
                 continue
-            idle = gp.idle_and_releasing(nodes)
+            idle = total(r for n in nodes for r in (n.idle, n.releasing))
             hn = topo.hypernodes.get(domain) or topo.hypernodes[CLUSTER_TOP]
             victims: list[TaskInfo] = []
             for b in bundles:

@@ -24,37 +24,21 @@ from busched.actions.util import drain, session_task, sub_job_order
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
-from busched.api.resource import ZERO, Resource
+from busched.api.resource import ZERO
 from busched.api.subjob import SubJobInfo
-from busched.api.task import TaskInfo, TaskStatus
+from busched.api.task import PREEMPTABLE_KEY, TaskInfo, TaskStatus
 from busched.framework.hypernodes import CLUSTER_TOP, HyperNodeInfo
-from busched.framework.nodeselect import PredicateHelper, choose_node, gradients, unresolvable_filtered_nodes
+from busched.framework.nodeselect import PredicateHelper, best_node, unresolvable_filtered_nodes
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
 __all__ = ["PURPOSE_EVICT", "Plan", "Worksheet", "candidate_domains", "pending_for_eviction", "nomination_plan",
-           "job_preemptable_for_gang", "sum_init_resreq", "idle_and_releasing", "apply_nominations"]
+           "job_preemptable_for_gang", "apply_nominations"]
 
 PURPOSE_EVICT = "evict"
-PREEMPTABLE_KEY = "volcano.sh/preemptable"
 
 Plan = list[tuple[str, TaskInfo, str, str, bool]]  # Statement.save()
-
-
-def sum_init_resreq(tasks: list[TaskInfo]) -> Resource:
-    r = Resource()
-    for t in tasks:
-        r.add(t.init_resreq)
-    return r
-
-
-def idle_and_releasing(nodes: list[NodeInfo]) -> Resource:
-    r = Resource()
-    for n in nodes:
-        r.add(n.idle)
-        r.add(n.releasing)
-    return r
 
 
 def job_preemptable_for_gang(job: JobInfo) -> bool:
@@ -204,7 +188,7 @@ def _trial(ssn: Session, queue: QueueInfo | None, job: JobInfo, sj: SubJobInfo, 
             except Exception:  # noqa: BLE001 - a failing pre-predicate: the task goes nowhere
                 return None
             found, _ = helper.predicate_nodes(task, nodes, ssn.predicate_for_preempt, resource_fit=task.init_resreq)
-            best = _best_node(ssn, task, found)
+            best = best_node(ssn, task, found)
             if best is None or not task.init_resreq.less_equal(best.future_idle(), ZERO):
                 return None
             try:
@@ -230,15 +214,3 @@ def _usable(ssn: Session, task: TaskInfo, candidate: list[NodeInfo]) -> list[Nod
         return candidate
     allowed = {n.name for n in schedulable}
     return [n for n in candidate if n.name in allowed]
-
-
-def _best_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
-    """Allocate's choice: the first non-empty gradient (idle, then future idle; this shard first)
-    and the best-scored node in it."""
-    for group in gradients(ssn, task, nodes):
-        if not group:
-            continue
-        best = group[0] if len(group) == 1 else choose_node(ssn, task, group)
-        if best is not None:
-            return best
-    return None

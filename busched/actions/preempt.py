@@ -76,7 +76,7 @@ from busched.actions.util import (
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.queue import QueueInfo
-from busched.api.resource import ZERO, Resource
+from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework.nodeselect import PredicateHelper, prioritize_nodes, unresolvable_filtered_nodes
 from busched.framework.pqueue import PriorityQueue
@@ -332,11 +332,8 @@ def select_victims_on_node(ssn: Session, preemptor: TaskInfo, queue: QueueInfo |
 
 
 def _fits_in_dry_run(ssn: Session, queue: QueueInfo | None, task: TaskInfo, node: NodeInfo) -> bool:
-    if queue is not None and not ssn.simulate_allocatable(queue, task):
-        return False
-    if not task.init_resreq.less_equal(node.future_idle(), ZERO):
-        return False
-    return _simulated_predicate_passes(ssn, task, node)
+    return fits_on_node(ssn, queue, task, node, allocatable=ssn.simulate_allocatable,
+                        predicate=ssn.simulate_predicate)
 
 
 def _simulated_predicate_passes(ssn: Session, task: TaskInfo, node: NodeInfo) -> bool:

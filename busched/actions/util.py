@@ -195,14 +195,22 @@ def victims_cover(preemptor: TaskInfo, node: NodeInfo, victims: Iterable[TaskInf
     return preemptor.init_resreq.less_equal(future, ZERO)
 
 
-def fits_on_node(ssn: Session, queue: QueueInfo | None, task: TaskInfo, node: NodeInfo) -> bool:
-    """The queue may take the task, the node's future idle holds it, and every predicate passes."""
-    if queue is not None and not ssn.allocatable(queue, task):
+def fits_on_node(ssn: Session, queue: QueueInfo | None, task: TaskInfo, node: NodeInfo, *,
+                 allocatable: Callable[[QueueInfo, TaskInfo], bool] | None = None,
+                 predicate: Callable[[TaskInfo, NodeInfo], None] | None = None) -> bool:
+    """The queue may take the task, the node's future idle holds it, and every predicate passes.
+    ``allocatable`` and ``predicate`` are the session's ``allocatable`` and ``predicate_fn`` unless
+    given (preempt's dry run gives ``simulate_allocatable`` and ``simulate_predicate``)."""
+    if allocatable is None:
+        allocatable = ssn.allocatable
+    if predicate is None:
+        predicate = ssn.predicate_fn
+    if queue is not None and not allocatable(queue, task):
         return False
     if not task.init_resreq.less_equal(node.future_idle(), ZERO):
         return False
     try:
-        ssn.predicate_fn(task, node)
+        predicate(task, node)
     except FitError:
         return False
     except Exception:  # noqa: BLE001 - a predicate that breaks means the task does not fit
@@ -251,13 +259,6 @@ class TrialEvictions:
         node = self.ssn.nodes.get(task.node_name)
         if self.preemptor is not None and node is not None:
             fn(self.preemptor, task, node)
-
-    def evicted(self, task: TaskInfo) -> bool:
-        return task.uid in self._open
-
-    def active(self) -> bool:
-        """Whether any trial eviction was made since the last discard (standing or undone)."""
-        return bool(self._saved)
 
     def discard(self) -> None:
         """Undo every standing eviction, the last first; a plugin refusing an undo does not stop the rest."""

@@ -26,7 +26,8 @@ from busched.framework.config import SearchOptions
 from busched.framework.session import Session
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
-           "select_best_node", "choose_node", "gradients", "insufficient_reason", "unresolvable_filtered_nodes"]
+           "select_best_node", "choose_node", "gradients", "best_node", "insufficient_reason",
+           "unresolvable_filtered_nodes"]
 
 SHARD_ERROR = "node isn't in scheduler node shard"
 
@@ -281,6 +282,20 @@ def gradients(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[list[
         elif task.init_resreq.less_equal(n.future_idle()):
             buckets[2 + other].append(n)
     return buckets
+
+
+def best_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
+    """Allocate's choice: the first non-empty gradient (idle, then future idle; this shard first)
+    and the best-scored node in it."""
+    for bucket in gradients(ssn, task, nodes):
+        if not bucket:
+            continue
+        if len(bucket) == 1:
+            return bucket[0]
+        best = choose_node(ssn, task, bucket)
+        if best is not None:
+            return best
+    return None
 
 
 def select_best_node(ssn: Session, node_scores_: dict[float, list[NodeInfo]]) -> tuple[NodeInfo | None, float]:

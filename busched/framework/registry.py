@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from busched.framework.arguments import declared_of
+
 __all__ = ["Plugin", "Action", "Registry", "PluginBuilder"]
 
 
@@ -58,8 +60,7 @@ class Registry(Mapping[str, Callable[..., Any]]):
     def reads_arguments(self, name: str) -> tuple[str, ...] | None:
         """The argument names the plugin or action ``name`` declares it reads (``reads_arguments`` on
         its builder or the class it builds; busched.framework.arguments), None when it declares none."""
-        names = getattr(self._entries[name], "reads_arguments", None)
-        return None if names is None else tuple(names)
+        return declared_of(self._entries[name])
 
     def reads_clock(self, name: str) -> bool:
         """Whether the plugin ``name`` declares ``reads_clock`` (its builder, or the class it builds, says so)."""

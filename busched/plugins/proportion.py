@@ -237,10 +237,7 @@ class ProportionPlugin:
         request stands for the sum of one (the same values), which is not built."""
         if task is None or q.state != QueueState.Open:
             return self.queue_allocatable(q, [task])
-        attr = self.queue_opts.get(q.uid)
-        if attr is None:
-            return False
-        return attr.allocated.plus_less_equal_with_dimension(task.resreq, attr.deserved)
+        return self.simulate_allocatable(q, task)
 
     def enqueueable(self, ssn: Session, job: JobInfo) -> int:
         queue = ssn.queues.get(job.queue)

@@ -75,7 +75,6 @@ class DeviceShareSettings:
     gpu_sharing: bool = False  # deviceshare.GPUSharingEnable
     gpu_number: bool = False  # deviceshare.GPUNumberEnable
     vgpu: bool = False  # deviceshare.VGPUEnable
-    node_lock: bool = False  # deviceshare.NodeLockEnable (no effect in busched)
     policy: str = ""  # deviceshare.SchedulePolicy
     weight: int = 0  # deviceshare.ScheduleWeight
     rules: list[dict[str, str]] = field(default_factory=list)  # deviceshare.GPUExclusiveRules
@@ -86,8 +85,9 @@ class DeviceShareSettings:
         for key in NOT_IMPLEMENTED:
             if args.get_bool(key, False):
                 raise ArgumentError(f"{PLUGIN}: {key}: Ascend NPU sharing is not implemented in busched")
+        args.get_bool(NODE_LOCK, False)  # accepted and checked; no effect in busched (one writer per node)
         s = cls(gpu_sharing=args.get_bool(GPU_SHARING, False), gpu_number=args.get_bool(GPU_NUMBER, False),
-                vgpu=args.get_bool(VGPU, False), node_lock=args.get_bool(NODE_LOCK, False),
+                vgpu=args.get_bool(VGPU, False),
                 policy=args.get_str(SCHEDULE_POLICY, ""), weight=args.get_int(SCHEDULE_WEIGHT, 0),
                 rules=parse_rules(args.get(RULES_KEY)))
         if s.gpu_sharing and s.gpu_number:

@@ -63,6 +63,7 @@ class ExclusiveVgpu:
     @classmethod
     def open(cls, inner: VgpuDevices, rules: list[Rule], tasks: Iterable[TaskInfo]) -> ExclusiveVgpu:
         ex = cls(inner, rules)
+        by_uuid = {c.uuid: i for i, c in inner.cards.items()}
         for task in tasks:
             matched = matching_rules(task.labels, rules)
             if not matched:
@@ -70,7 +71,6 @@ class ExclusiveVgpu:
             ex.task_rules[task.uid] = set(matched)
             cards = ex.cards_of(task.uid)
             if not cards:  # not in the bookkeeping: the cards its annotation names
-                by_uuid = {c.uuid: i for i, c in inner.cards.items()}
                 cards = {by_uuid[d.uuid] for devs in codec.decode_pod_devices(task.annotations.get(ASSIGNED_IDS, ""))
                          for d in devs if d.uuid in by_uuid}
             ex.reserve(matched, cards)

@@ -95,10 +95,6 @@ class GpuShareDevices:
                 cards.pop(int(sid), None)
         return cls(node.name, cards, sharing=sharing, number=number)
 
-    def clone(self) -> GpuShareDevices:
-        cards = {i: GpuCard(c.id, c.memory, dict(c.tasks)) for i, c in self.cards.items()}
-        return GpuShareDevices(self.node, cards, sharing=self.sharing, number=self.number)
-
     # -- what a task asks for -------------------------------------------------------------------------
     def has_request(self, task: TaskInfo) -> bool:
         return (self.sharing and gpu_memory_of(task) > 0) or (self.number and gpu_number_of(task) > 0)

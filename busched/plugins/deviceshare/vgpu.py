@@ -118,11 +118,6 @@ class VgpuCard:
             self.used_mem -= use.mem
             self.used_cores -= use.cores
 
-    def clone(self) -> VgpuCard:
-        tasks = {u: CardUse(c.num, c.mem, c.cores, c.group) for u, c in self.tasks.items()}
-        return VgpuCard(self.index, self.uuid, self.number, self.memory, self.type, self.health,
-                        self.used_num, self.used_mem, self.used_cores, tasks)
-
 
 def gpu_score(policy: str, used_num: int, used_mem: int, memory: int) -> float:
     """One card's score under ``policy`` (Volcano's GPUScore), from its use."""
@@ -178,11 +173,6 @@ class VgpuDevices:
         # MIG needs the device ConfigMap's geometries, which busched does not read: hami-core, as Volcano falls back
         cards = {e.index: VgpuCard(e.index, e.uuid, e.number, e.memory, e.type, e.health) for e in entries}
         return cls(node.name, cards, codec.HAMI_CORE)
-
-    def clone(self) -> VgpuDevices:
-        d = VgpuDevices(self.node, {i: c.clone() for i, c in self.cards.items()}, self.mode)
-        d.policy = self.policy
-        return d
 
     def card_named(self, uuid: str) -> VgpuCard | None:
         for card in self.cards.values():
