@@ -389,10 +389,15 @@ def node_shard(s: o.NodeShardSpec) -> Any:
     return k8s.parse_label_selector(sel)
 
 
-def shard_members(s: o.NodeShardSpec, nodes: Iterable[o.NodeSpec]) -> frozenset[str]:
+_UNPARSED: Any = object()
+
+
+def shard_members(s: o.NodeShardSpec, nodes: Iterable[o.NodeSpec], sel: Any = _UNPARSED) -> frozenset[str]:
     """The names of ``nodes`` in the shard: named by ``nodesDesired`` or matched by ``nodeSelector``.  A name
-    of ``nodesDesired`` with no node yet is kept (the node may register later)."""
-    sel = node_shard(s)
+    of ``nodesDesired`` with no node yet is kept (the node may register later).  ``sel``: the selector as
+    `node_shard` parsed it, when the caller kept it (parsed here when not given)."""
+    if sel is _UNPARSED:
+        sel = node_shard(s)
     out = set(s.nodes_desired)
     if sel is not None:
         out.update(n.name for n in nodes if k8s.selector_matches(sel, n.labels))

@@ -120,15 +120,13 @@ async def _through_bus(spec: o.ClusterSpec, config_name: str, seed: int, store: 
         n_events = len(events)
         t_pub = time.perf_counter()
         cut = max(0, len(events) - TAIL)
-        for i in range(0, len(events), 2000):
-            if i == cut or (i < cut < i + 2000):
-                await _publish(pub, events[i:cut])
-                t_ck = time.perf_counter()
-                ck_bytes = await CheckpointWriter(pub, CheckpointSettings(), lambda: True).write_once(force=True)
-                ck_s = time.perf_counter() - t_ck
-                await _publish(pub, events[cut:i + 2000])
-            else:
-                await _publish(pub, events[i:i + 2000])
+        for i in range(0, cut, 2000):
+            await _publish(pub, events[i:min(i + 2000, cut)])
+        t_ck = time.perf_counter()
+        ck_bytes = await CheckpointWriter(pub, CheckpointSettings(), lambda: True).write_once(force=True)
+        ck_s = time.perf_counter() - t_ck
+        for i in range(cut, len(events), 2000):
+            await _publish(pub, events[i:i + 2000])
         published = time.perf_counter() - t_pub
         await pub.close()
         del events

@@ -19,6 +19,7 @@ import msgspec
 from busched.api import build
 from busched.api.objects import DEFAULT_QUEUE, ClusterSpec
 from busched.api.timestamp import Timestamp
+from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
@@ -95,11 +96,6 @@ def check_cluster(cluster: ClusterSpec, where: str = "cluster") -> None:
                 raise ClusterFileError(f"{where}: {e}") from None
 
 
-def _key(spec: Any) -> str:
-    ns = getattr(spec, "namespace", None)
-    return f"{ns}/{spec.name}" if ns is not None else spec.name
-
-
 def cluster_events(cluster: ClusterSpec, *, delete: bool = False,
                    version: int | None = None) -> list[tuple[str, m.Msg]]:
     """(subject, message) for every object, upserts in `APPLY_ORDER`, deletes in reverse."""
@@ -109,7 +105,7 @@ def cluster_events(cluster: ClusterSpec, *, delete: bool = False,
     for kind, attr in order:
         for spec in getattr(cluster, attr):
             msg = m.delete(kind, spec, v) if delete else m.upsert(kind, spec, v)
-            out.append((S.state_subject(kind, _key(spec)), msg))
+            out.append((S.state_subject(kind, m.spec_key(spec)), msg))
     return out
 
 
@@ -128,7 +124,7 @@ def with_created(cluster: ClusterSpec, now: float, kept: Mapping[str, Timestamp]
         specs = getattr(cluster, attr)
         if any(s.created is None for s in specs):
             changes[attr] = [s if s.created is not None else
-                             msgspec.structs.replace(s, created=kept.get(S.state_subject(kind, _key(s)), stamp))
+                             msgspec.structs.replace(s, created=kept.get(S.state_subject(kind, m.spec_key(s)), stamp))
                              for s in specs]
     return msgspec.structs.replace(cluster, **changes) if changes else cluster
 
@@ -136,7 +132,7 @@ def with_created(cluster: ClusterSpec, now: float, kept: Mapping[str, Timestamp]
 async def existing_created(bus: Bus, cluster: ClusterSpec, *, concurrency: int = 64) -> dict[str, Timestamp]:
     """State subject -> ``created`` of each queue, job and task of ``cluster`` that has none and whose
     last message on the stream is an upsert that has one (one direct get per such object)."""
-    wanted = [(kind, S.state_subject(kind, _key(s))) for kind, attr in CREATED_KINDS
+    wanted = [(kind, S.state_subject(kind, m.spec_key(s))) for kind, attr in CREATED_KINDS
               for s in getattr(cluster, attr) if s.created is None]
     out: dict[str, Timestamp] = {}
     gate = asyncio.Semaphore(concurrency)
@@ -183,9 +179,9 @@ def missing_references(cluster: ClusterSpec, *, also: ClusterSpec | None = None)
     The ``default`` queue is always there (the scheduler's built-in one, `busched.api.objects.DEFAULT_QUEUE`)."""
     have = {("queue", q.name) for c in (cluster, also) if c is not None for q in c.queues}
     have.add(("queue", DEFAULT_QUEUE))
-    have |= {("job", _key(j)) for c in (cluster, also) if c is not None for j in c.jobs}
-    out = [("job", _key(j), "queue", j.queue) for j in cluster.jobs if j.queue and ("queue", j.queue) not in have]
-    out += [("task", _key(t), "job", f"{t.namespace}/{t.job}") for t in cluster.tasks
+    have |= {("job", m.spec_key(j)) for c in (cluster, also) if c is not None for j in c.jobs}
+    out = [("job", m.spec_key(j), "queue", j.queue) for j in cluster.jobs if j.queue and ("queue", j.queue) not in have]
+    out += [("task", m.spec_key(t), "job", f"{t.namespace}/{t.job}") for t in cluster.tasks
             if t.job and ("job", f"{t.namespace}/{t.job}") not in have]
     return sorted(out)
 
@@ -224,16 +220,10 @@ async def jobs_in_closed_queues(bus: Bus, cluster: ClusterSpec, *,
     asked = sorted({j.queue for j in cluster.jobs if j.queue and j.queue not in in_files})
     states = dict(in_files)
     for name in asked:
-        last = await bus.last_state(S.state_subject("queue", name))
-        if last is None:
-            continue
-        try:
-            msg = m.decode(last[1])
-        except msgspec.DecodeError:
-            continue
-        if isinstance(msg, m.QueueUpsert):
-            states[name] = msg.queue.state
-    return [(_key(j), j.queue, states[j.queue]) for j in cluster.jobs
+        queue, _ = await edit.read_object(bus, "queue", name)
+        if queue is not None:
+            states[name] = queue.state
+    return [(m.spec_key(j), j.queue, states[j.queue]) for j in cluster.jobs
             if states.get(j.queue, "Open") != "Open"]
 
 
@@ -244,6 +234,6 @@ def describe_events(cluster: ClusterSpec, *, delete: bool = False) -> list[str]:
     order = reversed(APPLY_ORDER) if delete else APPLY_ORDER
     for kind, attr in order:
         for spec in getattr(cluster, attr):
-            out.append(f"{'delete' if delete else 'upsert'} {kind} {_key(spec)} -> "
-                       f"{S.state_subject(kind, _key(spec))}")
+            out.append(f"{'delete' if delete else 'upsert'} {kind} {m.spec_key(spec)} -> "
+                       f"{S.state_subject(kind, m.spec_key(spec))}")
     return out

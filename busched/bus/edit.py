@@ -54,11 +54,6 @@ class Changed:
     before: Any
 
 
-def _key(spec: Any) -> str:
-    ns = getattr(spec, "namespace", None)
-    return f"{ns}/{spec.name}" if ns is not None else spec.name
-
-
 async def read_object(bus: Bus, kind: str, key: str) -> tuple[Any, int]:
     """The object's spec as its subject's last message says (None when absent or deleted) and that
     message's sequence (0 when the subject is empty)."""
@@ -75,11 +70,11 @@ async def read_object(bus: Bus, kind: str, key: str) -> tuple[Any, int]:
     return None, seq
 
 
-async def read_kind(bus: Bus, kind: str, under: str = "") -> list[Any]:
+async def read_kind(bus: Bus, kind: str, under: str = "", *, timeout: float = 10.0) -> list[Any]:
     """Every live object of ``kind`` on the stream (``under``: a namespace, for namespaced kinds)."""
     subject = f"{S.STATE_PREFIX}.{kind}.{S.token(under) + '.' if under else ''}>"
     out = []
-    for _, _, data in await bus.last_per_subject(subject):
+    for _, _, data in await bus.last_per_subject(subject, timeout):
         try:
             msg = m.decode(data)
         except msgspec.DecodeError:
@@ -105,8 +100,8 @@ async def change_object(bus: Bus, kind: str, key: str, change: Callable[[Any], A
                 raise Refused(f"no {kind} {key!r}")
             msg = m.delete(kind, current, version)
         else:
-            if _key(new) != key:
-                raise Refused(f"{kind} {key!r}: a change may not rename it to {_key(new)!r}")
+            if m.spec_key(new) != key:
+                raise Refused(f"{kind} {key!r}: a change may not rename it to {m.spec_key(new)!r}")
             build.validate(kind, new)
             msg = m.upsert(kind, new, version)
         ack = await bus.publish(subject, msg, expected=seq)

@@ -56,7 +56,7 @@ __all__ = [
     "EvictDecision", "BindAccepted", "BindRejected", "TaskPhaseChanged", "NodeHeartbeat", "GetRequest", "GetReply",
     "LookupRequest", "DrainRequest", "Message", "MESSAGE_TYPES", "STATE_EVENTS", "UPSERTS", "DELETES", "encode",
     "decode", "DecodeError", "BINDING_LIVE_STATES", "CycleRecord", "Event", "EventObject", "EventSource",
-    "MAX_EVENT_MESSAGE", "MAX_EVENT_REASON",
+    "MAX_EVENT_MESSAGE", "MAX_EVENT_REASON", "spec_key",
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
@@ -513,6 +513,12 @@ DELETE_TYPES = frozenset(DELETES.values())  # by exact type: `type(msg) in DELET
 def object_kind(msg: Msg) -> str | None:
     """The object kind of a state event, None for other messages."""
     return _KIND_OF.get(type(msg))
+
+
+def spec_key(spec: Any) -> str:
+    """``ns/name`` of a namespaced spec, ``name`` of the others: the key of its state subject."""
+    ns = getattr(spec, "namespace", None)
+    return f"{ns}/{spec.name}" if ns is not None else str(spec.name)
 
 
 def object_key(msg: Msg) -> str:

@@ -13,23 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
 import nats.js.errors
 
 from busched.api import k8s, selectors
 from busched.api.objects import ClusterSpec
+from busched.bus import edit
 from busched.bus import messages as m
-from busched.bus import subjects as S
 from busched.bus.client import Bus
 
 __all__ = ["PRUNABLE_KINDS", "covered_kinds", "on_bus", "to_prune"]
 
 PRUNABLE_KINDS = (("node", "nodes"), ("job", "jobs"), ("task", "tasks"))  # (kind, ClusterSpec attribute)
-
-
-def _key(spec: Any) -> str:
-    ns = getattr(spec, "namespace", None)
-    return f"{ns}/{spec.name}" if ns is not None else str(spec.name)
 
 
 def covered_kinds(clusters: Iterable[ClusterSpec]) -> list[tuple[str, str]]:
@@ -41,26 +35,17 @@ def covered_kinds(clusters: Iterable[ClusterSpec]) -> list[tuple[str, str]]:
 async def on_bus(bus: Bus, kind: str, timeout: float = 10.0) -> list[Any]:
     """The specs of the ``kind`` objects on the state stream (whose last message is an upsert we can read)."""
     try:
-        got = await bus.last_per_subject(f"{S.STATE_PREFIX}.{kind}.>", timeout)
+        return await edit.read_kind(bus, kind, timeout=timeout)  # an undecodable message: not ours to delete
     except nats.js.errors.NotFoundError:
         return []  # no state stream yet: nothing on the bus
-    out = []
-    for _, _, data in got:
-        try:
-            msg = m.decode(data)
-        except msgspec.DecodeError:
-            continue  # not ours to delete: the scheduler refused it too
-        if type(msg) is m.UPSERTS[kind]:
-            out.append(getattr(msg, m.SPEC_FIELD[kind]))
-    return out
 
 
 async def to_prune(bus: Bus, clusters: list[ClusterSpec], selector: tuple[k8s.Requirement, ...]) -> ClusterSpec:
     """The objects on the bus that the selector matches and no file has, of the kinds the files cover."""
     prune: dict[str, list[Any]] = {}
     for kind, attr in covered_kinds(clusters):
-        keep = {_key(s) for c in clusters for s in getattr(c, attr)}
+        keep = {m.spec_key(s) for c in clusters for s in getattr(c, attr)}
         specs = await on_bus(bus, kind)
-        prune[attr] = sorted((s for s in specs if _key(s) not in keep and selectors.matches(selector, s.labels)),
-                             key=_key)
+        prune[attr] = sorted(
+            (s for s in specs if m.spec_key(s) not in keep and selectors.matches(selector, s.labels)), key=m.spec_key)
     return ClusterSpec(**prune)

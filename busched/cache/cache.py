@@ -9,6 +9,7 @@ jobs that have a podgroup and whose queue exists, priorities resolved.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -81,6 +82,7 @@ class Cache:
         # that object's nodes, worked out again when it or a node changes
         self.own_shard: tuple[str, str] | None = None
         self._shard_memo: tuple[Any, int, Shard] | None = None
+        self._shard_selectors: dict[str, tuple[Any, Any]] = {}  # each NodeShard's selector parsed when it arrives
         # each hypernode's members checked and compiled when it arrives, and its node members resolved
         # against the nodes as they were at a count of node changes (names, labels): a node that comes
         # later and matches a member's pattern or labels joins without the hypernode being applied again
@@ -127,6 +129,8 @@ class Cache:
             if kind == "hyperNode":
                 self._hypernode_members.pop(key, None)
                 self._hypernode_nodes.pop(key, None)
+            elif kind == "nodeShard":
+                self._shard_selectors.pop(key, None)
             self.generation += 1
         return old is not None
 
@@ -238,7 +242,7 @@ class Cache:
         elif kind == "resourceQuota":
             build.resources(spec.hard, f"resourceQuota {spec.namespace}/{spec.name}: hard")
         elif kind == "nodeShard":
-            build.node_shard(spec)
+            self._shard_selectors[key] = (spec, build.node_shard(spec))
         elif kind == "podDisruptionBudget":
             try:
                 parse_pdb(spec)
@@ -317,7 +321,11 @@ class Cache:
         memo = self._shard_memo
         if memo is not None and memo[0] is spec and memo[1] == self._nodes_changed:
             return memo[2]
-        nodes = build.shard_members(spec, self.objects["node"].values()) if spec is not None else frozenset()
+        nodes: frozenset[str] = frozenset()
+        if spec is not None:
+            held = self._shard_selectors.get(name)
+            sel = held[1] if held is not None and held[0] is spec else build.node_shard(spec)
+            nodes = build.shard_members(spec, self.objects["node"].values(), sel)
         shard = Shard(mode=mode, name=name, nodes=nodes)
         self._shard_memo = (spec, self._nodes_changed, shard)
         return shard
@@ -327,14 +335,15 @@ class Cache:
         when it or a node's name or labels changed); a fresh object each time: snapshots are private."""
         held = self._hypernode_members.get(key)
         compiled = held[1] if held is not None and held[0] is spec else build.hyper_node_members(spec)
-        if not members.selects_by_node(compiled):
-            return members.resolve(spec, compiled, ())
-        memo = self._hypernode_nodes.get(key)
-        if memo is None or memo[0] is not spec or memo[1] != self._nodes_changed:
-            found = members.resolve(spec, compiled, self.objects["node"].values()).node_members
-            memo = self._hypernode_nodes[key] = (spec, self._nodes_changed, found)
+        found: Sequence[str] = compiled.nodes  # no pattern or labels: the nodes named exactly
+        if members.selects_by_node(compiled):
+            memo = self._hypernode_nodes.get(key)
+            if memo is None or memo[0] is not spec or memo[1] != self._nodes_changed:
+                resolved = members.resolve(spec, compiled, self.objects["node"].values()).node_members
+                memo = self._hypernode_nodes[key] = (spec, self._nodes_changed, resolved)
+            found = memo[2]
         return HyperNode(spec.name, spec.tier, spec.tier_name, list(compiled.plain),
-                         hypernode_members=list(compiled.hypernodes), node_members=list(memo[2]))
+                         hypernode_members=list(compiled.hypernodes), node_members=list(found))
 
     def snapshot(self, memo: bool | None = None) -> ClusterSnapshot:
         """A private copy of the cluster for one session.  ``memo`` False converts every object

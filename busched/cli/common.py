@@ -9,7 +9,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["setup_logging", "run_until_signal", "add_log_argument", "add_replicas_argument"]
+__all__ = ["setup_logging", "run_until_signal", "add_log_argument", "add_replicas_argument", "namespaced"]
+
+
+def namespaced(text: str) -> str:
+    """A job's or task's key from the command line: ``ns/name`` as given, a bare ``name`` in namespace default."""
+    return text if "/" in text else f"default/{text}"
 
 
 def add_log_argument(p: Any) -> None:

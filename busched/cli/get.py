@@ -66,12 +66,13 @@ async def lookup(bus: Any, op: str, kind: str, name: str, timeout: float = 5.0, 
     return reply.items[0]
 
 
-async def connected(args: argparse.Namespace, client: str, fn: Any) -> Any:
-    """``await fn(bus)`` on a connection made from the command line's NATS arguments."""
+async def connected(args: argparse.Namespace, client: str, fn: Any, *, wait: float | None = None) -> Any:
+    """``await fn(bus)`` on a connection made from the command line's NATS arguments (waiting ``wait``
+    seconds for the server, --timeout's when None)."""
     from busched.bus import Bus
     from busched.cli.connection import options_from_args
 
-    bus = await Bus.connect(options_from_args(args, client), wait=args.timeout)
+    bus = await Bus.connect(options_from_args(args, client), wait=args.timeout if wait is None else wait)
     try:
         return await fn(bus)
     finally:

@@ -27,14 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.set_defaults(func=cmd_job)
 
 
-def job_key(text: str) -> str:
-    return text if "/" in text else f"default/{text}"
-
-
 def cmd_job(args: argparse.Namespace) -> int:
+    from busched.cli.common import namespaced
     from busched.cli.queue import run
 
-    return run(args, "busched-job", lambda bus: job_command(bus, args.verb, job_key(args.name)))
+    return run(args, "busched-job", lambda bus: job_command(bus, args.verb, namespaced(args.name)))
 
 
 async def job_command(bus: Any, verb: str, key: str) -> str:

@@ -31,10 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from busched.cli.common import namespaced
     from busched.cli.get import connected
 
-    if "/" not in args.name:
-        args.name = f"default/{args.name}"
+    args.name = namespaced(args.name)
     try:
         return int(asyncio.run(connected(args, "busched-logs", lambda bus: logs(bus, args))))
     except KeyboardInterrupt:

@@ -75,19 +75,12 @@ def cmd_queue(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace, client: str, fn: Callable[[Any], Awaitable[str]]) -> int:
     """Connect, run ``fn(bus)`` and print what it says; a refusal or a bus error is exit 1."""
     from busched.api.build import SpecError
-    from busched.bus import Bus, BusError
+    from busched.bus import BusError
     from busched.bus.edit import Refused
-    from busched.cli.connection import options_from_args
-
-    async def main() -> str:
-        bus = await Bus.connect(options_from_args(args, client), wait=5)
-        try:
-            return await fn(bus)
-        finally:
-            await bus.close()
+    from busched.cli.get import connected
 
     try:
-        print(asyncio.run(main()))
+        print(asyncio.run(connected(args, client, fn, wait=5)))
     except (Refused, SpecError, BusError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

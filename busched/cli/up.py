@@ -288,9 +288,11 @@ async def up(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 if sched.election.deposed:  # e.g. the machine slept past the lease: join again as a standby
                     _say("the scheduler lost its lease (paused past it?): joining again as a standby")
                     await sched.stop()
+                    cleanup.remove(sbus)  # the deposed scheduler's connection: closed now, not at exit
+                    await sbus.close()
                     sbus = await Bus.connect(sopts, name="busched-scheduler")
                     cleanup.append(sbus)
-                    sched = Scheduler(sbus, sched.config, settings_from_args(args), metrics=sched.metrics)
+                    sched = Scheduler(sbus, sched.config, sched.settings, metrics=sched.metrics)
                     await sched.start()
                     sched_task = asyncio.create_task(sched.run_forever())
             summary = _summary(sched)
