@@ -105,7 +105,7 @@ class NodeArrays:
             state["node_arrays"] = arrays
         return arrays
 
-    def carried(self, key: object, row: Any) -> np.ndarray:
+    def carried(self, key: object, row: Any, dtype: Any = bool) -> np.ndarray:
         """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's
         spec (and what ``key`` names): taken over from the arrays this one was seeded from, with the
         rows of changed nodes computed again.  Do not modify the result."""
@@ -118,7 +118,7 @@ class NodeArrays:
             for i in self._changed or ():
                 values[i] = row(self.nodes[i])
         else:
-            values = np.fromiter((row(n) for n in self.nodes), dtype=bool, count=len(self.nodes))
+            values = np.fromiter((row(n) for n in self.nodes), dtype=dtype, count=len(self.nodes))
         self.carry[key] = (values, None)
         return values
 

@@ -1,0 +1,74 @@
+"""Oracle: `memo.summed` kept from session to session equals the plain in-order sum after random
+changes, including sums past a float's exact range (where `memo.Running` keeps them)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from busched.api.resource import Resource
+from busched.fastpath import memo
+
+
+class _Ssn:
+    def __init__(self, state: dict) -> None:
+        self.others = {"plugin_state": state}
+
+
+class _Obj:
+    def __init__(self, r: Resource | None) -> None:
+        self.r = r
+
+
+def _part(rng: random.Random, big: bool) -> Resource | None:
+    if rng.random() < 0.05:
+        return None
+    scale = 2.0**47 if big else 1000.0
+    names = rng.choice([(), (), ("pods",), ("gpu", "pods"), ("pods", "gpu")])
+    value = (lambda: rng.randrange(1, 1 << 20) * scale + rng.random()) if big and rng.random() < 0.5 \
+        else (lambda: float(rng.randrange(0, 1 << 20)) * scale)
+    return Resource(value(), value(), {n: value() for n in names})
+
+
+def _plain(objs: list[_Obj]) -> Resource:
+    total = Resource()
+    for o in objs:
+        if o.r is not None:
+            total.add(o.r)
+    return total
+
+
+def _same(a: Resource, b: Resource) -> bool:
+    return (a.cpu, a.memory, list(a.scalars.items()), a.max_task_num) == \
+        (b.cpu, b.memory, list(b.scalars.items()), b.max_task_num)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_summed_equals_plain_sum_after_random_changes(seed):
+    rng = random.Random(seed)
+    big = seed % 3 != 0
+    objs = [_Obj(_part(rng, big)) for _ in range(rng.randrange(1, 60))]
+    state: dict = {}
+    for _ in range(25):
+        got = memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+        want = _plain(objs)
+        assert _same(got, want), (got, want)
+        # a few replaced in place (new objects, as lending gives), a few appended
+        for _ in range(rng.randrange(0, 4)):
+            objs[rng.randrange(len(objs))] = _Obj(_part(rng, big))
+        for _ in range(rng.randrange(0, 3)):
+            objs.append(_Obj(_part(rng, big)))
+
+
+def test_running_sums_take_over_past_the_exact_range():
+    """20,000 nodes of 256Gi: the sum is no longer exact, and the running sums keep it anyway."""
+    objs = [_Obj(Resource(32000.0, 256.0 * 2**30 + i, {"pods": 110.0})) for i in range(20000)]
+    state: dict = {}
+    memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    objs[7] = _Obj(Resource(32000.0, 255.0 * 2**30 + 3, {"pods": 110.0}))
+    got = memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    assert _same(got, _plain(objs))
+    assert state[("reuse", ("summed", "t"))][1].prefix is not None  # kept by the running sums
+    objs[19999] = _Obj(Resource(1.0, 2.0**60, {"pods": 1.0}))
+    assert _same(memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
