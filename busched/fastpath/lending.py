@@ -65,9 +65,7 @@ must agree on what a written or volatile object is; the verification lives apart
 
 from __future__ import annotations
 
-import collections
 import itertools
-import operator
 from typing import Any
 
 from busched.api import build
@@ -79,14 +77,6 @@ from busched.fastpath.verify import SharedStateMutated, check, fingerprint_job, 
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]
 
-
-
-_WRITTEN = operator.attrgetter("written")
-
-
-def _put_back(objs: list[Any], attr: str, values: list[Any]) -> None:
-    """``setattr(o, attr, v)`` for each object and value, the loop in C."""
-    collections.deque(map(setattr, objs, itertools.repeat(attr), values), maxlen=0)
 
 
 class Lease:
@@ -162,10 +152,7 @@ class SharedMemo:
         # (the same key order), the jobs in the session (after the queue filter), the nodes, and
         # each job key's position (its order among the cache's jobs)
         self._lent: dict[str, JobInfo] = {}
-        # by position: each lent job, and its phase and conditions as lent (put back in C: `_put_back`)
-        self._out_jobs: list[JobInfo] = []
-        self._out_phases: list[str] = []
-        self._out_conds: list[list[dict[str, Any]]] = []
+        self._outputs: dict[str, tuple[JobInfo, str, list[dict[str, Any]]]] = {}
         self._in_session: dict[str, JobInfo] = {}
         self._queues: frozenset[str] = frozenset()
         self._lent_nodes: list[NodeInfo] = []
@@ -292,23 +279,18 @@ class SharedMemo:
     def _lend_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
                    queues: frozenset[str]) -> tuple[dict[str, JobInfo], list[JobInfo]]:
         lent: dict[str, JobInfo] = {}
-        out_jobs: list[JobInfo] = []
-        out_phases: list[str] = []
-        out_conds: list[list[dict[str, Any]]] = []
+        outputs: dict[str, tuple[JobInfo, str, list[dict[str, Any]]]] = {}
         in_session: dict[str, JobInfo] = {}
         volatile: list[JobInfo] = []
         for key, spec in cache.objects["job"].items():
             m = self._job(key, spec, cache, classes, default_priority)
             job = lent[key] = m.job
-            out_jobs.append(job)
-            out_phases.append(m.phase)
-            out_conds.append(m.conditions)
+            outputs[key] = (m.job, m.phase, m.conditions)
             if job.has_podgroup and job.queue in queues:
                 in_session[key] = job
                 if m.volatile:
                     volatile.append(job)
-        self._lent, self._in_session = lent, in_session
-        self._out_jobs, self._out_phases, self._out_conds = out_jobs, out_phases, out_conds
+        self._lent, self._outputs, self._in_session = lent, outputs, in_session
         self._pos = {k: i for i, k in enumerate(lent)}
         return dict(in_session), volatile
 
@@ -316,15 +298,16 @@ class SharedMemo:
                     changed: dict[str, None]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
         """The last lending with the changed and written jobs looked at again; None when it cannot be
         patched in order (a job already lent joined the session)."""
-        lent, in_session, pos = self._lent, self._in_session, self._pos
-        out_jobs, out_phases, out_conds = self._out_jobs, self._out_phases, self._out_conds
+        lent, outputs, in_session, pos = self._lent, self._outputs, self._in_session, self._pos
         again = dict(changed)
-        for job in itertools.compress(out_jobs, map(_WRITTEN, out_jobs)):
-            again[job.uid] = None
-        # what the last session set as its output goes back to the spec's, in C (50,000 jobs); a
-        # written job too, harmlessly: it is assembled afresh below
-        _put_back(out_jobs, "conditions", out_conds)
-        _put_back(out_jobs, "phase", out_phases)
+        for job, phase, conditions in outputs.values():
+            if job.written:
+                again[job.uid] = None
+            else:  # what the last session set as its output goes back to the spec's
+                if job.conditions is not conditions:
+                    job.conditions = conditions
+                if job.phase != phase:
+                    job.phase = phase
         specs = cache.objects["job"]
         queues = self._queues
         new: list[str] = []
@@ -338,8 +321,7 @@ class SharedMemo:
                 continue
             m = self._job(key, spec, cache, classes, default_priority)
             lent[key] = m.job
-            i = pos[key]
-            out_jobs[i], out_phases[i], out_conds[i] = m.job, m.phase, m.conditions
+            outputs[key] = (m.job, m.phase, m.conditions)
             looked.append((key, m))
         if new:  # jobs new to the cache are the last ones it holds (none was deleted)
             tail = list(itertools.islice(reversed(specs), len(new)))[::-1]
@@ -348,9 +330,7 @@ class SharedMemo:
             for key in tail:
                 m = self._job(key, specs[key], cache, classes, default_priority)
                 lent[key] = m.job
-                out_jobs.append(m.job)
-                out_phases.append(m.phase)
-                out_conds.append(m.conditions)
+                outputs[key] = (m.job, m.phase, m.conditions)
                 pos[key] = len(pos)
                 looked.append((key, m))
         volatile: list[JobInfo] = []

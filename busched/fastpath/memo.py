@@ -69,24 +69,57 @@ def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any
     state = ssn.others.get("plugin_state")
     if state is None:
         return full(objects)
+    seen = getattr(ssn, "shared", None)
+    objects, token = _one_of(seen, objects)
     slot = ("reuse", key)
     m = state.get(slot)
     v = None
     if m is not None:
-        old, last = m
-        if old == objects:
-            return last
+        old, last, old_token = m
         n = len(old)
         if len(objects) >= n:
-            changed = itertools.compress(range(n), map(operator.is_not, old, objects))
+            changed = _changed(seen, old, old_token, objects, token)
+            if not changed and len(objects) == n:
+                return last
             pairs: Pairs = [(i, old[i], objects[i]) for i in changed]
             pairs.extend((i, None, objects[i]) for i in range(n, len(objects)))
             if len(pairs) <= len(objects) // 4:  # more than that changed: as cheap to start over
                 v = update(last, pairs)
     if v is None:
         v = full(objects)
-    state[slot] = (objects, v)
+    state[slot] = (objects, v, token)
     return v
+
+
+def _one_of(seen: dict[str, Any] | None, objects: list[Any]) -> tuple[list[Any], object]:
+    """The list with these very objects that an earlier call of this session kept, else ``objects``
+    (kept), with its token: every result over the session's jobs (nodes) then keeps one list, so the
+    next session compares its lists with the last one once (`_changed`), not once per result."""
+    if seen is None:
+        return objects, None
+    lists: list[tuple[list[Any], object]] = seen.setdefault("reuse.lists", [])
+    for kept, token in lists:
+        if len(kept) == len(objects) and kept == objects:  # identity (lent objects compare so), in C
+            return kept, token
+    token = object()
+    lists.append((objects, token))
+    return objects, token
+
+
+def _changed(seen: dict[str, Any] | None, old: list[Any], old_token: object, objects: list[Any],
+             token: object) -> list[int]:
+    """The places below ``len(old)`` where ``objects`` holds another object than ``old``, worked out
+    once per session for each pair of kept lists, known by their tokens (``seen``: the session's
+    shared state).  Only the tokens are held there: a session holding the last one's list would
+    hold the objects it wrote, and through their listeners that session, and so on back."""
+    if seen is None or old_token is None or token is None:
+        return list(itertools.compress(range(len(old)), map(operator.is_not, old, objects)))
+    diffs: dict[tuple[int, int], tuple[object, object, list[int]]] = seen.setdefault("reuse.diffs", {})
+    got = diffs.get((id(old_token), id(token)))
+    if got is None or got[0] is not old_token or got[1] is not token:
+        got = (old_token, token, list(itertools.compress(range(len(old)), map(operator.is_not, old, objects))))
+        diffs[(id(old_token), id(token))] = got
+    return got[2]
 
 
 def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -101,7 +134,7 @@ def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -
         return yes, no
 
     def update(last: tuple[dict[str, Any], dict[str, Any]], pairs: Pairs) -> tuple[dict[str, Any], dict[str, Any]]:
-        yes, no = dict(last[0]), dict(last[1])
+        yes, no = last  # changed in place: the session they were given to has closed (no copy of 50,000)
         for _, old, o in pairs:
             if old is not None:
                 yes.pop(old.uid, None)

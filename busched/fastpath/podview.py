@@ -93,7 +93,7 @@ def pod_view_arrays(view: Any, arrays: NodeArrays, pod_requests: Any, non_zero_r
     pv = arrays.cache.get(key)
     if pv is not None:
         return pv if pv is not False and pv.view is view else None
-    if len(view.node_list) != len(arrays.nodes) or any(a is not b for a, b in zip(view.node_list, arrays.nodes)):
+    if view.node_list != arrays.nodes:  # (nodes compare by identity: the same objects in the same order)
         arrays.cache[key] = False
         return None
     pv = arrays.cache[key] = PodViewArrays(view, arrays, pod_requests, non_zero_requests)

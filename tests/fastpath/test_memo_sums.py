@@ -17,8 +17,12 @@ class _Ssn:
 
 
 class _Obj:
+    made = 0
+
     def __init__(self, r: Resource | None) -> None:
         self.r = r
+        _Obj.made += 1
+        self.uid = f"o{_Obj.made}"
 
 
 def _part(rng: random.Random, big: bool) -> Resource | None:
@@ -72,3 +76,48 @@ def test_running_sums_take_over_past_the_exact_range():
     assert state[("reuse", ("summed", "t"))][1].prefix is not None  # kept by the running sums
     objs[19999] = _Obj(Resource(1.0, 2.0**60, {"pods": 1.0}))
     assert _same(memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
+
+
+class _SharedSsn(_Ssn):
+    def __init__(self, state: dict) -> None:
+        super().__init__(state)
+        self.shared: dict = {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_results_sharing_one_comparison_equal_fresh_ones(seed):
+    """Several results over the same objects in one session share one list and one comparison with
+    the last session's (memo._one_of, memo._changed); each still equals its from-scratch value."""
+    rng = random.Random(seed)
+    objs = [_Obj(_part(rng, False)) for _ in range(rng.randrange(8, 40))]
+    state: dict = {}
+    calls = {"update": 0}
+
+    def count_full(os):
+        return [o.r.cpu if o.r is not None else None for o in os]
+
+    def count_update(last, pairs):
+        calls["update"] += 1
+        out = list(last)
+        for i, _, o in pairs:
+            v = o.r.cpu if o.r is not None else None
+            if i < len(out):
+                out[i] = v
+            else:
+                out.append(v)
+        return out
+
+    for _ in range(15):
+        ssn = _SharedSsn(state)
+        a = memo.incremental(ssn, "a", list(objs), count_full, count_update)
+        b = memo.incremental(ssn, "b", list(objs), count_full, count_update)
+        s = memo.split(ssn, "s", list(objs), lambda o: o.r is not None and o.r.cpu > 500 * 1000.0)
+        assert a == b == count_full(objs)
+        assert set(s[0]) == {o.uid for o in objs if o.r is not None and o.r.cpu > 500 * 1000.0}
+        assert set(s[1]) == {o.uid for o in objs} - set(s[0])
+        assert len(ssn.shared["reuse.lists"]) == 1  # one list kept for all three
+        for _ in range(rng.randrange(0, 3)):
+            objs[rng.randrange(len(objs))] = _Obj(_part(rng, False))
+        if rng.random() < 0.3:
+            objs.append(_Obj(_part(rng, False)))
+    assert calls["update"] > 0
