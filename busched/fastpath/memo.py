@@ -70,7 +70,7 @@ def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any
     if state is None:
         return full(objects)
     seen = getattr(ssn, "shared", None)
-    objects, token = _one_of(seen, objects)
+    objects, token = _one_of(state, seen, objects)
     slot = ("reuse", key)
     m = state.get(slot)
     v = None
@@ -91,13 +91,23 @@ def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any
     return v
 
 
-def _one_of(seen: dict[str, Any] | None, objects: list[Any]) -> tuple[list[Any], object]:
+def _one_of(state: dict[Any, Any], seen: dict[str, Any] | None, objects: list[Any]) -> tuple[list[Any], object]:
     """The list with these very objects that an earlier call of this session kept, else ``objects``
     (kept), with its token: every result over the session's jobs (nodes) then keeps one list, so the
-    next session compares its lists with the last one once (`_changed`), not once per result."""
+    next session compares its lists with the last one once (`_changed`), not once per result.
+
+    The lists are kept in ``state`` under the session's mark (``seen``, its shared state, holds only
+    the mark): dropped there by the next session, they go when their results do, not with the
+    session's garbage (a list of 50,000 jobs freed by the collector would lengthen its pause)."""
     if seen is None:
         return objects, None
-    lists: list[tuple[list[Any], object]] = seen.setdefault("reuse.lists", [])
+    mark = seen.get("reuse.mark")
+    if mark is None:
+        mark = seen["reuse.mark"] = object()
+    kept_lists = state.get("reuse.lists")
+    if kept_lists is None or kept_lists[0] is not mark:
+        kept_lists = state["reuse.lists"] = (mark, [])
+    lists: list[tuple[list[Any], object]] = kept_lists[1]
     for kept, token in lists:
         if len(kept) == len(objects) and kept == objects:  # identity (lent objects compare so), in C
             return kept, token

@@ -115,7 +115,7 @@ def test_results_sharing_one_comparison_equal_fresh_ones(seed):
         assert a == b == count_full(objs)
         assert set(s[0]) == {o.uid for o in objs if o.r is not None and o.r.cpu > 500 * 1000.0}
         assert set(s[1]) == {o.uid for o in objs} - set(s[0])
-        assert len(ssn.shared["reuse.lists"]) == 1  # one list kept for all three
+        assert len(state["reuse.lists"][1]) == 1  # one list kept for all three
         for _ in range(rng.randrange(0, 3)):
             objs[rng.randrange(len(objs))] = _Obj(_part(rng, False))
         if rng.random() < 0.3:
