@@ -251,7 +251,11 @@ class Sum:
 
 
 class _Summed:
+    """The kept sum: by `Sum` (``sum``, ``parts``) or, once that cannot be exact, by ``prefix``."""
+
     __slots__ = ("sum", "parts", "prefix", "total")
+    sum: Sum | None
+    parts: list[Resource | None] | None
 
     def __init__(self, parts: list[Resource | None]) -> None:
         self.parts = parts  # each object's part as summed (copies: the objects may change later)
@@ -275,10 +279,11 @@ def summed(ssn: Any, key: Any, objects: list[Any], part: Callable[[Any], Resourc
             got = _sum_update(last, pairs, part)
             if got is not None:
                 return got
-            running = Running(last.parts)  # once: later updates move the running sums
+            assert last.parts is not None
+            start = Running(last.parts)  # once: later updates move the running sums
         else:
-            running = last.prefix
-        running = running.update([(i, _copy(part(new))) for i, _, new in pairs])
+            start = last.prefix
+        running = start.update([(i, _copy(part(new))) for i, _, new in pairs])
         if running is None:
             return None
         out = _Summed.__new__(_Summed)
@@ -289,6 +294,7 @@ def summed(ssn: Any, key: Any, objects: list[Any], part: Callable[[Any], Resourc
 
 
 def _sum_update(last: _Summed, pairs: Pairs, part: Callable[[Any], Resource | None]) -> _Summed | None:
+    assert last.sum is not None and last.parts is not None  # (kept by Sum: no prefix yet)
     s = last.sum.copy()
     s.check(last.parts)
     parts = list(last.parts)

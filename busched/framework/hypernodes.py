@@ -191,7 +191,8 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict
     names = list(map(_NAME, nodes))
     kept = memo.get("topology.names") if memo is not None else None
     if kept is None or kept[0] != names:
-        kept = (names, {name: i for i, name in enumerate(names)}, frozenset(names), {})
+        lowest_of: dict[str, str] = {}
+        kept = (names, {name: i for i, name in enumerate(names)}, frozenset(names), lowest_of)
         if memo is not None:
             memo["topology.names"] = kept
     index: dict[str, int] = kept[1]
@@ -205,7 +206,7 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict
     topo.real_nodes_list[CLUSTER_TOP] = list(nodes)
     topo.real_nodes_set[CLUSTER_TOP] = kept[2]
     if not specs:  # the cluster top alone: every node's lowest (read only, so shared while the names are)
-        lowest = kept[3]
+        lowest: dict[str, str] = kept[3]
         if not lowest and names:
             lowest.update(dict.fromkeys(names, CLUSTER_TOP))
         topo.node_lowest = lowest

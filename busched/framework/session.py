@@ -63,7 +63,8 @@ class Session:
         self.tiers = config.tiers
         self.jobs: dict[str, JobInfo] = snapshot.jobs
         self.node_list: list[NodeInfo] = snapshot.nodes
-        self.nodes: dict[str, NodeInfo] = dict(zip(map(_NAME, snapshot.nodes), snapshot.nodes))  # (in C)
+        self.nodes: dict[str, NodeInfo] = dict(zip(map(operator.attrgetter("name"), snapshot.nodes),
+                                                           snapshot.nodes))  # (in C)
         self.queues: dict[str, QueueInfo] = snapshot.queues
         self.priority_classes = snapshot.priority_classes
         self.hypernodes = snapshot.hypernodes
@@ -420,9 +421,6 @@ class Session:
         """The session failed before closing: its lent objects are not lent again."""
         if self._lease is not None:
             self._lease.in_session = False
-
-
-_NAME = operator.attrgetter("name")
 
 
 def _allocatable(n: NodeInfo) -> Resource:
