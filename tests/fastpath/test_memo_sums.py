@@ -28,10 +28,13 @@ class _Obj:
 def _part(rng: random.Random, big: bool) -> Resource | None:
     if rng.random() < 0.05:
         return None
-    scale = 2.0**47 if big else 1000.0
     names = rng.choice([(), (), ("pods",), ("gpu", "pods"), ("pods", "gpu")])
-    value = (lambda: rng.randrange(1, 1 << 20) * scale + rng.random()) if big and rng.random() < 0.5 \
-        else (lambda: float(rng.randrange(0, 1 << 20)) * scale)
+    if big:  # 53 significant bits at mixed magnitudes: most sums round, so their order shows
+        def value() -> float:
+            return rng.randrange(1, 1 << 53) * 2.0 ** rng.randrange(-20, 30)
+    else:  # whole milli-units: `Sum` keeps these exactly
+        def value() -> float:
+            return float(rng.randrange(0, 1 << 20)) * 1000.0
     return Resource(value(), value(), {n: value() for n in names})
 
 
