@@ -14,6 +14,7 @@ it replaces.  `fits` keeps that answer per request shape across tasks.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -57,7 +58,8 @@ class NodeArrays:
         self.source = nodes  # the list the rows follow (the session's node list)
         self.nodes = list(nodes)
         # the same names in the same rows as ``like``'s when seeded from it
-        self.row = dict(like.row) if changed is not None and like is not None else {
+        # (never changed after: shared with ``like`` when the names are its names)
+        self.row = like.row if changed is not None and like is not None else {
             n.name: i for i, n in enumerate(self.nodes)}
         shape = (len(self.nodes), len(names))
         # Column-major: a kernel reads a few resources over many nodes, so each resource's
@@ -105,7 +107,7 @@ class NodeArrays:
             state["node_arrays"] = arrays
         return arrays
 
-    def carried(self, key: object, row: Any) -> np.ndarray:
+    def carried(self, key: object, row: Any, dtype: Any = bool) -> np.ndarray:
         """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's
         spec (and what ``key`` names): taken over from the arrays this one was seeded from, with the
         rows of changed nodes computed again.  Do not modify the result."""
@@ -118,7 +120,7 @@ class NodeArrays:
             for i in self._changed or ():
                 values[i] = row(self.nodes[i])
         else:
-            values = np.fromiter((row(n) for n in self.nodes), dtype=bool, count=len(self.nodes))
+            values = np.fromiter((row(n) for n in self.nodes), dtype=dtype, count=len(self.nodes))
         self.carry[key] = (values, None)
         return values
 
@@ -201,7 +203,7 @@ def _changed_rows(like: NodeArrays | None, nodes: Sequence[NodeInfo]) -> list[in
     if like is None or len(like.nodes) != len(nodes):
         return None
     old = like.nodes
-    changed = [i for i, same in enumerate(map(operator.is_, old, nodes)) if not same]
+    changed = list(itertools.compress(range(len(old)), map(operator.is_not, old, nodes)))  # in C
     if len(changed) > len(nodes) // 4:
         return None
     for i in changed:

@@ -36,9 +36,11 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from busched.api.resource import Resource
 
-__all__ = ["job_value", "node_value", "incremental", "Pairs", "whole", "Sum", "summed"]
+__all__ = ["job_value", "node_value", "incremental", "Pairs", "whole", "Sum", "Running", "summed"]
 
 # (place, old, new) for the objects replaced in place, then (place, None, new) for those added
 Pairs = list[tuple[int, Any, Any]]
@@ -67,24 +69,67 @@ def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any
     state = ssn.others.get("plugin_state")
     if state is None:
         return full(objects)
+    seen = getattr(ssn, "shared", None)
+    objects, token = _one_of(state, seen, objects)
     slot = ("reuse", key)
     m = state.get(slot)
     v = None
     if m is not None:
-        old, last = m
-        if old == objects:
-            return last
+        old, last, old_token = m
         n = len(old)
         if len(objects) >= n:
-            changed = itertools.compress(range(n), map(operator.is_not, old, objects))
+            changed = _changed(seen, old, old_token, objects, token)
+            if not changed and len(objects) == n:
+                return last
             pairs: Pairs = [(i, old[i], objects[i]) for i in changed]
             pairs.extend((i, None, objects[i]) for i in range(n, len(objects)))
             if len(pairs) <= len(objects) // 4:  # more than that changed: as cheap to start over
                 v = update(last, pairs)
     if v is None:
         v = full(objects)
-    state[slot] = (objects, v)
+    state[slot] = (objects, v, token)
     return v
+
+
+def _one_of(state: dict[Any, Any], seen: dict[str, Any] | None, objects: list[Any]) -> tuple[list[Any], object]:
+    """The list with these very objects that an earlier call of this session kept, else ``objects``
+    (kept), with its token: every result over the session's jobs (nodes) then keeps one list, so the
+    next session compares its lists with the last one once (`_changed`), not once per result.
+
+    The lists are kept in ``state`` under the session's mark (``seen``, its shared state, holds only
+    the mark): dropped there by the next session, they go when their results do, not with the
+    session's garbage (a list of 50,000 jobs freed by the collector would lengthen its pause)."""
+    if seen is None:
+        return objects, None
+    mark = seen.get("reuse.mark")
+    if mark is None:
+        mark = seen["reuse.mark"] = object()
+    kept_lists = state.get("reuse.lists")
+    if kept_lists is None or kept_lists[0] is not mark:
+        kept_lists = state["reuse.lists"] = (mark, [])
+    lists: list[tuple[list[Any], object]] = kept_lists[1]
+    for kept, token in lists:
+        if len(kept) == len(objects) and kept == objects:  # identity (lent objects compare so), in C
+            return kept, token
+    token = object()
+    lists.append((objects, token))
+    return objects, token
+
+
+def _changed(seen: dict[str, Any] | None, old: list[Any], old_token: object, objects: list[Any],
+             token: object) -> list[int]:
+    """The places below ``len(old)`` where ``objects`` holds another object than ``old``, worked out
+    once per session for each pair of kept lists, known by their tokens (``seen``: the session's
+    shared state).  Only the tokens are held there: a session holding the last one's list would
+    hold the objects it wrote, and through their listeners that session, and so on back."""
+    if seen is None or old_token is None or token is None:
+        return list(itertools.compress(range(len(old)), map(operator.is_not, old, objects)))
+    diffs: dict[tuple[int, int], tuple[object, object, list[int]]] = seen.setdefault("reuse.diffs", {})
+    got = diffs.get((id(old_token), id(token)))
+    if got is None or got[0] is not old_token or got[1] is not token:
+        got = (old_token, token, list(itertools.compress(range(len(old)), map(operator.is_not, old, objects))))
+        diffs[(id(old_token), id(token))] = got
+    return got[2]
 
 
 def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -99,7 +144,7 @@ def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -
         return yes, no
 
     def update(last: tuple[dict[str, Any], dict[str, Any]], pairs: Pairs) -> tuple[dict[str, Any], dict[str, Any]]:
-        yes, no = dict(last[0]), dict(last[1])
+        yes, no = last  # changed in place: the session they were given to has closed (no copy of 50,000)
         for _, old, o in pairs:
             if old is not None:
                 yes.pop(old.uid, None)
@@ -206,42 +251,148 @@ class Sum:
 
 
 class _Summed:
-    __slots__ = ("sum", "parts")
+    """The kept sum: by `Sum` (``sum``, ``parts``) or, once that cannot be exact, by ``prefix``."""
+
+    __slots__ = ("sum", "parts", "prefix", "total")
+    sum: Sum | None
+    parts: list[Resource | None] | None
 
     def __init__(self, parts: list[Resource | None]) -> None:
         self.parts = parts  # each object's part as summed (copies: the objects may change later)
         self.sum = Sum()
         for p in parts:
             self.sum.add(p)
+        self.prefix: Running | None = None
+        self.total = self.sum.total
 
 
 def summed(ssn: Any, key: Any, objects: list[Any], part: Callable[[Any], Resource | None]) -> Resource:
     """``part(o)`` summed over ``objects`` in order (None adds nothing), kept up to date from session
-    to session by `incremental` while `Sum` can.  Shared: the caller copies it to change it."""
+    to session by `incremental`: by `Sum` while it can, else by `Running` (a sum past a float's
+    exact range: 20,000 nodes of 256Gi).  Shared: the caller copies it to change it."""
 
     def full(objs: list[Any]) -> _Summed:
         return _Summed([_copy(part(o)) for o in objs])
 
     def update(last: _Summed, pairs: Pairs) -> _Summed | None:
-        s = last.sum.copy()
-        s.check(last.parts)
-        parts = list(last.parts)
-        for i, _, new in pairs:
-            if i < len(parts) and not s.take(parts[i]):
-                return None
-            p = _copy(part(new))
-            s.put(p)
-            if i < len(parts):
-                parts[i] = p
-            else:
-                parts.append(p)
-        if not s.exact:
+        if last.prefix is None:
+            got = _sum_update(last, pairs, part)
+            if got is not None:
+                return got
+            assert last.parts is not None
+            start = Running(last.parts)  # once: later updates move the running sums
+        else:
+            start = last.prefix
+        running = start.update([(i, _copy(part(new))) for i, _, new in pairs])
+        if running is None:
             return None
         out = _Summed.__new__(_Summed)
-        out.sum, out.parts = s, parts
+        out.sum, out.parts, out.prefix, out.total = None, None, running, running.total()
         return out
 
-    return incremental(ssn, ("summed", key), objects, full, update).sum.total
+    return incremental(ssn, ("summed", key), objects, full, update).total
+
+
+def _sum_update(last: _Summed, pairs: Pairs, part: Callable[[Any], Resource | None]) -> _Summed | None:
+    assert last.sum is not None and last.parts is not None  # (kept by Sum: no prefix yet)
+    s = last.sum.copy()
+    s.check(last.parts)
+    parts = list(last.parts)
+    for i, _, new in pairs:
+        if i < len(parts) and not s.take(parts[i]):
+            return None
+        p = _copy(part(new))
+        s.put(p)
+        if i < len(parts):
+            parts[i] = p
+        else:
+            parts.append(p)
+    if not s.exact:
+        return None
+    out = _Summed.__new__(_Summed)
+    out.sum, out.parts, out.prefix, out.total = s, parts, None, s.total
+    return out
+
+
+class Running:
+    """A sum of Resources as running sums, one array per resource name: ``np.cumsum`` adds left to
+    right, one float addition at a time, as `Resource.add` over the parts in order does, so a part
+    replaced at place i costs the sums from i on (in C), whatever the values.
+
+    A part lacking a scalar adds 0.0 to it, which changes no sum (the sums start at +0.0 and so
+    are never -0.0); the scalars' order in the total is their first appearance, kept while a
+    replaced part has the very names of the one it replaces."""
+
+    __slots__ = ("names", "keys", "cols", "sums")
+
+    def __init__(self, parts: list[Resource | None]) -> None:
+        n = len(parts)
+        self.keys = [tuple(p.scalars) if p is not None else () for p in parts]
+        names: dict[str, None] = {"cpu": None, "memory": None}
+        for k in self.keys:
+            for s in k:
+                names.setdefault(s)
+        self.names = list(names)
+        self.cols = {"cpu": np.fromiter((p.cpu if p is not None else 0.0 for p in parts), float, n),
+                     "memory": np.fromiter((p.memory if p is not None else 0.0 for p in parts), float, n)}
+        for s in self.names[2:]:
+            self.cols[s] = np.fromiter((p.scalars.get(s, 0.0) if p is not None else 0.0 for p in parts), float, n)
+        self.sums = {s: _running(c, 0) for s, c in self.cols.items()}
+
+    def update(self, changed: list[tuple[int, Resource | None]]) -> Running | None:
+        """A copy with the part at each place replaced (a place past the end: appended, in order);
+        None when a replaced part's scalar names are not those of the part it replaces."""
+        out = Running.__new__(Running)
+        out.keys, out.names = list(self.keys), list(self.names)
+        n = len(out.keys)
+        grow = sum(1 for i, _ in changed if i >= n)
+        out.cols = {s: np.concatenate((c, np.zeros(grow))) if grow else c.copy() for s, c in self.cols.items()}
+        low = n + grow
+        for i, p in changed:
+            key = tuple(p.scalars) if p is not None else ()
+            if i < n:
+                if key != out.keys[i]:
+                    return None
+                out.keys[i] = key
+            else:
+                out.keys.append(key)
+                for s in key:
+                    if s not in out.cols:
+                        out.names.append(s)
+                        out.cols[s] = np.zeros(n + grow)
+            low = min(low, i)
+            out.cols["cpu"][i] = p.cpu if p is not None else 0.0
+            out.cols["memory"][i] = p.memory if p is not None else 0.0
+            for s in out.names[2:]:
+                out.cols[s][i] = p.scalars.get(s, 0.0) if p is not None else 0.0
+        out.sums = {}
+        for s, c in out.cols.items():
+            old = self.sums.get(s)
+            if old is None:
+                out.sums[s] = _running(c, 0)
+            else:
+                sums = np.empty(len(c))
+                sums[:low] = old[:low]
+                sums[low:] = _running(c, low, old[low - 1] if low else 0.0)
+                out.sums[s] = sums
+        return out
+
+    def total(self) -> Resource:
+        r = Resource()
+        if not self.keys:
+            return r
+        r.cpu = float(self.sums["cpu"][-1])
+        r.memory = float(self.sums["memory"][-1])
+        r.scalars = {s: float(self.sums[s][-1]) for s in self.names[2:]}
+        return r
+
+
+def _running(col: np.ndarray, start: int, before: float = 0.0) -> np.ndarray:
+    """The running sums of ``col[start:]`` after ``before``: before + c0, (before + c0) + c1, ..."""
+    seg = col[start:].copy()
+    if len(seg):
+        seg[0] = before + seg[0]
+    return np.cumsum(seg)
 
 
 def _copy(r: Resource | None) -> Resource | None:

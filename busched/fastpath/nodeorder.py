@@ -125,13 +125,10 @@ def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
     tolerations = [t for t in task.tolerations if (t.get("effect") or "") in ("", k8s.PREFER_NO_SCHEDULE)] \
         if task.tolerations else ()
     key = ("taints", _key(tolerations) if tolerations else "")
-    raw = arrays.cache.get(key)
-    if raw is None:
-        raw = np.fromiter((sum(1 for taint in n.taints if taint.get("effect") == k8s.PREFER_NO_SCHEDULE
-                               and not any(k8s.tolerates(t, taint) for t in tolerations))
-                           for n in arrays.nodes), dtype=np.int64, count=len(arrays.nodes))
-        arrays.cache[key] = raw
-    return raw
+    # a node's taints are its spec's: the counts are carried from session to session (changed rows again)
+    return arrays.carried(key, lambda n: sum(1 for taint in n.taints if taint.get("effect") == k8s.PREFER_NO_SCHEDULE
+                                             and not any(k8s.tolerates(t, taint) for t in tolerations)),
+                          np.int64)
 
 
 def _normalize_reverse(raw: np.ndarray, anywhere: bool = True) -> np.ndarray:

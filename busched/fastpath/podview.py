@@ -33,9 +33,10 @@ class PodViewArrays:
         self.scalars: dict[str, np.ndarray] = {}
         self.log: list[int] = []  # rows whose pods changed, in order (busched.fastpath.rowcache)
         self._contrib: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
-        self.max_tasks = np.fromiter((nd.allocatable.max_task_num for nd in arrays.nodes), dtype=np.int64, count=n)
-        self.alloc_cpu = np.fromiter((int(nd.allocatable.cpu) for nd in arrays.nodes), dtype=np.int64, count=n)
-        self.alloc_mem = np.fromiter((int(nd.allocatable.memory) for nd in arrays.nodes), dtype=np.int64, count=n)
+        # a node's allocatable is its spec's: carried from session to session (changed rows again)
+        self.max_tasks = arrays.carried("podview.max_tasks", lambda nd: nd.allocatable.max_task_num, np.int64)
+        self.alloc_cpu = arrays.carried("podview.alloc_cpu", lambda nd: int(nd.allocatable.cpu), np.int64)
+        self.alloc_mem = arrays.carried("podview.alloc_mem", lambda nd: int(nd.allocatable.memory), np.int64)
         # the view keeps its nodes' sums (busched.plugins.predicates: SessionPods.pod_columns) and gives
         # them whole: a pod removed later that was not added here is taken off by its own requests
         self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = view.pod_columns()
@@ -92,7 +93,7 @@ def pod_view_arrays(view: Any, arrays: NodeArrays, pod_requests: Any, non_zero_r
     pv = arrays.cache.get(key)
     if pv is not None:
         return pv if pv is not False and pv.view is view else None
-    if len(view.node_list) != len(arrays.nodes) or any(a is not b for a, b in zip(view.node_list, arrays.nodes)):
+    if view.node_list != arrays.nodes:  # (nodes compare by identity: the same objects in the same order)
         arrays.cache[key] = False
         return None
     pv = arrays.cache[key] = PodViewArrays(view, arrays, pod_requests, non_zero_requests)

@@ -26,6 +26,7 @@ recovered from the nodes its allocated tasks run on.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,8 +121,14 @@ class Topology:
         return sum(1 for t in tasks if t.node_name in nodes)
 
 
-def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo]) -> Topology:
-    """The tree, node sets and cluster top for one session."""
+_NAME = operator.attrgetter("name")
+
+
+def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict[str, Any] | None = None
+                   ) -> Topology:
+    """The tree, node sets and cluster top for one session.  ``memo`` (the cache's cross-cycle state):
+    what depends only on the nodes' names in order (the index, the cluster top's set, the lowest
+    tier's map without hypernodes) is kept there while the names are the same."""
     topo = Topology()
     specs = list(specs)
     hns = topo.hypernodes
@@ -181,7 +188,14 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo]) -> Topolog
     topo.set_by_tier[top_tier] = [CLUSTER_TOP]
     topo.tiers = sorted(topo.set_by_tier)
     # keep only session nodes, in scan order
-    index = {n.name: i for i, n in enumerate(nodes)}
+    names = list(map(_NAME, nodes))
+    kept = memo.get("topology.names") if memo is not None else None
+    if kept is None or kept[0] != names:
+        lowest_of: dict[str, str] = {}
+        kept = (names, {name: i for i, name in enumerate(names)}, frozenset(names), lowest_of)
+        if memo is not None:
+            memo["topology.names"] = kept
+    index: dict[str, int] = kept[1]
     for name, members in under.items():
         rows = sorted(index[m] for m in members if m in index)
         topo.real_nodes_list[name] = [nodes[i] for i in rows]
@@ -190,7 +204,13 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo]) -> Topolog
         topo.real_nodes_list.setdefault(s.name, [])
         topo.real_nodes_set.setdefault(s.name, frozenset())
     topo.real_nodes_list[CLUSTER_TOP] = list(nodes)
-    topo.real_nodes_set[CLUSTER_TOP] = frozenset(index)
+    topo.real_nodes_set[CLUSTER_TOP] = kept[2]
+    if not specs:  # the cluster top alone: every node's lowest (read only, so shared while the names are)
+        lowest: dict[str, str] = kept[3]
+        if not lowest and names:
+            lowest.update(dict.fromkeys(names, CLUSTER_TOP))
+        topo.node_lowest = lowest
+        return topo
     for hn in topo.set_by_tier[topo.tiers[0]]:
         for node in topo.real_nodes_list[hn]:
             topo.node_lowest.setdefault(node.name, hn)
@@ -284,7 +304,7 @@ def recover_allocated_hypernode(job: JobInfo, topo: Topology) -> None:
 
 def open_topology(ssn: Any) -> Topology:
     """Build the session's topology and bring every job's network topology in line with it."""
-    topo = build_topology(ssn.hypernodes.values(), ssn.node_list)
+    topo = build_topology(ssn.hypernodes.values(), ssn.node_list, ssn.others.get("plugin_state"))
     # a settled job has neither network topology nor sub-groups (busched.api.job.unsettled), and no
     # allocated hypernode to forget: nothing to adjust or recover
     for job in ssn.unsettled_jobs:

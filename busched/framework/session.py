@@ -14,6 +14,7 @@ evictions) are recorded on the session; closing it recomputes podgroup status
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -62,7 +63,8 @@ class Session:
         self.tiers = config.tiers
         self.jobs: dict[str, JobInfo] = snapshot.jobs
         self.node_list: list[NodeInfo] = snapshot.nodes
-        self.nodes: dict[str, NodeInfo] = {n.name: n for n in snapshot.nodes}
+        self.nodes: dict[str, NodeInfo] = dict(zip(map(operator.attrgetter("name"), snapshot.nodes),
+                                                           snapshot.nodes))  # (in C)
         self.queues: dict[str, QueueInfo] = snapshot.queues
         self.priority_classes = snapshot.priority_classes
         self.hypernodes = snapshot.hypernodes
