@@ -185,6 +185,11 @@ class AllocateAction:
             if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
                 candidates, fit_errors = helper.predicate_nodes(
                     task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
+        elif lazy:
+            # allocate's common case: the search and the gradients in one pass (None: the full search)
+            got = helper.gradients_found(task, nodes, ssn.predicate_for_allocate)
+            if got is not None:
+                return got
         if not candidates:
             # the fit errors are read only when no node is found
             candidates, fit_errors = helper.predicate_nodes(

@@ -144,9 +144,19 @@ class NodeArrays:
 
     def _fill(self, i: int, n: NodeInfo) -> None:
         put = self._put
-        put(self.idle, i, n.idle)
+        idle = n.idle
+        put(self.idle, i, idle)
         put(self.used, i, n.used)
-        put(self.future, i, n.future_idle())
+        if self._scalar_columns:
+            put(self.future, i, n.future_idle())
+            return
+        # cpu and memory only (most clusters): future idle as NodeInfo.future_idle computes it,
+        # float(idle) + releasing - pipelined in that order, without building the Resource
+        # (every task placed refills its node's row)
+        rel, pip = n.releasing, n.pipelined
+        future = self.future
+        future[i, 0] = float(idle.cpu) + rel.cpu - pip.cpu
+        future[i, 1] = float(idle.memory) + rel.memory - pip.memory
 
     def column(self, matrix: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """One resource's values (zeros when no node has it), over all nodes or ``rows``."""
