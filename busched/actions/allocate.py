@@ -161,8 +161,9 @@ class AllocateAction:
         """The nodes ``task`` may go to (nominated node first), or SKIP (try the job's next task),
         STOP (pre-predicates failed and the turn ends) or NO_FIT (no node fits and the turn ends).
         Every failure is recorded in the job's fit errors.  Shared with topology allocation.
-        ``lazy``: the nodes may come as a sequence that fetches them when read (only the best one
-        is: `PredicateHelper.predicate_nodes`)."""
+        ``lazy`` (allocate's own turn): the nodes may come as a sequence that fetches them when read
+        (only the best one is: `PredicateHelper.predicate_nodes`), or already bucketed into
+        gradients (`nodeselect.Gradients`, which `best_node` takes as they are)."""
         ssn = self.ssn
         if role_failed:
             fe = FitErrors()
