@@ -161,8 +161,9 @@ class AllocateAction:
         """The nodes ``task`` may go to (nominated node first), or SKIP (try the job's next task),
         STOP (pre-predicates failed and the turn ends) or NO_FIT (no node fits and the turn ends).
         Every failure is recorded in the job's fit errors.  Shared with topology allocation.
-        ``lazy``: the nodes may come as a sequence that fetches them when read (only the best one
-        is: `PredicateHelper.predicate_nodes`)."""
+        ``lazy`` (allocate's own turn): the nodes may come as a sequence that fetches them when read
+        (only the best one is: `PredicateHelper.predicate_nodes`), or already bucketed into
+        gradients (`nodeselect.Gradients`, which `best_node` takes as they are)."""
         ssn = self.ssn
         if role_failed:
             fe = FitErrors()
@@ -177,19 +178,23 @@ class AllocateAction:
                 fe.set_node_error(n.name, e)
             job.nodes_fit_errors[task.uid] = fe
             return SKIP if keep_going() else STOP
-        candidates: list[NodeInfo] = []
-        fit_errors = FitErrors()
         nominated = task.nominated_node_name
         if nominated and nominated in node_names:
             nn = ssn.nodes.get(nominated)
             if nn is not None and task.init_resreq.less_equal(nn.future_idle()):
-                candidates, fit_errors = helper.predicate_nodes(
+                # the nominated node first; its errors are not read (the full search follows)
+                on_nominated, _ = helper.predicate_nodes(
                     task, [nn], ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False)
-        if not candidates:
-            # the fit errors are read only when no node is found
-            candidates, fit_errors = helper.predicate_nodes(
-                task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False,
-                lazy=lazy)
+                if on_nominated:
+                    return on_nominated
+        elif lazy:
+            # allocate's common case: the search and the gradients in one pass (None: the full search)
+            got = helper.gradients_found(task, nodes, ssn.predicate_for_allocate)
+            if got is not None:
+                return got
+        # the fit errors are read only when no node is found
+        candidates, fit_errors = helper.predicate_nodes(
+            task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False, lazy=lazy)
         if candidates:
             return candidates
         if hypernode:

@@ -70,16 +70,19 @@ class FastPath:
       explain)``: a node search decided by masks (`busched.fastpath.search`);
     * ``scores(ssn, task, nodes)``, ``pick_unless_nan(ssn, nodes, scores)``,
       ``gradients(ssn, task, nodes, soft)``: scoring, choosing and bucketing nodes
-      (`busched.fastpath.select`).
+      (`busched.fastpath.select`);
+    * ``gradients_found(ssn, task, nodes, fn, start, to_find)``: allocate's search and bucketing
+      in one pass, for its common case (`busched.fastpath.select_run`).
 
     The functions are looked up once, here (the array modules are imported only by a session
     that uses them); calling them costs what calling the modules' functions costs.
     """
 
-    __slots__ = ("settings", "predicate_nodes", "kept_reasons", "scores", "pick_unless_nan", "gradients")
+    __slots__ = ("settings", "predicate_nodes", "kept_reasons", "scores", "pick_unless_nan", "gradients",
+                 "gradients_found")
 
     def __init__(self, settings: FastPathSettings) -> None:
-        from busched.fastpath import search, select
+        from busched.fastpath import search, select, select_run
 
         self.settings = settings
         self.predicate_nodes = search.predicate_nodes
@@ -87,6 +90,7 @@ class FastPath:
         self.scores = select.scores
         self.pick_unless_nan = select.pick_unless_nan
         self.gradients = select.gradients
+        self.gradients_found = select_run.gradients_found
 
 
 def open_for(others: Mapping[str, Any]) -> FastPath | None:

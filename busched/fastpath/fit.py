@@ -146,9 +146,23 @@ class NodeArrays:
 
     def _fill(self, i: int, n: NodeInfo) -> None:
         put = self._put
-        put(self.idle, i, n.idle)
+        idle = n.idle
+        put(self.idle, i, idle)
         put(self.used, i, n.used)
-        put(self.future, i, n.future_idle())
+        rel, pip = n.releasing, n.pipelined
+        if rel.scalars or pip.scalars:
+            put(self.future, i, n.future_idle())
+            return
+        # nothing releasing or pipelined names a scalar (most nodes): future idle as
+        # NodeInfo.future_idle computes it, float(idle) + releasing - pipelined in that order, its
+        # scalars idle's, without building the Resource (every task placed refills its node's row)
+        future = self.future
+        future[i, 0] = float(idle.cpu) + rel.cpu - pip.cpu
+        future[i, 1] = float(idle.memory) + rel.memory - pip.memory
+        if self._scalar_columns:
+            get = idle.scalars.get
+            for s, j in self._scalar_columns:
+                future[i, j] = get(s, 0.0)
 
     def column(self, matrix: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """One resource's values (zeros when no node has it), over all nodes or ``rows``."""
@@ -251,8 +265,29 @@ def fits(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE) -> np.ndar
         def one(r: int) -> bool:
             return req.less_equal(nodes[r].idle)
     else:
+        cpu, memory, wanted = req.cpu, req.memory, list(sc.items())
+
         def one(r: int) -> bool:
-            return req.less_equal(nodes[r].future_idle())
+            # req.less_equal(nodes[r].future_idle()) without building the future idle when nothing
+            # releasing or pipelined on the node names a scalar (most nodes): its values as
+            # NodeInfo.future_idle computes them, its scalars idle's, compared as less_equal does
+            # (every task placed refreshes its node's entry)
+            n = nodes[r]
+            idle, rel, pip = n.idle, n.releasing, n.pipelined
+            if rel.scalars or pip.scalars:
+                return req.less_equal(n.future_idle())
+            b = float(idle.cpu) + rel.cpu - pip.cpu
+            if not (cpu < b or abs(cpu - b) < MIN_RESOURCE):
+                return False
+            b = float(idle.memory) + rel.memory - pip.memory
+            if not (memory < b or abs(memory - b) < MIN_RESOURCE):
+                return False
+            get = idle.scalars.get
+            for name, a in wanted:
+                b = get(name, 0.0)
+                if not (a < b or abs(a - b) < MIN_RESOURCE):
+                    return False
+            return True
     return rowcache.cached(arrays.cache, key, (arrays.log,), len(nodes), lambda: fit_mask(arrays, req, which), one)
 
 

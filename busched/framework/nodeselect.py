@@ -26,7 +26,7 @@ from busched.framework.config import SearchOptions
 from busched.framework.session import Session
 
 __all__ = ["PredicateHelper", "SearchOptions", "num_feasible_nodes_to_find", "prioritize_nodes",
-           "select_best_node", "choose_node", "gradients", "best_node", "insufficient_reason",
+           "select_best_node", "choose_node", "gradients", "best_node", "Gradients", "insufficient_reason",
            "unresolvable_filtered_nodes"]
 
 SHARD_ERROR = "node isn't in scheduler node shard"
@@ -107,6 +107,36 @@ class PredicateHelper:
         if search.to_find < search.total:
             ssn.last_node_index = (search.start + processed) % search.total
         return found, search.fe  # type: ignore[return-value]  # a RowNodes only when asked (lazy)
+
+
+    def gradients_found(self, task: TaskInfo, nodes: list[NodeInfo],
+                        fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | None:
+        """Allocate's search and bucketing in one pass (`busched.fastpath.select_run`): the four
+        gradients `gradients` would make of the nodes `predicate_nodes` would find (resource
+        fit on future idle, then ``fn``), when nothing else of the search is read: the task
+        has no error-cache group, the session no hard or soft shard.  None when that does not
+        hold or no node passes (then the full search runs, from the same start, and records
+        the fit errors)."""
+        ssn = self.ssn
+        fast = ssn.fast
+        if (fast is None or not nodes or (self.enable_error_cache and task.role)
+                or ssn.shard.mode in ("hard", "soft")):
+            return None
+        total = len(nodes)
+        to_find = num_feasible_nodes_to_find(total, self.opts)
+        sampled = to_find < total
+        start = ssn.last_node_index % total if sampled else 0
+        got = fast.gradients_found(ssn, task, nodes, fn, start, to_find)
+        if got is None:
+            return None
+        if sampled:
+            ssn.last_node_index = (start + got[1]) % total
+        return Gradients(got[0])
+
+
+class Gradients(list):  # type: ignore[type-arg]
+    """A task's four gradients of candidate nodes (`gradients`), already made (`best_node` takes
+    them in place of the nodes)."""
 
 
 class Search:
@@ -284,10 +314,10 @@ def gradients(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[list[
     return buckets
 
 
-def best_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
+def best_node(ssn: Session, task: TaskInfo, nodes: list[NodeInfo] | Gradients) -> NodeInfo | None:
     """Allocate's choice: the first non-empty gradient (idle, then future idle; this shard first)
-    and the best-scored node in it."""
-    for bucket in gradients(ssn, task, nodes):
+    and the best-scored node in it.  ``nodes`` may be the gradients already made."""
+    for bucket in nodes if isinstance(nodes, Gradients) else gradients(ssn, task, nodes):
         if not bucket:
             continue
         if len(bucket) == 1:

@@ -20,7 +20,7 @@ __all__ = ["Statement", "Operation"]
 EVICT, PIPELINE, ALLOCATE = "evict", "pipeline", "allocate"
 
 
-@dataclass
+@dataclass(slots=True)  # one per task an action places: slots make it cheaper to build
 class Operation:
     name: str
     task: TaskInfo
