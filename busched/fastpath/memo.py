@@ -19,8 +19,10 @@ cache's specs:
   the cache's other cross-cycle state (``plugin_state``); where there is
   none (a snapshot built by hand) nothing is kept.
 * `Sum` / `summed` keep a sum of Resources up to date by taking parts out and
-  putting parts in, only while that gives exactly what adding every part
-  again in order gives.
+  putting parts in while that gives exactly what adding every part again in
+  order gives (whole numbers in a float's exact range); past that range
+  `Running` keeps running sums in order, so replacing part i adds again only
+  from i on.
 
 Values handed out are shared between sessions: callers must not change them
 (copy first, as drf does with a job's share before an allocation moves it).
@@ -84,6 +86,7 @@ def incremental(ssn: Any, key: Any, objects: list[Any], full: Callable[[list[Any
             pairs: Pairs = [(i, old[i], objects[i]) for i in changed]
             pairs.extend((i, None, objects[i]) for i in range(n, len(objects)))
             if len(pairs) <= len(objects) // 4:  # more than that changed: as cheap to start over
+                del state[slot]  # an update may change ``last`` in place: if it fails midway, none is kept
                 v = update(last, pairs)
     if v is None:
         v = full(objects)
@@ -133,9 +136,10 @@ def _changed(seen: dict[str, Any] | None, old: list[Any], old_token: object, obj
 
 
 def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The objects that pass ``test`` and the others, each by uid in the objects' order, kept from
-    session to session (`incremental`): only the replaced and added ones are tested again.
-    ``test`` must answer the same for an object lent unchanged."""
+    """The objects that pass ``test`` and the others, each by uid, kept from session to session
+    (`incremental`): only the replaced and added ones are tested again (so after an update the maps'
+    order is no longer the objects': read them as sets). ``test`` must answer the same for an object
+    lent unchanged."""
     def full(objs: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         yes: dict[str, Any] = {}
         no: dict[str, Any] = {}
@@ -145,10 +149,14 @@ def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -
 
     def update(last: tuple[dict[str, Any], dict[str, Any]], pairs: Pairs) -> tuple[dict[str, Any], dict[str, Any]]:
         yes, no = last  # changed in place: the session they were given to has closed (no copy of 50,000)
+        # every replaced object out first, then every new one in: a job deleted shifts the ones after it
+        # down a place, so an object may be the new one of a pair and the old one of the next ([B, C] ->
+        # [C, D]); taken out pair by pair, C would be put in and then taken out again
         for _, old, o in pairs:
             if old is not None:
                 yes.pop(old.uid, None)
                 no.pop(old.uid, None)
+        for _, _, o in pairs:
             (yes if test(o) else no)[o.uid] = o
         return yes, no
 

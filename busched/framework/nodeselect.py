@@ -108,7 +108,6 @@ class PredicateHelper:
             ssn.last_node_index = (search.start + processed) % search.total
         return found, search.fe  # type: ignore[return-value]  # a RowNodes only when asked (lazy)
 
-
     def gradients_found(self, task: TaskInfo, nodes: list[NodeInfo],
                         fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | None:
         """Allocate's search and bucketing in one pass (`busched.fastpath.select_run`): the four
