@@ -152,7 +152,7 @@ def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -
         # every replaced object out first, then every new one in: a job deleted shifts the ones after it
         # down a place, so an object may be the new one of a pair and the old one of the next ([B, C] ->
         # [C, D]); taken out pair by pair, C would be put in and then taken out again
-        for _, old, o in pairs:
+        for _, old, _new in pairs:
             if old is not None:
                 yes.pop(old.uid, None)
                 no.pop(old.uid, None)
