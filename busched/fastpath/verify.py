@@ -26,11 +26,11 @@ class SharedStateMutated(AssertionError):  # noqa: N818 - public (lending re-exp
 
 _JOB_SKIP = frozenset({"written", "phase", "conditions", "derived"})
 _NODE_SKIP = frozenset({"written", "listeners", "derived"})
+_TASK_FIELDS: tuple[str, ...] = TaskInfo.__slots__  # (slotted: no instance dict)
 
 
 def _task_print(t: TaskInfo) -> tuple:
-    d = t.__dict__
-    return (id(t),) + tuple((k, _value(v)) for k, v in d.items())
+    return (id(t),) + tuple((k, _value(getattr(t, k))) for k in _TASK_FIELDS)
 
 
 def _value(v: Any) -> Any:

@@ -64,13 +64,20 @@ def _plain(v):
     return v
 
 
+def _fields(o) -> dict:
+    """An object's fields by name: its instance dict, or its slots (TaskInfo)."""
+    if hasattr(o, "__dict__"):
+        return o.__dict__
+    return {k: getattr(o, k) for k in type(o).__slots__}
+
+
 def same(a, b, spec):
     """Same fields in the same order with equal values; what one shares with the spec the other
     shares too, and no other mutable value is shared between them."""
     from_spec = {id(getattr(spec, f)) for f in spec.__struct_fields__}
-    assert list(a.__dict__) == list(b.__dict__) == [f.name for f in dataclasses.fields(type(a))]
-    for k, v in a.__dict__.items():
-        w = b.__dict__[k]
+    assert list(_fields(a)) == list(_fields(b)) == [f.name for f in dataclasses.fields(type(a))]
+    for k, v in _fields(a).items():
+        w = _fields(b)[k]
         assert _plain(v) == _plain(w), k
         assert type(v) is type(w), k
         assert (id(v) in from_spec) == (id(w) in from_spec), k

@@ -22,7 +22,7 @@ from tests.kernel_cases import cache_of, random_cluster
 
 
 def task_state(t) -> dict:
-    d = dict(t.__dict__)
+    d = {k: getattr(t, k) for k in type(t).__slots__}
     d["resreq"] = t.resreq.to_dict()
     d["init_resreq"] = t.init_resreq.to_dict()
     return d
