@@ -17,6 +17,7 @@ from busched.api.node import NodeInfo, NodeUsage
 from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
+from busched.api.shared import NO_LIST, NO_STRINGS, SharedResource
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase, status_named
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
@@ -164,11 +165,11 @@ def numa_topology(s: o.NodeSpec, where: str) -> numa.NumaTopology | None:
 
 
 # Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
-# Each task gets its own copies of the request.
-_REQUESTS: dict[tuple[Any, ...], tuple[Resource, bool]] = {}
+# Every task with the same requests holds the same one (busched.api.shared).
+_REQUESTS: dict[tuple[Any, ...], tuple[SharedResource, bool]] = {}
 
 
-def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
+def _task_requests(s: o.TaskSpec) -> tuple[SharedResource, bool]:
     rl = s.requests
     key: tuple[Any, ...] | None
     try:
@@ -181,13 +182,13 @@ def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     req = resources(rl, f"task {s.namespace}/{s.name}: requests")
     best_effort = req.is_empty()
     req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
+    shared = SharedResource.of(req)
     if key is not None:
-        _remember(_REQUESTS, key, (req, best_effort))
-    return req, best_effort
+        _remember(_REQUESTS, key, (shared, best_effort))
+    return shared, best_effort
 
 
 _new = object.__new__
-_clone = Resource.clone
 _plain, _plain_list, _to_builtins = k8s_specs.plain, k8s_specs.plain_list, msgspec.to_builtins
 
 
@@ -245,38 +246,39 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.name = s.name
     t.namespace = s.namespace
     t.job = f"{s.namespace}/{s.job}" if s.job else ""
-    t.resreq = _clone(req)
-    t.init_resreq = _clone(req)
+    t.resreq = req  # (both the one object every task with these requests holds: busched.api.shared)
+    t.init_resreq = req
     t.status = status
     t.node_name = s.node if status != TaskStatus.Pending else ""
     t.priority = prio
     t.role = role
     t.preemptable = preemptable
     t.best_effort = best_effort
-    # (each its own copy; an empty one made without the copy call, as most are)
-    t.labels = dict(labels) if labels else {}
-    t.annotations = dict(annotations) if annotations else {}
-    t.node_selector = dict(s.node_selector) if s.node_selector else {}
+    # (each its own copy; an empty one the shared empty, as most are)
+    t.labels = dict(labels) if labels else NO_STRINGS
+    t.annotations = dict(annotations) if annotations else NO_STRINGS
+    t.node_selector = dict(s.node_selector) if s.node_selector else NO_STRINGS
     # (the typed shapes as the dicts the domain reads; nothing to do for most tasks.  A spec built in
     # code rather than decoded may carry the dict form already: msgspec checks types only on decoding)
     aff: k8s_specs.Affinity | dict[str, Any] | None = s.affinity
     t.affinity = aff if aff is None or type(aff) is dict else _to_builtins(aff)
-    t.tolerations = _plain_list(s.tolerations) if s.tolerations else []
-    t.topology_spread_constraints = _plain_list(s.topology_spread_constraints) if s.topology_spread_constraints else []
-    t.host_ports = list(s.host_ports) if s.host_ports else []
-    t.scheduling_gates = list(s.scheduling_gates) if s.scheduling_gates else []
+    t.tolerations = _plain_list(s.tolerations) if s.tolerations else NO_LIST
+    tsc = s.topology_spread_constraints
+    t.topology_spread_constraints = _plain_list(tsc) if tsc else NO_LIST
+    t.host_ports = list(s.host_ports) if s.host_ports else NO_LIST
+    t.scheduling_gates = list(s.scheduling_gates) if s.scheduling_gates else NO_LIST
     t.preemption_policy = s.preemption_policy or (pc.preemption_policy if pc else "")
     t.priority_class_name = s.priority_class_name
     t.nominated_node_name = s.nominated_node_name
-    t.images = list(s.images) if s.images else []
+    t.images = list(s.images) if s.images else NO_LIST
     t.created = time_of(s.created, f"task {s.namespace}/{s.name}: created")
     t.start_time = time_of(s.start_time, f"task {s.namespace}/{s.name}: startTime")
     t.qos = _task_qos(s, req, best_effort)
     t.eviction_occurred = False
     t.last_status = None
     t.last_node = ""
-    t.extra = {}
-    t.bind_annotations = {}
+    t.extra = NO_STRINGS
+    t.bind_annotations = NO_STRINGS
     return t
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from busched.api import shared
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
@@ -60,7 +61,10 @@ def fingerprint_node(node: NodeInfo) -> dict[str, Any]:
 
 
 def check(lease: Lease) -> None:
-    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``."""
+    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``,
+    or filled one of the empty containers converted tasks share (busched.api.shared)."""
+    if not shared.empties_intact():
+        raise SharedStateMutated("a session changed the empty labels or list converted tasks share")
     for kind, obj, before in lease.prints or ():
         if obj.written:
             continue

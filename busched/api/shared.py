@@ -1,0 +1,59 @@
+"""What many tasks hold at once instead of one copy each.
+
+A cluster holds two `TaskInfo` per placed task (the job's and the node's, busched.fastpath.lending),
+and most tasks of a big cluster are alike: the same requests, no labels, no tolerations.  A task
+converted from its spec (busched.api.build.task_info) gets
+
+* one `SharedResource` per distinct request, as both its ``resreq`` and its ``init_resreq``, in
+  place of two vectors and two scalar maps of its own (a task's requests are replaced, never
+  changed in place: a shared one raises if a method would change it);
+* the empty containers below for the fields its spec leaves empty, in place of ten fresh ones.
+
+Nothing changes a task's containers in place either (a clone already shares them with its task);
+`empties_intact` says whether that still holds (busched.fastpath.verify checks it with every lease).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from busched.api.resource import Resource
+
+__all__ = ["SharedResource", "NO_STRINGS", "NO_LIST", "empties_intact"]
+
+_new = object.__new__
+
+# (one dict for every string map a task leaves empty: labels, annotations, node selector,
+# bind annotations; one list for every list: tolerations, spread constraints, ports, gates, images)
+NO_STRINGS: dict[str, str] = {}
+NO_LIST: list[Any] = []
+
+
+def empties_intact() -> bool:
+    return not NO_STRINGS and not NO_LIST
+
+
+class SharedResource(Resource):
+    """A request many tasks hold: `clone` gives a plain `Resource` to change; changing this one
+    in place raises (every cpu or memory write does, and so do ``set`` and ``add_scalar``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, r: Resource) -> SharedResource:
+        out = _new(cls)
+        put = object.__setattr__
+        put(out, "cpu", r.cpu)
+        put(out, "memory", r.memory)
+        put(out, "scalars", dict(r.scalars))
+        put(out, "max_task_num", r.max_task_num)
+        return out
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise TypeError(f"a shared request is never changed in place (set {name})")
+
+    def set(self, name: str, v: float) -> None:
+        raise TypeError(f"a shared request is never changed in place (set {name})")
+
+    def add_scalar(self, name: str, v: float) -> None:
+        raise TypeError(f"a shared request is never changed in place (add {name})")
