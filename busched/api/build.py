@@ -6,6 +6,7 @@ Every conversion error is a `SpecError` naming the object and the field.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from sys import intern as _intern
 from typing import Any
 
 import msgspec
@@ -245,7 +246,7 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.uid = f"{s.namespace}-{s.name}"
     t.name = s.name
     t.namespace = s.namespace
-    t.job = f"{s.namespace}/{s.job}" if s.job else ""
+    t.job = _intern(f"{s.namespace}/{s.job}") if s.job else ""  # (one string for a job's tasks)
     t.resreq = req  # (both the one object every task with these requests holds: busched.api.shared)
     t.init_resreq = req
     t.status = status

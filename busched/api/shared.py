@@ -9,6 +9,9 @@ converted from its spec (busched.api.build.task_info) gets
   changed in place: a shared one raises if a method would change it);
 * the empty containers below for the fields its spec leaves empty, in place of ten fresh ones.
 
+A task or job spec (busched.api.objects) does the same with its own empty fields as it is decoded
+or made, and keeps one string for the names many repeat (namespace, job, node, phase, queue).
+
 Nothing changes a task's containers in place either (a clone already shares them with its task);
 `empties_intact` says whether that still holds (busched.fastpath.verify checks it with every lease).
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 from busched.api.resource import Resource
 
-__all__ = ["SharedResource", "NO_STRINGS", "NO_LIST", "empties_intact"]
+__all__ = ["SharedResource", "NO_STRINGS", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact"]
 
 _new = object.__new__
 
@@ -27,10 +30,13 @@ _new = object.__new__
 # bind annotations; one list for every list: tolerations, spread constraints, ports, gates, images)
 NO_STRINGS: dict[str, str] = {}
 NO_LIST: list[Any] = []
+# (and the same for the specs, busched.api.objects: a task spec's or a job spec's empty fields)
+SPEC_NO_MAP: dict[Any, Any] = {}
+SPEC_NO_LIST: list[Any] = []
 
 
 def empties_intact() -> bool:
-    return not NO_STRINGS and not NO_LIST
+    return not NO_STRINGS and not NO_LIST and not SPEC_NO_MAP and not SPEC_NO_LIST
 
 
 class SharedResource(Resource):

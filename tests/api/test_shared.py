@@ -1,0 +1,59 @@
+"""What converted tasks and decoded specs share (busched.api.shared), and that sharing changes no
+message: a spec encodes as it was decoded."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from busched.api import build, shared
+from busched.api import objects as o
+from busched.fastpath.lending import Lease, SharedStateMutated
+from busched.fastpath.verify import check
+
+
+def _decode(raw: bytes) -> o.TaskSpec:
+    return msgspec.json.decode(raw, type=o.TaskSpec)
+
+
+def test_decoded_specs_share_empties_and_names_and_encode_unchanged():
+    raw_a = b'{"name":"a","namespace":"team","job":"j","node":"n1","phase":"Running","requests":{"cpu":"1"}}'
+    raw_b = b'{"name":"b","namespace":"team","job":"j","node":"n1","phase":"Running","labels":{"k":"v"}}'
+    a, b = _decode(raw_a), _decode(raw_b)
+    assert a.labels is shared.SPEC_NO_MAP and a.tolerations is shared.SPEC_NO_LIST and b.requests is shared.SPEC_NO_MAP
+    assert b.labels == {"k": "v"} and b.labels is not shared.SPEC_NO_MAP
+    assert a.namespace is b.namespace and a.job is b.job and a.node is b.node
+    assert msgspec.json.encode(a) == raw_a and msgspec.json.encode(b) == raw_b
+    made = o.TaskSpec(name="c", namespace="team")  # made in code: the same
+    assert made.annotations is shared.SPEC_NO_MAP and made.namespace is a.namespace
+
+
+def test_job_spec_shares_empties():
+    j = msgspec.json.decode(b'{"name":"j","queue":"q1"}', type=o.JobSpec)
+    assert j.labels is shared.SPEC_NO_MAP and j.conditions is shared.SPEC_NO_LIST
+    assert msgspec.json.encode(j) == b'{"name":"j","queue":"q1"}'
+
+
+def test_converted_task_holds_the_shared_empties():
+    t = build.task_info(_decode(b'{"name":"a","requests":{"cpu":"1"}}'), {})
+    assert t.labels is shared.NO_STRINGS and t.extra is shared.NO_STRINGS and t.images is shared.NO_LIST
+    u = build.task_info(_decode(b'{"name":"b","labels":{"x":"y"}}'), {})
+    assert u.labels == {"x": "y"} and u.labels is not shared.NO_STRINGS
+
+
+@pytest.mark.parametrize("empty", ["NO_STRINGS", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST"])
+def test_verify_names_a_filled_shared_empty(empty):
+    box = getattr(shared, empty)
+    lease = Lease()
+    lease.prints = []
+    check(lease)  # intact: nothing to say
+    if isinstance(box, dict):
+        box["x"] = "y"
+    else:
+        box.append("x")
+    try:
+        assert not shared.empties_intact()
+        with pytest.raises(SharedStateMutated, match="share"):
+            check(lease)
+    finally:
+        box.clear()
