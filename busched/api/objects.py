@@ -30,7 +30,7 @@ from busched.api.limits import (
     Size,
     Strings,
 )
-from busched.api.shared import SPEC_NO_LIST, SPEC_NO_MAP
+from busched.api.shared import SPEC_NO_LIST, SPEC_NO_MAP, one_request
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
@@ -165,8 +165,7 @@ class TaskSpec(_Spec):
         self.job = _intern(self.job)
         self.node = _intern(self.node)
         self.phase = _intern(self.phase)
-        if not self.requests:
-            self.requests = SPEC_NO_MAP
+        self.requests = one_request(self.requests) if self.requests else SPEC_NO_MAP
         if not self.limits:
             self.limits = SPEC_NO_MAP
         if not self.labels:

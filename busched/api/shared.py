@@ -10,7 +10,8 @@ converted from its spec (busched.api.build.task_info) gets
 * the empty containers below for the fields its spec leaves empty, in place of ten fresh ones.
 
 A task or job spec (busched.api.objects) does the same with its own empty fields as it is decoded
-or made, and keeps one string for the names many repeat (namespace, job, node, phase, queue).
+or made, keeps one string for the names many repeat (namespace, job, node, phase, queue) and one
+map for each distinct request map (`one_request`): a spec is replaced, never changed in place.
 
 Nothing changes a task's containers in place either (a clone already shares them with its task);
 `empties_intact` says whether that still holds (busched.fastpath.verify checks it with every lease).
@@ -22,7 +23,8 @@ from typing import Any
 
 from busched.api.resource import Resource
 
-__all__ = ["SharedResource", "NO_STRINGS", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact"]
+__all__ = ["SharedResource", "NO_STRINGS", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact",
+           "one_request"]
 
 _new = object.__new__
 
@@ -33,6 +35,27 @@ NO_LIST: list[Any] = []
 # (and the same for the specs, busched.api.objects: a task spec's or a job spec's empty fields)
 SPEC_NO_MAP: dict[Any, Any] = {}
 SPEC_NO_LIST: list[Any] = []
+
+
+# request maps as specs give them (items in order -> the first such map), bounded: specs are
+# untrusted input, and a cleared memo only means the next ones are kept again
+_REQUESTS: dict[tuple[Any, ...], dict[Any, Any]] = {}
+_REQUESTS_MAX = 4096
+
+
+def one_request(m: dict[Any, Any]) -> dict[Any, Any]:
+    """The one map every spec with these requests (the same items in the same order) holds; only
+    text quantities are shared (1, 1.0 and True are equal keys, but not the same request)."""
+    key = tuple(m.items())
+    for k, v in key:
+        if type(k) is not str or type(v) is not str:
+            return m
+    seen = _REQUESTS.get(key)
+    if seen is None:
+        if len(_REQUESTS) >= _REQUESTS_MAX:
+            _REQUESTS.clear()
+        _REQUESTS[key] = seen = m
+    return seen
 
 
 def empties_intact() -> bool:

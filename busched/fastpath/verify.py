@@ -28,6 +28,7 @@ class SharedStateMutated(AssertionError):  # noqa: N818 - public (lending re-exp
 _JOB_SKIP = frozenset({"written", "phase", "conditions", "derived"})
 _NODE_SKIP = frozenset({"written", "listeners", "derived"})
 _TASK_FIELDS: tuple[str, ...] = TaskInfo.__slots__  # (slotted: no instance dict)
+_JOB_FIELDS = tuple(k for k in JobInfo.__slots__ if k not in _JOB_SKIP)
 
 
 def _task_print(t: TaskInfo) -> tuple:
@@ -53,7 +54,7 @@ def _value(v: Any) -> Any:
 
 def fingerprint_job(job: JobInfo) -> dict[str, Any]:
     """Every field of a job (its tasks' fields and identities included) but those a session may set."""
-    return {k: _value(v) for k, v in job.__dict__.items() if k not in _JOB_SKIP}
+    return {k: _value(getattr(job, k)) for k in _JOB_FIELDS}
 
 
 def fingerprint_node(node: NodeInfo) -> dict[str, Any]:

@@ -24,6 +24,12 @@ def test_decoded_specs_share_empties_and_names_and_encode_unchanged():
     assert b.labels == {"k": "v"} and b.labels is not shared.SPEC_NO_MAP
     assert a.namespace is b.namespace and a.job is b.job and a.node is b.node
     assert msgspec.json.encode(a) == raw_a and msgspec.json.encode(b) == raw_b
+    c = _decode(raw_a.replace(b'"a"', b'"c"'))
+    assert c.requests is a.requests == {"cpu": "1"}
+    assert _decode(b'{"name":"d","requests":{"cpu":"2"}}').requests == {"cpu": "2"}
+    # (numbers are not shared: 1 == 1.0 == True as keys)
+    one, flag = _decode(b'{"name":"e","requests":{"cpu":1}}'), _decode(b'{"name":"f","requests":{"cpu":1.0}}')
+    assert one.requests is not flag.requests and type(flag.requests["cpu"]) is float
     made = o.TaskSpec(name="c", namespace="team")  # made in code: the same
     assert made.annotations is shared.SPEC_NO_MAP and made.namespace is a.namespace
 
