@@ -18,7 +18,7 @@ from busched.api.node import NodeInfo, NodeUsage
 from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
-from busched.api.shared import NO_LIST, NO_STRINGS, SharedResource
+from busched.api.shared import NO_LIST, NO_MAP, SharedResource
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase, status_named
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
@@ -256,9 +256,9 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.preemptable = preemptable
     t.best_effort = best_effort
     # (each its own copy; an empty one the shared empty, as most are)
-    t.labels = dict(labels) if labels else NO_STRINGS
-    t.annotations = dict(annotations) if annotations else NO_STRINGS
-    t.node_selector = dict(s.node_selector) if s.node_selector else NO_STRINGS
+    t.labels = dict(labels) if labels else NO_MAP
+    t.annotations = dict(annotations) if annotations else NO_MAP
+    t.node_selector = dict(s.node_selector) if s.node_selector else NO_MAP
     # (the typed shapes as the dicts the domain reads; nothing to do for most tasks.  A spec built in
     # code rather than decoded may carry the dict form already: msgspec checks types only on decoding)
     aff: k8s_specs.Affinity | dict[str, Any] | None = s.affinity
@@ -278,8 +278,8 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.eviction_occurred = False
     t.last_status = None
     t.last_node = ""
-    t.extra = NO_STRINGS
-    t.bind_annotations = NO_STRINGS
+    t.extra = NO_MAP
+    t.bind_annotations = NO_MAP
     return t
 
 
@@ -301,7 +301,8 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.namespace = s.namespace
     j.queue = s.queue
     j.min_available = s.min_member
-    j.task_min_available = dict(s.min_task_member)
+    # (a field the spec leaves empty holds the shared empty, as a task's do: busched.api.shared)
+    j.task_min_available = dict(s.min_task_member) if s.min_task_member else NO_MAP
     if min_resources is not None:
         j.min_resources = resources(min_resources, f"job {s.namespace}/{s.name}: minResources")
         j.min_resources_list = dict(min_resources)
@@ -311,11 +312,11 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.priority_class_name = s.priority_class_name
     j.priority = pc.value if pc is not None else default_priority
     j.preemptable = JobInfo.read_preemptable(annotations, labels) if annotations or labels else False
-    j.annotations = dict(annotations)
-    j.labels = dict(labels)
+    j.annotations = dict(annotations) if annotations else NO_MAP
+    j.labels = dict(labels) if labels else NO_MAP
     j.network_topology = _plain(s.network_topology)
-    j.subgroup_policy = _plain_list(s.sub_group_policy)
-    j.conditions = [dict(c) for c in _plain_list(s.conditions)]
+    j.subgroup_policy = _plain_list(s.sub_group_policy) if s.sub_group_policy else NO_LIST
+    j.conditions = [dict(c) for c in _plain_list(s.conditions)] if s.conditions else NO_LIST
     j.has_podgroup = True
     j.created = time_of(s.created, f"job {s.namespace}/{s.name}: created")
     j.tasks = {}

@@ -121,7 +121,10 @@ class NodeSpec(_Spec):
     numa_topology: NumaTopologySpec | None = None  # cpu topology (Volcano's Numatopology spec), numa-aware reads it
 
 
-class TaskSpec(_Spec):
+# (not tracked by the collector: a task spec holds decoded values only, never itself, so it can be
+# in no reference cycle; hundreds of thousands of specs are that many objects fewer for every full
+# collection, and 16 bytes each fewer)
+class TaskSpec(_Spec, gc=False):
     name: str
     namespace: str = "default"
     job: str = ""

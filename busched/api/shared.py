@@ -7,7 +7,8 @@ converted from its spec (busched.api.build.task_info) gets
 * one `SharedResource` per distinct request, as both its ``resreq`` and its ``init_resreq``, in
   place of two vectors and two scalar maps of its own (a task's requests are replaced, never
   changed in place: a shared one raises if a method would change it);
-* the empty containers below for the fields its spec leaves empty, in place of ten fresh ones.
+* the empty containers below for the fields its spec leaves empty, in place of ten fresh ones
+  (and a converted job for its own five).
 
 A task or job spec (busched.api.objects) does the same with its own empty fields as it is decoded
 or made, keeps one string for the names many repeat (namespace, job, node, phase, queue) and one
@@ -23,14 +24,15 @@ from typing import Any
 
 from busched.api.resource import Resource
 
-__all__ = ["SharedResource", "NO_STRINGS", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact",
+__all__ = ["SharedResource", "NO_MAP", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact",
            "one_request"]
 
 _new = object.__new__
 
-# (one dict for every string map a task leaves empty: labels, annotations, node selector,
-# bind annotations; one list for every list: tolerations, spread constraints, ports, gates, images)
-NO_STRINGS: dict[str, str] = {}
+# (one dict for every map a task or a job leaves empty: labels, annotations, node selector, bind
+# annotations, extra, a job's minimum per task; one list for every list: tolerations, spread
+# constraints, ports, gates, images, a job's sub-group policy and conditions)
+NO_MAP: dict[Any, Any] = {}
 NO_LIST: list[Any] = []
 # (and the same for the specs, busched.api.objects: a task spec's or a job spec's empty fields)
 SPEC_NO_MAP: dict[Any, Any] = {}
@@ -59,7 +61,7 @@ def one_request(m: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def empties_intact() -> bool:
-    return not NO_STRINGS and not NO_LIST and not SPEC_NO_MAP and not SPEC_NO_LIST
+    return not NO_MAP and not NO_LIST and not SPEC_NO_MAP and not SPEC_NO_LIST
 
 
 class SharedResource(Resource):

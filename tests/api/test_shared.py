@@ -34,6 +34,19 @@ def test_decoded_specs_share_empties_and_names_and_encode_unchanged():
     assert made.annotations is shared.SPEC_NO_MAP and made.namespace is a.namespace
 
 
+def test_task_spec_is_not_tracked_by_the_collector():
+    import gc
+
+    assert not gc.is_tracked(_decode(b'{"name":"a","labels":{"k":"v"}}'))
+
+
+def test_converted_job_holds_the_shared_empties():
+    j = build.job_info(msgspec.json.decode(b'{"name":"j"}', type=o.JobSpec), {})
+    assert j.labels is shared.NO_MAP and j.task_min_available is shared.NO_MAP and j.conditions is shared.NO_LIST
+    k = build.job_info(msgspec.json.decode(b'{"name":"k","labels":{"a":"b"}}', type=o.JobSpec), {})
+    assert k.labels == {"a": "b"} and k.labels is not shared.NO_MAP
+
+
 def test_job_spec_shares_empties():
     j = msgspec.json.decode(b'{"name":"j","queue":"q1"}', type=o.JobSpec)
     assert j.labels is shared.SPEC_NO_MAP and j.conditions is shared.SPEC_NO_LIST
@@ -42,12 +55,12 @@ def test_job_spec_shares_empties():
 
 def test_converted_task_holds_the_shared_empties():
     t = build.task_info(_decode(b'{"name":"a","requests":{"cpu":"1"}}'), {})
-    assert t.labels is shared.NO_STRINGS and t.extra is shared.NO_STRINGS and t.images is shared.NO_LIST
+    assert t.labels is shared.NO_MAP and t.extra is shared.NO_MAP and t.images is shared.NO_LIST
     u = build.task_info(_decode(b'{"name":"b","labels":{"x":"y"}}'), {})
-    assert u.labels == {"x": "y"} and u.labels is not shared.NO_STRINGS
+    assert u.labels == {"x": "y"} and u.labels is not shared.NO_MAP
 
 
-@pytest.mark.parametrize("empty", ["NO_STRINGS", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST"])
+@pytest.mark.parametrize("empty", ["NO_MAP", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST"])
 def test_verify_names_a_filled_shared_empty(empty):
     box = getattr(shared, empty)
     lease = Lease()
