@@ -284,7 +284,8 @@ class TopologyAllocator:
                 break
             candidates = found
             if sj.with_network_topology():
-                task.extra[JOB_ALLOCATED_HYPERNODE] = allocated_hn
+                # (replaced, never changed in place: a converted task's empty one is shared, busched.api.shared)
+                task.extra = {**task.extra, JOB_ALLOCATED_HYPERNODE: allocated_hn}
             best = self.action.best_node(task, candidates)
             if best is None:
                 continue

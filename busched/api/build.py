@@ -6,6 +6,7 @@ Every conversion error is a `SpecError` naming the object and the field.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from sys import intern as _intern
 from typing import Any
 
 import msgspec
@@ -17,6 +18,7 @@ from busched.api.node import NodeInfo, NodeUsage
 from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
+from busched.api.shared import NO_LIST, NO_MAP, SharedResource
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase, status_named
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
@@ -164,11 +166,11 @@ def numa_topology(s: o.NodeSpec, where: str) -> numa.NumaTopology | None:
 
 
 # Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
-# Each task gets its own copies of the request.
-_REQUESTS: dict[tuple[Any, ...], tuple[Resource, bool]] = {}
+# Every task with the same requests holds the same one (busched.api.shared).
+_REQUESTS: dict[tuple[Any, ...], tuple[SharedResource, bool]] = {}
 
 
-def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
+def _task_requests(s: o.TaskSpec) -> tuple[SharedResource, bool]:
     rl = s.requests
     key: tuple[Any, ...] | None
     try:
@@ -181,13 +183,13 @@ def _task_requests(s: o.TaskSpec) -> tuple[Resource, bool]:
     req = resources(rl, f"task {s.namespace}/{s.name}: requests")
     best_effort = req.is_empty()
     req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
+    shared = SharedResource.of(req)
     if key is not None:
-        _remember(_REQUESTS, key, (req, best_effort))
-    return req, best_effort
+        _remember(_REQUESTS, key, (shared, best_effort))
+    return shared, best_effort
 
 
 _new = object.__new__
-_clone = Resource.clone
 _plain, _plain_list, _to_builtins = k8s_specs.plain, k8s_specs.plain_list, msgspec.to_builtins
 
 
@@ -244,39 +246,40 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.uid = f"{s.namespace}-{s.name}"
     t.name = s.name
     t.namespace = s.namespace
-    t.job = f"{s.namespace}/{s.job}" if s.job else ""
-    t.resreq = _clone(req)
-    t.init_resreq = _clone(req)
+    t.job = _intern(f"{s.namespace}/{s.job}") if s.job else ""  # (one string for a job's tasks)
+    t.resreq = req  # (both the one object every task with these requests holds: busched.api.shared)
+    t.init_resreq = req
     t.status = status
     t.node_name = s.node if status != TaskStatus.Pending else ""
     t.priority = prio
     t.role = role
     t.preemptable = preemptable
     t.best_effort = best_effort
-    # (each its own copy; an empty one made without the copy call, as most are)
-    t.labels = dict(labels) if labels else {}
-    t.annotations = dict(annotations) if annotations else {}
-    t.node_selector = dict(s.node_selector) if s.node_selector else {}
+    # (each its own copy; an empty one the shared empty, as most are)
+    t.labels = dict(labels) if labels else NO_MAP
+    t.annotations = dict(annotations) if annotations else NO_MAP
+    t.node_selector = dict(s.node_selector) if s.node_selector else NO_MAP
     # (the typed shapes as the dicts the domain reads; nothing to do for most tasks.  A spec built in
     # code rather than decoded may carry the dict form already: msgspec checks types only on decoding)
     aff: k8s_specs.Affinity | dict[str, Any] | None = s.affinity
     t.affinity = aff if aff is None or type(aff) is dict else _to_builtins(aff)
-    t.tolerations = _plain_list(s.tolerations) if s.tolerations else []
-    t.topology_spread_constraints = _plain_list(s.topology_spread_constraints) if s.topology_spread_constraints else []
-    t.host_ports = list(s.host_ports) if s.host_ports else []
-    t.scheduling_gates = list(s.scheduling_gates) if s.scheduling_gates else []
+    t.tolerations = _plain_list(s.tolerations) if s.tolerations else NO_LIST
+    tsc = s.topology_spread_constraints
+    t.topology_spread_constraints = _plain_list(tsc) if tsc else NO_LIST
+    t.host_ports = list(s.host_ports) if s.host_ports else NO_LIST
+    t.scheduling_gates = list(s.scheduling_gates) if s.scheduling_gates else NO_LIST
     t.preemption_policy = s.preemption_policy or (pc.preemption_policy if pc else "")
     t.priority_class_name = s.priority_class_name
     t.nominated_node_name = s.nominated_node_name
-    t.images = list(s.images) if s.images else []
+    t.images = list(s.images) if s.images else NO_LIST
     t.created = time_of(s.created, f"task {s.namespace}/{s.name}: created")
     t.start_time = time_of(s.start_time, f"task {s.namespace}/{s.name}: startTime")
     t.qos = _task_qos(s, req, best_effort)
     t.eviction_occurred = False
     t.last_status = None
     t.last_node = ""
-    t.extra = {}
-    t.bind_annotations = {}
+    t.extra = NO_MAP
+    t.bind_annotations = NO_MAP
     return t
 
 
@@ -298,7 +301,8 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.namespace = s.namespace
     j.queue = s.queue
     j.min_available = s.min_member
-    j.task_min_available = dict(s.min_task_member)
+    # (a field the spec leaves empty holds the shared empty, as a task's do: busched.api.shared)
+    j.task_min_available = dict(s.min_task_member) if s.min_task_member else NO_MAP
     if min_resources is not None:
         j.min_resources = resources(min_resources, f"job {s.namespace}/{s.name}: minResources")
         j.min_resources_list = dict(min_resources)
@@ -308,11 +312,11 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.priority_class_name = s.priority_class_name
     j.priority = pc.value if pc is not None else default_priority
     j.preemptable = JobInfo.read_preemptable(annotations, labels) if annotations or labels else False
-    j.annotations = dict(annotations)
-    j.labels = dict(labels)
+    j.annotations = dict(annotations) if annotations else NO_MAP
+    j.labels = dict(labels) if labels else NO_MAP
     j.network_topology = _plain(s.network_topology)
-    j.subgroup_policy = _plain_list(s.sub_group_policy)
-    j.conditions = [dict(c) for c in _plain_list(s.conditions)]
+    j.subgroup_policy = _plain_list(s.sub_group_policy) if s.sub_group_policy else NO_LIST
+    j.conditions = [dict(c) for c in _plain_list(s.conditions)] if s.conditions else NO_LIST
     j.has_podgroup = True
     j.created = time_of(s.created, f"job {s.namespace}/{s.name}: created")
     j.tasks = {}

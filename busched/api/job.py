@@ -34,8 +34,10 @@ _PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.All
 _READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobInfo:
+    """One podgroup and its tasks.  Slotted: with its 31 fields an instance dict took 1.6 kB a job."""
+
     uid: str  # "namespace/name"
     name: str
     namespace: str

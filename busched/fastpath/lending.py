@@ -100,15 +100,6 @@ def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
     return t
 
 
-def _node_copy(t: TaskInfo) -> TaskInfo:
-    """A node's copy of a task template: ``t.clone()`` but for the requests, shared with the
-    template (a task's requests are replaced, never changed in place; a cold snapshot makes one
-    such copy per placed task)."""
-    c = object.__new__(TaskInfo)
-    c.__dict__ = t.__dict__.copy()
-    return c
-
-
 class _Template:
     """A task as converted from its spec, and the job it was handed to as it is (None: not handed)."""
 
@@ -362,8 +353,10 @@ class SharedMemo:
             for tkey in keys:
                 t = self._task(tkey, task_specs[tkey], classes)
                 # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
+                # (the node's copy shares even the requests with the template: a task's requests are
+                # replaced, never changed in place; a cold snapshot makes one such copy per placed task)
                 if not completed_status(t.status):
-                    node.add_task(t, _node_copy(t))
+                    node.add_task(t, t.copy())
             node.written = False
             self._nodes[name] = (spec, version, index, node)
             self.assembled_nodes += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from busched.api import shared
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
@@ -26,11 +27,12 @@ class SharedStateMutated(AssertionError):  # noqa: N818 - public (lending re-exp
 
 _JOB_SKIP = frozenset({"written", "phase", "conditions", "derived"})
 _NODE_SKIP = frozenset({"written", "listeners", "derived"})
+_TASK_FIELDS: tuple[str, ...] = TaskInfo.__slots__  # (slotted: no instance dict)
+_JOB_FIELDS = tuple(k for k in JobInfo.__slots__ if k not in _JOB_SKIP)
 
 
 def _task_print(t: TaskInfo) -> tuple:
-    d = t.__dict__
-    return (id(t),) + tuple((k, _value(v)) for k, v in d.items())
+    return (id(t),) + tuple((k, _value(getattr(t, k))) for k in _TASK_FIELDS)
 
 
 def _value(v: Any) -> Any:
@@ -52,7 +54,7 @@ def _value(v: Any) -> Any:
 
 def fingerprint_job(job: JobInfo) -> dict[str, Any]:
     """Every field of a job (its tasks' fields and identities included) but those a session may set."""
-    return {k: _value(v) for k, v in job.__dict__.items() if k not in _JOB_SKIP}
+    return {k: _value(getattr(job, k)) for k in _JOB_FIELDS}
 
 
 def fingerprint_node(node: NodeInfo) -> dict[str, Any]:
@@ -60,7 +62,10 @@ def fingerprint_node(node: NodeInfo) -> dict[str, Any]:
 
 
 def check(lease: Lease) -> None:
-    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``."""
+    """Raise `SharedStateMutated` if a session changed a lent object it did not flag ``written``,
+    or filled one of the empty containers converted tasks share (busched.api.shared)."""
+    if not shared.empties_intact():
+        raise SharedStateMutated("a session changed the empty labels or list converted tasks share")
     for kind, obj, before in lease.prints or ():
         if obj.written:
             continue

@@ -22,7 +22,7 @@ from tests.kernel_cases import cache_of, random_cluster
 
 
 def task_state(t) -> dict:
-    d = dict(t.__dict__)
+    d = {k: getattr(t, k) for k in type(t).__slots__}
     d["resreq"] = t.resreq.to_dict()
     d["init_resreq"] = t.init_resreq.to_dict()
     return d
@@ -39,7 +39,7 @@ def node_state(n) -> dict:
 def snap_state(snap) -> dict:
     return {
         "nodes": [node_state(n) for n in snap.nodes],
-        "jobs": {uid: ({k: v for k, v in j.__dict__.items() if k not in ("tasks", "status_index", "allocated",
+        "jobs": {uid: ({k: getattr(j, k) for k in type(j).__slots__ if k not in ("tasks", "status_index", "allocated",
                                                                        "total_request", "min_resources", "sub_jobs",
                                                                        "task_to_sub_job", "written", "derived")},
                        {uid2: task_state(t) for uid2, t in j.tasks.items()}, j.allocated.to_dict(),
