@@ -15,12 +15,23 @@ from pathlib import Path
 import pytest
 
 from busched import fastpath
+from busched.api import shared
 from busched.bus.server_cluster import NatsCluster
 from busched.framework import arguments
 from tests.nats_fixture import Harness, NatsServer
 
 fastpath.use_by_default(fastpath.FastPathSettings.from_env(os.environ))
 arguments.STRICT = True  # a plugin or action reading an argument it does not declare fails its test at once
+
+
+@pytest.fixture(autouse=True)
+def _shared_stay_unchanged() -> Iterator[None]:
+    """After every test the containers and request maps many objects share (busched.api.shared) are as
+    they were: a test, or the code it runs, that filled one would have changed every object holding it."""
+    yield
+    assert shared.empties_intact(), "a shared empty container was filled in place"
+    changed = [k for k, m in shared._REQUESTS.items() if tuple(m.items()) != k]
+    assert not changed, f"shared request maps changed in place: {changed[:3]}"
 
 
 @pytest.fixture

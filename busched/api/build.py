@@ -6,7 +6,6 @@ Every conversion error is a `SpecError` naming the object and the field.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from sys import intern as _intern
 from typing import Any
 
 import msgspec
@@ -18,7 +17,7 @@ from busched.api.node import NodeInfo, NodeUsage
 from busched.api.quantity import QuantityError
 from busched.api.queue import HyperNode, PriorityClass, QueueInfo
 from busched.api.resource import Resource
-from busched.api.shared import NO_LIST, NO_MAP, SharedResource
+from busched.api.shared import NO_LIST, NO_MAP, SharedResource, one_name
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase, status_named
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
@@ -246,7 +245,7 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.uid = f"{s.namespace}-{s.name}"
     t.name = s.name
     t.namespace = s.namespace
-    t.job = _intern(f"{s.namespace}/{s.job}") if s.job else ""  # (one string for a job's tasks)
+    t.job = one_name(f"{s.namespace}/{s.job}") if s.job else ""  # (one string for a job's tasks)
     t.resreq = req  # (both the one object every task with these requests holds: busched.api.shared)
     t.init_resreq = req
     t.status = status

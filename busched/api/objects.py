@@ -7,7 +7,6 @@ Every field has a default so the schema can grow.
 
 from __future__ import annotations
 
-from sys import intern as _intern
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -30,7 +29,7 @@ from busched.api.limits import (
     Size,
     Strings,
 )
-from busched.api.shared import SPEC_NO_LIST, SPEC_NO_MAP, one_request
+from busched.api.shared import SPEC_NO_LIST, SPEC_NO_MAP, one_name, one_request
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
@@ -164,10 +163,10 @@ class TaskSpec(_Spec, gc=False):
         # fields a task leaves empty as the containers every spec shares, busched.api.shared;
         # a spec is replaced, never changed in place.  Half a task spec's memory, and less to
         # allocate and collect while a restart decodes hundreds of thousands)
-        self.namespace = _intern(self.namespace)
-        self.job = _intern(self.job)
-        self.node = _intern(self.node)
-        self.phase = _intern(self.phase)
+        self.namespace = one_name(self.namespace)
+        self.job = one_name(self.job)
+        self.node = one_name(self.node)
+        self.phase = one_name(self.phase)
         self.requests = one_request(self.requests) if self.requests else SPEC_NO_MAP
         if not self.limits:
             self.limits = SPEC_NO_MAP
@@ -214,9 +213,9 @@ class JobSpec(_Spec):
 
     def __post_init__(self) -> None:
         # (as `TaskSpec.__post_init__`: repeated names interned, empty containers shared)
-        self.namespace = _intern(self.namespace)
-        self.queue = _intern(self.queue)
-        self.phase = _intern(self.phase)
+        self.namespace = one_name(self.namespace)
+        self.queue = one_name(self.queue)
+        self.phase = one_name(self.phase)
         if not self.min_task_member:
             self.min_task_member = SPEC_NO_MAP
         if not self.annotations:

@@ -25,7 +25,7 @@ from typing import Any
 from busched.api.resource import Resource
 
 __all__ = ["SharedResource", "NO_MAP", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact",
-           "one_request"]
+           "one_request", "one_name"]
 
 _new = object.__new__
 
@@ -60,13 +60,42 @@ def one_request(m: dict[Any, Any]) -> dict[Any, Any]:
     return seen
 
 
+# names many objects repeat (namespaces, job keys, nodes, phases, queues) -> the first such string,
+# bounded: not `sys.intern`, whose strings some Pythons never free (3.12.0-3.12.4, free-threaded
+# builds: cpython gh-113993), and a job key comes from untrusted specs, new with every job
+_NAMES: dict[str, str] = {}
+_NAMES_MAX = 1 << 20
+
+
+def one_name(s: str) -> str:
+    """The one string every object naming ``s`` holds (while the memo holds it)."""
+    seen = _NAMES.get(s)
+    if seen is None:
+        if len(_NAMES) >= _NAMES_MAX:
+            _NAMES.clear()
+        _NAMES[s] = seen = s
+    return seen
+
+
 def empties_intact() -> bool:
     return not NO_MAP and not NO_LIST and not SPEC_NO_MAP and not SPEC_NO_LIST
 
 
+class _Scalars(dict):  # type: ignore[type-arg]
+    """A shared request's scalar map: read as a dict, never written."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise TypeError("a shared request is never changed in place (its scalars)")
+
+    __setitem__ = __delitem__ = pop = popitem = setdefault = update = clear = __ior__ = _refuse
+
+
 class SharedResource(Resource):
     """A request many tasks hold: `clone` gives a plain `Resource` to change; changing this one
-    in place raises (every cpu or memory write does, and so do ``set`` and ``add_scalar``)."""
+    in place raises (every cpu or memory write does, a write to its scalars, ``set``,
+    ``add_scalar`` and ``fit_delta``). A copy of it is itself."""
 
     __slots__ = ()
 
@@ -76,7 +105,7 @@ class SharedResource(Resource):
         put = object.__setattr__
         put(out, "cpu", r.cpu)
         put(out, "memory", r.memory)
-        put(out, "scalars", dict(r.scalars))
+        put(out, "scalars", _Scalars(r.scalars))
         put(out, "max_task_num", r.max_task_num)
         return out
 
@@ -88,3 +117,15 @@ class SharedResource(Resource):
 
     def add_scalar(self, name: str, v: float) -> None:
         raise TypeError(f"a shared request is never changed in place (add {name})")
+
+    def fit_delta(self, rr: Resource) -> Resource:
+        raise TypeError("a shared request is never changed in place (fit_delta)")
+
+    def __copy__(self) -> SharedResource:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SharedResource:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SharedResource.of, (self.clone(),))

@@ -76,3 +76,37 @@ def test_verify_names_a_filled_shared_empty(empty):
             check(lease)
     finally:
         box.clear()
+
+
+def test_a_shared_request_refuses_every_change_in_place_and_copies_as_itself():
+    import copy
+    import pickle
+
+    from busched.api.resource import Resource
+    from busched.api.shared import SharedResource
+
+    r = SharedResource.of(Resource(1000.0, 2.0, {"nvidia.com/gpu": 1000.0}))
+    for change in (lambda: r.scalars.__setitem__("x", 1.0), lambda: r.scalars.update(x=1.0),
+                   lambda: r.scalars.pop("nvidia.com/gpu"), lambda: r.scalars.clear(),
+                   lambda: r.fit_delta(Resource(0.0, 0.0, {"nvidia.com/gpu": 1.0}))):
+        with pytest.raises(TypeError):
+            change()
+    assert r.scalars == {"nvidia.com/gpu": 1000.0}
+    assert copy.copy(r) is r and copy.deepcopy(r) is r
+    back = pickle.loads(pickle.dumps(r))
+    assert type(back) is SharedResource and back == r
+    plain = r.clone()
+    plain.scalars["x"] = 1.0  # a clone is the caller's own
+    assert "x" not in r.scalars
+
+
+def test_names_are_shared_through_a_bounded_memo(monkeypatch):
+    from busched.api import shared
+
+    monkeypatch.setattr(shared, "_NAMES", {})
+    monkeypatch.setattr(shared, "_NAMES_MAX", 3)
+    a = shared.one_name("".join(["ns/", "job"]))
+    assert shared.one_name("".join(["ns/", "job"])) is a
+    for i in range(5):
+        shared.one_name(f"n{i}")
+    assert len(shared._NAMES) <= 3  # cleared when full: untrusted specs bring new names forever

@@ -267,7 +267,7 @@ def test_node_scores_follow_the_tier_of_the_common_ancestor() -> None:
     ssn = session(cluster({"minMember": 1, "networkTopology": {"mode": "hard", "highestTierAllowed": 3}},
                           [task("p1", "a1"), task("p2")], THREE_TIER, ("a1", "a2", "b1", "c1")), [NTA])
     t = ssn.jobs["c1/pg1"].tasks["c1-p2"]
-    t.extra[subjob.JOB_ALLOCATED_HYPERNODE] = "s3"
+    t.extra = {**t.extra, subjob.JOB_ALLOCATED_HYPERNODE: "s3"}  # replaced, as the scheduler does
     scores = ssn.batch_node_order_fn(t, [ssn.nodes["a2"], ssn.nodes["b1"], ssn.nodes["c1"]])
     # tiers 1..4 (the cluster top is 4): s3 itself 1.0, LCA s1 (tier 2) 2/3, LCA s0 (tier 3) 1/3
     assert scores == pytest.approx({"a2": 100.0, "b1": 200 / 3, "c1": 100 / 3})
