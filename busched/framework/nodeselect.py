@@ -41,6 +41,20 @@ def num_feasible_nodes_to_find(n: int, opts: SearchOptions) -> int:
     return max(n * pct // 100, opts.min_nodes_to_find)
 
 
+def _sample_start(ssn: Session, total: int, opts: SearchOptions) -> tuple[int, int]:
+    """How many feasible nodes a search among ``total`` looks for, and the position it starts at.
+    Like Volcano, a sampled search resumes where the previous one stopped, so successive tasks
+    spread over the cluster; the position lives on the session (deterministic)."""
+    to_find = num_feasible_nodes_to_find(total, opts)
+    return to_find, (ssn.last_node_index % total if to_find < total else 0)
+
+
+def _sample_resume(ssn: Session, total: int, to_find: int, start: int, processed: int) -> None:
+    """After a sampled search from ``start`` looked at ``processed`` nodes, the next one starts after them."""
+    if to_find < total:
+        ssn.last_node_index = (start + processed) % total
+
+
 def insufficient_reason(names: list[str]) -> str:
     return "Insufficient " + ", ".join(names) if names else "Insufficient resources"
 
@@ -104,8 +118,7 @@ class PredicateHelper:
                 plugin_errors.kernel_failed("predicate", task, e)
                 got = None
         found, processed = got if got is not None else search.walk(nodes)
-        if search.to_find < search.total:
-            ssn.last_node_index = (search.start + processed) % search.total
+        _sample_resume(ssn, search.total, search.to_find, search.start, processed)
         return found, search.fe  # type: ignore[return-value]  # a RowNodes only when asked (lazy)
 
     def gradients_found(self, task: TaskInfo, nodes: list[NodeInfo],
@@ -122,14 +135,11 @@ class PredicateHelper:
                 or ssn.shard.mode in ("hard", "soft")):
             return None
         total = len(nodes)
-        to_find = num_feasible_nodes_to_find(total, self.opts)
-        sampled = to_find < total
-        start = ssn.last_node_index % total if sampled else 0
+        to_find, start = _sample_start(ssn, total, self.opts)
         got = fast.gradients_found(ssn, task, nodes, fn, start, to_find)
         if got is None:
             return None
-        if sampled:
-            ssn.last_node_index = (start + got[1]) % total
+        _sample_resume(ssn, total, to_find, start, got[1])
         return Gradients(got[0])
 
 
@@ -155,11 +165,8 @@ class Search:
         errs = helper.cache.get(self.group)
         self.skip = errs if self.use_cache and errs is not None else None
         self.errs: dict[str, FitError] = errs if errs is not None else {}
-        self.to_find = num_feasible_nodes_to_find(total, helper.opts)
         self.total = total
-        # Like Volcano, a sampled search resumes where the previous one stopped, so successive
-        # tasks spread over the cluster; the position lives on the session (deterministic).
-        self.start = ssn.last_node_index % total if self.to_find < total else 0
+        self.to_find, self.start = _sample_start(ssn, total, helper.opts)
         self.in_shard = ssn.nodes_in_shard if ssn.shard.mode == "hard" else None
         self.reasons: Any = None  # the fast path's kept reasons (busched.fastpath.search.KeptReasons)
 
