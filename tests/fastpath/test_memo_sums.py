@@ -1,5 +1,5 @@
-"""Oracle: `memo.summed` kept from session to session equals the plain in-order sum after random
-changes, including sums past a float's exact range (where `memo.Running` keeps them)."""
+"""Oracle: `sums.summed` kept from session to session equals the plain in-order sum after random
+changes, including sums past a float's exact range (where `sums.Running` keeps them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from busched.api.resource import Resource
-from busched.fastpath import memo
+from busched.fastpath import memo, sums
 
 
 class _Ssn:
@@ -58,7 +58,7 @@ def test_summed_equals_plain_sum_after_random_changes(seed):
     objs = [_Obj(_part(rng, big)) for _ in range(rng.randrange(1, 60))]
     state: dict = {}
     for _ in range(25):
-        got = memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+        got = sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
         want = _plain(objs)
         assert _same(got, want), (got, want)
         # a few replaced in place (new objects, as lending gives), a few appended
@@ -72,13 +72,13 @@ def test_running_sums_take_over_past_the_exact_range():
     """20,000 nodes of 256Gi: the sum is no longer exact, and the running sums keep it anyway."""
     objs = [_Obj(Resource(32000.0, 256.0 * 2**30 + i, {"pods": 110.0})) for i in range(20000)]
     state: dict = {}
-    memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
     objs[7] = _Obj(Resource(32000.0, 255.0 * 2**30 + 3, {"pods": 110.0}))
-    got = memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    got = sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
     assert _same(got, _plain(objs))
     assert state[("reuse", ("summed", "t"))][1].prefix is not None  # kept by the running sums
     objs[19999] = _Obj(Resource(1.0, 2.0**60, {"pods": 1.0}))
-    assert _same(memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
+    assert _same(sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
 
 
 class _SharedSsn(_Ssn):
