@@ -81,6 +81,24 @@ def test_running_sums_take_over_past_the_exact_range():
     assert _same(sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
 
 
+def test_running_sums_take_a_scalar_name_no_part_had():
+    """Past the exact range, a part appended with scalar names no earlier part has (a first gpu node
+    joins) starts new running sums; the total still equals the plain in-order sum, names in order."""
+    objs = [_Obj(Resource(32000.0, 256.0 * 2**30 + i)) for i in range(300)]
+    objs[5] = _Obj(Resource(32000.0, 2.0**60 + 3))  # past a float's exact range: Running from the first update
+    state: dict = {}
+    sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    objs[9] = _Obj(Resource(16000.0, 3.0))
+    assert _same(sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
+    assert state[("reuse", ("summed", "t"))][1].prefix is not None
+    objs.append(_Obj(Resource(8000.0, 2.0**40 + 1, {"nvidia.com/gpu": 8.0})))
+    objs.append(_Obj(Resource(8000.0, 7.0, {"pods": 110.0, "nvidia.com/gpu": 4.0})))
+    got = sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    assert state[("reuse", ("summed", "t"))][1].prefix is not None  # still the running sums
+    assert _same(got, _plain(objs)), (got, _plain(objs))
+    assert list(got.scalars) == ["nvidia.com/gpu", "pods"]
+
+
 class _SharedSsn(_Ssn):
     def __init__(self, state: dict) -> None:
         super().__init__(state)
