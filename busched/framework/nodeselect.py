@@ -21,6 +21,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
+from busched.fastpath.select import Scan
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
@@ -102,8 +103,12 @@ class PredicateHelper:
         """
         if not nodes:
             return [], FitErrors()
-        ssn = self.ssn
-        search = Search(self, task, fn, resource_fit, len(nodes))
+        return self._search(Search(self, task, fn, resource_fit, len(nodes)), nodes, errors_if_found, lazy)
+
+    def _search(self, search: Search, nodes: list[NodeInfo], errors_if_found: bool, lazy: bool,
+                scan: Scan | None = None) -> tuple[list[NodeInfo], FitErrors]:
+        """`predicate_nodes` for ``search``; ``scan``: its fast walk, already made (`gradients_found`)."""
+        ssn, task, resource_fit = self.ssn, search.task, search.resource_fit
         got = None
         fast = ssn.fast
         if fast is not None:
@@ -111,7 +116,7 @@ class PredicateHelper:
                 search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, search.explain)
             try:
                 # the failing nodes matter when no node passes, or for the error cache, or to the caller
-                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache, lazy)
+                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache, lazy, scan)
             except FitError:
                 raise
             except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names it
@@ -122,13 +127,13 @@ class PredicateHelper:
         return found, search.fe  # type: ignore[return-value]  # a RowNodes only when asked (lazy)
 
     def gradients_found(self, task: TaskInfo, nodes: list[NodeInfo],
-                        fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | None:
+                        fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | FitErrors | None:
         """Allocate's search and bucketing in one pass (`busched.fastpath.select_run`): the four
         gradients `gradients` would make of the nodes `predicate_nodes` would find (resource
         fit on future idle, then ``fn``), when nothing else of the search is read: the task
-        has no error-cache group, the session no hard or soft shard.  None when that does not
-        hold or no node passes (then the full search runs, from the same start, and records
-        the fit errors)."""
+        has no error-cache group, the session no hard or soft shard.  When no node passes, the
+        fit errors `predicate_nodes` would give (recorded from the same walk, not walked
+        again).  None when that does not hold (then the full search runs, from the same start)."""
         ssn = self.ssn
         fast = ssn.fast
         if (fast is None or not nodes or (self.enable_error_cache and task.role)
@@ -139,6 +144,8 @@ class PredicateHelper:
         got = fast.gradients_found(ssn, task, nodes, fn, start, to_find)
         if got is None:
             return None
+        if isinstance(got, Scan):  # no node passes: the full search, from this walk
+            return self._search(Search(self, task, fn, task.init_resreq, total), nodes, False, True, got)[1]
         _sample_resume(ssn, total, to_find, start, got[1])
         return Gradients(got[0])
 
