@@ -178,6 +178,7 @@ class AllocateAction:
                 fe.set_node_error(n.name, e)
             job.nodes_fit_errors[task.uid] = fe
             return SKIP if keep_going() else STOP
+        fit_errors: FitErrors | None = None
         nominated = task.nominated_node_name
         if nominated and nominated in node_names:
             nn = ssn.nodes.get(nominated)
@@ -188,15 +189,19 @@ class AllocateAction:
                 if on_nominated:
                     return on_nominated
         elif lazy:
-            # allocate's common case: the search and the gradients in one pass (None: the full search)
+            # allocate's common case: the search and the gradients in one pass (fit errors: no node
+            # passes; None: the full search)
             got = helper.gradients_found(task, nodes, ssn.predicate_for_allocate)
-            if got is not None:
+            if isinstance(got, nodeselect.Gradients):
                 return got
-        # the fit errors are read only when no node is found
-        candidates, fit_errors = helper.predicate_nodes(
-            task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False, lazy=lazy)
-        if candidates:
-            return candidates
+            fit_errors = got
+        if fit_errors is None:
+            # the fit errors are read only when no node is found
+            candidates, fit_errors = helper.predicate_nodes(
+                task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False,
+                lazy=lazy)
+            if candidates:
+                return candidates
         if hypernode:
             fit_errors.hypernode = hypernode  # type: ignore[attr-defined]
         job.nodes_fit_errors[task.uid] = fit_errors

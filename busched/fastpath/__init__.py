@@ -66,7 +66,7 @@ class FastPath:
     """A session's fast path, chosen as it opens (``ssn.fast``); sessions with the kernels off
     have none.  What the framework calls, each the twin of a plain loop it keeps:
 
-    * ``predicate_nodes(ssn, search, nodes, failures)`` and ``kept_reasons(arrays, request,
+    * ``predicate_nodes(ssn, search, nodes, failures, lazy, scan)`` and ``kept_reasons(arrays, request,
       explain)``: a node search decided by masks (`busched.fastpath.search`);
     * ``scores(ssn, task, nodes)``, ``pick_unless_nan(ssn, nodes, scores)``,
       ``gradients(ssn, task, nodes, soft)``: scoring, choosing and bucketing nodes

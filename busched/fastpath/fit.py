@@ -149,16 +149,13 @@ class NodeArrays:
         idle = n.idle
         put(self.idle, i, idle)
         put(self.used, i, n.used)
-        rel, pip = n.releasing, n.pipelined
-        if rel.scalars or pip.scalars:
+        plain = _plain_future(n)
+        if plain is None:
             put(self.future, i, n.future_idle())
             return
-        # nothing releasing or pipelined names a scalar (most nodes): future idle as
-        # NodeInfo.future_idle computes it, float(idle) + releasing - pipelined in that order, its
-        # scalars idle's, without building the Resource (every task placed refills its node's row)
+        # every task placed refills its node's row: no future idle Resource built for most nodes
         future = self.future
-        future[i, 0] = float(idle.cpu) + rel.cpu - pip.cpu
-        future[i, 1] = float(idle.memory) + rel.memory - pip.memory
+        future[i, 0], future[i, 1] = plain
         if self._scalar_columns:
             get = idle.scalars.get
             for s, j in self._scalar_columns:
@@ -227,6 +224,17 @@ def _changed_rows(like: NodeArrays | None, nodes: Sequence[NodeInfo]) -> list[in
     return changed
 
 
+def _plain_future(n: NodeInfo) -> tuple[float, float] | None:
+    """Future idle's cpu and memory exactly as `NodeInfo.future_idle` computes them (float(idle) +
+    releasing - pipelined, in that order) when nothing releasing or pipelined on ``n`` names a
+    scalar (most nodes): then its scalars are idle's.  None otherwise (build ``n.future_idle()``).
+    Saves building a Resource: the fit refresh and the row refill run for every task placed."""
+    idle, rel, pip = n.idle, n.releasing, n.pipelined
+    if rel.scalars or pip.scalars:
+        return None
+    return float(idle.cpu) + rel.cpu - pip.cpu, float(idle.memory) + rel.memory - pip.memory
+
+
 def _scalar_names(n: NodeInfo) -> tuple[str, ...]:
     return tuple(s for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined) for s in r.scalars)
 
@@ -266,23 +274,22 @@ def fits(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE) -> np.ndar
             return req.less_equal(nodes[r].idle)
     else:
         cpu, memory, wanted = req.cpu, req.memory, list(sc.items())
+        plain_future = _plain_future
 
         def one(r: int) -> bool:
-            # req.less_equal(nodes[r].future_idle()) without building the future idle when nothing
-            # releasing or pipelined on the node names a scalar (most nodes): its values as
-            # NodeInfo.future_idle computes them, its scalars idle's, compared as less_equal does
-            # (every task placed refreshes its node's entry)
+            # req.less_equal(nodes[r].future_idle()), compared as less_equal does, without building
+            # the future idle for most nodes (every task placed refreshes its node's entry)
             n = nodes[r]
-            idle, rel, pip = n.idle, n.releasing, n.pipelined
-            if rel.scalars or pip.scalars:
+            plain = plain_future(n)
+            if plain is None:
                 return req.less_equal(n.future_idle())
-            b = float(idle.cpu) + rel.cpu - pip.cpu
+            b = plain[0]
             if not (cpu < b or abs(cpu - b) < MIN_RESOURCE):
                 return False
-            b = float(idle.memory) + rel.memory - pip.memory
+            b = plain[1]
             if not (memory < b or abs(memory - b) < MIN_RESOURCE):
                 return False
-            get = idle.scalars.get
+            get = n.idle.scalars.get
             for name, a in wanted:
                 b = get(name, 0.0)
                 if not (a < b or abs(a - b) < MIN_RESOURCE):

@@ -51,15 +51,17 @@ class KeptReasons:
         return self.explain(node, fi)
 
 
-def predicate_nodes(ssn: Any, search: Any, nodes: list[NodeInfo], failures: bool, lazy: bool = False
-                    ) -> tuple[Sequence[NodeInfo], int] | None:
+def predicate_nodes(ssn: Any, search: Any, nodes: list[NodeInfo], failures: bool, lazy: bool = False,
+                    scan: select.Scan | None = None) -> tuple[Sequence[NodeInfo], int] | None:
     """The nodes found and how many were looked at, or None when the masks cannot decide (then
     the search's plain walk runs).  ``failures`` False: the failing nodes' errors are built only
     when no node passes.  ``lazy``: the nodes found as a `select.RowNodes`, fetched when read (a
     caller that reads few of them).  A plugin's vectorised twin that raises: the caller names the
-    plugin."""
-    scan = select.scan(ssn, search.task, nodes, search.fn, search.resource_fit, start=search.start,
-                       to_find=search.to_find, skip=search.skip, in_shard=search.in_shard, failures=failures)
+    plugin.  ``scan``: this very walk, already made (allocate's one-pass search that found no node,
+    `busched.fastpath.select_run`), so it is not made twice."""
+    if scan is None:
+        scan = select.scan(ssn, search.task, nodes, search.fn, search.resource_fit, start=search.start,
+                           to_find=search.to_find, skip=search.skip, in_shard=search.in_shard, failures=failures)
     if scan is None:
         return None
     # the masks decided which nodes pass; the failing ones get their exact errors, the kernel's

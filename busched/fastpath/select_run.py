@@ -9,9 +9,11 @@ answer directly: the scan of the search's fast half (`select.scan`: the predicat
 twins, the fit on future idle, the walk from the rotating start), then the fit on idle of the
 nodes found, with none of the search's objects made.
 
-`gradients_found` answers only when some node passes; otherwise (and whenever a twin
-declines the task or fails) it answers None and the caller takes the full search, which
-records the fit errors (or names the failing plugin), from the same start.  The plain search
+`gradients_found` answers with the gradients when some node passes.  When none does, it hands
+its walk over (the very walk the full search would make: same start, request, masks), and the
+full search records the fit errors from it instead of walking again; whenever a twin declines
+the task or fails it answers None and the caller takes the full search, which names the
+failing plugin, from the same start.  The plain search
 followed by `select.gradients` is the reference (tests/fastpath/test_select_run.py).
 """
 
@@ -30,11 +32,12 @@ __all__ = ["gradients_found"]
 
 
 def gradients_found(ssn: object, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
-                    start: int, to_find: int) -> tuple[list[Sequence[NodeInfo]], int] | None:
+                    start: int, to_find: int) -> tuple[list[Sequence[NodeInfo]], int] | select.Scan | None:
     """Allocate's four gradients of the nodes a search from ``start`` for ``to_find`` nodes finds
     (fits idle, none elsewhere, fits only future idle, none elsewhere), and how many nodes the
-    walk looked at; None when no node passes, ``nodes`` are not all the session's nodes, or a
-    predicate twin declines the task or raises (the full search then decides)."""
+    walk looked at; the walk itself (a `select.Scan` with no node found) when no node passes;
+    None when ``nodes`` are not all the session's nodes, or a predicate twin declines the task
+    or raises (the full search then decides)."""
     arrays: NodeArrays = ssn.arrays  # type: ignore[attr-defined]
     if arrays.rows_of(nodes) is not arrays.all_rows:
         return None
@@ -44,8 +47,10 @@ def gradients_found(ssn: object, task: TaskInfo, nodes: Sequence[NodeInfo], fn: 
                           failures=False)
     except Exception:  # noqa: BLE001 - the full search calls the twin again and names the plugin
         return None
-    if got is None or not len(got.found):
+    if got is None:
         return None
+    if not len(got.found):
+        return got  # what the full search's walk would be: it records the fit errors from it
     found = got.found  # positions, which are the rows (all_rows is 0..n-1)
     on_idle = fits(arrays, req, IDLE)[found]
     whole = select.RowNodes(nodes, found, found)

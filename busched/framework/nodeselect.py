@@ -21,6 +21,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
 from busched.fastpath.fit import FUTURE_IDLE, NodeArrays, fit_mask
+from busched.fastpath.select import Scan
 from busched.framework import plugin_errors
 from busched.framework.config import SearchOptions
 from busched.framework.session import Session
@@ -39,6 +40,20 @@ def num_feasible_nodes_to_find(n: int, opts: SearchOptions) -> int:
     if pct <= 0:
         pct = max(50 - n // 125, opts.min_percentage_of_nodes_to_find)
     return max(n * pct // 100, opts.min_nodes_to_find)
+
+
+def _sample_start(ssn: Session, total: int, opts: SearchOptions) -> tuple[int, int]:
+    """How many feasible nodes a search among ``total`` looks for, and the position it starts at.
+    Like Volcano, a sampled search resumes where the previous one stopped, so successive tasks
+    spread over the cluster; the position lives on the session (deterministic)."""
+    to_find = num_feasible_nodes_to_find(total, opts)
+    return to_find, (ssn.last_node_index % total if to_find < total else 0)
+
+
+def _sample_resume(ssn: Session, total: int, to_find: int, start: int, processed: int) -> None:
+    """After a sampled search from ``start`` looked at ``processed`` nodes, the next one starts after them."""
+    if to_find < total:
+        ssn.last_node_index = (start + processed) % total
 
 
 def insufficient_reason(names: list[str]) -> str:
@@ -88,8 +103,12 @@ class PredicateHelper:
         """
         if not nodes:
             return [], FitErrors()
-        ssn = self.ssn
-        search = Search(self, task, fn, resource_fit, len(nodes))
+        return self._search(Search(self, task, fn, resource_fit, len(nodes)), nodes, errors_if_found, lazy)
+
+    def _search(self, search: Search, nodes: list[NodeInfo], errors_if_found: bool, lazy: bool,
+                scan: Scan | None = None) -> tuple[list[NodeInfo], FitErrors]:
+        """`predicate_nodes` for ``search``; ``scan``: its fast walk, already made (`gradients_found`)."""
+        ssn, task, resource_fit = self.ssn, search.task, search.resource_fit
         got = None
         fast = ssn.fast
         if fast is not None:
@@ -97,39 +116,37 @@ class PredicateHelper:
                 search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, search.explain)
             try:
                 # the failing nodes matter when no node passes, or for the error cache, or to the caller
-                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache, lazy)
+                got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache, lazy, scan)
             except FitError:
                 raise
             except Exception as e:  # noqa: BLE001 - a plugin's fast twin failed (logged): the plain path names it
                 plugin_errors.kernel_failed("predicate", task, e)
                 got = None
         found, processed = got if got is not None else search.walk(nodes)
-        if search.to_find < search.total:
-            ssn.last_node_index = (search.start + processed) % search.total
+        _sample_resume(ssn, search.total, search.to_find, search.start, processed)
         return found, search.fe  # type: ignore[return-value]  # a RowNodes only when asked (lazy)
 
     def gradients_found(self, task: TaskInfo, nodes: list[NodeInfo],
-                        fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | None:
+                        fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | FitErrors | None:
         """Allocate's search and bucketing in one pass (`busched.fastpath.select_run`): the four
         gradients `gradients` would make of the nodes `predicate_nodes` would find (resource
         fit on future idle, then ``fn``), when nothing else of the search is read: the task
-        has no error-cache group, the session no hard or soft shard.  None when that does not
-        hold or no node passes (then the full search runs, from the same start, and records
-        the fit errors)."""
+        has no error-cache group, the session no hard or soft shard.  When no node passes, the
+        fit errors `predicate_nodes` would give (recorded from the same walk, not walked
+        again).  None when that does not hold (then the full search runs, from the same start)."""
         ssn = self.ssn
         fast = ssn.fast
         if (fast is None or not nodes or (self.enable_error_cache and task.role)
                 or ssn.shard.mode in ("hard", "soft")):
             return None
         total = len(nodes)
-        to_find = num_feasible_nodes_to_find(total, self.opts)
-        sampled = to_find < total
-        start = ssn.last_node_index % total if sampled else 0
+        to_find, start = _sample_start(ssn, total, self.opts)
         got = fast.gradients_found(ssn, task, nodes, fn, start, to_find)
         if got is None:
             return None
-        if sampled:
-            ssn.last_node_index = (start + got[1]) % total
+        if isinstance(got, Scan):  # no node passes: the full search, from this walk
+            return self._search(Search(self, task, fn, task.init_resreq, total), nodes, False, True, got)[1]
+        _sample_resume(ssn, total, to_find, start, got[1])
         return Gradients(got[0])
 
 
@@ -155,11 +172,8 @@ class Search:
         errs = helper.cache.get(self.group)
         self.skip = errs if self.use_cache and errs is not None else None
         self.errs: dict[str, FitError] = errs if errs is not None else {}
-        self.to_find = num_feasible_nodes_to_find(total, helper.opts)
         self.total = total
-        # Like Volcano, a sampled search resumes where the previous one stopped, so successive
-        # tasks spread over the cluster; the position lives on the session (deterministic).
-        self.start = ssn.last_node_index % total if self.to_find < total else 0
+        self.to_find, self.start = _sample_start(ssn, total, helper.opts)
         self.in_shard = ssn.nodes_in_shard if ssn.shard.mode == "hard" else None
         self.reasons: Any = None  # the fast path's kept reasons (busched.fastpath.search.KeptReasons)
 

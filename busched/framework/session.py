@@ -30,6 +30,7 @@ from busched.api.subjob import SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import memo as reuse
 from busched.fastpath import order as fastpath_order
+from busched.fastpath import sums
 from busched.fastpath.fit import NodeArrays
 from busched.framework import hypernodes as topology
 from busched.framework import orders, phase, plugin_errors, points
@@ -74,8 +75,8 @@ class Session:
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
                                                else frozenset(self.nodes))
-        # the nodes' allocatable summed (again only when one changed: busched.fastpath.memo)
-        self.total_resource = reuse.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
+        # the nodes' allocatable summed (again only when one changed: busched.fastpath.sums)
+        self.total_resource = sums.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)
         # the jobs enqueue, allocate and backfill may have work in (the rest they would skip)
         self.unsettled_jobs: list[JobInfo] = (snapshot.unsettled if snapshot.unsettled is not None
@@ -123,7 +124,7 @@ class Session:
     # for those that changed
     incremental = reuse.incremental
     split = reuse.split
-    summed = reuse.summed
+    summed = sums.summed
 
     # -- registration (plugins) and the resolved lists (actions, fast paths) -----------
     def add_fn(self, point: Point[F, W], plugin: str, fn: F, twin: W | None = None) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import CPU, GO_INFINITY, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskStatus, allocated_status
-from busched.fastpath.memo import Pairs, Sum
+from busched.fastpath.memo import Pairs
+from busched.fastpath.sums import Sum
 
 __all__ = ["Usage", "add_job_usage", "job_usage", "queue_usage", "share_of", "calculate_share",
            "calculate_share_reference"]
@@ -202,7 +203,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     totals out of its queue's sums and putting its new totals in.  That adds the same numbers in
     another order: exactly what adding task by task gives while every value is a whole number
     (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
-    (`busched.fastpath.memo.Sum`, checked over every job once, at the first update); otherwise it is summed task
+    (`busched.fastpath.sums.Sum`, checked over every job once, at the first update); otherwise it is summed task
     by task again.  Shared: callers copy what they change.
     """
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:

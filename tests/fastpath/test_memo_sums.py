@@ -1,5 +1,5 @@
-"""Oracle: `memo.summed` kept from session to session equals the plain in-order sum after random
-changes, including sums past a float's exact range (where `memo.Running` keeps them)."""
+"""Oracle: `sums.summed` kept from session to session equals the plain in-order sum after random
+changes, including sums past a float's exact range (where `sums.Running` keeps them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from busched.api.resource import Resource
-from busched.fastpath import memo
+from busched.fastpath import memo, sums
 
 
 class _Ssn:
@@ -58,7 +58,7 @@ def test_summed_equals_plain_sum_after_random_changes(seed):
     objs = [_Obj(_part(rng, big)) for _ in range(rng.randrange(1, 60))]
     state: dict = {}
     for _ in range(25):
-        got = memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+        got = sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
         want = _plain(objs)
         assert _same(got, want), (got, want)
         # a few replaced in place (new objects, as lending gives), a few appended
@@ -72,13 +72,31 @@ def test_running_sums_take_over_past_the_exact_range():
     """20,000 nodes of 256Gi: the sum is no longer exact, and the running sums keep it anyway."""
     objs = [_Obj(Resource(32000.0, 256.0 * 2**30 + i, {"pods": 110.0})) for i in range(20000)]
     state: dict = {}
-    memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
     objs[7] = _Obj(Resource(32000.0, 255.0 * 2**30 + 3, {"pods": 110.0}))
-    got = memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    got = sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
     assert _same(got, _plain(objs))
     assert state[("reuse", ("summed", "t"))][1].prefix is not None  # kept by the running sums
     objs[19999] = _Obj(Resource(1.0, 2.0**60, {"pods": 1.0}))
-    assert _same(memo.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
+    assert _same(sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
+
+
+def test_running_sums_take_a_scalar_name_no_part_had():
+    """Past the exact range, a part appended with scalar names no earlier part has (a first gpu node
+    joins) starts new running sums; the total still equals the plain in-order sum, names in order."""
+    objs = [_Obj(Resource(32000.0, 256.0 * 2**30 + i)) for i in range(300)]
+    objs[5] = _Obj(Resource(32000.0, 2.0**60 + 3))  # past a float's exact range: Running from the first update
+    state: dict = {}
+    sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    objs[9] = _Obj(Resource(16000.0, 3.0))
+    assert _same(sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r), _plain(objs))
+    assert state[("reuse", ("summed", "t"))][1].prefix is not None
+    objs.append(_Obj(Resource(8000.0, 2.0**40 + 1, {"nvidia.com/gpu": 8.0})))
+    objs.append(_Obj(Resource(8000.0, 7.0, {"pods": 110.0, "nvidia.com/gpu": 4.0})))
+    got = sums.summed(_Ssn(state), "t", list(objs), lambda o: o.r)
+    assert state[("reuse", ("summed", "t"))][1].prefix is not None  # still the running sums
+    assert _same(got, _plain(objs)), (got, _plain(objs))
+    assert list(got.scalars) == ["nvidia.com/gpu", "pods"]
 
 
 class _SharedSsn(_Ssn):

@@ -16,6 +16,7 @@ import random
 import msgspec
 import pytest
 
+from busched.api.fit import FitErrors
 from busched.builtin import open_session
 from busched.fastpath import select
 from busched.framework.config import DEFAULT_CONFIG, load_config
@@ -43,17 +44,22 @@ def test_gradients_found_match_the_full_search(seed):
     for task in tasks[:25]:
         start = rng.randrange(1000)
         ssn.last_node_index = start
-        found, _ = PredicateHelper(ssn, False).predicate_nodes(
+        found, want_errors = PredicateHelper(ssn, False).predicate_nodes(
             task, nodes, ssn.predicate_for_allocate, resource_fit=task.init_resreq, errors_if_found=False, lazy=True)
         want = names(gradients(ssn, task, list(found))) if len(found) else None
         want_index = ssn.last_node_index
         ssn.last_node_index = start
         got = PredicateHelper(ssn, False).gradients_found(task, nodes, ssn.predicate_for_allocate)
         if got is None:
-            # the full search decides: nothing found, or a predicate twin declined the task
+            # the full search decides: a predicate twin declined the task
             declined = select.predicate_mask(ssn, task, ssn.arrays, ssn.arrays.all_rows,
                                              ssn.predicate_for_allocate) is None
-            assert want is None or declined
+            assert declined
+            continue
+        if isinstance(got, FitErrors):  # nothing found: the full search's errors, from the same walk
+            assert want is None
+            assert list(got.nodes.items()) == list(want_errors.nodes.items()) and got.err == want_errors.err
+            assert ssn.last_node_index == want_index
             continue
         answered += 1
         assert names(got) == want
@@ -67,16 +73,29 @@ def test_gradients_found_match_the_full_search(seed):
     assert answered  # the one-pass path really ran
 
 
-def test_nothing_found_leaves_the_search_to_the_full_path():
+@pytest.mark.parametrize("nodes", [8, 300])  # unsampled and sampled searches
+def test_nothing_found_gives_the_full_search_errors_from_one_walk(nodes, monkeypatch):
     rng = random.Random(7)
-    spec = random_cluster(rng, nodes=8, jobs=4, fancy=False)
+    spec = random_cluster(rng, nodes=nodes, jobs=4, fancy=False)
     ssn = open_session(cache_of(spec).snapshot(), load_config(DEFAULT_CONFIG), seed=0)
     task = next(t for j in ssn.jobs.values() for t in j.tasks.values() if t.status.name == "Pending")
     task.init_resreq = task.init_resreq.clone()
     task.init_resreq.cpu = 10**9  # fits no node
     ssn.last_node_index = 3
-    assert PredicateHelper(ssn, False).gradients_found(task, ssn.node_list, ssn.predicate_for_allocate) is None
-    assert ssn.last_node_index == 3  # untouched: the full search starts where this one would have
+    found, want = PredicateHelper(ssn, False).predicate_nodes(task, ssn.node_list, ssn.predicate_for_allocate,
+                                                              resource_fit=task.init_resreq, errors_if_found=False,
+                                                              lazy=True)
+    assert not len(found) and len(want.nodes) == nodes
+    want_index = ssn.last_node_index
+    ssn.last_node_index = 3
+    walks = []
+    scan = select.scan
+    monkeypatch.setattr(select, "scan", lambda *a, **kw: walks.append(1) or scan(*a, **kw))
+    got = PredicateHelper(ssn, False).gradients_found(task, ssn.node_list, ssn.predicate_for_allocate)
+    assert isinstance(got, FitErrors)
+    assert list(got.nodes.items()) == list(want.nodes.items())
+    assert ssn.last_node_index == want_index
+    assert len(walks) == 1  # the walk is made once, not again by the full search
 
 
 def test_error_cache_groups_and_shards_take_the_full_search():
