@@ -20,7 +20,7 @@ Nothing changes a task's containers in place either (a clone already shares them
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from busched.api.resource import Resource
 
@@ -52,12 +52,7 @@ def one_request(m: dict[Any, Any]) -> dict[Any, Any]:
     for k, v in key:
         if type(k) is not str or type(v) is not str:
             return m
-    seen = _REQUESTS.get(key)
-    if seen is None:
-        if len(_REQUESTS) >= _REQUESTS_MAX:
-            _REQUESTS.clear()
-        _REQUESTS[key] = seen = m
-    return seen
+    return _first(_REQUESTS, _REQUESTS_MAX, key, m)
 
 
 # names many objects repeat (namespaces, job keys, nodes, phases, queues) -> the first such string,
@@ -69,11 +64,22 @@ _NAMES_MAX = 1 << 20
 
 def one_name(s: str) -> str:
     """The one string every object naming ``s`` holds (while the memo holds it)."""
-    seen = _NAMES.get(s)
+    seen = _NAMES.get(s)  # (the usual case without a call: four names per spec decoded)
+    return seen if seen is not None else _first(_NAMES, _NAMES_MAX, s, s)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _first(memo: dict[K, V], bound: int, key: K, value: V) -> V:
+    """The value ``memo`` holds for ``key``, else ``value`` kept as it; a full memo is emptied first
+    (what it is fed comes from untrusted specs: a cleared memo only means the next ones are kept)."""
+    seen = memo.get(key)
     if seen is None:
-        if len(_NAMES) >= _NAMES_MAX:
-            _NAMES.clear()
-        _NAMES[s] = seen = s
+        if len(memo) >= bound:
+            memo.clear()
+        memo[key] = seen = value
     return seen
 
 
