@@ -73,3 +73,18 @@ def cache_of(spec: o.ClusterSpec, fast: FastPathSettings | None = None) -> Cache
     c = Cache(fast)
     c.load(spec)
     return c
+
+
+def passes(fn: Any, task: Any, nodes: list[Any]) -> list[bool]:
+    """The plain per-node predicate ``fn``'s answer for ``task`` on each node: True where it raises no
+    FitError (what a predicate twin's mask must equal)."""
+    from busched.api.fit import FitError
+
+    out = []
+    for n in nodes:
+        try:
+            fn(task, n)
+            out.append(True)
+        except FitError:
+            out.append(False)
+    return out

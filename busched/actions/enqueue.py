@@ -9,9 +9,8 @@ repeat until every queue is out of pending jobs.
 
 from __future__ import annotations
 
+from busched.actions.util import by_queue
 from busched.api.job import JobInfo, PodGroupPhase
-from busched.api.queue import QueueInfo
-from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
 
 
@@ -20,21 +19,9 @@ class EnqueueAction:
     reads_arguments = ()
 
     def execute(self, ssn: Session) -> None:
-        queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
-        seen: set[str] = set()
-        pending: dict[str, PriorityQueue[JobInfo]] = {}
-        job_key = ssn.job_order_key()  # pending jobs do not change while they wait: compare keys
-        for job in ssn.unsettled_jobs:  # a pending podgroup is unsettled (busched.api.job.unsettled)
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
-            if queue.uid not in seen:
-                seen.add(queue.uid)
-                queues.push(queue)
-            if job.is_pending():
-                if job.queue not in pending:
-                    pending[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
-                pending[job.queue].push(job)
+        # a pending podgroup is unsettled (busched.api.job.unsettled); pending jobs do not change while they
+        # wait: compare keys
+        queues, pending = by_queue(ssn, ssn.unsettled_jobs, JobInfo.is_pending, key=ssn.job_order_key())
         while not queues.empty():
             queue = queues.pop()
             jobs = pending.get(queue.uid)

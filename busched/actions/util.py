@@ -86,24 +86,34 @@ def drain(q: PriorityQueue[T]) -> list[T]:
     return out
 
 
-def starving_by_queue(ssn: Session) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo]]]:
-    """The queues of the session's valid, non-pending jobs in queue order, and per queue its starving jobs
-    in job order: where reclaim and the gang actions look for jobs to evict for."""
+def by_queue(ssn: Session, jobs: Iterable[JobInfo], wanted: Callable[[JobInfo], bool],
+             key: Callable[[JobInfo], Any] | None = None
+             ) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo]]]:
+    """The queues of ``jobs`` (those the session knows) in queue order, each once, and per queue the jobs
+    ``wanted`` picks, in job order (``key``: a job order key, `Session.job_order_key`)."""
     queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
     seen: set[str] = set()
-    starving: dict[str, PriorityQueue[JobInfo]] = {}
-    for job in ssn.jobs.values():
-        if job.is_pending() or ssn.job_valid(job) is not None:
-            continue
+    picked: dict[str, PriorityQueue[JobInfo]] = {}
+    for job in jobs:
         queue = ssn.queues.get(job.queue)
         if queue is None:
             continue
         if queue.uid not in seen:
             seen.add(queue.uid)
             queues.push(queue)
-        if ssn.job_starving(job):
-            starving.setdefault(queue.uid, PriorityQueue(ssn.job_order_fn)).push(job)
-    return queues, starving
+        if wanted(job):
+            q = picked.get(queue.uid)
+            if q is None:
+                q = picked[queue.uid] = PriorityQueue(ssn.job_order_fn, key=key)
+            q.push(job)
+    return queues, picked
+
+
+def starving_by_queue(ssn: Session) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo]]]:
+    """The queues of the session's valid, non-pending jobs in queue order, and per queue its starving jobs
+    in job order: where reclaim and the gang actions look for jobs to evict for."""
+    return by_queue(ssn, (job for job in ssn.jobs.values()
+                          if not job.is_pending() and ssn.job_valid(job) is None), ssn.job_starving)
 
 
 def sub_job_order(ssn: Session, job: JobInfo) -> Callable[[SubJobInfo, SubJobInfo], bool]:

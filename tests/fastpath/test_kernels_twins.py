@@ -13,7 +13,6 @@ import random
 import numpy as np
 import pytest
 
-from busched.api.fit import FitError
 from busched.api.task import TaskStatus
 from busched.builtin import open_session
 from busched.fastpath import select
@@ -24,7 +23,7 @@ from busched.framework import points
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.statement import Statement
 from tests.fastpath.test_kernels_batch import walk
-from tests.kernel_cases import cache_of, random_cluster
+from tests.kernel_cases import cache_of, passes, random_cluster
 
 WEIGHTED = DEFAULT_CONFIG.replace("  - name: binpack\n", """  - name: binpack
     arguments: {binpack.weight: 3, binpack.memory: 0, binpack.resources: nvidia.com/gpu}
@@ -86,14 +85,7 @@ def test_predicate_twin(seed):
                 mask = twin(task, arrays, arrays.all_rows)
                 if mask is None:
                     continue
-                want = []
-                for n in ssn.node_list:
-                    try:
-                        fn(task, n)
-                        want.append(True)
-                    except FitError:
-                        want.append(False)
-                assert mask.tolist() == want, name
+                assert mask.tolist() == passes(fn, task, ssn.node_list), name
         land_some(rng, ssn)
 
 
