@@ -191,7 +191,7 @@ class AllocateAction:
         elif lazy:
             # allocate's common case: the search and the gradients in one pass (fit errors: no node
             # passes; None: the full search)
-            got = helper.gradients_found(task, nodes, ssn.predicate_for_allocate)
+            got = helper.chosen_found(task, nodes, ssn.predicate_for_allocate)
             if isinstance(got, nodeselect.Gradients):
                 return got
             fit_errors = got

@@ -72,17 +72,19 @@ class FastPath:
       ``gradients(ssn, task, nodes, soft)``: scoring, choosing and bucketing nodes
       (`busched.fastpath.select`);
     * ``gradients_found(ssn, task, nodes, fn, start, to_find)``: allocate's search and bucketing
-      in one pass, for its common case (`busched.fastpath.select_run`).
+      in one pass, for its common case (`busched.fastpath.select_run`);
+    * ``batch_choose(ssn, task, nodes, fn, start, to_find)``: the node allocate would choose, from
+      vectors kept for the task's template across tasks (`busched.fastpath.batch`).
 
     The functions are looked up once, here (the array modules are imported only by a session
     that uses them); calling them costs what calling the modules' functions costs.
     """
 
     __slots__ = ("settings", "predicate_nodes", "kept_reasons", "scores", "pick_unless_nan", "gradients",
-                 "gradients_found")
+                 "gradients_found", "batch_choose")
 
     def __init__(self, settings: FastPathSettings) -> None:
-        from busched.fastpath import search, select, select_run
+        from busched.fastpath import batch, search, select, select_run
 
         self.settings = settings
         self.predicate_nodes = search.predicate_nodes
@@ -91,6 +93,7 @@ class FastPath:
         self.pick_unless_nan = select.pick_unless_nan
         self.gradients = select.gradients
         self.gradients_found = select_run.gradients_found
+        self.batch_choose = batch.choose
 
 
 def open_for(others: Mapping[str, Any]) -> FastPath | None:

@@ -18,9 +18,10 @@ from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache
+from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 
-__all__ = ["binpack_vector", "binpack_scores", "requested"]
+__all__ = ["binpack_vector", "binpack_scores", "requested", "binpack_local"]
 
 
 def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any,
@@ -80,3 +81,9 @@ def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights
                           lambda: binpack_vector(task, arrays, arrays.all_rows, weights, max_node_score),
                           lambda r: per_node(task, nodes[r]))
     return vec if rows is arrays.all_rows else vec[rows]
+
+
+def binpack_local(task: TaskInfo, arrays: NodeArrays, per_node: Callable[[TaskInfo, NodeInfo], float]) -> Local:
+    """`binpack_scores` row by row (`busched.fastpath.batch`): a node's score follows its accounting."""
+    nodes = arrays.nodes
+    return Local((arrays.log,), lambda r: per_node(task, nodes[r]))

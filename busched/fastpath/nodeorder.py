@@ -24,11 +24,13 @@ from busched.api import k8s
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache
+from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.podview import PodViewArrays, pod_view_arrays
 
 __all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocation", "taint_raw",
-           "image_locality", "batch_node_order", "node_order", "PerNode"]
+           "image_locality", "batch_node_order", "node_order", "PerNode", "node_order_local",
+           "batch_node_order_local"]
 
 MAX = 100
 
@@ -186,6 +188,55 @@ def _others(plugin: Any, arrays: NodeArrays) -> list[tuple[str, int, Callable[..
     return got[1]
 
 
+def _local_part(plugin: Any, task: TaskInfo, arrays: NodeArrays,
+                pv: PodViewArrays) -> tuple[Any, Callable[[], np.ndarray], Callable[[int], int]] | None:
+    """The node-local scorers' weighted integer sum (least / most requested, balanced) for the task's
+    shape: its kept vector's key, the whole vector, and one node's value (the plugin's own scorers,
+    the reference).  None when their weights are all zero for the task."""
+    scorers = plugin.per_node
+    per_node_balanced, per_node_least, per_node_most = scorers.balanced, scorers.least, scorers.most
+    w = plugin.weights
+    wl, wm, wb = w["leastrequested.weight"], w["mostrequested.weight"], w["balancedresource.weight"]
+    cpu, mem, scalars = k8s.pod_requests(task)
+    if not cpu and not mem and not scalars.get(GPU):
+        wb = 0  # a pod that requests nothing is not balanced (PreScore Skip)
+    if not (wl or wm or wb):
+        return None
+    gpu = scalars.get(GPU, 0)
+    nz = (cpu or k8s.DEFAULT_MILLI_CPU, mem or k8s.DEFAULT_MEMORY)  # k8s.non_zero_requests(task)
+    view = plugin.view
+    all_nodes = arrays.nodes
+
+    def full() -> np.ndarray:
+        vec = np.zeros(len(all_nodes), dtype=np.int64)
+        if wl:
+            vec += least_allocated(pv, task, arrays.all_rows) * wl
+        if wm:
+            vec += most_allocated(pv, task, arrays.all_rows) * wm
+        if wb:
+            vec += balanced_allocation(pv, task, arrays, arrays.all_rows) * wb
+        return vec
+
+    def one(r: int) -> int:
+        n = all_nodes[r]
+        return ((per_node_least(view, task, n) * wl if wl else 0) + (per_node_most(view, task, n) * wm if wm else 0)
+                + (per_node_balanced(view, task, n) * wb if wb else 0))
+
+    return ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb), full, one
+
+
+def _skips(name: str, task: TaskInfo, view: Any) -> bool:
+    """Whether the scorer ``name`` (one normalised over the candidate nodes) skips the task (its
+    PreScore gives Skip: it adds nothing)."""
+    if name == "nodeaffinity.weight":
+        return not task.affinity or k8s.preferred_node_affinity(task.affinity) is None
+    if name == "podtopologyspread.weight":
+        return (not task.topology_spread_constraints
+                or not k8s.spread_constraints(task.topology_spread_constraints, task.labels, "ScheduleAnyway"))
+    # no preferred terms of its own and no pod with affinity anywhere: Skip
+    return name == "podaffinity.weight" and not task.affinity and not view.affinity_nodes
+
+
 def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray,
                      nodes: list[Any]) -> np.ndarray | None:
     """The twin of NodeOrderPlugin.batch_node_order: the weighted sum of its scorers, per node.
@@ -198,40 +249,14 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
     k = len(rows)
     if not k:
         return np.zeros(0)
-    scorers = plugin.per_node
-    per_node_balanced, per_node_least, per_node_most = scorers.balanced, scorers.least, scorers.most
     pv = view_arrays(plugin.view, arrays)
     if pv is None:
         return None
-    w = plugin.weights
-    wl, wm, wb = w["leastrequested.weight"], w["mostrequested.weight"], w["balancedresource.weight"]
-    cpu, mem, scalars = k8s.pod_requests(task)
-    if not cpu and not mem and not scalars.get(GPU):
-        wb = 0  # a pod that requests nothing is not balanced (PreScore Skip)
-    gpu = scalars.get(GPU, 0)
     total: np.ndarray | None = None
-    if wl or wm or wb:
-        nz = (cpu or k8s.DEFAULT_MILLI_CPU, mem or k8s.DEFAULT_MEMORY)  # k8s.non_zero_requests(task)
-        view = plugin.view
-        all_nodes = arrays.nodes
-
-        def full() -> np.ndarray:
-            vec = np.zeros(len(all_nodes), dtype=np.int64)
-            if wl:
-                vec += least_allocated(pv, task, arrays.all_rows) * wl
-            if wm:
-                vec += most_allocated(pv, task, arrays.all_rows) * wm
-            if wb:
-                vec += balanced_allocation(pv, task, arrays, arrays.all_rows) * wb
-            return vec
-
-        def one(r: int) -> int:
-            n = all_nodes[r]
-            return ((per_node_least(view, task, n) * wl if wl else 0) + (per_node_most(view, task, n) * wm if wm else 0)
-                    + (per_node_balanced(view, task, n) * wb if wb else 0))
-
-        key = ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb)
-        vec = rowcache.cached(arrays.cache, key, (pv.log,), len(all_nodes), full, one)
+    local = _local_part(plugin, task, arrays, pv)
+    if local is not None:
+        key, full, one = local
+        vec = rowcache.cached(arrays.cache, key, (pv.log,), len(arrays.nodes), full, one)
         # no copy: every step below makes a new array, the kept vector is never written here
         total = vec if rows is arrays.all_rows else vec[rows]
     for name, wt, scorer in _others(plugin, arrays):
@@ -246,17 +271,46 @@ def batch_node_order(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.n
                 total = np.full(k, MAX * wt, dtype=np.int64) if total is None else total + MAX * wt
                 continue
             part = _normalize_reverse(raw[rows])
-        elif (name == "nodeaffinity.weight"
-              and (not task.affinity or k8s.preferred_node_affinity(task.affinity) is None)
-              or name == "podtopologyspread.weight"
-              and (not task.topology_spread_constraints
-                   or not k8s.spread_constraints(task.topology_spread_constraints, task.labels, "ScheduleAnyway"))):
+        elif _skips(name, task, plugin.view):
             part = None
-        elif name == "podaffinity.weight" and not task.affinity and not plugin.view.affinity_nodes:
-            part = None  # no preferred terms of its own and no pod with affinity anywhere: Skip
         else:
             got = scorer(plugin.view, task, nodes)
             part = None if got is None else np.array([got.get(n.name, 0) for n in nodes], dtype=np.int64)
         if part is not None:
             total = part * wt if total is None else total + part * wt
     return total.astype(float) if total is not None else np.zeros(k)
+
+
+def node_order_local(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> Local:
+    """`node_order` row by row (`busched.fastpath.batch`): image locality reads fixed facts only."""
+    return Local((), None)
+
+
+def batch_node_order_local(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> Local | None:
+    """`batch_node_order` row by row (`busched.fastpath.batch`): when every scorer that applies to
+    the task is node-local or the same on every node, a node's score follows its pods.  None when a
+    scorer normalised over the candidate nodes applies."""
+    pv = view_arrays(plugin.view, arrays)
+    if pv is None:
+        return None
+    local = _local_part(plugin, task, arrays, pv)
+    same = 0  # what the scorers that are the same on every node add
+    view = plugin.view
+    for name, wt, _ in _others(plugin, arrays):
+        if name == "tainttoleration.weight":
+            raw = taint_raw(plugin, task, arrays)
+            anywhere = arrays.cache.get(("taints-any", id(raw)))
+            if anywhere is None:
+                anywhere = arrays.cache[("taints-any", id(raw))] = bool(raw.any())
+            if anywhere:
+                return None
+            same += MAX * wt
+        elif not _skips(name, task, view):
+            return None
+    node_one = local[2] if local is not None else None
+
+    def one(r: int) -> float:
+        return float((node_one(r) if node_one is not None else 0) + same)
+
+    # a pod with affinity placed anywhere brings the pod-affinity scorer into play
+    return Local((pv.log,), one, lambda: not view.affinity_nodes)

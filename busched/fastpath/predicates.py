@@ -18,11 +18,12 @@ import numpy as np
 
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache
+from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import view_arrays
 from busched.fastpath.podview import PodViewArrays
 
-__all__ = ["predicate_mask", "stable_mask", "passing"]
+__all__ = ["predicate_mask", "stable_mask", "passing", "predicate_local"]
 
 TEMPLATE_UID_KEY = "volcano.sh/template-uid"
 KEEP_FROM = 2048  # nodes from which `passing` keeps the filter per template (below, afresh is cheaper)
@@ -91,3 +92,27 @@ def passing(plugin: Any, pv: PodViewArrays, arrays: NodeArrays, key: Any, stable
         return bool(max_tasks[r] > count[r] and stable[r])
 
     return rowcache.cached(arrays.cache, ck, (pv.log,), len(arrays.nodes), lambda: (max_tasks > count) & stable, one)
+
+
+def predicate_local(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> Local | None:
+    """`predicate_mask`'s answer for the task's template row by row (`busched.fastpath.batch`): where
+    it is `passing`, a node's verdict changes only when its pods do.  None where `predicate_mask`
+    would not answer with `passing`."""
+    view = plugin.view
+    if view is None or (plugin.cache_enable and task.annotations.get(TEMPLATE_UID_KEY)):
+        return None
+    if (plugin.node_ports and task.host_ports) or task.affinity or task.topology_spread_constraints:
+        return None
+    if view.anti_affinity_nodes:
+        return None
+    pv = view_arrays(view, arrays)
+    if pv is None:
+        return None
+    stable = stable_mask(plugin, task, arrays)
+    max_tasks, count = pv.max_tasks, pv.count
+
+    def one(r: int) -> bool:
+        return bool(max_tasks[r] > count[r] and stable[r])
+
+    # a pod with anti-affinity placed anywhere brings the inter-pod filter into play
+    return Local((pv.log,), one, lambda: not view.anti_affinity_nodes)

@@ -37,7 +37,7 @@ from busched.api.task import TaskInfo
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fits
 
 __all__ = ["NodeRows", "RowNodes", "Scan", "scan", "feasible_scan", "feasible_scan_array", "predicate_mask",
-           "scores", "pick", "pick_unless_nan", "gradients"]
+           "scores", "summed", "pick", "pick_unless_nan", "gradients"]
 
 
 class NodeRows(list[NodeInfo]):
@@ -285,22 +285,31 @@ def scores(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo]) -> np.ndarray | 
     plan = _score_plan(ssn, arrays)
     if plan is None:
         return None
-    # The reference sums from 0.0 (order, then batch, each added in turn); starting from the first
-    # vector instead gives the same floats (0.0 + x is x, up to the sign of a zero, which no
-    # comparison sees) with fewer passes over the nodes.  Sums make new arrays: twins may hand back
-    # vectors they keep.
-    total: np.ndarray | None = None
-    for batch in plan[0]:
-        vec = batch(task, arrays, rows)
-        total = vec if total is None else total + vec
-    # the batch scores are summed apart and then added, as the reference does: o + (b1 + b2)
-    # is not always (o + b1) + b2 in floating point
-    batch_total: np.ndarray | None = None
+    # twins may hand back vectors they keep: `summed` makes new arrays
+    orders = [batch(task, arrays, rows) for batch in plan[0]]
+    batches: list[np.ndarray] = []
     for _, fn, twin in plan[1]:
         vec = twin(task, arrays, rows, nodes) if twin is not None else None
         if vec is None:
             got = fn(task, list(nodes))
             vec = np.array([got.get(n.name, 0.0) for n in nodes], dtype=float)
+        batches.append(vec)
+    return summed(orders, batches, k)
+
+
+def summed(orders: Sequence[np.ndarray], batches: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """The total score of ``k`` nodes from the node-order vectors and the batch node-order vectors,
+    added as `prioritize_nodes` adds them.  With one vector given it may be that vector."""
+    # The reference sums from 0.0 (order, then batch, each added in turn); starting from the first
+    # vector instead gives the same floats (0.0 + x is x, up to the sign of a zero, which no
+    # comparison sees) with fewer passes over the nodes.
+    total: np.ndarray | None = None
+    for vec in orders:
+        total = vec if total is None else total + vec
+    # the batch scores are summed apart and then added, as the reference does: o + (b1 + b2)
+    # is not always (o + b1) + b2 in floating point
+    batch_total: np.ndarray | None = None
+    for vec in batches:
         batch_total = vec if batch_total is None else batch_total + vec
     if batch_total is not None:
         total = batch_total if total is None else total + batch_total

@@ -150,6 +150,24 @@ class PredicateHelper:
         return Gradients(got[0])
 
 
+    def chosen_found(self, task: TaskInfo, nodes: list[NodeInfo],
+                     fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | FitErrors | None:
+        """`gradients_found`, or (when the fast path's vectors kept for the task's template answer:
+        `busched.fastpath.batch`) gradients holding only the node `best_node` would choose from
+        them, its random draw made.  Allocate's own turn."""
+        ssn = self.ssn
+        fast = ssn.fast
+        if (fast is not None and nodes and not (self.enable_error_cache and task.role)
+                and ssn.shard.mode not in ("hard", "soft")):
+            total = len(nodes)
+            to_find, start = _sample_start(ssn, total, self.opts)
+            got = fast.batch_choose(ssn, task, nodes, fn, start, to_find)
+            if got is not None:
+                _sample_resume(ssn, total, to_find, start, got[1])
+                return Gradients([[got[0]], [], [], []])
+        return self.gradients_found(task, nodes, fn)
+
+
 class Gradients(list):  # type: ignore[type-arg]
     """A task's four gradients of candidate nodes (`gradients`), already made (`best_node` takes
     them in place of the nodes)."""

@@ -27,6 +27,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY
 from busched.api.task import TaskInfo
 from busched.fastpath import binpack as kernel
+from busched.fastpath.batch import declare
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.session import Session
@@ -108,7 +109,10 @@ class BinpackPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         if self.weights.weight != 0:
-            ssn.add_fn(points.NODE_ORDER, self.name, self.score, twin=self.score_batch)
+            # the twin answers row by row for a run of one template (busched.fastpath.batch)
+            twin = declare(lambda t, arrays, rows: self.score_batch(t, arrays, rows),
+                           lambda t, arrays: kernel.binpack_local(t, arrays, self.score))
+            ssn.add_fn(points.NODE_ORDER, self.name, self.score, twin=twin)
 
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return binpack_score(task, node, self.weights)

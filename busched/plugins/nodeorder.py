@@ -33,6 +33,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
 from busched.fastpath import nodeorder as kernel
+from busched.fastpath.batch import declare
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.podview import (
@@ -321,10 +322,13 @@ class NodeOrderPlugin:
     def on_session_open(self, ssn: Session) -> None:
         self.view = session_pods(ssn)
         # each callback carries its vectorised twin (busched.fastpath.nodeorder)
+        # (and answers row by row for a run of one template where it can: busched.fastpath.batch)
         ssn.add_fn(points.NODE_ORDER, self.name, self.node_order,
-                   twin=lambda t, arrays, rows: kernel.node_order(self, t, arrays, rows))
+                   twin=declare(lambda t, arrays, rows: kernel.node_order(self, t, arrays, rows),
+                                lambda t, arrays: kernel.node_order_local(self, t, arrays)))
         ssn.add_fn(points.BATCH_NODE_ORDER, self.name, self.batch_node_order,
-                   twin=lambda t, arrays, rows, nodes: kernel.batch_node_order(self, t, arrays, rows, nodes))
+                   twin=declare(lambda t, arrays, rows, nodes: kernel.batch_node_order(self, t, arrays, rows, nodes),
+                                lambda t, arrays: kernel.batch_node_order_local(self, t, arrays)))
 
     def node_order(self, task: TaskInfo, node: NodeInfo) -> float:
         w = self.weights["imagelocality.weight"]

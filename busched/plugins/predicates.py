@@ -42,6 +42,7 @@ from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
 from busched.fastpath import predicates as kernel
+from busched.fastpath.batch import declare
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.podview import SessionPods, count_matching, pod_terms, session_pods
@@ -208,7 +209,10 @@ class PredicatesPlugin:
         self._states = {}
         ssn.add_event_handler(EventHandler(allocate=self.view.add, deallocate=self.view.remove))
         ssn.add_fn(points.PRE_PREDICATE, self.name, self.pre_predicate)
-        ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=self.predicate_batch)
+        # the twin answers row by row for a run of one template where it can (busched.fastpath.batch)
+        twin = declare(lambda t, arrays, rows: self.predicate_batch(t, arrays, rows),
+                       lambda t, arrays: kernel.predicate_local(self, t, arrays))
+        ssn.add_fn(points.PREDICATE, self.name, self.predicate, twin=twin)
         # topology-aware preemption's dry run: only inter-pod affinity follows it, as in Volcano
         ssn.add_fn(points.SIMULATE_REMOVE_TASK, self.name, self.follow_dry_run)
         ssn.add_fn(points.SIMULATE_ADD_TASK, self.name, self.follow_dry_run)

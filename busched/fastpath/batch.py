@@ -1,0 +1,270 @@
+"""Allocate's choice for a run of tasks of one template, from vectors kept across the run.
+
+For every task it places, allocate searches (the predicates' batch twins, the fit on future idle,
+the walk from the rotating start), buckets the nodes found by idle, scores the bucket (the
+node-order twins, summed) and draws among the best.  Each twin keeps its own vector for the
+task's shape and refreshes only the node just placed on (`rowcache`), but every call still goes
+through the twin's preamble: what of the task it reads, which of its scorers apply, its keys.
+For a gang's replicas or a deployment's pods those answers are the same task after task.
+
+Here they are asked once per *template* (tasks whose every field a twin reads is equal): each
+twin that can (``row_local``, attached by its plugin with `declare`) says which change logs its
+answer follows, how to compute one node's value (its plugin's own per-node function, the one its
+kept vector is refreshed with) and what would end the declaration (``still``).  The first task
+of the template takes each twin's whole vector once; later tasks refresh the rows logged since
+with those per-node functions, sum the score vectors as `select.scores` does, walk and bucket
+as `select_run.gradients_found` does, and draw among the tied best with the session's random
+source as `select.pick_unless_nan` does.  Anything else (a twin without a declaration, a NaN
+score, no node found, a twin raising) answers None before any draw, and the caller takes the
+per-task path from the same state.  The per-task path is the reference
+(tests/fastpath/test_batch_choice.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from busched.api.node import NodeInfo
+from busched.api.resource import Resource
+from busched.api.task import TaskInfo
+from busched.fastpath import select
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask
+
+__all__ = ["Local", "declare", "choose", "same_template", "KEPT"]
+
+KEPT = 4  # templates kept per session (the most recent first out)
+_KEY = "batch-choice"
+
+
+class Local(NamedTuple):
+    """A twin's answer for one template, as a vector that changes only on logged rows."""
+
+    logs: tuple[list[int], ...]  # the change logs (rows, in order) its values follow
+    one: Callable[[int], Any] | None  # one row's value, as the twin's vector holds it (None: rows never change)
+    still: Callable[[], bool] | None = None  # False once the declaration no longer holds (None: always)
+
+
+Declaration = Callable[[TaskInfo, NodeArrays], "Local | None"]
+
+
+def declare(twin: Any, declaration: Declaration) -> Any:
+    """Mark ``twin`` (a function) as answering row by row: ``declaration(task, arrays)`` gives its
+    `Local` for the task's template, or None when its answer for the task is not row-local."""
+    twin.row_local = declaration
+    return twin
+
+
+# the task fields a declared twin may read (its template); requests compare by value
+_FIELDS = ("namespace", "labels", "annotations", "node_selector", "affinity", "tolerations",
+           "topology_spread_constraints", "host_ports", "images", "extra", "best_effort", "qos")
+
+
+def same_template(a: TaskInfo, b: TaskInfo) -> bool:
+    """Whether every field of ``a`` a declared twin reads equals ``b``'s."""
+    for ra, rb in ((a.resreq, b.resreq), (a.init_resreq, b.init_resreq)):
+        if ra is not rb and (ra.cpu != rb.cpu or ra.memory != rb.memory or ra.scalars != rb.scalars):
+            return False
+    for f in _FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        if x is not y and x != y:
+            return False
+    return True
+
+
+class _Part:
+    """One twin's kept vector and where in its logs it was last brought up to date."""
+
+    __slots__ = ("twin", "local", "vec", "pos", "args")
+
+    def __init__(self, twin: Any, local: Local, vec: np.ndarray, args: tuple[Any, ...]) -> None:
+        self.twin, self.local, self.args = twin, local, args
+        self.vec = np.array(vec, copy=True)  # twins may hand back vectors they keep
+        self.pos = [len(log) for log in local.logs]
+
+    def refresh(self, size: int) -> set[int] | None:
+        """Bring the vector up to date: the rows refreshed (an empty set: none), or None when the
+        whole vector was computed again (many rows logged)."""
+        local = self.local
+        dirty: set[int] = set()
+        if local.one is None:
+            return dirty
+        for i, log in enumerate(local.logs):
+            n = len(log)
+            if n != self.pos[i]:
+                dirty.update(log[self.pos[i]:])
+                self.pos[i] = n
+        if len(dirty) * 8 > size:
+            got = self.twin(*self.args)
+            if got is None:
+                raise LookupError("the twin declined the template")
+            self.vec = np.array(got, copy=True)
+            return None
+        one, vec = local.one, self.vec
+        for r in dirty:
+            vec[r] = one(r)
+        return dirty
+
+
+def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
+    """The fit of the template's request on idle or future idle as a kept part (`fit_mask`, and
+    `Resource.less_equal` row by row: the reference `fits` keeps its vector with)."""
+    nodes = arrays.nodes
+    if which == IDLE:
+        def one(r: int) -> bool:
+            return req.less_equal(nodes[r].idle)
+    else:
+        def one(r: int) -> bool:
+            return req.less_equal(nodes[r].future_idle())
+    return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), fit_mask(arrays, req, which), ())
+
+
+class _Template:
+    """The kept vectors of one template (``declined``: some twin cannot answer row by row), and
+    what they combine into: where the search may find a node (every predicate twin passes and
+    the request fits future idle) and every node's total score."""
+
+    __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "ok", "total")
+
+    def __init__(self, task: TaskInfo) -> None:
+        self.task = task
+        self.declined = True
+        self.preds: list[_Part] = []
+        self.orders: list[_Part] = []
+        self.batches: list[_Part] = []
+        self.stills: list[Callable[[], bool]] = []
+
+    def build(self, ssn: Any, arrays: NodeArrays, nodes: Sequence[NodeInfo], fn: Any) -> None:
+        task, rows = self.task, arrays.all_rows
+        twins = ssn.predicate_twins(fn)
+        plan = select._score_plan(ssn, arrays)
+        if twins is None or plan is None:
+            return
+        wanted = ([(self.preds, t, (task, arrays, rows)) for t in twins]
+                  + [(self.orders, t, (task, arrays, rows)) for t in plan[0]]
+                  + [(self.batches, t, (task, arrays, rows, nodes)) for _, _, t in plan[1]])
+        for into, twin, args in wanted:
+            declaration = getattr(twin, "row_local", None)
+            local = declaration(task, arrays) if declaration is not None else None
+            if local is None:
+                return
+            vec = twin(*args)
+            if vec is None:
+                return
+            into.append(_Part(twin, local, vec, args))
+            if local.still is not None:
+                self.stills.append(local.still)
+        self.future = _fit_part(arrays, task.init_resreq, FUTURE_IDLE)
+        self.idle = _fit_part(arrays, task.init_resreq, IDLE)
+        self._combine_all(len(nodes))
+        self.declined = False
+
+    def _combine_all(self, size: int) -> None:
+        mask: np.ndarray | None = None
+        for part in self.preds:  # as `select.predicate_mask` combines them, then the fit (`select.scan`)
+            mask = part.vec if mask is None else (mask & part.vec)
+        self.ok = (np.ones(size, dtype=bool) if mask is None else mask) & self.future.vec
+        self.total = select.summed([p.vec for p in self.orders], [p.vec for p in self.batches], size).copy()
+
+    def _combine(self, r: int) -> None:
+        """Row ``r`` of `ok` and `total`, from the parts' rows, combined as `_combine_all` does."""
+        ok = True
+        for part in self.preds:
+            ok = ok and bool(part.vec[r])
+        self.ok[r] = ok and bool(self.future.vec[r])
+        total = None
+        for part in self.orders:
+            total = part.vec[r] if total is None else total + part.vec[r]
+        batch_total = None
+        for part in self.batches:
+            batch_total = part.vec[r] if batch_total is None else batch_total + part.vec[r]
+        if batch_total is not None:
+            total = batch_total if total is None else total + batch_total
+        self.total[r] = 0.0 if total is None else total
+
+    def update(self, size: int) -> None:
+        """Bring the kept vectors up to date with the rows logged since."""
+        dirty: set[int] = set()
+        whole = False
+        for parts in (self.preds, self.orders, self.batches):
+            for part in parts:
+                got = part.refresh(size)
+                if got is None:
+                    whole = True
+                else:
+                    dirty |= got
+        for part in (self.future, self.idle):
+            got = part.refresh(size)
+            if got is None:
+                whole = True
+            else:
+                dirty |= got
+        if whole:
+            self._combine_all(size)
+        else:
+            for r in dirty:
+                self._combine(r)
+
+
+def _template(ssn: Any, arrays: NodeArrays, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Any) -> _Template:
+    kept: list[_Template] | None = arrays.cache.get(_KEY)  # the arrays are the session's own
+    if kept is None:
+        kept = arrays.cache[_KEY] = []
+    for t in kept:
+        if t.task is task or same_template(t.task, task):
+            return t
+    t = _Template(task)
+    t.build(ssn, arrays, nodes, fn)
+    if len(kept) >= KEPT:
+        del kept[0]
+    kept.append(t)
+    return t
+
+
+def _drop(arrays: NodeArrays, t: _Template) -> None:
+    kept = arrays.cache.get(_KEY)
+    if kept is not None and t in kept:
+        kept.remove(t)
+
+
+def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
+           start: int, to_find: int) -> tuple[NodeInfo, int] | None:
+    """The node allocate's per-task path would choose for ``task`` (a search of ``nodes`` from
+    ``start`` for ``to_find`` nodes, bucketed, scored, drawn) and how many nodes the search
+    looked at; None (no draw made) when the kept vectors cannot answer: the caller then takes
+    the per-task path from the same state."""
+    arrays: NodeArrays = ssn.arrays
+    if arrays.rows_of(nodes) is not arrays.all_rows:
+        return None
+    t = _template(ssn, arrays, task, nodes, fn)
+    if t.declined:
+        return None
+    try:
+        for still in t.stills:
+            if not still():
+                _drop(arrays, t)
+                return None
+        size = len(nodes)
+        t.update(size)
+        found, processed, _ = select.feasible_scan_array(t.ok, start, to_find, False)
+        if not len(found):
+            return None  # the per-task path records the fit errors
+        on_idle = t.idle.vec[found]
+        k = int(np.count_nonzero(on_idle))
+        # the first non-empty gradient: fits idle, else fits only future idle (every node found does)
+        bucket = found if k == len(found) or not k else found[on_idle]
+        if len(bucket) == 1:
+            return nodes[int(bucket[0])], processed
+        values = t.total[bucket]
+    except Exception:  # noqa: BLE001 - the per-task path calls the twins again and names the plugin
+        _drop(arrays, t)
+        return None
+    best = values[values.argmax()]
+    if best != best:  # NaN: the per-task path scores node by node
+        return None
+    tied = (values == best).nonzero()[0]
+    if len(tied) == 1:
+        return nodes[int(bucket[int(tied[0])])], processed
+    return nodes[int(bucket[int(tied[ssn.rng.randrange(len(tied))])])], processed

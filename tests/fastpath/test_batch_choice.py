@@ -1,0 +1,117 @@
+"""Allocate's choice from vectors kept per template (busched.fastpath.batch) against the per-task path.
+
+Whole cycles on random clusters (with replicas of one template: gangs of up to 40, single-task
+jobs of one shape, some templates the kept vectors decline) run twice with the kernels on: once
+as allocate runs them, once with the kept-vector choice turned off, so every task takes the
+per-task search, bucketing, scoring and draw.  Every decision (in order, on the same node), the
+pipelined tasks, the podgroup phases, the fit errors, the rotated search start and the state of
+the session's random source after the cycle must be identical; and the kept vectors must really
+have answered.  Then the kept vectors themselves, after placements and a discard, against the
+twins computed afresh.
+"""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import numpy as np
+import pytest
+
+from busched.api import objects as o
+from busched.builtin import open_session, run_cycle
+from busched.fastpath import FastPathSettings, batch
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask
+from busched.framework.config import DEFAULT_CONFIG, load_config
+from busched.framework.statement import Statement
+from tests.fastpath.test_kernels_select import CONFIGS, outcome
+from tests.kernel_cases import cache_of, random_cluster
+
+
+def with_replicas(rng: random.Random, spec: o.ClusterSpec, sized: bool) -> o.ClusterSpec:
+    """``spec`` plus jobs of many replicas of one template (gangs, or single-task jobs of one shape)."""
+    jobs, tasks = list(spec.jobs), list(spec.tasks)
+    for j in range(rng.randint(2, 5)):
+        name = f"rep{j}"
+        size = rng.choice([12, 25, 40]) if sized else 1
+        req = {"cpu": rng.choice(["500m", "1", "3"]), "memory": rng.choice(["1Gi", "4Gi"])}
+        copies = 1 if sized else rng.randint(10, 30)
+        for c in range(copies):
+            job = f"{name}-{c}"
+            jobs.append(o.JobSpec(name=job, namespace="ns", queue=rng.choice(["q1", "q2"]),
+                                  min_member=rng.randint(1, size), phase="Inqueue"))
+            for t in range(size):
+                tasks.append(o.TaskSpec(name=f"{job}-{t}", namespace="ns", job=job, requests=dict(req)))
+    return msgspec.structs.replace(spec, jobs=jobs, tasks=tasks)
+
+
+def run(spec: o.ClusterSpec, config: str, seed: int, kept: bool, monkeypatch, counts: dict) -> dict:
+    real = batch.choose
+
+    def choose(*a, **kw):
+        if not kept:
+            return None  # the per-task path for every task
+        got = real(*a, **kw)
+        counts["answered" if got is not None else "declined"] += 1
+        return got
+
+    monkeypatch.setattr(batch, "choose", choose)  # FastPath looks it up as a session opens
+    ssn = run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(config), seed=seed)
+    got = outcome(ssn)
+    got["rng"] = ssn.rng.random()  # the same draws were made
+    return got
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_vectors_choose_as_the_per_task_path(monkeypatch, config, seed):
+    rng = random.Random(9100 + seed)
+    spec = with_replicas(rng, random_cluster(rng, nodes=rng.choice([8, 60, 150, 320]), fancy=seed % 3 != 2),
+                         sized=seed % 2 == 0)
+    counts = {"answered": 0, "declined": 0}
+    fast = run(spec, CONFIGS[config], seed, True, monkeypatch, counts)
+    plain = run(spec, CONFIGS[config], seed, False, monkeypatch, counts)
+    assert fast["decisions"], "nothing placed: the comparison would be empty"
+    assert fast == plain
+    assert counts["answered"] > 10  # the kept vectors really chose
+
+
+def test_kept_vectors_follow_placements_and_discards():
+    rng = random.Random(5)
+    spec = with_replicas(rng, random_cluster(rng, nodes=40, jobs=3, fancy=False), sized=True)
+    ssn = open_session(cache_of(spec).snapshot(), load_config(DEFAULT_CONFIG), seed=0)
+    pending = [t for j in ssn.jobs.values() for t in j.tasks.values()
+               if t.status.name == "Pending" and t.job.startswith("ns/rep")]
+    template = pending[0]
+    same = [t for t in pending if batch.same_template(template, t)]
+    assert len(same) >= 10
+    nodes, fn = ssn.node_list, ssn.predicate_for_allocate
+    stmt = Statement(ssn)
+    placed = 0
+    for task in same[:8]:
+        got = batch.choose(ssn, task, nodes, fn, 0, len(nodes))
+        if got is None:
+            break
+        stmt.allocate(task, got[0].name)
+        placed += 1
+    assert placed
+    stmt.discard()  # every row placed on is logged again: the kept vectors follow
+    batch.choose(ssn, same[8], nodes, fn, 0, len(nodes))
+    kept = ssn.arrays.cache["batch-choice"][0]
+    rows = ssn.arrays.all_rows
+    for part in kept.preds + kept.orders:
+        assert np.array_equal(part.vec, part.twin(template, ssn.arrays, rows))
+    for part in kept.batches:
+        assert np.array_equal(part.vec, part.twin(template, ssn.arrays, rows, nodes))
+    assert np.array_equal(kept.future.vec, fit_mask(ssn.arrays, template.init_resreq, FUTURE_IDLE))
+    assert np.array_equal(kept.idle.vec, fit_mask(ssn.arrays, template.init_resreq, IDLE))
+
+
+def test_a_template_with_pod_affinity_is_declined():
+    rng = random.Random(3)
+    spec = random_cluster(rng, nodes=8, jobs=2, fancy=False)
+    ssn = open_session(cache_of(spec).snapshot(), load_config(DEFAULT_CONFIG), seed=0)
+    task = next(t for j in ssn.jobs.values() for t in j.tasks.values() if t.status.name == "Pending")
+    task.affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    assert batch.choose(ssn, task, ssn.node_list, ssn.predicate_for_allocate, 0, len(ssn.node_list)) is None
