@@ -23,12 +23,13 @@ per-task path from the same state.  The per-task path is the reference
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from busched.api.node import NodeInfo
-from busched.api.resource import Resource
+from busched.api.resource import MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
 from busched.fastpath import select
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask
@@ -62,16 +63,18 @@ _FIELDS = ("namespace", "labels", "annotations", "node_selector", "affinity", "t
            "topology_spread_constraints", "host_ports", "images", "extra", "best_effort", "qos")
 
 
+_fields = attrgetter(*_FIELDS)
+
+
 def same_template(a: TaskInfo, b: TaskInfo) -> bool:
     """Whether every field of ``a`` a declared twin reads equals ``b``'s."""
     for ra, rb in ((a.resreq, b.resreq), (a.init_resreq, b.init_resreq)):
         if ra is not rb and (ra.cpu != rb.cpu or ra.memory != rb.memory or ra.scalars != rb.scalars):
             return False
-    for f in _FIELDS:
-        x, y = getattr(a, f), getattr(b, f)
-        if x is not y and x != y:
-            return False
-    return True
+    return bool(_fields(a) == _fields(b))  # (tuples compare item by item, the same objects first)
+
+
+_NONE: frozenset[int] = frozenset()
 
 
 class _Part:
@@ -84,18 +87,32 @@ class _Part:
         self.vec = np.array(vec, copy=True)  # twins may hand back vectors they keep
         self.pos = [len(log) for log in local.logs]
 
-    def refresh(self, size: int) -> set[int] | None:
+    def refresh(self, size: int) -> set[int] | frozenset[int] | None:
         """Bring the vector up to date: the rows refreshed (an empty set: none), or None when the
         whole vector was computed again (many rows logged)."""
         local = self.local
-        dirty: set[int] = set()
         if local.one is None:
-            return dirty
-        for i, log in enumerate(local.logs):
-            n = len(log)
-            if n != self.pos[i]:
-                dirty.update(log[self.pos[i]:])
-                self.pos[i] = n
+            return _NONE
+        logs, pos = local.logs, self.pos
+        if len(logs) == 1:
+            # one log (every declaration so far), most often one row logged since (a task placed)
+            log = logs[0]
+            n, p = len(log), pos[0]
+            if n == p:
+                return _NONE
+            pos[0] = n
+            if n - p == 1 and size >= 8:
+                r = log[p]
+                self.vec[r] = local.one(r)
+                return {r}
+            dirty = set(log[p:])
+        else:
+            dirty = set()
+            for i, log in enumerate(logs):
+                n = len(log)
+                if n != pos[i]:
+                    dirty.update(log[pos[i]:])
+                    pos[i] = n
         if len(dirty) * 8 > size:
             got = self.twin(*self.args)
             if got is None:
@@ -109,16 +126,22 @@ class _Part:
 
 
 def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
-    """The fit of the template's request on idle or future idle as a kept part (`fit_mask`, and
-    `Resource.less_equal` row by row: the reference `fits` keeps its vector with)."""
-    nodes = arrays.nodes
-    if which == IDLE:
-        def one(r: int) -> bool:
-            return req.less_equal(nodes[r].idle)
-    else:
-        def one(r: int) -> bool:
-            return req.less_equal(nodes[r].future_idle())
-    return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), fit_mask(arrays, req, which), ())
+    """The fit of the template's request on idle or future idle as a kept part: `fit_mask`, and
+    row by row the same comparison on the row (which the arrays refill as its node changes)."""
+    v, unknown = arrays.request(req)
+    avail = arrays.available(which)
+    wanted = [(j, float(v[j])) for j in [0, 1] + [arrays.columns[s] for s in req.scalars if s in arrays.columns]]
+
+    def one(r: int) -> bool:
+        if unknown:
+            return False
+        for j, q in wanted:
+            if not q - avail[r, j] < MIN_RESOURCE:
+                return False
+        return True
+
+    vec = fit_mask(arrays, req, which)
+    return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), vec, ())
 
 
 class _Template:
@@ -186,7 +209,7 @@ class _Template:
 
     def update(self, size: int) -> None:
         """Bring the kept vectors up to date with the rows logged since."""
-        dirty: set[int] = set()
+        dirty: set[int] | frozenset[int] = _NONE
         whole = False
         for parts in (self.preds, self.orders, self.batches):
             for part in parts:
