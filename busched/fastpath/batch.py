@@ -261,7 +261,10 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
     arrays: NodeArrays = ssn.arrays
     if arrays.rows_of(nodes) is not arrays.all_rows:
         return None
-    t = _template(ssn, arrays, task, nodes, fn)
+    try:
+        t = _template(ssn, arrays, task, nodes, fn)
+    except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
+        return None
     if t.declined:
         return None
     try:

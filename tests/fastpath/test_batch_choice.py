@@ -21,6 +21,7 @@ import pytest
 from busched.api import objects as o
 from busched.builtin import open_session, run_cycle
 from busched.fastpath import FastPathSettings, batch
+from busched.fastpath import nodeorder as nodeorder_kernel
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.statement import Statement
@@ -115,3 +116,18 @@ def test_a_template_with_pod_affinity_is_declined():
     task.affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
     assert batch.choose(ssn, task, ssn.node_list, ssn.predicate_for_allocate, 0, len(ssn.node_list)) is None
+
+
+def test_a_declaration_that_raises_leaves_the_choice_to_the_per_task_path(monkeypatch):
+    rng = random.Random(21)
+    spec = with_replicas(rng, random_cluster(rng, nodes=30, jobs=4, fancy=False), sized=True)
+    counts = {"answered": 0, "declined": 0}
+    plain = run(spec, DEFAULT_CONFIG, 1, False, monkeypatch, counts)
+
+    def broken(*a, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(nodeorder_kernel, "batch_node_order_local", broken)
+    fast = run(spec, DEFAULT_CONFIG, 1, True, monkeypatch, counts)
+    assert fast["decisions"] and fast == plain
+    assert counts["declined"] and not counts["answered"]
