@@ -133,12 +133,7 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
     wanted = [(j, float(v[j])) for j in [0, 1] + [arrays.columns[s] for s in req.scalars if s in arrays.columns]]
 
     def one(r: int) -> bool:
-        if unknown:
-            return False
-        for j, q in wanted:
-            if not q - avail[r, j] < MIN_RESOURCE:
-                return False
-        return True
+        return not unknown and all(q - avail[r, j] < MIN_RESOURCE for j, q in wanted)
 
     vec = fit_mask(arrays, req, which)
     return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), vec, ())
