@@ -32,11 +32,14 @@ from busched.api.node import NodeInfo
 from busched.api.resource import MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
 from busched.fastpath import select
-from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask
+from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fits
 
 __all__ = ["Local", "declare", "choose", "same_template", "KEPT"]
 
 KEPT = 4  # templates kept per session (the most recent first out)
+# a session whose templates are each used about once (every task its own labels, say) stops
+# building them after this many: a template costs a few vectors' copies more than one task's choice
+TRIAL = 64
 _KEY = "batch-choice"
 
 
@@ -135,8 +138,9 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
     def one(r: int) -> bool:
         return not unknown and all(q - avail[r, j] < MIN_RESOURCE for j, q in wanted)
 
-    vec = fit_mask(arrays, req, which)
-    return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), vec, ())
+    # the whole vector from the one kept per request shape (`fits`: a new template of a known
+    # shape costs a copy); _Part copies it
+    return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), fits(arrays, req, which), ())
 
 
 class _Template:
@@ -226,13 +230,26 @@ class _Template:
                 self._combine(r)
 
 
-def _template(ssn: Any, arrays: NodeArrays, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Any) -> _Template:
-    kept: list[_Template] | None = arrays.cache.get(_KEY)  # the arrays are the session's own
+class _Kept(list):  # type: ignore[type-arg]
+    """A session's templates, most recent last, and how many were built and reused."""
+
+    built = 0
+    reused = 0
+
+
+def _template(ssn: Any, arrays: NodeArrays, task: TaskInfo, nodes: Sequence[NodeInfo],
+              fn: Any) -> _Template | None:
+    """The kept template ``task`` belongs to, built if new; None once templates have stopped paying."""
+    kept: _Kept | None = arrays.cache.get(_KEY)  # the arrays are the session's own
     if kept is None:
-        kept = arrays.cache[_KEY] = []
+        kept = arrays.cache[_KEY] = _Kept()
     for t in kept:
         if t.task is task or same_template(t.task, task):
+            kept.reused += 1
             return t
+    if kept.built >= TRIAL and kept.reused < kept.built:
+        return None
+    kept.built += 1
     t = _Template(task)
     t.build(ssn, arrays, nodes, fn)
     if len(kept) >= KEPT:
@@ -260,7 +277,7 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
         t = _template(ssn, arrays, task, nodes, fn)
     except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
         return None
-    if t.declined:
+    if t is None or t.declined:
         return None
     try:
         for still in t.stills:

@@ -131,3 +131,18 @@ def test_a_declaration_that_raises_leaves_the_choice_to_the_per_task_path(monkey
     fast = run(spec, DEFAULT_CONFIG, 1, True, monkeypatch, counts)
     assert fast["decisions"] and fast == plain
     assert counts["declined"] and not counts["answered"]
+
+
+def test_templates_used_once_each_stop_being_built(monkeypatch):
+    monkeypatch.setattr(batch, "TRIAL", 3)
+    rng = random.Random(8)
+    spec = with_replicas(rng, random_cluster(rng, nodes=20, jobs=1, fancy=False), sized=True)
+    ssn = open_session(cache_of(spec).snapshot(), load_config(DEFAULT_CONFIG), seed=0)
+    tasks = [t for j in ssn.jobs.values() for t in j.tasks.values()
+             if t.status.name == "Pending" and t.job.startswith("ns/rep")][:6]
+    nodes, fn = ssn.node_list, ssn.predicate_for_allocate
+    for i, task in enumerate(tasks):
+        task.labels = {"pod": str(i)}  # every task its own template
+    got = [batch.choose(ssn, t, nodes, fn, 0, len(nodes)) for t in tasks]
+    assert all(g is not None for g in got[:3]) and all(g is None for g in got[3:])
+    assert ssn.arrays.cache["batch-choice"].built == 3
