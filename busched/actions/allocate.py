@@ -163,7 +163,9 @@ class AllocateAction:
         Every failure is recorded in the job's fit errors.  Shared with topology allocation.
         ``lazy`` (allocate's own turn): the nodes may come as a sequence that fetches them when read
         (only the best one is: `PredicateHelper.predicate_nodes`), or already bucketed into
-        gradients (`nodeselect.Gradients`, which `best_node` takes as they are)."""
+        gradients (`nodeselect.Gradients`, which `best_node` takes as they are), or gradients
+        holding only the node already chosen from a template's kept vectors
+        (`PredicateHelper.chosen_found`)."""
         ssn = self.ssn
         if role_failed:
             fe = FitErrors()
