@@ -379,7 +379,7 @@ class Scheduler:
             self.cycle += 1
             # the session's clock, read once here and never inside it: what sla, tdm and rescheduling see
             report = CycleReport(self.cycle, now=self.wall_clock())
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await self._flush_outbox()
             self.statuses.write_soon()
             self.queue_statuses.write_soon()
@@ -405,7 +405,10 @@ class Scheduler:
             # snapshot and the session over it (after a restart such a pass took half a second)
             with paused_gc():
                 before = self.cache.generation
+                stages = report.stages
+                stages["prepare"] = time.perf_counter() - t0
                 snap = self.snapshot()
+                stages["snapshot"] = time.perf_counter() - t0
                 if self.table.ledgers is not None:
                     self.table.ledgers.snapshot_taken()  # the view the binds are decided on (nothing handled since)
                 try:
@@ -415,10 +418,13 @@ class Scheduler:
                 # the decisions are final once the actions have run: they go out before the session
                 # closes (recomputing every job's status), and before the collector may pass over
                 # what the cycle left
+                stages["actions"] = time.perf_counter() - t0
                 binds = [d for d in ssn.decisions if d.kind == "bind"]
                 evicts = [d for d in ssn.decisions if d.kind == "evict"]
                 await self.table.publish_binds(binds, report)
                 await self.table.publish_evicts(evicts, report)
+                stages["publish"] = time.perf_counter() - t0
+                stages["cpu"] = time.process_time() - c0  # this process's CPU seconds to here
                 self.sched_events.before_close(ssn)
                 try:
                     await self._in_cycle(finish_cycle, ssn)
