@@ -51,7 +51,7 @@ from busched.framework.config import (
 )
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import checkpoint, explain, history, overview, volcano_metrics
+from busched.scheduler import checkpoint, explain, history, overview, restore_bulk, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
@@ -278,7 +278,10 @@ class Scheduler:
             # full read: busched.scheduler.checkpoint), then every message after what it covered
             restored = None
             if self.settings.checkpoint.read:
-                restored = await checkpoint.restore(self.bus, self.handle_state_batch, self.settings.checkpoint)
+                # its messages in bulk (busched.scheduler.restore_bulk): the same checks, without the live
+                # path's per-event bookkeeping
+                restored = await checkpoint.restore(self.bus, restore_bulk.restored_handler(self.feed),
+                                                    self.settings.checkpoint)
             self.restored = restored
             if restored is not None:
                 self.checkpoints.written_seq = restored.seq  # the next is due once the stream has grown past it
