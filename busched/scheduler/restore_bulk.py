@@ -8,8 +8,8 @@ much time in its layers of dispatch and per-event bookkeeping as in the work its
 does that work directly for such a message:
 
 * the same checks: the size limit, the same decoder (the specs' own bounds and ``__post_init__``), the
-  payload's type and identity against its subject, the cache's validation (`Cache.upsert` converts it,
-  as ``busched apply`` does);
+  payload's type and identity against its subject, the cache's validation (`Cache.insert`: `upsert`
+  written out for an object it does not hold; it converts it as ``busched apply`` does);
 * the same effect: the spec stored, the effective object (`EffectiveObjects.effective_task`) upserted in
   the same order, the stream sequence, the counters (added up per batch), the trigger told once a batch.
 
@@ -53,7 +53,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
     deleting, dirty_tasks, dirty_jobs = feed.table.deleting, eff.dirty_tasks, eff.dirty_jobs
     suspended, pg_status = eff.suspended, feed.pg_status
     limit = feed.settings.max_event_bytes
-    parse, decode, upsert, effective_task = S.parse_state_subject, _DECODE, cache.upsert, eff.effective_task
+    parse, decode, insert, effective_task = S.parse_state_subject, _DECODE, cache.insert, eff.effective_task
     task_upsert, job_upsert = m.TaskUpsert, m.JobUpsert
     tasks = jobs = 0
     with paused_gc():
@@ -70,7 +70,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         spec = msg.task
                         if f"{spec.namespace}/{spec.name}" != key:
                             raise _PlainPathError
-                        upsert("task", effective_task(key, spec), key)  # validates before it changes anything
+                        insert("task", effective_task(key, spec), key)  # validates before it changes anything
                         specs_task[key] = spec
                         dirty_tasks.discard(key)
                         deleting.discard(key)
@@ -84,7 +84,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         job = msg.job
                         if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
                             raise _PlainPathError
-                        upsert("job", job, key)
+                        insert("job", job, key)
                         specs_job[key] = job
                         dirty_jobs.discard(key)
                         jobs += 1

@@ -157,3 +157,28 @@ async def test_forged_checkpoint_contents_are_refused_one_by_one_and_the_restart
     assert not forged & set(again.specs["task"]) and forged <= set(full.specs["task"])
     assert {k: v for k, v in full.specs["task"].items() if k not in forged} == again.specs["task"]
     assert again.specs["job"] == full.specs["job"] and again.specs["node"] == full.specs["node"]
+
+
+def test_cache_insert_is_upsert_for_a_new_object():
+    from busched.api.build import SpecError
+    from busched.cache.cache import Cache
+
+    rng = random.Random(7)
+    objs: list[tuple[str, Any, str]] = [("node", o.NodeSpec(name="n0", allocatable={"cpu": "4"}), "n0")]
+    for j in range(20):
+        objs.append(("job", o.JobSpec(name=f"j{j}", namespace="t", min_member=rng.randint(0, 2)), f"t/j{j}"))
+        for i in range(rng.randint(1, 3)):
+            node, phase = rng.choice([("", "Pending"), ("n0", "Running"), ("n0", "Succeeded")])
+            objs.append(("task", _task(f"j{j}-{i}", f"j{j}", node=node, phase=phase), f"t/j{j}-{i}"))
+    objs.append(objs[3])  # one it holds already: an upsert
+    bad = ("task", _task("bad", "j0", cpu="lots"), "t/bad")
+    a, b = Cache(), Cache()
+    for kind, spec, key in objs:
+        a.upsert(kind, spec, key)
+        b.insert(kind, spec, key)
+    with pytest.raises(SpecError):
+        b.insert(*bad)
+    state = [(c.objects, c.task_seq, c.job_tasks, c.node_tasks, c.job_version, c.node_version, c.generation,
+              c.capacity_epoch, c.unfit.job_versions, c.changes.jobs, c.changes.nodes,
+              sorted(c._memo._tasks), sorted(c._memo._job_templates)) for c in (a, b)]
+    assert state[0] == state[1] and "t/bad" not in b.objects["task"]
