@@ -74,6 +74,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         specs_task[key] = spec
                         dirty_tasks.discard(key)
                         deleting.discard(key)
+                        kind = "task"  # (the one string, not the subject's slice: one per object kept in seqs)
                         tasks += 1
                     elif kind == "job":
                         if key in specs_job or ("job", key) in seqs or len(data) > limit or key in pg_status:
@@ -87,6 +88,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         insert("job", job, key)
                         specs_job[key] = job
                         dirty_jobs.discard(key)
+                        kind = "job"
                         jobs += 1
                     else:
                         raise _PlainPathError
