@@ -23,7 +23,11 @@ that ran before would have left it.  A scheduler that reads the whole stream cat
 (``catchup_s_full``, its peak RSS then ``peak_rss_mb_catchup_full``); then the timed one starts from the
 checkpoint and the tail (``first_bind_s``, ``catchup_s``, ``peak_rss_mb_catchup``, and ``peak_rss_mb`` after
 its first cycle).  Each runs in a fresh process, as a restarted
-scheduler does: its peak RSS is its own.
+scheduler does: its peak RSS is its own.  Where the timed start's time goes: ``catchup_cpu_s`` (the
+process's CPU to the end of the catch-up; steadier than wall time on a shared machine),
+``restore_read_s`` (fetching and decoding the checkpoint, reading the tail) and ``restore_apply_s``,
+``first_cycle_stages_s`` (each stage of the binding cycle: prepare, snapshot, actions, of which ``open``
+and each action, publish) and ``first_bind_cpu_s`` (the CPU to the binds' publishing).
 """
 
 from __future__ import annotations
@@ -172,7 +176,7 @@ async def _restart(url: str, config: Any, seed: int, read: bool, bind: bool) -> 
     cycles until the first bind decision is seen on the decision subjects."""
     from busched.bus import subjects as S
     from busched.bus.client import Bus
-    from busched.scheduler import Scheduler, SchedulerSettings
+    from busched.scheduler import Scheduler, SchedulerSettings, overview
     from busched.scheduler.checkpoint import CheckpointSettings
 
     # the first bind decision as an agent would see it, on the decision subjects: from a thread with its
@@ -183,19 +187,28 @@ async def _restart(url: str, config: Any, seed: int, read: bool, bind: bool) -> 
     watcher.start()
     settings = SchedulerSettings(require_heartbeat=False, cycle_in_thread=False, period=0.0, seed=seed,
                                  checkpoint=CheckpointSettings(read=read))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     bus = await Bus.connect(url)
     sched = Scheduler(bus, config, settings)
     await sched.start(timeout=1800)
-    caught_up = time.perf_counter() - t0
+    caught_up, caught_up_cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_caught_up = _own_peak_mb()
     cycles = 0
-    cycle_done = None
+    cycle_done = cycle_cpu = None
+    stages: dict[str, float] = {}
     while bind and not seen and cycles < 5:
         report = await sched.run_once()
         cycles += 1
         if report.binds:
             cycle_done = time.perf_counter() - t0
+            cycle_cpu = report.stages.pop("cpu", None)  # to the binds' publishing
+            # each stage's own seconds (the report has them from the cycle's start)
+            last = 0.0
+            for name, at in report.stages.items():
+                stages[name], last = round(at - last, 3), at
+            row = overview.recent(sched)[0]  # of "actions": the session's open, and each action
+            stages["open"] = round(row["open"], 3)
+            stages.update((f"action_{name}", round(v, 3)) for name, v in row["actions"].items())
             for _ in range(500):  # the watcher hears of it from its own thread: 5 s at most
                 if seen:
                     break
@@ -210,7 +223,15 @@ async def _restart(url: str, config: Any, seed: int, read: bool, bind: bool) -> 
     return {"first_bind_s": round(first, 3) if first is not None else None, "catchup_s": round(caught_up, 3),
             "first_cycle_done_s": round(cycle_done, 3) if cycle_done is not None else None,
             "cycles": cycles, "peak_rss_mb": peak, "peak_rss_mb_catchup": peak_caught_up,
-            "from_checkpoint": restored is not None}
+            "from_checkpoint": restored is not None,
+            # where the time went: the catch-up's CPU, the checkpoint's read (fetch, decode, tail) and apply,
+            # and the binding cycle's stages (wall) and CPU
+            "catchup_cpu_s": round(caught_up_cpu, 3),
+            "restore_read_s": round(restored.read_s, 3) if restored is not None else None,
+            "restore_apply_s": round(restored.apply_s, 3) if restored is not None else None,
+            "first_cycle_stages_s": stages,
+            "first_cycle_cpu_s": round(cycle_cpu, 3) if cycle_cpu is not None else None,
+            "first_bind_cpu_s": round(caught_up_cpu + cycle_cpu, 3) if cycle_cpu is not None else None}
 
 
 async def _publish(pub: Any, events: list[Any]) -> None:

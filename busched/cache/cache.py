@@ -121,6 +121,28 @@ class Cache:
         self.objects[kind][key] = spec
         self.generation += 1
 
+    def insert(self, kind: str, spec: Any, key: str) -> None:
+        """`upsert` of a task or job the cache does not hold yet, its steps written out for that case: a
+        restart inserts hundreds of thousands (`busched.scheduler.restore_bulk`); anything else is `upsert`.
+        Validated (converted) before anything changes, as `upsert` does."""
+        objects = self.objects.get(kind)
+        if objects is None or key in objects or (kind != "task" and kind != "job"):
+            self.upsert(kind, spec, key)
+            return
+        version = self.generation + 1
+        if kind == "task":
+            self._memo.remember_task(key, spec, build.task_info(spec, {}))
+            if unfit.frees_capacity(kind, None, spec):
+                self.capacity_epoch += 1
+            self._index_task(key, None, spec, version)
+        else:
+            self._memo.remember_job(key, spec, build.job_info(spec, {}))
+            self.job_version[key] = version
+            self.changes.job(key, None, spec)
+            self.unfit.job_versions[key] = version
+        objects[key] = spec
+        self.generation = version
+
     def delete(self, kind: str, key: str) -> bool:
         old = self.objects[kind].pop(key, None)
         if old is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -218,12 +219,15 @@ async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, 
 class Restored:
     seq: int  # the stream sequence applied up to: the live feed starts after it
     messages: int  # messages applied
+    read_s: float = 0.0  # seconds to read it (the checkpoint, its decoding, the tail) ...
+    apply_s: float = 0.0  # ... and to apply it (`busched bench restart` reports both)
 
 
 async def restore(bus: Any, handler: Callable[[list[tuple[str, bytes, int]]], None],
                   settings: CheckpointSettings) -> Restored | None:
     """Apply the last message of every state subject from the checkpoint and the tail after it; None (and a
     log line) when there is no usable checkpoint, and nothing was applied: the caller reads it all."""
+    t0 = time.perf_counter()
     try:
         facts = await bus.checkpoint_facts()
         got = await latest(bus, facts, settings.max_bytes)
@@ -233,13 +237,14 @@ async def restore(bus: Any, handler: Callable[[list[tuple[str, bytes, int]]], No
         log.info("state checkpoint not used: %s; reading the whole state stream", got)
         return None
     merged, covered = got
+    t1 = time.perf_counter()
     n = 0
     for batch in merged.batches(release=True):
         handler(batch)
         n += len(batch)
         await asyncio.sleep(0)  # the event loop goes on between batches
     log.info("started from the state checkpoint: %d subjects up to sequence %d", n, covered)
-    return Restored(seq=covered, messages=n)
+    return Restored(seq=covered, messages=n, read_s=t1 - t0, apply_s=time.perf_counter() - t1)
 
 
 class CheckpointWriter:

@@ -51,7 +51,7 @@ from busched.framework.config import (
 )
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import checkpoint, explain, history, overview, volcano_metrics
+from busched.scheduler import checkpoint, explain, history, overview, restore_bulk, volcano_metrics
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
@@ -278,7 +278,10 @@ class Scheduler:
             # full read: busched.scheduler.checkpoint), then every message after what it covered
             restored = None
             if self.settings.checkpoint.read:
-                restored = await checkpoint.restore(self.bus, self.handle_state_batch, self.settings.checkpoint)
+                # its messages in bulk (busched.scheduler.restore_bulk): the same checks, without the live
+                # path's per-event bookkeeping
+                restored = await checkpoint.restore(self.bus, restore_bulk.restored_handler(self.feed),
+                                                    self.settings.checkpoint)
             self.restored = restored
             if restored is not None:
                 self.checkpoints.written_seq = restored.seq  # the next is due once the stream has grown past it
@@ -379,7 +382,7 @@ class Scheduler:
             self.cycle += 1
             # the session's clock, read once here and never inside it: what sla, tdm and rescheduling see
             report = CycleReport(self.cycle, now=self.wall_clock())
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await self._flush_outbox()
             self.statuses.write_soon()
             self.queue_statuses.write_soon()
@@ -405,7 +408,10 @@ class Scheduler:
             # snapshot and the session over it (after a restart such a pass took half a second)
             with paused_gc():
                 before = self.cache.generation
+                stages = report.stages
+                stages["prepare"] = time.perf_counter() - t0
                 snap = self.snapshot()
+                stages["snapshot"] = time.perf_counter() - t0
                 if self.table.ledgers is not None:
                     self.table.ledgers.snapshot_taken()  # the view the binds are decided on (nothing handled since)
                 try:
@@ -415,10 +421,13 @@ class Scheduler:
                 # the decisions are final once the actions have run: they go out before the session
                 # closes (recomputing every job's status), and before the collector may pass over
                 # what the cycle left
+                stages["actions"] = time.perf_counter() - t0
                 binds = [d for d in ssn.decisions if d.kind == "bind"]
                 evicts = [d for d in ssn.decisions if d.kind == "evict"]
                 await self.table.publish_binds(binds, report)
                 await self.table.publish_evicts(evicts, report)
+                stages["publish"] = time.perf_counter() - t0
+                stages["cpu"] = time.process_time() - c0  # this process's CPU seconds to here
                 self.sched_events.before_close(ssn)
                 try:
                     await self._in_cycle(finish_cycle, ssn)

@@ -159,6 +159,10 @@ class CycleReport:
     error: str = ""
     skipped: bool = False  # nothing could have changed since the last cycle, which decided nothing
     now: float = 0.0  # the session's clock: wall-clock epoch seconds read once at the cycle's start
+    # seconds from the cycle's start to each stage's end: prepare (before the snapshot), snapshot, actions
+    # (the session's open and its actions), publish (the binds and evicts sent); and "cpu": the process's
+    # CPU seconds from the start to the publish (`busched bench restart`)
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 

@@ -99,6 +99,9 @@ def test_sane_values(capsys):
     assert r["first_bind_s"] > 0 and r["in_process"]["bound"]
     if r["bus"]["available"]:  # started from the checkpoint written before the tail
         assert r["bus"]["from_checkpoint"] and r["bus"]["checkpoint_bytes"] > 0
+        # where the time went: the checkpoint's read and apply, the binding cycle's stages
+        assert r["bus"]["restore_apply_s"] > 0 and r["bus"]["catchup_cpu_s"] > 0
+        assert {"snapshot", "actions", "open", "action_allocate"} <= set(r["bus"]["first_cycle_stages_s"])
 
 
 def test_reference_path_places_the_same(capsys):

@@ -1,0 +1,184 @@
+"""A restart's messages applied in bulk (busched.scheduler.restore_bulk) leave the scheduler exactly as the live
+path (`StateFeed.handle_state_batch`) does, refusals included: an oracle over random mixes of plain objects
+and every kind of message the fast path must hand over (forged, malformed, oversized, invalid, deletes,
+statuses and records read before their object, suspended jobs, objects seen twice); and over a real
+nats-server, a checkpoint with forged contents refuses those objects one by one, naming object and field,
+while the rest of the restart goes on from the checkpoint."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgspec
+import pytest
+
+from busched.api import objects as o
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.scheduler import Scheduler, SchedulerSettings
+from busched.scheduler import checkpoint as C
+from busched.scheduler.restore_bulk import apply_restored
+from tests.scheduler.test_checkpoint import everything, quiet, settled_cluster
+from tests.scheduler.test_trust import rejected
+
+
+def _enc(msg: Any) -> bytes:
+    return msgspec.json.encode(msg)
+
+
+def _task(name: str, job: str, **kw: Any) -> o.TaskSpec:
+    return o.TaskSpec(name=name, namespace="t", job=job, requests={"cpu": kw.pop("cpu", "1")}, **kw)
+
+
+def messages(rng: random.Random, n: int = 60) -> list[tuple[str, bytes]]:
+    """``(subject, data)``: nodes, jobs and tasks, most plain, the rest what the fast path must hand over."""
+    out: list[tuple[str, bytes]] = [(S.state_subject("queue", "default"),
+                                     _enc(m.upsert("queue", o.QueueSpec(name="default"), 1)))]
+    for i in range(3):
+        node = o.NodeSpec(name=f"n{i}", allocatable={"cpu": "8", "memory": "8Gi", "pods": "110"})
+        out.append((S.state_subject("node", f"n{i}"), _enc(m.upsert("node", node, 1))))
+    for j in range(n // 3):
+        job = f"j{j}"
+        spec = o.JobSpec(name=job, namespace="t", min_member=1, suspend=rng.random() < 0.1)
+        if rng.random() < 0.1:  # its podgroup status first: the job's effective object is not its spec alone
+            st = m.PodGroupStatus(version=1, namespace="t", name=job, phase="Running")
+            out.append((S.podgroup_subject(f"t/{job}"), _enc(st)))
+        out.append((S.state_subject("job", f"t/{job}"), _enc(m.upsert("job", spec, 1))))
+        for i in range(rng.randint(1, 3)):
+            name = f"{job}-{i}"
+            subject = S.state_subject("task", f"t/{name}")
+            what = rng.random()
+            if what < 0.55:
+                data = _enc(m.upsert("task", _task(name, job), 1))
+            elif what < 0.6:  # placed and ended: the effective object drops its node
+                data = _enc(m.upsert("task", _task(name, job, node="n0", phase="Succeeded"), 1))
+            elif what < 0.65:
+                data = _enc(m.upsert("task", _task(name, job, node=f"n{rng.randint(0, 2)}", phase="Running"), 1))
+            elif what < 0.7:  # a payload for another task: forged
+                data = _enc(m.upsert("task", _task(f"{name}x", job), 1))
+            elif what < 0.75:  # passes the decoder, refused by the cache's validation
+                data = _enc(m.upsert("task", _task(name, job, cpu="lots"), 1))
+            elif what < 0.8:
+                data = b'{"kind":"task.upsert","version":1,"task":{"name":'
+            elif what < 0.83:
+                data = _enc(m.upsert("task", _task(name, job, annotations={"pad": "x" * 300}), 1))  # oversized
+            elif what < 0.87:
+                data = _enc(m.delete("task", _task(name, job), 2))
+            elif what < 0.9:  # a job's payload on a task subject
+                data = _enc(m.upsert("job", o.JobSpec(name=name, namespace="t"), 1))
+            elif what < 0.95:  # its binding record first, then the task
+                rec = m.BindingRecord(version=1, namespace="t", name=name, node="n1", attempt=1, epoch=0)
+                out.append((S.binding_subject(f"t/{name}"), _enc(rec)))
+                data = _enc(m.upsert("task", _task(name, job), 1))
+            else:  # the same subject twice (a tail's message over the checkpoint's)
+                out.append((subject, _enc(m.upsert("task", _task(name, job, cpu="2"), 1))))
+                data = _enc(m.upsert("task", _task(name, job), 2))
+            out.append((subject, data))
+    return out
+
+
+def applied(items: list[tuple[str, bytes, int]], bulk: bool) -> Scheduler:
+    s = Scheduler(None, None, SchedulerSettings(require_heartbeat=False, max_event_bytes=400))  # type: ignore[arg-type]
+    for i in range(0, len(items), 16):
+        if bulk:
+            apply_restored(s.feed, items[i:i + 16])
+        else:
+            s.handle_state_batch(items[i:i + 16])
+    return s
+
+
+def cached(s: Scheduler) -> tuple[Any, ...]:
+    """The cache whole: every object as held (a job with its podgroup status overlaid), its indexes and versions."""
+    c = s.cache
+    return ({kind: dict(objs) for kind, objs in c.objects.items()}, c.task_seq, c.job_tasks, c.node_tasks,
+            c.job_version, c.node_version, c.capacity_epoch, s.effective.dirty_tasks, s.effective.dirty_jobs)
+
+
+def counters(s: Scheduler) -> list[tuple[str, float]]:
+    return sorted((f"{metric.name}{sorted(sample.labels.items())}", sample.value)
+                  for metric in (s.metrics.events, s.metrics.events_rejected) for metric in metric.collect()
+                  for sample in metric.samples if sample.name.endswith("_total"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bulk_apply_leaves_the_scheduler_as_the_live_path_does(seed):
+    rng = random.Random(seed)
+    items = [(subject, data, seq) for seq, (subject, data) in enumerate(messages(rng), start=1)]
+    plain, bulk = applied(items, False), applied(items, True)
+    assert cached(bulk) == cached(plain)
+    assert everything(bulk) == everything(plain)
+    assert bulk.feed.rejected_at_catchup == plain.feed.rejected_at_catchup
+    assert counters(bulk) == counters(plain)
+    assert bulk.effective.suspended == plain.effective.suspended and bulk.cache.generation == plain.cache.generation
+    assert len(bulk.specs["task"]) > 10  # (the mix is mostly plain objects)
+
+
+def test_the_fast_path_takes_the_plain_objects_and_hands_over_the_rest():
+    job = o.JobSpec(name="j", namespace="t", min_member=1)
+    items = [(S.state_subject("job", "t/j"), _enc(m.upsert("job", job, 1)), 1),
+             (S.state_subject("task", "t/a"), _enc(m.upsert("task", _task("a", "j"), 1)), 2),
+             (S.state_subject("task", "t/b"), _enc(m.upsert("task", _task("c", "j"), 1)), 3),  # forged
+             (S.state_subject("task", "t/d"), _enc(m.upsert("task", _task("d", "j", cpu="lots"), 1)), 4)]
+    s = applied([], True)
+    assert apply_restored(s.feed, items) == 2
+    assert sorted(s.specs["task"]) == ["t/a"] and sorted(s.cache.objects["task"]) == ["t/a"]
+    assert s.feed.seqs[("task", "t/a")] == 2 and s.feed.seqs[("job", "t/j")] == 1
+    assert rejected(s, "mismatch", "task") == 1 and rejected(s, "invalid", "task") == 1
+    assert s.feed.rejected_at_catchup == {S.state_subject("task", "t/b"): 3, S.state_subject("task", "t/d"): 4}
+
+
+# -- over the bus ------------------------------------------------------------------------------------------------
+async def test_forged_checkpoint_contents_are_refused_one_by_one_and_the_restart_goes_on(harness, caplog):
+    bus, sched, agent, _ = await settled_cluster(harness)
+    assert await sched.checkpoints.write_once(force=True) > 0
+    await quiet(agent, sched)
+    ck = C.decode(await bus.checkpoint_get(C.OBJECT))
+    at = {subject: i for i, subject in enumerate(ck.subjects)}
+    data = list(ck.data)
+    other = msgspec.json.decode(data[at[S.state_subject("task", "t/b-1")]])
+    data[at[S.state_subject("task", "t/b-0")]] = msgspec.json.encode(other)  # another task's spec
+    bad = msgspec.json.decode(data[at[S.state_subject("task", "t/a-0")]])
+    bad["task"]["requests"] = {"cpu": "lots"}
+    data[at[S.state_subject("task", "t/a-0")]] = msgspec.json.encode(bad)  # a field the cache refuses
+    data[at[S.state_subject("task", "t/a-1")]] = b"\xff not json"
+    assert await bus.checkpoint_put(C.OBJECT, C.encode(msgspec.structs.replace(ck, data=data)))
+    caplog.set_level("INFO", logger="busched.scheduler")
+
+    again = await harness.scheduler(run=False)
+    full = await harness.scheduler(run=False, checkpoint=C.CheckpointSettings(read=False))
+    assert again.restored is not None and again.restored.messages >= len(ck.subjects)  # not the full read
+    assert rejected(again, "mismatch", "task") == 1 and rejected(again, "invalid", "task") == 1
+    assert rejected(again, "malformed", "task") == 1
+    assert "task t/a-0: requests.cpu: invalid quantity 'lots'" in caplog.text and "t/b-1" in caplog.text
+    # each refused object is what its history before the refused message made it (here: not there yet);
+    # every other object is the full read's
+    forged = {"t/b-0", "t/a-0", "t/a-1"}
+    assert not forged & set(again.specs["task"]) and forged <= set(full.specs["task"])
+    assert {k: v for k, v in full.specs["task"].items() if k not in forged} == again.specs["task"]
+    assert again.specs["job"] == full.specs["job"] and again.specs["node"] == full.specs["node"]
+
+
+def test_cache_insert_is_upsert_for_a_new_object():
+    from busched.api.build import SpecError
+    from busched.cache.cache import Cache
+
+    rng = random.Random(7)
+    objs: list[tuple[str, Any, str]] = [("node", o.NodeSpec(name="n0", allocatable={"cpu": "4"}), "n0")]
+    for j in range(20):
+        objs.append(("job", o.JobSpec(name=f"j{j}", namespace="t", min_member=rng.randint(0, 2)), f"t/j{j}"))
+        for i in range(rng.randint(1, 3)):
+            node, phase = rng.choice([("", "Pending"), ("n0", "Running"), ("n0", "Succeeded")])
+            objs.append(("task", _task(f"j{j}-{i}", f"j{j}", node=node, phase=phase), f"t/j{j}-{i}"))
+    objs.append(objs[3])  # one it holds already: an upsert
+    bad = ("task", _task("bad", "j0", cpu="lots"), "t/bad")
+    a, b = Cache(), Cache()
+    for kind, spec, key in objs:
+        a.upsert(kind, spec, key)
+        b.insert(kind, spec, key)
+    with pytest.raises(SpecError):
+        b.insert(*bad)
+    state = [(c.objects, c.task_seq, c.job_tasks, c.node_tasks, c.job_version, c.node_version, c.generation,
+              c.capacity_epoch, c.unfit.job_versions, c.changes.jobs, c.changes.nodes,
+              sorted(c._memo._tasks), sorted(c._memo._job_templates)) for c in (a, b)]
+    assert state[0] == state[1] and "t/bad" not in b.objects["task"]
