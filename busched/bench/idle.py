@@ -29,6 +29,7 @@ from busched.bench.driver import apply_decisions, bench_config, collect_garbage,
 from busched.builtin import quiet_cycles
 from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
+from busched.scheduler.memory import CollectorPolicy
 
 DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 
@@ -62,46 +63,52 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
         churn: int = 5, **_kw: Any) -> dict[str, Any]:
     cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
     cfg, missing_p, missing_a = bench_config(config)
-    ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
-    apply_decisions(cache, ssn)
-    del ssn
-    collect_garbage()
-    times, cpus, phases, gcs = [], [], [], []
-    gate = quiet_cycles(cfg)
-    for i in range(max(1, cycles)):
-        before = cache.generation
-        ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
+    policy = CollectorPolicy()  # the scheduler's: between cycles, as `Scheduler.run_forever` collects
+    policy.enter()
+    try:
+        ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
         apply_decisions(cache, ssn)
-        gate.done(ssn, before, cache.generation)
         del ssn
-        gcs.append(collect_garbage())
-        times.append(t.total)
-        cpus.append(t.cpu)
-        phases.append(t.ms())
-    mid = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
-    # the loop as a scheduler runs it: a cycle only when the gate says one could decide something
-    gated = []
-    for i in range(max(1, cycles)):
-        t0 = time.perf_counter()
-        if gate.due(cache.generation):
+        collect_garbage(policy)
+        times, cpus, phases, gcs = [], [], [], []
+        gate = quiet_cycles(cfg)
+        for i in range(max(1, cycles)):
             before = cache.generation
-            ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
+            ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
             apply_decisions(cache, ssn)
             gate.done(ssn, before, cache.generation)
             del ssn
-        gated.append(time.perf_counter() - t0)
-    # churn: a few tasks gone and a few jobs new before every cycle
-    churned, churn_cpus, churn_phases, churn_binds = [], [], [], []
-    for i in range(max(1, cycles)):
-        churn_round(cache, i, churn)
-        ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
-        apply_decisions(cache, ssn)
-        del ssn
-        collect_garbage()
-        churned.append(t.total)
-        churn_cpus.append(t.cpu)
-        churn_phases.append(t.ms())
-        churn_binds.append(t.binds)
+            gcs.append(collect_garbage(policy))
+            times.append(t.total)
+            cpus.append(t.cpu)
+            phases.append(t.ms())
+        mid = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
+        # the loop as a scheduler runs it: a cycle only when the gate says one could decide something
+        gated = []
+        for i in range(max(1, cycles)):
+            t0 = time.perf_counter()
+            if gate.due(cache.generation):
+                before = cache.generation
+                ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
+                apply_decisions(cache, ssn)
+                gate.done(ssn, before, cache.generation)
+                del ssn
+            gated.append(time.perf_counter() - t0)
+            collect_garbage(policy)  # (the scheduler's loop offers one after every turn: usually too few new objects)
+        # churn: a few tasks gone and a few jobs new before every cycle
+        churned, churn_cpus, churn_phases, churn_binds = [], [], [], []
+        for i in range(max(1, cycles)):
+            churn_round(cache, i, churn)
+            ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
+            apply_decisions(cache, ssn)
+            del ssn
+            collect_garbage(policy, defer=bool(t.binds))
+            churned.append(t.total)
+            churn_cpus.append(t.cpu)
+            churn_phases.append(t.ms())
+            churn_binds.append(t.binds)
+    finally:
+        policy.exit()
     cmid = sorted(range(len(churned)), key=lambda i: churned[i])[len(churned) // 2]
     return {
         "workload": "idle",
