@@ -119,6 +119,20 @@ class _Job:
         self.volatile = unsettled(job)
 
 
+class _NodeWrites:
+    """The first listener of the list every lent node shares: the names of the nodes a session changed
+    (every accounting change, the first of which flags a node written, tells the listeners), so the
+    next lending looks at those again without asking every node whether it was written."""
+
+    __slots__ = ("names",)
+
+    def __init__(self) -> None:
+        self.names: dict[str, None] = {}
+
+    def node_changed(self, n: NodeInfo) -> None:
+        self.names[n.name] = None
+
+
 class SharedMemo:
     """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of.
 
@@ -147,8 +161,13 @@ class SharedMemo:
         self._in_session: dict[str, JobInfo] = {}
         self._queues: frozenset[str] = frozenset()
         self._lent_nodes: list[NodeInfo] = []
+        # the one listener list every lent node holds (emptied at once as the nodes are lent again,
+        # rather than node by node), its first listener noting which nodes a session changed
+        self._node_writes = _NodeWrites()
+        self._listeners: list[Any] = [self._node_writes]
         self._node_at: dict[str, int] = {}
         self._pos: dict[str, int] = {}
+        self.plain = False  # the reference passes (every node asked whether it was written), for oracle tests
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
 
@@ -358,16 +377,28 @@ class SharedMemo:
                 if not completed_status(t.status):
                     node.add_task(t, t.copy())
             node.written = False
+            node.listeners = self._listeners
+            if m is not None and m[3].listeners is self._listeners:
+                m[3].listeners = []  # (the object replaced: no longer heard)
             self._nodes[name] = (spec, version, index, node)
             self.assembled_nodes += 1
             return node
         node = m[3]
-        if node.listeners:
-            node.listeners = []
+        if node.listeners is not self._listeners:
+            node.listeners = self._listeners
         return node
+
+    def _fresh_listeners(self) -> dict[str, None]:
+        """Empty the nodes' shared listener list (the last session's node arrays) and return the names of
+        the nodes the last session changed."""
+        writes = self._node_writes
+        names, writes.names = writes.names, {}
+        self._listeners[:] = [writes]
+        return names
 
     def _lend_nodes(self, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
         out: list[NodeInfo] = []
+        self._fresh_listeners()
         for name, spec in cache.objects["node"].items():
             if spec.ready:
                 out.append(self._node(name, spec, len(out), cache, classes))
@@ -378,14 +409,14 @@ class SharedMemo:
     def _patch_nodes(self, cache: Any, classes: dict[str, PriorityClass], changed: dict[str, None]
                      ) -> list[NodeInfo]:
         """The last lending with the changed and written nodes looked at again (no node came, went,
-        or changed readiness)."""
+        or changed readiness): what it costs is what changed, the written nodes being those the
+        shared listener list heard of (`_NodeWrites`).  ``plain``: the reference."""
         out = self._lent_nodes
         again = dict(changed)
-        for n in out:
-            if n.written:
-                again[n.name] = None
-            elif n.listeners:
-                n.listeners = []
+        heard = self._fresh_listeners()
+        if self.plain:  # the reference: ask every node
+            heard = {n.name: None for n in out if n.written}
+        again.update(heard)
         specs = cache.objects["node"]
         at = self._node_at
         for name in again:
