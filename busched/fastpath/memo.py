@@ -34,7 +34,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["job_value", "node_value", "incremental", "split", "Pairs"]
+__all__ = ["job_value", "node_value", "incremental", "split", "by_name", "Pairs"]
 
 # (place, old, new) for the objects replaced in place, then (place, None, new) for those added
 Pairs = list[tuple[int, Any, Any]]
@@ -125,6 +125,29 @@ def _changed(seen: dict[str, Any] | None, old: list[Any], old_token: object, obj
         got = (old_token, token, list(itertools.compress(range(len(old)), map(operator.is_not, old, objects))))
         diffs[(id(old_token), id(token))] = got
     return got[2]
+
+
+_NAME = operator.attrgetter("name")
+
+
+def by_name(ssn: Any, key: Any, objects: list[Any]) -> dict[str, Any]:
+    """``{o.name: o for o in objects}`` (the last of a name wins), kept from session to session
+    (`incremental`): after a small change it costs the replaced and added objects, where building it
+    touches every object (~10 ms over 20,000 lent nodes, the memory more than the bytecode).  Shared:
+    callers must not change it, and the next session's update changes it in place (the session it was
+    given to has closed)."""
+    def full(objs: list[Any]) -> dict[str, Any]:
+        return dict(zip(map(_NAME, objs), objs))  # (in C)
+
+    def update(last: dict[str, Any], pairs: Pairs) -> dict[str, Any] | None:
+        for _, old, new in pairs:  # a name that moved or went: start over (a dict keeps its first place)
+            if old is None and new.name in last or old is not None and old.name != new.name:
+                return None
+        for _, _, new in pairs:
+            last[new.name] = new
+        return last
+
+    return incremental(ssn, key, objects, full, update)
 
 
 def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
