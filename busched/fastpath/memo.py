@@ -34,7 +34,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["job_value", "node_value", "incremental", "split", "by_name", "Pairs"]
+__all__ = ["job_value", "node_value", "incremental", "split", "by_name", "names_of", "Pairs"]
 
 # (place, old, new) for the objects replaced in place, then (place, None, new) for those added
 Pairs = list[tuple[int, Any, Any]]
@@ -148,6 +148,22 @@ def by_name(ssn: Any, key: Any, objects: list[Any]) -> dict[str, Any]:
         return last
 
     return incremental(ssn, key, objects, full, update)
+
+
+def names_of(ssn: Any, key: Any, by_names: dict[str, Any]) -> frozenset[str]:
+    """``frozenset(by_names)`` for a map `by_name` gave, kept while it is the same map with as many
+    names (its update only replaces objects under their names or adds names; otherwise it is a new
+    map).  Built anew it is a megabyte at 20,000 nodes each session, and the session's garbage
+    holding it waits for the collector (busched.scheduler.memory)."""
+    state = ssn.others.get("plugin_state")
+    if state is None:
+        return frozenset(by_names)
+    slot = ("names", key)
+    kept = state.get(slot)
+    if kept is None or kept[0] is not by_names or kept[1] != len(by_names):
+        kept = state[slot] = (by_names, len(by_names), frozenset(by_names))
+    names: frozenset[str] = kept[2]
+    return names
 
 
 def split(ssn: Any, key: Any, objects: list[Any], test: Callable[[Any], bool]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -76,7 +76,7 @@ class Session:
         self.refused: dict[str, frozenset[str]] = snapshot.refused  # task -> nodes that refused it recently
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
-                                               else frozenset(self.nodes))
+                                               else reuse.names_of(self, "session.nodes", self.nodes))
         # the nodes' allocatable summed (again only when one changed: busched.fastpath.sums)
         self.total_resource = sums.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)

@@ -97,3 +97,35 @@ def test_by_name_follows_every_change() -> None:
         assert list(got.items()) == list(want.items()), step
         updated += before is not None and got is before[1]
     assert updated > 100  # most steps were updates in place, not rebuilt
+
+
+def test_names_of_follows_by_name() -> None:
+    """The kept name set is the names of the map `by_name` gives, whatever changed."""
+    import random
+    from types import SimpleNamespace
+
+    from busched.fastpath import memo
+
+    rng = random.Random(9)
+    state: dict = {}
+    objs = [SimpleNamespace(name=f"n{i}") for i in range(30)]
+    kept = 0
+    last = None
+    for step in range(200):
+        ssn = SimpleNamespace(others={"plugin_state": state}, shared={})
+        objs = list(objs)
+        kind = rng.random()
+        if kind < 0.5:
+            i = rng.randrange(len(objs))
+            objs[i] = SimpleNamespace(name=objs[i].name)
+        elif kind < 0.7:
+            objs.append(SimpleNamespace(name=f"m{step}"))
+        elif kind < 0.85 and len(objs) > 5:
+            del objs[rng.randrange(len(objs))]
+        elif kind < 0.95:
+            objs[rng.randrange(len(objs))] = SimpleNamespace(name=f"r{step}")
+        names = memo.names_of(ssn, "nodes", memo.by_name(ssn, "nodes", objs))
+        assert names == frozenset(o.name for o in objs), step
+        kept += names is last
+        last = names
+    assert kept > 50  # kept while the names stayed
