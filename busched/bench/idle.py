@@ -5,10 +5,14 @@
 ``cycles`` full cycles run back to back through the cache (decisions and
 podgroup phases written back: here, none).  ``cycle_ms`` is their median wall
 time: a whole session (snapshot, open, actions, close) over the cluster.
-``gc_ms`` is the garbage collection owed after each (the collector is paused
-inside a cycle).  Then the same number of loop turns as a scheduler runs them
-with `QuietCycles`: a cycle only when one could decide something, which on an
-unchanged cluster is none; ``gated_cycle_ms`` is such a turn's cost.
+``gc_ms`` is what the scheduler's collector policy (`CollectorPolicy`,
+busched.scheduler.memory, shared) spends after each: nothing after a cycle that
+made fewer new objects than its threshold, a young collection otherwise, a full
+one once the frozen generation doubled (the bench runs it as `Scheduler.run_forever`
+does, so ``rss_mb`` is what a running scheduler holds).  Then the same number of
+loop turns as a scheduler runs them with `QuietCycles`: a cycle only when one
+could decide something, which on an unchanged cluster is none;
+``gated_cycle_ms`` is such a turn's cost.
 Then churn, as a busy cluster sees it: before each of ``cycles`` more cycles,
 ``churn`` running tasks finish (deleted) and ``churn`` new single-task jobs
 arrive; the cycle places them (the binds are applied, so the next cycle finds

@@ -23,7 +23,9 @@ on many objects needs no flag:
 * ``phase`` and ``conditions`` are the session's output (close writes them;
   gang replaces the list rather than changing it), and are put back to the
   spec's on every lending;
-* ``listeners`` (the session's node arrays) are emptied on every lending;
+* ``listeners`` (the session's node arrays): every lent node holds one shared
+  list, emptied at once on every lending; its first listener notes the nodes a
+  session changed, which the next patch looks at again (no node is asked);
 * ``derived`` (busched.fastpath.memo) is a cache of what the task index
   gives, emptied by the task index itself.
 
@@ -140,7 +142,7 @@ class SharedMemo:
     came back, when priority classes, queues or the node set changed, or a job was deleted).
     Otherwise it patches the last lending: the jobs and nodes the cache says changed
     (`busched.cache.cache.Changes`) and those the last session wrote are looked at again, the
-    rest are lent as they were (their phase and conditions put back, their listeners emptied).
+    rest are lent as they were (their phase and conditions put back, their shared listener list emptied).
     """
 
     def __init__(self) -> None:
