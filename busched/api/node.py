@@ -49,7 +49,9 @@ class NodeInfo:
     pipelined: Resource = field(default_factory=Resource)
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
     index: int = 0  # position in the node list (scan order, array row)
-    # Observers told of every accounting change (the session's node arrays).
+    # Observers told of every accounting change (the session's node arrays).  Nodes may share one
+    # list (busched.fastpath.lending lends all its nodes one, emptied at once): a listener is told
+    # which node changed, and registers once per distinct list.
     listeners: list[Any] = field(default_factory=list, repr=False)
     # set by every accounting change: a node lent to a session (busched.fastpath.lending) that comes
     # back written is assembled afresh
@@ -75,9 +77,13 @@ class NodeInfo:
         if task.uid in self.tasks:
             raise NodeAccountingError(f"task {task.key} already on node {name}")
         ti = task.clone() if copy is None else copy
+        s, req = ti.status, ti.resreq
+        if s == TaskStatus.Binding and not req.less_equal(self.idle):
+            raise NodeAccountingError(
+                f"node {name} resources are not enough to put task {ti.key}: idle {self.idle}, req {req}")
+        # (after every check: a node first written is one whose listeners hear of it, see `listeners`)
         if not self.written:
             self._first_write()
-        s, req = ti.status, ti.resreq
         if s == TaskStatus.Releasing:
             self.idle.sub(req)
             self.releasing.add(req)
@@ -85,9 +91,6 @@ class NodeInfo:
         elif s == TaskStatus.Pipelined:
             self.pipelined.add(req)
         else:
-            if s == TaskStatus.Binding and not req.less_equal(self.idle):
-                raise NodeAccountingError(
-                    f"node {name} resources are not enough to put task {ti.key}: idle {self.idle}, req {req}")
             self.idle.sub(req)
             self.used.add(req)
         task.node_name = name

@@ -10,7 +10,6 @@ written back, so the next cycle starts from what a real cluster would report.
 
 from __future__ import annotations
 
-import gc
 import resource
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from busched.builtin import close_session, open_session, paused_gc
 from busched.cache.cache import Cache
 from busched.framework.config import SchedulerConfig, load_config
 from busched.framework.session import Session
+from busched.scheduler.memory import CollectorPolicy
 
 __all__ = ["CycleTiming", "timed_cycle", "collect_garbage", "apply_decisions", "bench_config", "rss_mb",
            "percentile"]
@@ -93,13 +93,16 @@ def timed_cycle(cache: Cache, config: SchedulerConfig, *, seed: int = 0, uid: st
     return ssn, timing
 
 
-def collect_garbage() -> float:
-    """What the paused collector owes after a cycle: one collection, then the survivors (the cache,
-    its shared objects) frozen so later collections do not rescan them.  Returns its seconds."""
-    t0 = time.perf_counter()
-    gc.collect()
-    gc.freeze()
-    return time.perf_counter() - t0
+def collect_garbage(policy: CollectorPolicy, *, defer: bool = False) -> float:
+    """What the scheduler's collector does after a cycle (`CollectorPolicy.after_cycle`, entered by the
+    caller): the young objects collected and the survivors frozen, everything unfrozen and collected once
+    the frozen generation has doubled; ``defer`` as after a cycle that bound tasks.  A bench that froze
+    after every cycle and never unfroze would keep whatever the later cycles replaced among the frozen
+    objects, and its memory would grow with its cycles where a running scheduler's does not.  Returns the
+    seconds it took."""
+    before = policy.seconds
+    policy.after_cycle(defer=defer)
+    return policy.seconds - before
 
 
 def _timed(cache: Cache, config: SchedulerConfig, seed: int, uid: str,

@@ -5,10 +5,14 @@
 ``cycles`` full cycles run back to back through the cache (decisions and
 podgroup phases written back: here, none).  ``cycle_ms`` is their median wall
 time: a whole session (snapshot, open, actions, close) over the cluster.
-``gc_ms`` is the garbage collection owed after each (the collector is paused
-inside a cycle).  Then the same number of loop turns as a scheduler runs them
-with `QuietCycles`: a cycle only when one could decide something, which on an
-unchanged cluster is none; ``gated_cycle_ms`` is such a turn's cost.
+``gc_ms`` is what the scheduler's collector policy (`CollectorPolicy`,
+busched.scheduler.memory, shared) spends after each: nothing after a cycle that
+made fewer new objects than its threshold, a young collection otherwise, a full
+one once the frozen generation doubled (the bench runs it as `Scheduler.run_forever`
+does, so ``rss_mb`` is what a running scheduler holds).  Then the same number of
+loop turns as a scheduler runs them with `QuietCycles`: a cycle only when one
+could decide something, which on an unchanged cluster is none;
+``gated_cycle_ms`` is such a turn's cost.
 Then churn, as a busy cluster sees it: before each of ``cycles`` more cycles,
 ``churn`` running tasks finish (deleted) and ``churn`` new single-task jobs
 arrive; the cycle places them (the binds are applied, so the next cycle finds
@@ -29,6 +33,7 @@ from busched.bench.driver import apply_decisions, bench_config, collect_garbage,
 from busched.builtin import quiet_cycles
 from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
+from busched.scheduler.memory import CollectorPolicy
 
 DEFAULTS = {"nodes": 5000, "tasks": 100000, "jobs": 10000, "cycles": 5, "seed": 0, "churn": 5}
 
@@ -62,46 +67,52 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
         churn: int = 5, **_kw: Any) -> dict[str, Any]:
     cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
     cfg, missing_p, missing_a = bench_config(config)
-    ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
-    apply_decisions(cache, ssn)
-    del ssn
-    collect_garbage()
-    times, cpus, phases, gcs = [], [], [], []
-    gate = quiet_cycles(cfg)
-    for i in range(max(1, cycles)):
-        before = cache.generation
-        ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
+    policy = CollectorPolicy()  # the scheduler's: between cycles, as `Scheduler.run_forever` collects
+    policy.enter()
+    try:
+        ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
         apply_decisions(cache, ssn)
-        gate.done(ssn, before, cache.generation)
         del ssn
-        gcs.append(collect_garbage())
-        times.append(t.total)
-        cpus.append(t.cpu)
-        phases.append(t.ms())
-    mid = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
-    # the loop as a scheduler runs it: a cycle only when the gate says one could decide something
-    gated = []
-    for i in range(max(1, cycles)):
-        t0 = time.perf_counter()
-        if gate.due(cache.generation):
+        collect_garbage(policy)
+        times, cpus, phases, gcs = [], [], [], []
+        gate = quiet_cycles(cfg)
+        for i in range(max(1, cycles)):
             before = cache.generation
-            ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
+            ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
             apply_decisions(cache, ssn)
             gate.done(ssn, before, cache.generation)
             del ssn
-        gated.append(time.perf_counter() - t0)
-    # churn: a few tasks gone and a few jobs new before every cycle
-    churned, churn_cpus, churn_phases, churn_binds = [], [], [], []
-    for i in range(max(1, cycles)):
-        churn_round(cache, i, churn)
-        ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
-        apply_decisions(cache, ssn)
-        del ssn
-        collect_garbage()
-        churned.append(t.total)
-        churn_cpus.append(t.cpu)
-        churn_phases.append(t.ms())
-        churn_binds.append(t.binds)
+            gcs.append(collect_garbage(policy))
+            times.append(t.total)
+            cpus.append(t.cpu)
+            phases.append(t.ms())
+        mid = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
+        # the loop as a scheduler runs it: a cycle only when the gate says one could decide something
+        gated = []
+        for i in range(max(1, cycles)):
+            t0 = time.perf_counter()
+            if gate.due(cache.generation):
+                before = cache.generation
+                ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
+                apply_decisions(cache, ssn)
+                gate.done(ssn, before, cache.generation)
+                del ssn
+            gated.append(time.perf_counter() - t0)
+            collect_garbage(policy)  # (the scheduler's loop offers one after every turn: usually too few new objects)
+        # churn: a few tasks gone and a few jobs new before every cycle
+        churned, churn_cpus, churn_phases, churn_binds = [], [], [], []
+        for i in range(max(1, cycles)):
+            churn_round(cache, i, churn)
+            ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
+            apply_decisions(cache, ssn)
+            del ssn
+            collect_garbage(policy, defer=bool(t.binds))
+            churned.append(t.total)
+            churn_cpus.append(t.cpu)
+            churn_phases.append(t.ms())
+            churn_binds.append(t.binds)
+    finally:
+        policy.exit()
     cmid = sorted(range(len(churned)), key=lambda i: churned[i])[len(churned) // 2]
     return {
         "workload": "idle",

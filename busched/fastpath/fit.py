@@ -95,8 +95,10 @@ class NodeArrays:
                                       (self.future, futures)):
                 self._fill_column_wise(matrix, resources)
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
-        for n in self.nodes:
-            n.listeners.append(self)
+        # registered once with each distinct listener list: lent nodes share one (busched.fastpath.lending)
+        lists = list(map(_listeners, self.nodes))  # (in C)
+        for ls in dict(zip(map(id, lists), lists)).values():
+            ls.append(self)
 
     @classmethod
     def kept(cls, nodes: Sequence[NodeInfo], state: dict[str, Any] | None) -> NodeArrays:
@@ -206,6 +208,9 @@ class NodeArrays:
 
     def available(self, which: str) -> np.ndarray:
         return self.idle if which == IDLE else self.future
+
+
+_listeners = operator.attrgetter("listeners")
 
 
 def _changed_rows(like: NodeArrays | None, nodes: Sequence[NodeInfo]) -> list[int] | None:

@@ -23,7 +23,9 @@ on many objects needs no flag:
 * ``phase`` and ``conditions`` are the session's output (close writes them;
   gang replaces the list rather than changing it), and are put back to the
   spec's on every lending;
-* ``listeners`` (the session's node arrays) are emptied on every lending;
+* ``listeners`` (the session's node arrays): every lent node holds one shared
+  list, emptied at once on every lending; its first listener notes the nodes a
+  session changed, which the next patch looks at again (no node is asked);
 * ``derived`` (busched.fastpath.memo) is a cache of what the task index
   gives, emptied by the task index itself.
 
@@ -119,6 +121,20 @@ class _Job:
         self.volatile = unsettled(job)
 
 
+class _NodeWrites:
+    """The first listener of the list every lent node shares: the names of the nodes a session changed
+    (every accounting change, the first of which flags a node written, tells the listeners), so the
+    next lending looks at those again without asking every node whether it was written."""
+
+    __slots__ = ("names",)
+
+    def __init__(self) -> None:
+        self.names: dict[str, None] = {}
+
+    def node_changed(self, n: NodeInfo) -> None:
+        self.names[n.name] = None
+
+
 class SharedMemo:
     """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of.
 
@@ -126,7 +142,7 @@ class SharedMemo:
     came back, when priority classes, queues or the node set changed, or a job was deleted).
     Otherwise it patches the last lending: the jobs and nodes the cache says changed
     (`busched.cache.cache.Changes`) and those the last session wrote are looked at again, the
-    rest are lent as they were (their phase and conditions put back, their listeners emptied).
+    rest are lent as they were (their phase and conditions put back, their shared listener list emptied).
     """
 
     def __init__(self) -> None:
@@ -147,8 +163,13 @@ class SharedMemo:
         self._in_session: dict[str, JobInfo] = {}
         self._queues: frozenset[str] = frozenset()
         self._lent_nodes: list[NodeInfo] = []
+        # the one listener list every lent node holds (emptied at once as the nodes are lent again,
+        # rather than node by node), its first listener noting which nodes a session changed
+        self._node_writes = _NodeWrites()
+        self._listeners: list[Any] = [self._node_writes]
         self._node_at: dict[str, int] = {}
         self._pos: dict[str, int] = {}
+        self.plain = False  # the reference passes (every node asked whether it was written), for oracle tests
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
 
@@ -358,16 +379,28 @@ class SharedMemo:
                 if not completed_status(t.status):
                     node.add_task(t, t.copy())
             node.written = False
+            node.listeners = self._listeners
+            if m is not None and m[3].listeners is self._listeners:
+                m[3].listeners = []  # (the object replaced: no longer heard)
             self._nodes[name] = (spec, version, index, node)
             self.assembled_nodes += 1
             return node
         node = m[3]
-        if node.listeners:
-            node.listeners = []
+        if node.listeners is not self._listeners:
+            node.listeners = self._listeners
         return node
+
+    def _fresh_listeners(self) -> dict[str, None]:
+        """Empty the nodes' shared listener list (the last session's node arrays) and return the names of
+        the nodes the last session changed."""
+        writes = self._node_writes
+        names, writes.names = writes.names, {}
+        self._listeners[:] = [writes]
+        return names
 
     def _lend_nodes(self, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
         out: list[NodeInfo] = []
+        self._fresh_listeners()
         for name, spec in cache.objects["node"].items():
             if spec.ready:
                 out.append(self._node(name, spec, len(out), cache, classes))
@@ -378,14 +411,14 @@ class SharedMemo:
     def _patch_nodes(self, cache: Any, classes: dict[str, PriorityClass], changed: dict[str, None]
                      ) -> list[NodeInfo]:
         """The last lending with the changed and written nodes looked at again (no node came, went,
-        or changed readiness)."""
+        or changed readiness): what it costs is what changed, the written nodes being those the
+        shared listener list heard of (`_NodeWrites`).  ``plain``: the reference."""
         out = self._lent_nodes
         again = dict(changed)
-        for n in out:
-            if n.written:
-                again[n.name] = None
-            elif n.listeners:
-                n.listeners = []
+        heard = self._fresh_listeners()
+        if self.plain:  # the reference: ask every node
+            heard = {n.name: None for n in out if n.written}
+        again.update(heard)
         specs = cache.objects["node"]
         at = self._node_at
         for name in again:

@@ -124,11 +124,12 @@ class Topology:
 _NAME = operator.attrgetter("name")
 
 
-def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict[str, Any] | None = None
-                   ) -> Topology:
+def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict[str, Any] | None = None,
+                   names: list[str] | None = None) -> Topology:
     """The tree, node sets and cluster top for one session.  ``memo`` (the cache's cross-cycle state):
     what depends only on the nodes' names in order (the index, the cluster top's set, the lowest
-    tier's map without hypernodes) is kept there while the names are the same."""
+    tier's map without hypernodes) is kept there while the names are the same.  ``names``: the nodes'
+    names in order when the caller has them (reading them off 20,000 nodes costs their memory)."""
     topo = Topology()
     specs = list(specs)
     hns = topo.hypernodes
@@ -188,7 +189,8 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict
     topo.set_by_tier[top_tier] = [CLUSTER_TOP]
     topo.tiers = sorted(topo.set_by_tier)
     # keep only session nodes, in scan order
-    names = list(map(_NAME, nodes))
+    if names is None:
+        names = list(map(_NAME, nodes))
     kept = memo.get("topology.names") if memo is not None else None
     if kept is None or kept[0] != names:
         lowest_of: dict[str, str] = {}
@@ -304,7 +306,9 @@ def recover_allocated_hypernode(job: JobInfo, topo: Topology) -> None:
 
 def open_topology(ssn: Any) -> Topology:
     """Build the session's topology and bring every job's network topology in line with it."""
-    topo = build_topology(ssn.hypernodes.values(), ssn.node_list, ssn.others.get("plugin_state"))
+    # (the session's node map holds the names in the node list's order, one per node)
+    names = list(ssn.nodes) if len(ssn.nodes) == len(ssn.node_list) else None
+    topo = build_topology(ssn.hypernodes.values(), ssn.node_list, ssn.others.get("plugin_state"), names)
     # a settled job has neither network topology nor sub-groups (busched.api.job.unsettled), and no
     # allocated hypernode to forget: nothing to adjust or recover
     for job in ssn.unsettled_jobs:

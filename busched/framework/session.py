@@ -14,7 +14,6 @@ evictions) are recorded on the session; closing it recomputes podgroup status
 
 from __future__ import annotations
 
-import operator
 import random
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -64,17 +63,20 @@ class Session:
         self.tiers = config.tiers
         self.jobs: dict[str, JobInfo] = snapshot.jobs
         self.node_list: list[NodeInfo] = snapshot.nodes
-        self.nodes: dict[str, NodeInfo] = dict(zip(map(operator.attrgetter("name"), snapshot.nodes),
-                                                           snapshot.nodes))  # (in C)
+        self.others = snapshot.others
+        # state several plugins share for this session only (the predicates' pod view); it lives and
+        # dies with the session (a global map keyed by session would keep every session alive)
+        self.shared: dict[str, Any] = {}
+        # name -> node, kept from the last session's with the replaced nodes put in (read only)
+        self.nodes: dict[str, NodeInfo] = reuse.by_name(self, "session.nodes", snapshot.nodes)
         self.queues: dict[str, QueueInfo] = snapshot.queues
         self.priority_classes = snapshot.priority_classes
         self.hypernodes = snapshot.hypernodes
         self.resource_quotas = snapshot.resource_quotas
-        self.others = snapshot.others
         self.refused: dict[str, frozenset[str]] = snapshot.refused  # task -> nodes that refused it recently
         self.shard = snapshot.shard
         self.nodes_in_shard: frozenset[str] = (snapshot.shard.nodes if snapshot.shard.mode
-                                               else frozenset(self.nodes))
+                                               else reuse.names_of(self, "session.nodes", self.nodes))
         # the nodes' allocatable summed (again only when one changed: busched.fastpath.sums)
         self.total_resource = sums.summed(self, "total_resource", list(self.node_list), _allocatable).clone()
         self.rng = random.Random(seed)
@@ -88,9 +90,6 @@ class Session:
         self.hooks = Hooks(self.tiers)  # the plugins' callbacks (busched.framework.hooks)
         self._lists = self.hooks.lists  # point -> its callbacks by tier, for the dispatchers
         self.cycle_state: dict[str, dict[str, Any]] = {}  # per-task scratch, keyed by task uid
-        # state several plugins share for this session only (the predicates' pod view); it lives and
-        # dies with the session (a global map keyed by session would keep every session alive)
-        self.shared: dict[str, Any] = {}
         self.dirty_jobs: set[str] = set()
         # what queue-sharing plugins computed of each queue (Volcano's proportion and capacity hand these to
         # its metrics): queue name -> {"deserved": Resource, "share": float, "real_capability": Resource};
