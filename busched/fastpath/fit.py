@@ -187,7 +187,9 @@ class NodeArrays:
 
     def node_changed(self, n: NodeInfo) -> None:
         i = self.row.get(n.name)
-        if i is not None:
+        # only the node this row was filled from: lent nodes share one listener list, and a node the
+        # lending has let go of (its kept jobs and nodes started over) must not overwrite its successor's row
+        if i is not None and self.nodes[i] is n:
             self._fill(i, n)
             self.log.append(i)
             self.versions[i] += 1

@@ -50,6 +50,26 @@ def test_arrays_follow_node_changes():
     assert arr.idle[3, 0] == nodes[3].idle.cpu
 
 
+def test_a_node_outside_the_arrays_sharing_their_listener_list_leaves_its_namesake_row_alone():
+    """Lent nodes share one listener list (busched.fastpath.lending); a node the lending has let go of
+    keeps that list, and its writes must not overwrite the row of the node of the same name that replaced it."""
+    rng = random.Random(3)
+    nodes = random_cluster(rng, 4)
+    shared: list = []
+    for n in nodes:
+        n.listeners = shared
+    arr = NodeArrays(nodes)
+    assert shared == [arr]  # registered once with the one list
+    orphan = NodeInfo.new(nodes[2].name, nodes[2].allocatable.clone())
+    orphan.listeners = shared
+    before = arr.idle.copy()
+    req = Resource(1000, 2**30)
+    orphan.add_task(TaskInfo(uid="o", name="o", namespace="ns", job="ns/j", resreq=req, init_resreq=req.clone()))
+    assert np.array_equal(arr.idle, before)
+    nodes[2].add_task(TaskInfo(uid="x", name="x", namespace="ns", job="ns/j", resreq=req, init_resreq=req.clone()))
+    assert arr.idle[2, 0] == nodes[2].idle.cpu != before[2, 0]
+
+
 def test_unknown_scalar_fits_nowhere():
     nodes = random_cluster(random.Random(1), 5)
     arr = NodeArrays(nodes)

@@ -128,6 +128,35 @@ def test_the_fast_path_takes_the_plain_objects_and_hands_over_the_rest():
     assert s.feed.rejected_at_catchup == {S.state_subject("task", "t/b"): 3, S.state_subject("task", "t/d"): 4}
 
 
+def test_an_unforeseen_error_in_one_message_falls_back_to_the_live_path_and_the_rest_applies():
+    """An error the fast path's checks did not foresee (here a converter raising KeyError on one task)
+    is handled as the live feed handles it: that message logged and not applied, the batch going on."""
+    job = o.JobSpec(name="j", namespace="t", min_member=1)
+    items = [(S.state_subject("job", "t/j"), _enc(m.upsert("job", job, 1)), 1)]
+    items += [(S.state_subject("task", f"t/{n}"), _enc(m.upsert("task", _task(n, "j"), 1)), i)
+              for i, n in enumerate(["a", "bad", "c", "d"], start=2)]
+
+    def run(bulk: bool) -> Scheduler:
+        s = applied([], True)
+        convert = s.effective.effective_task
+
+        def broken(key: str, spec: Any) -> Any:
+            if key == "t/bad":
+                raise KeyError("a converter's bug")
+            return convert(key, spec)
+        s.effective.effective_task = broken  # type: ignore[method-assign]
+        if bulk:
+            apply_restored(s.feed, items)
+        else:
+            s.handle_state_batch(items)
+        return s
+
+    plain, bulk = run(False), run(True)
+    assert sorted(plain.cache.objects["task"]) == ["t/a", "t/c", "t/d"]
+    assert sorted(bulk.cache.objects["task"]) == ["t/a", "t/c", "t/d"]
+    assert cached(bulk) == cached(plain)
+
+
 # -- over the bus ------------------------------------------------------------------------------------------------
 async def test_forged_checkpoint_contents_are_refused_one_by_one_and_the_restart_goes_on(harness, caplog):
     bus, sched, agent, _ = await settled_cluster(harness)
