@@ -73,8 +73,10 @@ class AllocateAction:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
-            # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
-            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=ssn.task_order_key(waiting))
+            # pending tasks do not change while they wait: the heap may compare keys (kernels.order);
+            # a job's only task is never compared (no push follows), so it needs no key
+            order_key = ssn.task_order_key(waiting) if len(waiting) > 1 else None
+            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=order_key)
             for t in waiting:
                 tasks.push(t)
             if job.queue not in jobs_by_queue:
