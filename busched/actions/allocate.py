@@ -54,6 +54,7 @@ class AllocateAction:
         # known in advance, the fit errors it would give are put back instead
         memo = unfit.memo_of(ssn)
         self.pipelined_any = False
+        self.turn_ready = False
         jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
         tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
         for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
@@ -72,8 +73,10 @@ class AllocateAction:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
-            # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
-            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=ssn.task_order_key(waiting))
+            # pending tasks do not change while they wait: the heap may compare keys (kernels.order);
+            # a job's only task is never compared (no push follows), so it needs no key
+            order_key = ssn.task_order_key(waiting) if len(waiting) > 1 else None
+            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=order_key)
             for t in waiting:
                 tasks.push(t)
             if job.queue not in jobs_by_queue:
@@ -109,7 +112,7 @@ class AllocateAction:
                     memo.remember(job.uid, job.nodes_fit_errors)
                 else:
                     memo.forget(job.uid)
-            if stmt is not None and ssn.job_ready(job):
+            if stmt is not None and self.turn_ready:  # job_ready, as the turn last asked it
                 stmt.commit()
                 if len(tasks):
                     jobs.push(job)
@@ -124,6 +127,9 @@ class AllocateAction:
         self.helper = PredicateHelper(ssn, self.error_cache)
         node_names = ssn.nodes if nodes is ssn.node_list else {n.name for n in nodes}
         self.turn_unfit = False  # the turn ended at its first task, which fits nowhere (kernels.unfit)
+        # job_ready's answer once the turn is over (execute commits on it): asked after each placement,
+        # and again only when the turn ended otherwise (the job does not change in between)
+        ready: bool | None = None
         attempted = 0
         while not tasks.empty():
             task = tasks.pop()
@@ -149,8 +155,12 @@ class AllocateAction:
             except NodeAccountingError:
                 continue
             if ssn.job_ready(job):
+                ready = True
                 break
-        if ssn.job_ready(job) or ssn.job_pipelined(job):
+        if ready is None:
+            ready = ssn.job_ready(job)
+        self.turn_ready = ready
+        if ready or ssn.job_pipelined(job):
             return stmt
         stmt.discard()
         return None

@@ -148,7 +148,8 @@ class _Template:
     what they combine into: where the search may find a node (every predicate twin passes and
     the request fits future idle) and every node's total score."""
 
-    __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "ok", "total")
+    __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "parts", "ok",
+                 "total")
 
     def __init__(self, task: TaskInfo) -> None:
         self.task = task
@@ -180,6 +181,7 @@ class _Template:
                 self.stills.append(local.still)
         self.future = _fit_part(arrays, task.init_resreq, FUTURE_IDLE)
         self.idle = _fit_part(arrays, task.init_resreq, IDLE)
+        self.parts = [*self.preds, *self.orders, *self.batches, self.future, self.idle]  # in update's order
         self._combine_all(len(nodes))
         self.declined = False
 
@@ -207,17 +209,28 @@ class _Template:
         self.total[r] = 0.0 if total is None else total
 
     def update(self, size: int) -> None:
-        """Bring the kept vectors up to date with the rows logged since."""
-        dirty: set[int] | frozenset[int] = _NONE
+        """Bring the kept vectors up to date with the rows logged since.  A part with one log
+        and one row logged since (a task placed: the common case) is refreshed here, as
+        `_Part.refresh` would, without the call and the set it returns."""
+        dirty: set[int] = set()
         whole = False
-        for parts in (self.preds, self.orders, self.batches):
-            for part in parts:
-                got = part.refresh(size)
-                if got is None:
-                    whole = True
-                else:
-                    dirty |= got
-        for part in (self.future, self.idle):
+        for part in self.parts:
+            local = part.local
+            one = local.one
+            if one is None:
+                continue
+            logs = local.logs
+            if len(logs) == 1 and size >= 8:
+                log, pos = logs[0], part.pos
+                n, p = len(log), pos[0]
+                if n == p:
+                    continue
+                if n - p == 1:
+                    pos[0] = n
+                    r = log[p]
+                    part.vec[r] = one(r)
+                    dirty.add(r)
+                    continue
             got = part.refresh(size)
             if got is None:
                 whole = True

@@ -395,8 +395,10 @@ class Session:
         job = self.jobs[task.job]
         job.update_task_status(task, TaskStatus.Binding)
         node = self.nodes.get(task.node_name)
-        if node is not None and task.uid in node.tasks:
-            node.tasks[task.uid].status = TaskStatus.Binding
+        if node is not None:
+            held = node.tasks.get(task.uid)
+            if held is not None:
+                held.status = TaskStatus.Binding
 
     def evict(self, task: TaskInfo, reason: str) -> None:
         """Evict outside a statement: a decision now, the task Releasing."""
