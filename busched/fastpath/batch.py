@@ -36,7 +36,7 @@ from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fits
 
 __all__ = ["Local", "declare", "choose", "same_template", "KEPT"]
 
-KEPT = 4  # templates kept per session (the most recent first out)
+KEPT = 4  # templates kept per session (the oldest dropped first)
 # a session whose templates are each used about once (every task its own labels, say) stops
 # building them after this many: a template costs a few vectors' copies more than one task's choice
 TRIAL = 64

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from busched.api import objects as o
+from busched.api.resource import GPU
 from busched.builtin import open_session, run_cycle
 from busched.fastpath import FastPathSettings, batch
 from busched.fastpath import nodeorder as nodeorder_kernel
@@ -75,6 +76,82 @@ def test_kept_vectors_choose_as_the_per_task_path(monkeypatch, config, seed):
     assert fast["decisions"], "nothing placed: the comparison would be empty"
     assert fast == plain
     assert counts["answered"] > 10  # the kept vectors really chose
+
+
+def with_shaped_replicas(rng: random.Random, spec: o.ClusterSpec, sized: bool) -> o.ClusterSpec:
+    """``spec``'s taints made NoSchedule (a PreferNoSchedule taint a task does not tolerate makes
+    nodeorder's declaration decline the template, so the kept vectors would hardly answer) plus
+    replicas whose template reads more than requests: node selectors, tolerations (the cordon's
+    among them), images and GPUs."""
+    nodes = [msgspec.structs.replace(n, taints=[dict(t, effect="NoSchedule") for t in n.taints])
+             for n in spec.nodes]
+    jobs, tasks = list(spec.jobs), list(spec.tasks)
+    # one request for every template: they differ only in what else they read, so a template key that
+    # left one of those fields out would lend one template's vectors to another
+    req: dict[str, object] = {"cpu": rng.choice(["500m", "1", "3"]), "memory": rng.choice(["1Gi", "4Gi"])}
+    if rng.random() < 0.3:
+        req[GPU] = rng.choice([1, 2])
+    sel: dict[str, str] = {}
+    tol: list[dict[str, str]] = []
+    images: list[str] = []
+    for j in range(rng.randint(4, 7)):
+        size = rng.choice([6, 12, 25])
+        # every other template is its predecessor with one field changed (selector, tolerations or images)
+        change = "all" if j % 2 == 0 else ("sel", "tol", "images")[(j // 2) % 3]
+        if change in ("all", "sel"):
+            sel = {"zone": rng.choice(["a", "b"])} if not sel or rng.random() < 0.5 else {}
+        if change in ("all", "tol"):
+            tol = [] if tol else [{"key": "dedicated", "operator": "Exists"}]
+            if rng.random() < 0.3:
+                tol.append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"})
+        if change in ("all", "images"):
+            images = [] if images else [rng.choice(["busybox:latest", "train:v1"])]
+        for c in range(1 if sized else rng.randint(3, 8)):
+            job = f"rep{j}-{c}"
+            jobs.append(o.JobSpec(name=job, namespace="ns", queue=rng.choice(["q1", "q2"]),
+                                  min_member=rng.randint(1, size), phase="Inqueue"))
+            for t in range(size if sized else rng.randint(1, 3)):
+                tasks.append(o.TaskSpec(name=f"{job}-{t}", namespace="ns", job=job, requests=dict(req),
+                                        node_selector=dict(sel), tolerations=list(tol), images=list(images)))
+    return msgspec.structs.replace(spec, nodes=nodes, jobs=jobs, tasks=tasks)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_vectors_choose_as_the_per_task_path_for_shaped_templates(monkeypatch, config, seed):
+    """Selectors, tolerations, images and GPUs on tainted and cordoned nodes, through the kept vectors."""
+    rng = random.Random(5000 + seed)
+    spec = with_shaped_replicas(rng, random_cluster(rng, nodes=[8, 40, 150, 320][seed], fancy=True),
+                                sized=seed % 2 == 1)
+    counts = {"answered": 0, "declined": 0}
+    fast = run(spec, CONFIGS[config], seed, True, monkeypatch, counts)
+    plain = run(spec, CONFIGS[config], seed, False, monkeypatch, counts)
+    assert fast["decisions"], "nothing placed: the comparison would be empty"
+    assert fast == plain
+    assert counts["answered"] > 10  # the kept vectors really chose, for these templates too
+
+
+def test_tasks_differing_in_any_field_a_twin_reads_are_not_one_template():
+    """The template key: two tasks equal but for one field a declared twin reads never share kept vectors."""
+    rng = random.Random(3)
+    spec = with_shaped_replicas(rng, random_cluster(rng, nodes=8, fancy=True), sized=True)
+    ssn = open_session(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(DEFAULT_CONFIG))
+    base = next(t for j in ssn.jobs.values() for t in j.tasks.values())
+    other = {"namespace": "elsewhere", "labels": {"x": "1"}, "annotations": {"x": "1"},
+             "node_selector": {"zone": "c"}, "affinity": {"nodeAffinity": {}},
+             "tolerations": [{"key": "k", "operator": "Exists"}], "topology_spread_constraints": [{"maxSkew": 1}],
+             "host_ports": [8080], "images": ["other:v2"], "extra": {"x": 1}, "best_effort": not base.best_effort,
+             "qos": "Guaranteed" if base.qos != "Guaranteed" else "BestEffort"}
+    assert set(other) == set(batch._FIELDS)
+    assert batch.same_template(base, base.clone())
+    for name, value in other.items():
+        t = base.clone()
+        setattr(t, name, value)
+        assert not batch.same_template(base, t), name
+    t = base.clone()
+    t.resreq = t.resreq.clone()
+    t.resreq.cpu += 1
+    assert not batch.same_template(base, t)
 
 
 def test_kept_vectors_follow_placements_and_discards():
