@@ -50,6 +50,19 @@ class FitError(Exception):
         return [s.reason for s in self.statuses]
 
 
+def kept(e: FitError) -> FitError:
+    """``e``, kept past the except clause that caught it, without its traceback (nor its causes'): the
+    traceback's frames hold the session and what the search had in hand, and with ``e`` kept in those
+    same objects they form reference cycles that keep a finished session for the collector."""
+    seen: BaseException | None = e
+    for _ in range(8):  # (a chain is short; the bound only guards against one that loops)
+        if seen is None:
+            break
+        seen.__traceback__ = None
+        seen = seen.__cause__ or seen.__context__
+    return e
+
+
 def unschedulable(task: str, node: str, reason: str, plugin: str = "",
                   code: Code = Code.Unschedulable) -> FitError:
     return FitError(task, node, [Status(code, reason, plugin)])
@@ -65,7 +78,7 @@ class FitErrors:
     def set_node_error(self, node: str, e: FitError | Exception) -> None:
         if not isinstance(e, FitError):
             e = FitError("", node, [Status(Code.Error, str(e))])
-        self.nodes[node] = e
+        self.nodes[node] = kept(e)
 
     def set_error(self, msg: str) -> None:
         self.err = msg

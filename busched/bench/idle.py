@@ -72,6 +72,7 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
     try:
         ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
         apply_decisions(cache, ssn)
+        ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
         del ssn
         collect_garbage(policy)
         times, cpus, phases, gcs = [], [], [], []
@@ -81,6 +82,7 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
             ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
             apply_decisions(cache, ssn)
             gate.done(ssn, before, cache.generation)
+            ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
             del ssn
             gcs.append(collect_garbage(policy))
             times.append(t.total)
@@ -96,6 +98,7 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
                 ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
                 apply_decisions(cache, ssn)
                 gate.done(ssn, before, cache.generation)
+                ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
                 del ssn
             gated.append(time.perf_counter() - t0)
             collect_garbage(policy)  # (the scheduler's loop offers one after every turn: usually too few new objects)
@@ -105,6 +108,7 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
             churn_round(cache, i, churn)
             ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
             apply_decisions(cache, ssn)
+            ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
             del ssn
             collect_garbage(policy, defer=bool(t.binds))
             churned.append(t.total)

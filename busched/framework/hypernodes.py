@@ -124,6 +124,26 @@ class Topology:
 _NAME = operator.attrgetter("name")
 
 
+def _collect_under(name: str, chain: set[str], under: dict[str, set[str]], direct: dict[str, set[str]],
+                   hns: dict[str, HyperNodeInfo], topo: Topology) -> set[str]:
+    """Every node under hypernode ``name`` (memoised in ``under``); a cycle leaves ``topo`` not ready.
+    (A module function, not a closure naming itself: that would be a reference cycle keeping the
+    topology, and through it the session's node maps, for the collector.)"""
+    if name in under:
+        return under[name]
+    if name in chain:
+        topo.ready = False
+        topo.error = f"cyclic dependency at hypernode {name}"
+        return set()
+    chain.add(name)
+    out = set(direct.get(name, ()))
+    for c in hns[name].children:
+        out |= _collect_under(c, chain, under, direct, hns, topo)
+    chain.discard(name)
+    under[name] = out
+    return out
+
+
 def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict[str, Any] | None = None,
                    names: list[str] | None = None) -> Topology:
     """The tree, node sets and cluster top for one session.  ``memo`` (the cache's cross-cycle state):
@@ -158,23 +178,8 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict
     # every node under each hypernode (a cycle leaves the topology not ready)
     under: dict[str, set[str]] = {}
 
-    def collect(name: str, chain: set[str]) -> set[str]:
-        if name in under:
-            return under[name]
-        if name in chain:
-            topo.ready = False
-            topo.error = f"cyclic dependency at hypernode {name}"
-            return set()
-        chain.add(name)
-        out = set(direct.get(name, ()))
-        for c in hns[name].children:
-            out |= collect(c, chain)
-        chain.discard(name)
-        under[name] = out
-        return out
-
     for s in specs:
-        collect(s.name, set())
+        _collect_under(s.name, set(), under, direct, hns, topo)
     # the virtual cluster top
     top_tier = 1
     for tier in topo.set_by_tier:

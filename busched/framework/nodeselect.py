@@ -12,11 +12,12 @@ session's seeded random source.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from busched.api.fit import Code, FitError, FitErrors, Status
+from busched.api.fit import Code, FitError, FitErrors, Status, kept
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
@@ -113,7 +114,9 @@ class PredicateHelper:
         fast = ssn.fast
         if fast is not None:
             if resource_fit is not None and ssn._arrays is not None:
-                search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, search.explain)
+                # (the request's explainer, not the bound search.explain: that would tie the search in a
+                # reference cycle with what it holds, the session's plugins among them)
+                search.reasons = fast.kept_reasons(ssn._arrays, resource_fit, partial(_explain, resource_fit))
             try:
                 # the failing nodes matter when no node passes, or for the error cache, or to the caller
                 got = fast.predicate_nodes(ssn, search, nodes, errors_if_found or search.use_cache, lazy, scan)
@@ -173,6 +176,12 @@ class Gradients(list):  # type: ignore[type-arg]
     them in place of the nodes)."""
 
 
+def _explain(resource_fit: Resource, node: NodeInfo, fi: Resource | None) -> str:
+    """Why ``resource_fit`` does not fit the node's future idle (``fi``, when already known)."""
+    _, names = resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
+    return insufficient_reason(names)
+
+
 class Search:
     """One node search: the sampling limit and start, the task's cached errors, the fit errors
     found, and the per-node check both paths record failures with."""
@@ -198,8 +207,7 @@ class Search:
     def explain(self, node: NodeInfo, fi: Resource | None) -> str:
         """Why the request does not fit the node's future idle."""
         assert self.resource_fit is not None
-        _, names = self.resource_fit.less_equal_with_names(fi if fi is not None else node.future_idle())
-        return insufficient_reason(names)
+        return _explain(self.resource_fit, node, fi)
 
     def feasible(self, node: NodeInfo, fits: bool | None = None) -> bool:
         """One node's verdict; a failure is recorded in the fit errors and the error cache."""
@@ -225,7 +233,7 @@ class Search:
                     return False
             self.fn(task, node)
         except FitError as e:
-            self.errs[node.name] = e
+            self.errs[node.name] = kept(e)
             self.helper.cache[self.group] = self.errs
             self.fe.set_node_error(node.name, e)
             return False

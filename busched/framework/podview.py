@@ -95,6 +95,10 @@ class SessionPods:
         # the vectorised filters and scores keep their per-node sums with it (busched.fastpath.podview).
         self.listeners: list[Any] = []
 
+    def release(self) -> None:
+        """The session is released (`Session.release`): the listeners (which hold this view) let go of it."""
+        self.listeners = []
+
     @property
     def terminating(self) -> set[str]:
         """Pods Releasing at open (pods being deleted: topology spread skips them)."""

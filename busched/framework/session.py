@@ -101,6 +101,7 @@ class Session:
         self.last_node_index = 0  # where the next sampled node search starts
         # the hypernode tree (busched.framework.hypernodes); jobs' network topology adjusted to it
         self.topology: topology.Topology = topology.open_topology(self)
+        self.released = False  # release() called: its plugins and callbacks dropped
         self._lease = snapshot.lease
         if self._lease is not None:
             if self._lease.superseded:
@@ -112,6 +113,8 @@ class Session:
     def arrays(self) -> NodeArrays:
         """The node x resource matrices, built on first use and kept current by node listeners."""
         if self._arrays is None:  # seeded from the last session's where the nodes are the same lent objects
+            if self.released:
+                raise SessionError("session released: its node arrays are the next session's to build")
             self._arrays = NodeArrays.kept(self.node_list, self.others.get("plugin_state"))
         return self._arrays
 
@@ -418,6 +421,32 @@ class Session:
         if self._lease is not None:
             self._lease.closed = True
             self._lease.in_session = False
+
+    def release(self) -> None:
+        """The session is done with (its decisions applied, its statuses and figures read): drop what
+        ties it in reference cycles, so that it and its big structures (the job map's views, the pod
+        view's per-node maps, the plugins' state) are freed by reference counting when its last holder
+        lets go, rather than left for a collection the scheduler makes rarely (busched.scheduler.memory).
+        The plugins' callbacks close over the session and the session holds them; the pod view holds
+        it too.  What it read and decided (jobs, nodes, queues, decisions, queue_figures) stays
+        readable; its plugins and callbacks are gone, so nothing may run through it afterwards."""
+        self.released = True
+        self.plugins = {}
+        self.event_handlers = []
+        for value in self.shared.values():  # shared state that holds what holds it lets go (the pod view)
+            release = getattr(value, "release", None)
+            if release is not None:
+                release()
+        self.shared = {}
+        self.cycle_state = {}
+        # its node arrays stay in the cache's plugin state, to seed the next session's (NodeArrays.kept,
+        # which reads their rows and carried values); their per-session kernel state (the score plan, the
+        # pod view's arrays) leads back here and is the next session's to build
+        if self._arrays is not None:
+            self._arrays.cache.clear()
+            self._arrays = None
+        self.hooks = Hooks(())  # no callbacks: every dispatcher answers as with no plugin
+        self._lists = self.hooks.lists
 
     def abandon(self) -> None:
         """The session failed before closing: its lent objects are not lent again."""

@@ -452,6 +452,7 @@ class Scheduler:
             self.queries.update_gauges()
             volcano_metrics.observe(self, ssn, report)
             overview.note(self, report, ssn)
+            ssn.release()  # read for the last time: freed by reference counting as `ssn` goes, not by the collector
             if report.binds or report.evicts or report.released:
                 log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
                          len(report.evicts), len(report.released), report.seconds)

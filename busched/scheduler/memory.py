@@ -6,6 +6,10 @@ scheduler's process grows in bursts (a catch-up, thousands of jobs applied at on
 leaves a session's worth of garbage in reference cycles, so full collections of the whole cluster
 (hundreds of milliseconds at 10,000 tasks) came several times a run, at whatever moment the
 allocation counter tipped: in the middle of applying agents' results, or of publishing binds.
+(The loop now releases each session once read, `Session.release`: a finished session and its big
+structures are freed by reference counting, so what is left for the collector is small.  The
+young-object count below does not see a session's size, a 50,000-entry map being one object: a
+session left in cycles could pile up for many cycles before a collection came.)
 
 `CollectorPolicy`, while `Scheduler.run_forever` runs, turns automatic collection off and instead:
 
