@@ -70,7 +70,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from busched.api import build
+from busched.api import assemble, build
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.queue import PriorityClass
@@ -267,14 +267,16 @@ class SharedMemo:
             keys = cache.job_tasks.get(key, ())
             if len(keys) > 1:
                 keys = sorted(keys, key=cache.task_seq.__getitem__)
+            tasks: list[TaskInfo] = []
             for tkey in keys:
                 tmpl = self._template(tkey, task_specs[tkey], classes)
                 if direct:
                     tmpl.owner = job
-                    job.add_task(tmpl.task)
+                    tasks.append(tmpl.task)
                 else:
                     tmpl.owner = None  # (an unwritten owner left it as converted)
-                    job.add_task(_fresh_task(tmpl.task))
+                    tasks.append(_fresh_task(tmpl.task))
+            assemble.add_tasks(job, tasks)  # (job.add_task for each, in one loop)
             job.written = False
             m = self._jobs[key] = _Job(spec, version, default_priority, job)
             self.assembled_jobs += 1
@@ -371,13 +373,15 @@ class SharedMemo:
             keys = cache.node_tasks.get(name, ())
             if len(keys) > 1:
                 keys = sorted(keys, key=cache.task_seq.__getitem__)
+            pairs: list[tuple[TaskInfo, TaskInfo]] = []
             for tkey in keys:
                 t = self._task(tkey, task_specs[tkey], classes)
                 # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
                 # (the node's copy shares even the requests with the template: a task's requests are
                 # replaced, never changed in place; a cold snapshot makes one such copy per placed task)
                 if not completed_status(t.status):
-                    node.add_task(t, t.copy())
+                    pairs.append((t, t.copy()))
+            assemble.add_copies(node, pairs)  # (node.add_task for each, in one loop)
             node.written = False
             node.listeners = self._listeners
             if m is not None and m[3].listeners is self._listeners:
