@@ -72,10 +72,58 @@ def calculate_share_reference(allocated: Resource, total: Resource) -> tuple[str
 def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
     """Add one job's allocated / requested / reserved / elastic resources to its queue's totals
     (``attr`` has those four Resources; capacity and proportion account the same way).  ``phase``:
-    the podgroup phase to account it in (the job's own by default)."""
+    the podgroup phase to account it in (the job's own by default).
+
+    `add_job_usage_plain` written out (a first open calls this for every job of the cluster): the
+    task-by-task sums in locals, the same additions in the same order, so the very same floats
+    (tests/framework/test_shares_bulk.py compares the two)."""
     if phase is None:
         phase = job.phase
-    allocated, request = attr.allocated.add, attr.request.add  # (a first open calls this for every job)
+    alloc, req = attr.allocated, attr.request
+    if alloc is req:
+        add_job_usage_plain(attr, job, phase)
+        return
+    ac, am, a_s = alloc.cpu, alloc.memory, alloc.scalars
+    rc, rm, r_s = req.cpu, req.memory, req.scalars
+    for status, tasks in job.status_index.items():
+        if allocated_status(status):
+            for t in tasks.values():
+                r = t.resreq
+                cpu, mem, scalars = r.cpu, r.memory, r.scalars
+                ac += cpu
+                am += mem
+                for n, v in scalars.items():
+                    a_s[n] = a_s.get(n, 0.0) + v
+                rc += cpu
+                rm += mem
+                for n, v in scalars.items():
+                    r_s[n] = r_s.get(n, 0.0) + v
+        elif status == TaskStatus.Pending:
+            for t in tasks.values():
+                r = t.resreq
+                rc += r.cpu
+                rm += r.memory
+                for n, v in r.scalars.items():
+                    r_s[n] = r_s.get(n, 0.0) + v
+    alloc.cpu, alloc.memory, req.cpu, req.memory = ac, am, rc, rm
+    if job.min_resources is None:  # `_add_reserved`: nothing reserved, elastic the allocated above zero
+        e, a = attr.elastic, job.allocated  # (``e.add(_above_zero(a))`` without the intermediate)
+        e.cpu += a.cpu if a.cpu > 0 else 0.0
+        e.memory += a.memory if a.memory > 0 else 0.0
+        if a.scalars:
+            es = e.scalars
+            for name, q in a.scalars.items():
+                if q == GO_INFINITY or q > 0:
+                    es[name] = es.get(name, 0.0) + q
+    else:
+        _add_reserved(attr, job, phase)
+
+
+def add_job_usage_plain(attr: Any, job: JobInfo, phase: str | None = None) -> None:
+    """The reference: `add_job_usage` task by task, through `Resource.add`."""
+    if phase is None:
+        phase = job.phase
+    allocated, request = attr.allocated.add, attr.request.add
     for status, tasks in job.status_index.items():
         if allocated_status(status):
             for t in tasks.values():
