@@ -265,7 +265,11 @@ class SharedMemo:
             direct = not ((m is not None and m.volatile) or spec.phase in ("Pending", "")
                           or spec.sub_group_policy or spec.network_topology is not None)
             keys = cache.job_tasks.get(key, ())
-            if len(keys) > 1:
+            if len(keys) == 2:  # (most jobs of a big cluster hold one or two tasks: no sort call)
+                a, b = keys
+                seq = cache.task_seq
+                keys = (a, b) if seq[a] < seq[b] else (b, a)
+            elif len(keys) > 1:
                 keys = sorted(keys, key=cache.task_seq.__getitem__)
             tasks: list[TaskInfo] = []
             for tkey in keys:
