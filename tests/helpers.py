@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import msgspec
@@ -10,6 +11,7 @@ from busched.api.objects import ClusterSpec, JobSpec, NodeSpec, QueueSpec, TaskS
 from busched.builtin import open_session
 from busched.cache.cache import Cache
 from busched.framework.config import load_config
+from busched.framework.podview import SessionPods
 from busched.framework.session import Session
 
 
@@ -27,3 +29,15 @@ def session(spec: ClusterSpec, config: str = 'actions: ""\ntiers:\n- plugins:\n 
     c = Cache()
     c.load(spec)
     return open_session(c.snapshot(), load_config(config))
+
+
+def sessions_left_for_the_collector() -> list[str]:
+    """The sessions (and their pod views) a full collection would free now: what reference counting did not
+    (a released session leaves none; call with the collector disabled since the sessions ran)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return [type(o).__name__ for o in gc.garbage if isinstance(o, (Session, SessionPods))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()

@@ -12,8 +12,7 @@ from busched.builtin import run_cycle
 from busched.fastpath.fit import NodeArrays
 from busched.framework import points
 from busched.framework.config import DEFAULT_CONFIG, load_config
-from busched.framework.podview import SessionPods
-from busched.framework.session import Session
+from tests.helpers import sessions_left_for_the_collector
 from tests.kernel_cases import cache_of, random_cluster
 
 
@@ -57,13 +56,7 @@ def test_a_released_session_leaves_nothing_for_the_collector():
             del ssn
         # freed as the last reference went: no collection has run
         assert [r() is None for r in refs] == [True] * len(refs)
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            gc.collect()
-            left = [type(o).__name__ for o in gc.garbage if isinstance(o, (Session, SessionPods))]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
+        left = sessions_left_for_the_collector()
         assert not left, f"left for the collector: {left}"
     finally:
         if was:

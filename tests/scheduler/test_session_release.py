@@ -10,8 +10,7 @@ import gc
 from busched.agent import fleet_nodes
 from busched.api.objects import ClusterSpec, JobSpec, TaskSpec
 from busched.bus.apply import apply_cluster
-from busched.framework.podview import SessionPods
-from busched.framework.session import Session
+from tests.helpers import sessions_left_for_the_collector
 from tests.nats_fixture import wait_until
 
 
@@ -34,13 +33,7 @@ async def test_the_loops_sessions_leave_nothing_for_the_collector(harness):
         for _ in range(3):
             binds += (await sched.run_once(force=True)).binds
         assert sorted(t for t, _ in binds) == ["t/a-0", "t/a-1"]  # the cycles did decide something
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            gc.collect()
-            left = [type(o).__name__ for o in gc.garbage if isinstance(o, (Session, SessionPods))]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
+        left = sessions_left_for_the_collector()
         assert not left, f"left for the collector: {left}"
     finally:
         if was:
