@@ -37,14 +37,22 @@ class NatsCluster:
         self.root = Path(root)
         self.name = name
         self.host = host
-        routes = [free_port(host) for _ in range(size)]
-        self.servers: list[NatsServer] = []
+        self.size = size
+        self.binary = binary
+        self.servers: list[NatsServer] = self._plan()
+
+    def _plan(self) -> list[NatsServer]:
+        """The servers, on ports free as this is called (client, route and monitoring ports of each)."""
+        host, name = self.host, self.name
+        routes = [free_port(host) for _ in range(self.size)]
+        servers = []
         for i, route in enumerate(routes):
             others = ",".join(f"nats://{host}:{p}" for j, p in enumerate(routes) if j != i)
             args = ["--cluster", f"nats://{host}:{route}", "--cluster_name", name, "--routes", others]
-            srv = NatsServer(self.root / f"n{i}", host=host, monitor_port=free_port(host), binary=binary,
-                             log_file=str(self.root / f"n{i}.log"), args=args, server_name=f"{name}-n{i}")
-            self.servers.append(srv)
+            servers.append(NatsServer(self.root / f"n{i}", host=host, monitor_port=free_port(host),
+                                      binary=self.binary, log_file=str(self.root / f"n{i}.log"), args=args,
+                                      server_name=f"{name}-n{i}"))
+        return servers
 
     @property
     def url(self) -> str:
@@ -56,15 +64,26 @@ class NatsCluster:
         return [s.url for s in self.servers]
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> NatsCluster:
-        try:
-            for s in self.servers:
-                s.start(timeout=timeout)
-            self.wait_ready(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> NatsCluster:
+        """Start every server and wait until the cluster is ready.  A port found free when planned can be
+        taken before its server binds it: the kernel hands the same range out as the source ports of
+        outgoing connections, the first servers' routes among them.  Such a start is made again on newly
+        chosen ports, at most ``attempts`` times in all (each its own bounded wait)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                for s in self.servers:
+                    s.start(timeout=timeout)
+                self.wait_ready(timeout)
+                return self
+            except NatsServerError as e:
+                self.stop()
+                if attempt == attempts or not _port_taken(e):
+                    raise
+                self.servers = self._plan()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def stop(self) -> None:
         for s in self.servers:
@@ -148,3 +167,10 @@ class NatsCluster:
             if s.server_name == server_name:
                 return i
         raise KeyError(server_name)
+
+
+def _port_taken(e: NatsServerError) -> bool:
+    """Whether a server could not start because one of its ports was taken (by `NatsServer.check_ports`, or
+    nats-server's own "address already in use" when the port went between that check and its bind)."""
+    text = str(e)
+    return "already in use" in text

@@ -185,3 +185,31 @@ async def test_a_reconnection_to_an_older_server_is_logged_as_an_error(nats_serv
         await bus.close()
         old.close()
         await old.wait_closed()
+
+
+def test_a_cluster_whose_port_is_taken_before_its_server_binds_it_starts_on_new_ports(tmp_path) -> None:
+    """A port planned free can be taken before its server binds it (the kernel hands the same range out to
+    outgoing connections); the start is made again on newly chosen ports instead of failing."""
+    import socket
+
+    c = NatsCluster(tmp_path / "nats")
+    last = c.servers[-1]
+    taken = last.monitor_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        try:
+            c.start(timeout=30)
+            assert c.servers[-1].monitor_port != taken
+            assert c.healthy() and c.meta_leader()
+        finally:
+            c.stop()
+    one = NatsCluster(tmp_path / "again", size=1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", one.servers[0].monitor_port))
+        squatter.listen()
+        try:
+            with pytest.raises(Exception, match="already in use"):
+                one.start(timeout=10, attempts=1)  # without another attempt, the taken port is named
+        finally:
+            one.stop()
