@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from busched.bench import cluster as cl
-from busched.bench.driver import apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
+from busched.bench.driver import CycleTiming, apply_decisions, bench_config, collect_garbage, rss_mb, timed_cycle
 from busched.builtin import quiet_cycles
 from busched.cache.cache import Cache
 from busched.framework.config import DEFAULT_CONFIG
@@ -63,6 +63,18 @@ def churn_round(cache: Any, rnd: int, k: int) -> None:
             cache.upsert("task", t)
 
 
+def _cycle(cache: Cache, cfg: Any, seed: int, uid: str, gate: Any = None) -> CycleTiming:
+    """One timed cycle, its binds applied (the next cycle finds them running), the gate told, and the
+    session released as the scheduler releases it once read: freed by reference counting as it goes."""
+    before = cache.generation
+    ssn, t = timed_cycle(cache, cfg, seed=seed, uid=uid)
+    apply_decisions(cache, ssn)
+    if gate is not None:
+        gate.done(ssn, before, cache.generation)
+    ssn.release()
+    return t
+
+
 def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, config: str = DEFAULT_CONFIG,
         churn: int = 5, **_kw: Any) -> dict[str, Any]:
     cache, n_jobs, n_tasks = build(nodes, tasks, jobs)
@@ -70,20 +82,12 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
     policy = CollectorPolicy()  # the scheduler's: between cycles, as `Scheduler.run_forever` collects
     policy.enter()
     try:
-        ssn, first = timed_cycle(cache, cfg, seed=seed, uid="cycle-0")
-        apply_decisions(cache, ssn)
-        ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
-        del ssn
+        first = _cycle(cache, cfg, seed, "cycle-0")
         collect_garbage(policy)
         times, cpus, phases, gcs = [], [], [], []
         gate = quiet_cycles(cfg)
         for i in range(max(1, cycles)):
-            before = cache.generation
-            ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"cycle-{i + 1}")
-            apply_decisions(cache, ssn)
-            gate.done(ssn, before, cache.generation)
-            ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
-            del ssn
+            t = _cycle(cache, cfg, seed, f"cycle-{i + 1}", gate)
             gcs.append(collect_garbage(policy))
             times.append(t.total)
             cpus.append(t.cpu)
@@ -94,22 +98,14 @@ def run(nodes: int, tasks: int, jobs: int, cycles: int = 5, seed: int = 0, confi
         for i in range(max(1, cycles)):
             t0 = time.perf_counter()
             if gate.due(cache.generation):
-                before = cache.generation
-                ssn, _ = timed_cycle(cache, cfg, seed=seed, uid=f"gated-{i}")
-                apply_decisions(cache, ssn)
-                gate.done(ssn, before, cache.generation)
-                ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
-                del ssn
+                _cycle(cache, cfg, seed, f"gated-{i}", gate)
             gated.append(time.perf_counter() - t0)
             collect_garbage(policy)  # (the scheduler's loop offers one after every turn: usually too few new objects)
         # churn: a few tasks gone and a few jobs new before every cycle
         churned, churn_cpus, churn_phases, churn_binds = [], [], [], []
         for i in range(max(1, cycles)):
             churn_round(cache, i, churn)
-            ssn, t = timed_cycle(cache, cfg, seed=seed, uid=f"churn-{i}")
-            apply_decisions(cache, ssn)
-            ssn.release()  # as the scheduler does once a cycle is read: freed by reference counting
-            del ssn
+            t = _cycle(cache, cfg, seed, f"churn-{i}")
             collect_garbage(policy, defer=bool(t.binds))
             churned.append(t.total)
             churn_cpus.append(t.cpu)

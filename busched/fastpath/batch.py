@@ -31,7 +31,7 @@ import numpy as np
 from busched.api.node import NodeInfo
 from busched.api.resource import MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
-from busched.fastpath import select
+from busched.fastpath import rowcache, select
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fits
 
 __all__ = ["Local", "declare", "choose", "same_template", "KEPT"]
@@ -92,30 +92,12 @@ class _Part:
 
     def refresh(self, size: int) -> set[int] | frozenset[int] | None:
         """Bring the vector up to date: the rows refreshed (an empty set: none), or None when the
-        whole vector was computed again (many rows logged)."""
+        whole vector was computed again (many rows logged).  (`_Template.update` refreshes the
+        common case, one row logged in one log, itself.)"""
         local = self.local
         if local.one is None:
             return _NONE
-        logs, pos = local.logs, self.pos
-        if len(logs) == 1:
-            # one log (every declaration so far), most often one row logged since (a task placed)
-            log = logs[0]
-            n, p = len(log), pos[0]
-            if n == p:
-                return _NONE
-            pos[0] = n
-            if n - p == 1 and size >= 8:
-                r = log[p]
-                self.vec[r] = local.one(r)
-                return {r}
-            dirty = set(log[p:])
-        else:
-            dirty = set()
-            for i, log in enumerate(logs):
-                n = len(log)
-                if n != pos[i]:
-                    dirty.update(log[pos[i]:])
-                    pos[i] = n
+        dirty = rowcache.logged_since(local.logs, self.pos)
         if len(dirty) * 8 > size:
             got = self.twin(*self.args)
             if got is None:

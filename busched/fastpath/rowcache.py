@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["cached", "MAX_ENTRIES"]
+__all__ = ["cached", "logged_since", "MAX_ENTRIES"]
 
 MAX_ENTRIES = 512  # vectors kept per session; the oldest goes first
 _VECTORS = "rowcache"
@@ -53,17 +53,9 @@ def cached(store: dict[Any, Any], key: Hashable, logs: Sequence[list[int]], size
             r = log[p]
             vec[r] = one(r)
             return vec
-        dirty: set[int] | None = set(log[p:])
+        dirty = set(log[p:])
     else:
-        dirty = None
-        for i, log in enumerate(logs):
-            n = len(log)
-            if n != pos[i]:
-                if dirty is None:
-                    dirty = set(log[pos[i]:])
-                else:
-                    dirty.update(log[pos[i]:])
-                pos[i] = n
+        dirty = logged_since(logs, pos)
     if dirty:
         if len(dirty) * 8 > size:
             vec[:] = full()
@@ -71,3 +63,14 @@ def cached(store: dict[Any, Any], key: Hashable, logs: Sequence[list[int]], size
             for r in dirty:
                 vec[r] = one(r)
     return vec
+
+
+def logged_since(logs: Sequence[list[int]], pos: list[int]) -> set[int]:
+    """The rows appended to ``logs`` since positions ``pos`` (one per log), which move to the logs' ends."""
+    dirty: set[int] = set()
+    for i, log in enumerate(logs):
+        n = len(log)
+        if n != pos[i]:
+            dirty.update(log[pos[i]:])
+            pos[i] = n
+    return dirty

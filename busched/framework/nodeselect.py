@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from busched.api.fit import Code, FitError, FitErrors, Status, kept
+from busched.api.fit import Code, FitError, FitErrors, Status
 from busched.api.node import NodeInfo
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
@@ -152,7 +152,6 @@ class PredicateHelper:
         _sample_resume(ssn, total, to_find, start, got[1])
         return Gradients(got[0])
 
-
     def chosen_found(self, task: TaskInfo, nodes: list[NodeInfo],
                      fn: Callable[[TaskInfo, NodeInfo], None]) -> Gradients | FitErrors | None:
         """`gradients_found`, or (when the fast path's vectors kept for the task's template answer:
@@ -233,7 +232,7 @@ class Search:
                     return False
             self.fn(task, node)
         except FitError as e:
-            self.errs[node.name] = kept(e)
+            self.errs[node.name] = e  # (set_node_error below drops its traceback, in place: `kept`)
             self.helper.cache[self.group] = self.errs
             self.fe.set_node_error(node.name, e)
             return False
