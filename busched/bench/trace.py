@@ -120,6 +120,7 @@ def run(nodes: int, tasks: int, seed: int = 0, config: str = DEFAULT_CONFIG, **_
             if spec is not None and spec.phase != job.phase:
                 cache.upsert("job", msgspec.structs.replace(spec, phase=job.phase))
         pending_before = sum(1 for t in tasks_.values() if not t.node)
+        ssn.release()  # as the scheduler's loop does: freed by reference counting, not left for the collector
         del ssn
     return {
         "workload": "trace",
