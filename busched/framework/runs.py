@@ -1,0 +1,84 @@
+"""Event handlers told once per run: allocate's turn tells a handler with a run form of its
+placements in one call, the rest task by task as they happen.
+
+Volcano tells every event handler of every allocation at once (``AllocateFunc`` per task).  Some
+handlers keep state that nothing allocate's turn asks reads: drf's shares are read when jobs and
+queues are ordered or victims chosen, never by allocatable, the predicates, the node order or
+job_ready.  Such a handler may give an ``allocate_run`` (`busched.framework.hooks.EventHandler`):
+told the tasks of a run in order, it must leave its state exactly as its ``allocate`` told them one
+by one would.  A `HandlerRun` holds the tasks placed since its handlers last heard, and its
+statement flushes it before anything that could read what they keep: any other statement operation
+(evict, pipeline, discard, commit, save), the end of the turn, and an exception, which also tells
+the run handlers that come before the failing handler of the failing task, as the one-by-one
+order would have.  Handlers without a run form are told per task, in their order, as before.
+Whatever reaches the world is the same; only when a run handler hears differs.
+
+A commit likewise hands a job's consecutive allocations to the binder together
+(`Session.dispatch_run`, busched.api.moves).  The one-by-one path (no run: `Session._on_allocate`,
+`Session.dispatch` per task) is the reference; both runs are taken only with the kernels on
+(`wanted`), and tests/framework/test_handler_runs.py checks whole cycles equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from busched.api.task import TaskInfo
+from busched.framework.session import Session
+
+__all__ = ["HandlerRun", "open_run", "wanted"]
+
+# the switch the oracle tests turn off (with the kernels off the runs are off too)
+ENABLED = True
+
+
+def wanted(ssn: Session) -> bool:
+    """Whether ``ssn`` tells handlers per run and dispatches a commit's allocations together."""
+    return ENABLED and ssn.fast is not None
+
+
+class HandlerRun:
+    """The allocations a statement made whose run handlers have not heard of them yet."""
+
+    __slots__ = ("handlers", "eager", "deferred", "tasks")
+
+    def __init__(self, ssn: Session) -> None:
+        hs = [eh for eh in ssn.event_handlers if eh.allocate is not None]
+        self.handlers = hs
+        # the per-task handlers with their place in the list (an exception needs it)
+        self.eager: list[tuple[int, Callable[[TaskInfo], None]]] = [
+            (i, eh.allocate) for i, eh in enumerate(hs) if eh.allocate_run is None]  # type: ignore[misc]
+        self.deferred: list[Callable[[list[TaskInfo]], None]] = [
+            eh.allocate_run for eh in hs if eh.allocate_run is not None]
+        self.tasks: list[TaskInfo] = []
+
+    def allocated(self, task: TaskInfo) -> None:
+        """``task`` was placed: the per-task handlers hear now, the run handlers at the next flush."""
+        at = 0  # the failing handler's place, if one fails
+        try:
+            for pos, fn in self.eager:
+                at = pos
+                fn(task)
+        except BaseException:
+            # as one by one: the run handlers heard every earlier task, and this one if they come first
+            self.flush()
+            for eh in self.handlers[:at]:
+                if eh.allocate_run is not None:
+                    eh.allocate(task)  # type: ignore[misc]
+            raise
+        self.tasks.append(task)
+
+    def flush(self) -> None:
+        """Tell the run handlers of the tasks placed since they last heard."""
+        tasks = self.tasks
+        if tasks:
+            self.tasks = []
+            for fn in self.deferred:
+                fn(tasks)
+
+
+def open_run(ssn: Session) -> HandlerRun | None:
+    """A run for allocate's turn when some handler has a run form (else None: per task, as ever)."""
+    if any(eh.allocate_run is not None and eh.allocate is not None for eh in ssn.event_handlers):
+        return HandlerRun(ssn)
+    return None
