@@ -46,21 +46,31 @@ def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, 
         ac, am = int(a.cpu), int(a.memory)
         out = 0
         if wl or wm:  # both on the non-zero requests, each resource the node has
+            # (Go's truncating division is Python's floor division on a non-negative numerator and a
+            # positive divisor, which requests and allocatable are; go_div itself otherwise)
             least = most = weight = 0
             if ac:
                 req = nz_cpu + npc
-                least += 0 if req > ac else go_div((ac - req) * MAX, ac) * 50
-                most += go_div(min(req, ac) * MAX, ac)
+                if ac > 0 and req >= 0:
+                    least += 0 if req > ac else (ac - req) * MAX // ac * 50
+                    most += min(req, ac) * MAX // ac
+                else:
+                    least += 0 if req > ac else go_div((ac - req) * MAX, ac) * 50
+                    most += go_div(min(req, ac) * MAX, ac)
                 weight += 1
             if am:
                 req = nz_mem + npm
-                least += 0 if req > am else go_div((am - req) * MAX, am) * 50
-                most += go_div(min(req, am) * MAX, am)
+                if am > 0 and req >= 0:
+                    least += 0 if req > am else (am - req) * MAX // am * 50
+                    most += min(req, am) * MAX // am
+                else:
+                    least += 0 if req > am else go_div((am - req) * MAX, am) * 50
+                    most += go_div(min(req, am) * MAX, am)
                 weight += 1
-            if wl:
-                out += (go_div(least, weight * 50) if weight else 0) * wl
-            if wm:
-                out += (go_div(most, weight) if weight else 0) * wm
+            if wl and weight:
+                out += (least // (weight * 50) if least >= 0 else go_div(least, weight * 50)) * wl
+            if wm and weight:
+                out += (most // weight if most >= 0 else go_div(most, weight)) * wm
         if wb:  # on the requests as they are
             if ac and am:
                 f0, f1 = min((cpu + pc) / ac, 1.0), min((mem + pm) / am, 1.0)
