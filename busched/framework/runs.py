@@ -24,12 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from busched.api.task import TaskInfo
+from busched.framework.hooks import EventHandler
 from busched.framework.session import Session
 
 __all__ = ["HandlerRun", "open_run", "wanted"]
 
 # the switch the oracle tests turn off (with the kernels off the runs are off too)
 ENABLED = True
+_KEY = "handler-runs"  # where a session keeps its handlers' split (Session.shared)
 
 
 def wanted(ssn: Session) -> bool:
@@ -42,14 +44,8 @@ class HandlerRun:
 
     __slots__ = ("handlers", "eager", "deferred", "tasks")
 
-    def __init__(self, ssn: Session) -> None:
-        hs = [eh for eh in ssn.event_handlers if eh.allocate is not None]
-        self.handlers = hs
-        # the per-task handlers with their place in the list (an exception needs it)
-        self.eager: list[tuple[int, Callable[[TaskInfo], None]]] = [
-            (i, eh.allocate) for i, eh in enumerate(hs) if eh.allocate_run is None]  # type: ignore[misc]
-        self.deferred: list[Callable[[list[TaskInfo]], None]] = [
-            eh.allocate_run for eh in hs if eh.allocate_run is not None]
+    def __init__(self, ssn: Session, split: _Split | None = None) -> None:
+        self.handlers, self.eager, self.deferred = split if split is not None else _split(ssn.event_handlers)
         self.tasks: list[TaskInfo] = []
 
     def allocated(self, task: TaskInfo) -> None:
@@ -77,8 +73,24 @@ class HandlerRun:
                 fn(tasks)
 
 
+_Split = tuple[list[EventHandler], list[tuple[int, Callable[[TaskInfo], None]]], list[Callable[[list[TaskInfo]], None]]]
+
+
+def _split(handlers: list[EventHandler]) -> _Split:
+    """The handlers told of allocations; the per-task ones with their place among them (an exception
+    needs it); the run forms."""
+    hs = [eh for eh in handlers if eh.allocate is not None]
+    eager = [(i, eh.allocate) for i, eh in enumerate(hs) if eh.allocate_run is None]
+    deferred = [eh.allocate_run for eh in hs if eh.allocate_run is not None]
+    return hs, eager, deferred  # type: ignore[return-value]
+
+
 def open_run(ssn: Session) -> HandlerRun | None:
-    """A run for allocate's turn when some handler has a run form (else None: per task, as ever)."""
-    if any(eh.allocate_run is not None and eh.allocate is not None for eh in ssn.event_handlers):
-        return HandlerRun(ssn)
-    return None
+    """A run for allocate's turn when some handler has a run form (else None: per task, as ever).
+    The handlers are split once per session (every job's turn opens a run), again if they change."""
+    handlers = ssn.event_handlers
+    kept = ssn.shared.get(_KEY)
+    if kept is None or kept[0] is not handlers or kept[1] != len(handlers):
+        kept = ssn.shared[_KEY] = (handlers, len(handlers), _split(handlers))
+    split = kept[2]
+    return HandlerRun(ssn, split) if split[2] else None
