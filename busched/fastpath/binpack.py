@@ -17,7 +17,7 @@ import numpy as np
 from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
-from busched.fastpath import rowcache, rowscores
+from busched.fastpath import rowcache
 from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 
@@ -92,8 +92,8 @@ def binpack_local(task: TaskInfo, arrays: NodeArrays, per_node: Callable[[TaskIn
 def _row(task: TaskInfo, nodes: list[NodeInfo], weights: Any, max_node_score: int,
          per_node: Callable[[TaskInfo, NodeInfo], float]) -> Callable[[int], float]:
     """One row's score: `binpack_row` (the per-node function with the task's part read once), or the
-    per-node function itself (no weights given, or `rowscores` switched off: the reference)."""
-    if weights is None or not rowscores.ENABLED:
+    per-node function itself when no weights are given."""
+    if weights is None:
         return lambda r: per_node(task, nodes[r])
     return binpack_row(task, nodes, weights, max_node_score)
 

@@ -223,7 +223,7 @@ def _local_part(plugin: Any, task: TaskInfo, arrays: NodeArrays,
                 + (per_node_balanced(view, task, n) * wb if wb else 0))
 
     # the same sum with the task's part read once (busched.fastpath.rowscores; the scorers above are its reference)
-    fast = rowscores.resource_row(view, all_nodes, task, wl, wm, wb) if rowscores.ENABLED else None
+    fast = rowscores.resource_row(view, all_nodes, task, wl, wm, wb)
 
     return ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb), full, fast or one
 

@@ -24,7 +24,6 @@ from busched.api.task import TaskInfo
 __all__ = ["resource_row"]
 
 MAX = k8s.MAX_NODE_SCORE
-ENABLED = True  # False: the plugins' scorers row by row (the oracle tests' reference)
 
 
 def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, wm: int,
