@@ -14,7 +14,7 @@ order would have.  Handlers without a run form are told per task, in their order
 Whatever reaches the world is the same; only when a run handler hears differs.
 
 A commit likewise hands a job's consecutive allocations to the binder together
-(`Session.dispatch_run`, busched.api.moves).  The one-by-one path (no run: `Session._on_allocate`,
+(`dispatch_run`, busched.api.moves).  The one-by-one path (no run: `Session._on_allocate`,
 `Session.dispatch` per task) is the reference; both runs are taken only with the kernels on
 (`wanted`), and tests/framework/test_handler_runs.py checks whole cycles equal.
 """
@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from busched.api.task import TaskInfo
+from busched.api import moves
+from busched.api.task import TaskInfo, TaskStatus
+from busched.framework.decision import Decision
 from busched.framework.hooks import EventHandler
 from busched.framework.session import Session
 
-__all__ = ["HandlerRun", "open_run", "wanted"]
+__all__ = ["HandlerRun", "open_run", "wanted", "dispatch_run"]
 
 _KEY = "handler-runs"  # where a session keeps its handlers' split (Session.shared)
 
@@ -93,3 +95,31 @@ def open_run(ssn: Session) -> HandlerRun | None:
         kept = ssn.shared[_KEY] = (handlers, len(handlers), _split(handlers))
     split = kept[2]
     return HandlerRun(ssn, split) if split[2] else None
+
+
+def dispatch_run(ssn: Session, tasks: list[TaskInfo]) -> None:
+    """`Session.dispatch` each of ``tasks`` in order (a commit's consecutive allocations): a job's
+    consecutive tasks get their bind decisions, their move to Binding (busched.api.moves) and their
+    node copies' status together, the same changes as one by one."""
+    i, n = 0, len(tasks)
+    while i < n:
+        job = ssn.jobs.get(tasks[i].job)
+        j = i + 1
+        while j < n and tasks[j].job == tasks[i].job:
+            j += 1
+        if job is None or j - i < 2:
+            for t in tasks[i:j]:
+                ssn.dispatch(t)
+            i = j
+            continue
+        group = tasks[i:j]
+        ssn.decisions.extend(Decision("bind", t.key, t.node_name, annotations=t.bind_annotations) for t in group)
+        moves.move_run(job, group, TaskStatus.Binding)
+        nodes = ssn.nodes
+        for t in group:
+            node = nodes.get(t.node_name)
+            if node is not None:
+                held = node.tasks.get(t.uid)
+                if held is not None:
+                    held.status = TaskStatus.Binding
+        i = j

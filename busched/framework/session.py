@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from busched import fastpath
-from busched.api import moves
 from busched.api.fit import Code, FitError, Status
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
@@ -403,32 +402,6 @@ class Session:
             held = node.tasks.get(task.uid)
             if held is not None:
                 held.status = TaskStatus.Binding
-
-    def dispatch_run(self, tasks: list[TaskInfo]) -> None:
-        """`dispatch` each of ``tasks`` in order; a job's consecutive tasks move together (busched.api.moves)."""
-        i, n = 0, len(tasks)
-        while i < n:
-            job = self.jobs.get(tasks[i].job)
-            j = i + 1
-            while j < n and tasks[j].job == tasks[i].job:
-                j += 1
-            if job is None or j - i < 2:
-                for t in tasks[i:j]:
-                    self.dispatch(t)
-                i = j
-                continue
-            group = tasks[i:j]
-            self.decisions.extend(Decision("bind", t.key, t.node_name, annotations=t.bind_annotations)
-                                  for t in group)
-            moves.move_run(job, group, TaskStatus.Binding)
-            nodes = self.nodes
-            for t in group:
-                node = nodes.get(t.node_name)
-                if node is not None:
-                    held = node.tasks.get(t.uid)
-                    if held is not None:
-                        held.status = TaskStatus.Binding
-            i = j
 
     def evict(self, task: TaskInfo, reason: str) -> None:
         """Evict outside a statement: a decision now, the task Releasing."""

@@ -8,7 +8,7 @@ commit only when the job is ready (gang scheduling).
 Allocate's turn may give its statement a `HandlerRun` (``run``): its allocations then reach the
 event handlers that have a run form once per run (busched.framework.runs); every other operation
 flushes the run first, so those handlers have heard everything before anything else happens.
-A commit hands its allocations to the session as runs (`Session.dispatch_run`).
+A commit dispatches a job's consecutive allocations together (`runs.dispatch_run`).
 """
 
 from __future__ import annotations
@@ -155,12 +155,12 @@ class Statement:
                 run.append(op.task)
                 continue
             if run:
-                self.ssn.dispatch_run(run)
+                runs.dispatch_run(self.ssn, run)
                 run = []
             if op.name == EVICT:
                 self.ssn.decisions.append(_decision("evict", op.task, op.reason))
         if run:
-            self.ssn.dispatch_run(run)
+            runs.dispatch_run(self.ssn, run)
         self.operations = []
 
     # -- save / recover (dry runs over alternatives) ------------------------------------------
