@@ -33,7 +33,7 @@ from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
-from busched.framework import nodeselect
+from busched.framework import nodeselect, runs
 from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import PriorityQueue
 from busched.framework.session import Session
@@ -130,6 +130,26 @@ class AllocateAction:
         # job_ready's answer once the turn is over (execute commits on it): asked after each placement,
         # and again only when the turn ended otherwise (the job does not change in between)
         ready: bool | None = None
+        # with the kernels on, handlers with a run form hear of the turn's placements once
+        # (busched.framework.runs; the one-by-one telling is the reference)
+        stmt.run = runs.open_run(ssn) if runs.wanted(ssn) else None
+        try:
+            ready = self._turn(job, queue, tasks, nodes, node_names, stmt)
+        finally:
+            stmt.flush()
+            stmt.run = None
+        if ready is None:
+            ready = ssn.job_ready(job)
+        self.turn_ready = ready
+        if ready or ssn.job_pipelined(job):
+            return stmt
+        stmt.discard()
+        return None
+
+    def _turn(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo], nodes: list[NodeInfo],
+              node_names: Container[str], stmt: Statement) -> bool | None:
+        """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None)."""
+        ssn = self.ssn
         attempted = 0
         while not tasks.empty():
             task = tasks.pop()
@@ -155,14 +175,7 @@ class AllocateAction:
             except NodeAccountingError:
                 continue
             if ssn.job_ready(job):
-                ready = True
-                break
-        if ready is None:
-            ready = ssn.job_ready(job)
-        self.turn_ready = ready
-        if ready or ssn.job_pipelined(job):
-            return stmt
-        stmt.discard()
+                return True
         return None
 
     def candidates_for(self, job: JobInfo, task: TaskInfo, nodes: list[NodeInfo], node_names: Container[str],

@@ -118,7 +118,12 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
     wanted = [(j, float(v[j])) for j in [0, 1] + [arrays.columns[s] for s in req.scalars if s in arrays.columns]]
 
     def one(r: int) -> bool:
-        return not unknown and all(q - avail[r, j] < MIN_RESOURCE for j, q in wanted)
+        # all(q - avail[r, j] < MIN_RESOURCE for j, q in wanted), the row read once as Python floats
+        # (the same doubles: the same differences and comparisons)
+        if unknown:
+            return False
+        row = avail[r].tolist()
+        return all(q - row[j] < MIN_RESOURCE for j, q in wanted)
 
     # the whole vector from the one kept per request shape (`fits`: a new template of a known
     # shape costs a copy); _Part copies it

@@ -21,7 +21,7 @@ from busched.fastpath import rowcache
 from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 
-__all__ = ["binpack_vector", "binpack_scores", "requested", "binpack_local"]
+__all__ = ["binpack_vector", "binpack_scores", "requested", "binpack_local", "binpack_row"]
 
 
 def binpack_vector(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights: Any,
@@ -79,11 +79,57 @@ def binpack_scores(task: TaskInfo, arrays: NodeArrays, rows: np.ndarray, weights
     nodes = arrays.nodes
     vec = rowcache.cached(arrays.cache, key, (arrays.log,), len(nodes),
                           lambda: binpack_vector(task, arrays, arrays.all_rows, weights, max_node_score),
-                          lambda r: per_node(task, nodes[r]))
+                          _row(task, nodes, weights, max_node_score, per_node))
     return vec if rows is arrays.all_rows else vec[rows]
 
 
-def binpack_local(task: TaskInfo, arrays: NodeArrays, per_node: Callable[[TaskInfo, NodeInfo], float]) -> Local:
+def binpack_local(task: TaskInfo, arrays: NodeArrays, per_node: Callable[[TaskInfo, NodeInfo], float],
+                  weights: Any = None, max_node_score: int = 0) -> Local:
     """`binpack_scores` row by row (`busched.fastpath.batch`): a node's score follows its accounting."""
-    nodes = arrays.nodes
-    return Local((arrays.log,), lambda r: per_node(task, nodes[r]))
+    return Local((arrays.log,), _row(task, arrays.nodes, weights, max_node_score, per_node))
+
+
+def _row(task: TaskInfo, nodes: list[NodeInfo], weights: Any, max_node_score: int,
+         per_node: Callable[[TaskInfo, NodeInfo], float]) -> Callable[[int], float]:
+    """One row's score: `binpack_row` (the per-node function with the task's part read once), or the
+    per-node function itself when no weights are given."""
+    if weights is None:
+        return lambda r: per_node(task, nodes[r])
+    return binpack_row(task, nodes, weights, max_node_score)
+
+
+def binpack_row(task: TaskInfo, nodes: list[NodeInfo], weights: Any, max_node_score: int) -> Callable[[int], float]:
+    """`busched.plugins.binpack.binpack_score` for row ``r``: the task's requested resources and their
+    weights listed once, then per row the same float operations on the same values in the same order
+    (resource_binpack_score written out; its None ends the score at 0.0, and the weights summed are
+    those of the resources before it, which no longer matter)."""
+    wanted = []
+    weight_sum = 0
+    for rn, request in requested(task.resreq):
+        if request == 0:
+            continue
+        rw = weights.resources.get(rn)
+        if rw is None:
+            continue
+        wanted.append((rn, request, rw))
+        weight_sum += rw
+    factor = float(max_node_score * weights.weight)
+
+    def one(r: int) -> float:
+        n = nodes[r]
+        alloc, used = n.allocatable, n.used
+        score = 0.0
+        for rn, request, rw in wanted:
+            capacity = alloc.get(rn)
+            if capacity == 0 or rw == 0:
+                score += 0.0
+                continue
+            final = request + used.get(rn)
+            if final > capacity:
+                return 0.0
+            score += final * rw / capacity
+        if weight_sum > 0:
+            score /= weight_sum
+        return score * factor
+
+    return one

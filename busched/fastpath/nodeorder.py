@@ -23,7 +23,7 @@ import numpy as np
 from busched.api import k8s
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
-from busched.fastpath import rowcache
+from busched.fastpath import rowcache, rowscores
 from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.podview import PodViewArrays, pod_view_arrays
@@ -222,7 +222,10 @@ def _local_part(plugin: Any, task: TaskInfo, arrays: NodeArrays,
         return ((per_node_least(view, task, n) * wl if wl else 0) + (per_node_most(view, task, n) * wm if wm else 0)
                 + (per_node_balanced(view, task, n) * wb if wb else 0))
 
-    return ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb), full, one
+    # the same sum with the task's part read once (busched.fastpath.rowscores; the scorers above are its reference)
+    fast = rowscores.resource_row(view, all_nodes, task, wl, wm, wb)
+
+    return ("nodeorder", id(plugin), nz, (cpu, mem, gpu) if wb else None, wl, wm, wb), full, fast or one
 
 
 def _skips(name: str, task: TaskInfo, view: Any) -> bool:

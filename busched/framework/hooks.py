@@ -32,6 +32,9 @@ class EventHandler:
 
     allocate: Callable[[TaskInfo], None] | None = None
     deallocate: Callable[[TaskInfo], None] | None = None
+    # told allocate's placements in one call, in order, leaving the state ``allocate`` per task would; only
+    # for state nothing allocate's turn reads (busched.framework.runs)
+    allocate_run: Callable[[list[TaskInfo]], None] | None = None
 
 
 class UnknownPoint(ValueError):  # noqa: N818 - public (in __all__; plugin authors and tests catch it)

@@ -111,7 +111,8 @@ class BinpackPlugin:
         if self.weights.weight != 0:
             # the twin answers row by row for a run of one template (busched.fastpath.batch)
             twin = declare(lambda t, arrays, rows: self.score_batch(t, arrays, rows),
-                           lambda t, arrays: kernel.binpack_local(t, arrays, self.score))
+                           lambda t, arrays: kernel.binpack_local(t, arrays, self.score, self.weights,
+                                                                     MAX_NODE_SCORE))
             ssn.add_fn(points.NODE_ORDER, self.name, self.score, twin=twin)
 
     def score(self, task: TaskInfo, node: NodeInfo) -> float:

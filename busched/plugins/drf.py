@@ -250,7 +250,12 @@ class DrfPlugin:
         def on_deallocate(task: TaskInfo) -> None:
             self._on_event(ssn, task, -1)
 
-        ssn.add_event_handler(EventHandler(allocate=on_allocate, deallocate=on_deallocate))
+        def on_run(tasks: list[TaskInfo]) -> None:
+            self._on_run(ssn, tasks)
+
+        # the shares are read when jobs and queues are ordered and victims chosen, never inside allocate's
+        # turn: they may hear of its placements once per run (busched.framework.runs)
+        ssn.add_event_handler(EventHandler(allocate=on_allocate, deallocate=on_deallocate, allocate_run=on_run))
 
     def on_session_close(self, ssn: Session) -> None:
         self.total = Resource()
@@ -337,6 +342,29 @@ class DrfPlugin:
             if ret < 0:
                 victims.append(t)
         return victims, 1
+
+    def _on_run(self, ssn: Session, tasks: list[TaskInfo]) -> None:
+        """`_on_event` (+1) for each task in order: the same additions to each job's allocated, and each
+        touched job's share computed once, from its last allocated, as the last event would."""
+        if self.hierarchy:  # the hierarchy's shares follow every event: one by one
+            for task in tasks:
+                self._on_event(ssn, task, +1)
+            return
+        touched: dict[str, _Attr] = {}
+        for task in tasks:
+            uid = task.job
+            attr = touched.get(uid)
+            if attr is None:
+                attr = self.job_attrs.get(uid)
+                if ssn.jobs.get(uid) is None or attr is None:
+                    continue
+                if uid not in self._private:
+                    attr = self.job_attrs[uid] = attr.clone()
+                    self._private.add(uid)
+                touched[uid] = attr
+            attr.allocated.add(task.resreq)
+        for attr in touched.values():
+            self._update_share(attr)
 
     def _on_event(self, ssn: Session, task: TaskInfo, sign: int) -> None:
         job = ssn.jobs.get(task.job)

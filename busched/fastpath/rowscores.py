@@ -1,0 +1,82 @@
+"""One node's node-local score for a template, with what the task contributes read once.
+
+The kept vectors of a template (`busched.fastpath.batch`, `busched.fastpath.rowcache`) refresh the
+row of the node a task was just placed on with the plugins' own per-node scorers: nodeorder's
+least / most requested and balanced allocation (three calls, each asking the pod view for the
+node's sums and the task for its requests, through ``_resource_pairs``' general walk) and
+binpack's score (which lists the task's requested resources and their weights on every call).
+For a run of one template the task's part is the same on every row.  The functions here take it
+once and then compute, row by row, exactly what those scorers compute: the same integer and
+float operations on the same values in the same order.  The plugins' scorers stay the reference
+(the per-task paths with the kernels off use them); tests/fastpath/test_rowscores.py checks every
+row equal on random clusters, after placements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from busched.api import k8s
+from busched.api.node import NodeInfo
+from busched.api.task import TaskInfo
+
+__all__ = ["resource_row"]
+
+MAX = k8s.MAX_NODE_SCORE
+
+
+def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, wm: int,
+                 wb: int) -> Callable[[int], int] | None:
+    """``least_allocated * wl + most_allocated * wm + balanced_allocation * wb`` for row ``r`` (the
+    plugin's weighted sum), for a task asking for cpu and memory only; None for any other task (the
+    scorers' general walk over extended resources applies: the caller keeps the plugin's)."""
+    pc, pm, scalars = k8s.pod_requests(task)
+    if scalars:
+        return None
+    npc, npm = k8s.non_zero_requests(task)
+    requested = view.requested
+    go_div = k8s.go_div
+
+    def one(r: int) -> int:
+        n = nodes[r]
+        cpu, mem, nz_cpu, nz_mem, _ = requested(n.name)
+        a = n.allocatable
+        ac, am = int(a.cpu), int(a.memory)
+        out = 0
+        if wl or wm:  # both on the non-zero requests, each resource the node has
+            # (Go's truncating division is Python's floor division on a non-negative numerator and a
+            # positive divisor, which requests and allocatable are; go_div itself otherwise)
+            least = most = weight = 0
+            if ac:
+                req = nz_cpu + npc
+                if ac > 0 and req >= 0:
+                    least += 0 if req > ac else (ac - req) * MAX // ac * 50
+                    most += min(req, ac) * MAX // ac
+                else:
+                    least += 0 if req > ac else go_div((ac - req) * MAX, ac) * 50
+                    most += go_div(min(req, ac) * MAX, ac)
+                weight += 1
+            if am:
+                req = nz_mem + npm
+                if am > 0 and req >= 0:
+                    least += 0 if req > am else (am - req) * MAX // am * 50
+                    most += min(req, am) * MAX // am
+                else:
+                    least += 0 if req > am else go_div((am - req) * MAX, am) * 50
+                    most += go_div(min(req, am) * MAX, am)
+                weight += 1
+            if wl and weight:
+                out += (least // (weight * 50) if least >= 0 else go_div(least, weight * 50)) * wl
+            if wm and weight:
+                out += (most // weight if most >= 0 else go_div(most, weight)) * wm
+        if wb:  # on the requests as they are
+            if ac and am:
+                f0, f1 = min((cpu + pc) / ac, 1.0), min((mem + pm) / am, 1.0)
+                std = abs((f0 - f1) / 2)
+            else:
+                std = 0.0  # one fraction or none
+            out += int((1 - std) * MAX) * wb
+        return out
+
+    return one
