@@ -73,6 +73,7 @@ from typing import Any
 from busched.api import assemble, build
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
+from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
 from busched.fastpath.verify import SharedStateMutated, check, fingerprint_job, fingerprint_node
@@ -86,9 +87,12 @@ class Lease:
     session runs, ``closed`` once it closed; ``superseded`` when a later snapshot took the objects
     of one no session had opened (it may not be opened any more)."""
 
-    __slots__ = ("closed", "in_session", "opened", "superseded", "prints")
+    __slots__ = ("closed", "in_session", "opened", "superseded", "prints", "log")
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[JobInfo] | None = None) -> None:
+        # the lent jobs' log (busched.api.outputs): those written or whose outputs changed in the
+        # session, in order (None: the session looks at every job, the reference)
+        self.log = log
         self.closed = False
         self.in_session = False
         self.opened = False
@@ -169,6 +173,11 @@ class SharedMemo:
         self._listeners: list[Any] = [self._node_writes]
         self._node_at: dict[str, int] = {}
         self._pos: dict[str, int] = {}
+        # the list every lent job holds as ``log`` (busched.api.outputs): jobs written, or whose outputs a
+        # session changed; ``logged`` False is the reference (every lent job's outputs put back, and
+        # gang and close look at every job: the lease carries no log)
+        self._job_log: list[JobInfo] = []
+        self.logged = True
         self.plain = False  # the reference passes (every node asked whether it was written), for oracle tests
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
@@ -230,13 +239,15 @@ class SharedMemo:
         checked when the lease comes back."""
         changes = cache.take_changes()
         patch = self._take_back(classes, default_priority)
+        heard = self._job_log[:]  # what the last session wrote (taken before this lending logs its own)
+        self._job_log.clear()
         self.assembled_jobs = self.assembled_nodes = 0
         if patch and not changes.nodes_moved:
             nodes = self._patch_nodes(cache, classes, changes.nodes)
         else:
             nodes = self._lend_nodes(cache, classes)
         if patch and not changes.jobs_removed and queues == self._queues:
-            got = self._patch_jobs(cache, classes, default_priority, changes.jobs)
+            got = self._patch_jobs(cache, classes, default_priority, changes.jobs, heard)
         else:
             got = None
         if got is None:
@@ -244,7 +255,7 @@ class SharedMemo:
         jobs, volatile = got
         self._queues = queues
         self._forget(cache.objects)
-        lease = self._lease = Lease()
+        lease = self._lease = Lease(self._job_log if self.logged else None)
         if verify:
             lease.prints = [("job", j, fingerprint_job(j)) for j in self._lent.values() if not j.written]
             lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
@@ -282,6 +293,8 @@ class SharedMemo:
                     tasks.append(_fresh_task(tmpl.task))
             assemble.add_tasks(job, tasks)  # (job.add_task for each, in one loop)
             job.written = False
+            if self.logged:
+                job.derived = {LOGGED: self._job_log}  # (its first write logs it: busched.api.outputs)
             m = self._jobs[key] = _Job(spec, version, default_priority, job)
             self.assembled_jobs += 1
         else:
@@ -291,6 +304,8 @@ class SharedMemo:
             if job.conditions is not m.conditions:
                 job.conditions = m.conditions
         if m.volatile:
+            if not job.written and self.logged:
+                self._job_log.append(job)  # (the next lending looks at it again)
             job.written = True
         return m
 
@@ -313,19 +328,36 @@ class SharedMemo:
         return dict(in_session), volatile
 
     def _patch_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
-                    changed: dict[str, None]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
+                    changed: dict[str, None], heard: list[JobInfo]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
         """The last lending with the changed and written jobs looked at again; None when it cannot be
-        patched in order (a job already lent joined the session)."""
+        patched in order (a job already lent joined the session).  The written jobs, and those whose
+        outputs the last session changed, are those ``heard`` names (the jobs' log); without the log
+        (``logged`` False, the reference) every lent job is looked at."""
         lent, outputs, in_session, pos = self._lent, self._outputs, self._in_session, self._pos
         again = dict(changed)
-        for job, phase, conditions in outputs.values():
-            if job.written:
-                again[job.uid] = None
-            else:  # what the last session set as its output goes back to the spec's
+        if self.logged:
+            # every job's conditions go back to the spec's (gang gives each ready job a new list every
+            # session); the written jobs, and the phases changed, are those logged
+            for job, _, conditions in outputs.values():
                 if job.conditions is not conditions:
                     job.conditions = conditions
-                if job.phase != phase:
-                    job.phase = phase
+            for job in dict.fromkeys(heard):
+                o = outputs.get(job.uid)
+                if o is None or o[0] is not job:
+                    continue
+                if job.written:
+                    again[job.uid] = None
+                elif job.phase != o[1]:
+                    job.phase = o[1]
+        else:  # the reference: every job asked
+            for job, phase, conditions in outputs.values():
+                if job.written:
+                    again[job.uid] = None
+                else:  # what the last session set as its output goes back to the spec's
+                    if job.conditions is not conditions:
+                        job.conditions = conditions
+                    if job.phase != phase:
+                        job.phase = phase
         specs = cache.objects["job"]
         queues = self._queues
         new: list[str] = []
