@@ -76,7 +76,7 @@ from busched.api.node import NodeInfo
 from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
-from busched.fastpath.verify import SharedStateMutated, check, fingerprint_job, fingerprint_node
+from busched.fastpath.verify import SharedStateMutated, check, check_logged, fingerprint_job, fingerprint_node
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]
 
@@ -238,9 +238,12 @@ class SharedMemo:
         of ``queues``) and the unsettled ones among them, all lent; ``verify``: fingerprinted, to be
         checked when the lease comes back."""
         changes = cache.take_changes()
+        last = self._lease
         patch = self._take_back(classes, default_priority)
         heard = self._job_log[:]  # what the last session wrote (taken before this lending logs its own)
         self._job_log.clear()
+        if last is not None and last.closed and last.prints is not None and last.log is not None:
+            check_logged(self._outputs.values(), heard)
         self.assembled_jobs = self.assembled_nodes = 0
         if patch and not changes.nodes_moved:
             nodes = self._patch_nodes(cache, classes, changes.nodes)

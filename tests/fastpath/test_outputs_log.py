@@ -19,12 +19,15 @@ import random
 from typing import Any
 
 import msgspec
+import pytest
 
 from busched.bench import cluster as cl
 from busched.bench import idle
 from busched.bench.driver import apply_decisions, bench_config
 from busched.builtin import run_cycle
 from busched.framework.config import DEFAULT_CONFIG
+from busched.fastpath import FastPathSettings
+from busched.fastpath.lending import SharedStateMutated
 from busched.framework.statement import Statement
 
 CYCLES = 30
@@ -160,3 +163,21 @@ def test_a_session_that_changed_nothing_logs_nothing() -> None:
                      before_close=lambda s: s.evict(next(iter(s.jobs[victim.uid].tasks.values())), "test"))
     assert [j.uid for j in dict.fromkeys(ssn2.jobs_logged())] == [victim.uid]
     assert cache.snapshot().jobs[victim.uid] is not ssn2.jobs[victim.uid]
+
+
+def test_verification_finds_a_phase_changed_without_the_log() -> None:
+    """With verification on, a lent job given another phase by a session that did not log it (a writer
+    that bypassed `output_changed`) is reported as the lease comes back."""
+    cache = idle.build(6, 60, 12)[0]
+    cache.fast = FastPathSettings(verify=True)
+    cfg, _, _ = bench_config(DEFAULT_CONFIG)
+    run_cycle(cache.snapshot(), cfg, uid="a")
+    run_cycle(cache.snapshot(), cfg, uid="b")  # logged changes: passes
+    cache.snapshot().release()
+
+    def sneak(ssn: Any) -> None:
+        next(iter(ssn.jobs.values())).phase = "Completed"  # (not logged)
+
+    run_cycle(cache.snapshot(), cfg, uid="c", before_close=sneak)
+    with pytest.raises(SharedStateMutated, match="without being logged"):
+        cache.snapshot()
