@@ -22,7 +22,11 @@ on many objects needs no flag:
 
 * ``phase`` and ``conditions`` are the session's output (close writes them;
   gang replaces the list rather than changing it), and are put back to the
-  spec's on every lending;
+  spec's on every lending: every job's conditions (gang gives each ready job a
+  new list each session), the phases of the jobs the log names;
+* ``derived`` holds the log (busched.api.outputs): a job appends itself at its
+  first write, and close says which outputs it changed, so the written jobs
+  are found without asking every job (``logged`` False: the reference, asks);
 * ``listeners`` (the session's node arrays): every lent node holds one shared
   list, emptied at once on every lending; its first listener notes the nodes a
   session changed, which the next patch looks at again (no node is asked);

@@ -66,11 +66,12 @@ def close_phases(ssn: Session) -> None:
     else:
         # a steady job this session neither wrote nor marked (a new conditions list: an output
         # change, so logged) is not in the log (busched.api.outputs): only the logged ones are looked at
-        for job in dict.fromkeys(log):
-            if steady.get(job.uid) is job:
-                marked = unschedulable(job.conditions, ssn.uid)
-                if marked or job.written:
-                    _set_phase(job, pod_group_phase(job, marked))
+        logged: JobInfo
+        for logged in dict.fromkeys(log):
+            if steady.get(logged.uid) is logged:
+                marked = unschedulable(logged.conditions, ssn.uid)
+                if marked or logged.written:
+                    _set_phase(logged, pod_group_phase(logged, marked))
     for job in others.values():
         if job.has_podgroup:
             _set_phase(job, pod_group_phase(job, unschedulable(job.conditions, ssn.uid)))

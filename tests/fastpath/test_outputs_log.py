@@ -25,9 +25,9 @@ from busched.bench import cluster as cl
 from busched.bench import idle
 from busched.bench.driver import apply_decisions, bench_config
 from busched.builtin import run_cycle
-from busched.framework.config import DEFAULT_CONFIG
 from busched.fastpath import FastPathSettings
 from busched.fastpath.lending import SharedStateMutated
+from busched.framework.config import DEFAULT_CONFIG
 from busched.framework.statement import Statement
 
 CYCLES = 30
