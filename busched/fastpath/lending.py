@@ -177,7 +177,7 @@ class SharedMemo:
         self._listeners: list[Any] = [self._node_writes]
         self._node_at: dict[str, int] = {}
         self._pos: dict[str, int] = {}
-        # the list every lent job holds as ``log`` (busched.api.outputs): jobs written, or whose outputs a
+        # the log every lent job holds in its derived map (busched.api.outputs): jobs written, or whose outputs a
         # session changed; ``logged`` False is the reference (every lent job's outputs put back, and
         # gang and close look at every job: the lease carries no log)
         self._job_log: list[JobInfo] = []
