@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from busched.api import subjob
+from busched.api import outputs, subjob
 from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
@@ -31,6 +31,7 @@ def add_tasks(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
         return
     job.written = True
     if job.derived:
+        outputs.emptied(job, job.derived)
         job.derived = {}
     own, index = job.tasks, job.status_index
     total, alloc = job.total_request, job.allocated

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from busched.api import subjob
+from busched.api import outputs, subjob
 from busched.api.fit import FitErrors
 from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
@@ -143,6 +143,7 @@ class JobInfo:
         # (each field read once, no setdefault's throwaway dict: a cold snapshot adds every task)
         self.written = True
         if self.derived:
+            outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
             self.derived = {}
         uid, status, req = t.uid, t.status, t.resreq
         self.tasks[uid] = t
@@ -164,6 +165,7 @@ class JobInfo:
             return
         self.written = True
         if self.derived:
+            outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
             self.derived = {}
         self.total_request.sub(old.resreq)
         if allocated_status(old.status):
@@ -195,6 +197,7 @@ class JobInfo:
         r = t.resreq
         self.written = True
         if self.derived:
+            outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
             self.derived = {}
         del self.tasks[uid]
         self.total_request.sub(r)

@@ -22,7 +22,11 @@ on many objects needs no flag:
 
 * ``phase`` and ``conditions`` are the session's output (close writes them;
   gang replaces the list rather than changing it), and are put back to the
-  spec's on every lending;
+  spec's on every lending: every job's conditions (gang gives each ready job a
+  new list each session), the phases of the jobs the log names;
+* ``derived`` holds the log (busched.api.outputs): a job appends itself at its
+  first write, and close says which outputs it changed, so the written jobs
+  are found without asking every job (``logged`` False: the reference, asks);
 * ``listeners`` (the session's node arrays): every lent node holds one shared
   list, emptied at once on every lending; its first listener notes the nodes a
   session changed, which the next patch looks at again (no node is asked);
@@ -73,9 +77,10 @@ from typing import Any
 from busched.api import assemble, build
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
+from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo, completed_status
-from busched.fastpath.verify import SharedStateMutated, check, fingerprint_job, fingerprint_node
+from busched.fastpath.verify import SharedStateMutated, check, check_logged, fingerprint_job, fingerprint_node
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]
 
@@ -86,9 +91,12 @@ class Lease:
     session runs, ``closed`` once it closed; ``superseded`` when a later snapshot took the objects
     of one no session had opened (it may not be opened any more)."""
 
-    __slots__ = ("closed", "in_session", "opened", "superseded", "prints")
+    __slots__ = ("closed", "in_session", "opened", "superseded", "prints", "log")
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[JobInfo] | None = None) -> None:
+        # the lent jobs' log (busched.api.outputs): those written or whose outputs changed in the
+        # session, in order (None: the session looks at every job, the reference)
+        self.log = log
         self.closed = False
         self.in_session = False
         self.opened = False
@@ -169,6 +177,11 @@ class SharedMemo:
         self._listeners: list[Any] = [self._node_writes]
         self._node_at: dict[str, int] = {}
         self._pos: dict[str, int] = {}
+        # the log every lent job holds in its derived map (busched.api.outputs): jobs written, or whose outputs a
+        # session changed; ``logged`` False is the reference (every lent job's outputs put back, and
+        # gang and close look at every job: the lease carries no log)
+        self._job_log: list[JobInfo] = []
+        self.logged = True
         self.plain = False  # the reference passes (every node asked whether it was written), for oracle tests
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
@@ -229,14 +242,19 @@ class SharedMemo:
         of ``queues``) and the unsettled ones among them, all lent; ``verify``: fingerprinted, to be
         checked when the lease comes back."""
         changes = cache.take_changes()
+        last = self._lease
         patch = self._take_back(classes, default_priority)
+        heard = self._job_log[:]  # what the last session wrote (taken before this lending logs its own)
+        self._job_log.clear()
+        if last is not None and last.closed and last.prints is not None and last.log is not None:
+            check_logged(self._outputs.values(), heard)
         self.assembled_jobs = self.assembled_nodes = 0
         if patch and not changes.nodes_moved:
             nodes = self._patch_nodes(cache, classes, changes.nodes)
         else:
             nodes = self._lend_nodes(cache, classes)
         if patch and not changes.jobs_removed and queues == self._queues:
-            got = self._patch_jobs(cache, classes, default_priority, changes.jobs)
+            got = self._patch_jobs(cache, classes, default_priority, changes.jobs, heard)
         else:
             got = None
         if got is None:
@@ -244,7 +262,7 @@ class SharedMemo:
         jobs, volatile = got
         self._queues = queues
         self._forget(cache.objects)
-        lease = self._lease = Lease()
+        lease = self._lease = Lease(self._job_log if self.logged else None)
         if verify:
             lease.prints = [("job", j, fingerprint_job(j)) for j in self._lent.values() if not j.written]
             lease.prints += [("node", n, fingerprint_node(n)) for n in nodes]
@@ -282,6 +300,8 @@ class SharedMemo:
                     tasks.append(_fresh_task(tmpl.task))
             assemble.add_tasks(job, tasks)  # (job.add_task for each, in one loop)
             job.written = False
+            if self.logged:
+                job.derived = {LOGGED: self._job_log}  # (its first write logs it: busched.api.outputs)
             m = self._jobs[key] = _Job(spec, version, default_priority, job)
             self.assembled_jobs += 1
         else:
@@ -291,6 +311,8 @@ class SharedMemo:
             if job.conditions is not m.conditions:
                 job.conditions = m.conditions
         if m.volatile:
+            if not job.written and self.logged:
+                self._job_log.append(job)  # (the next lending looks at it again)
             job.written = True
         return m
 
@@ -313,19 +335,36 @@ class SharedMemo:
         return dict(in_session), volatile
 
     def _patch_jobs(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
-                    changed: dict[str, None]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
+                    changed: dict[str, None], heard: list[JobInfo]) -> tuple[dict[str, JobInfo], list[JobInfo]] | None:
         """The last lending with the changed and written jobs looked at again; None when it cannot be
-        patched in order (a job already lent joined the session)."""
+        patched in order (a job already lent joined the session).  The written jobs, and those whose
+        outputs the last session changed, are those ``heard`` names (the jobs' log); without the log
+        (``logged`` False, the reference) every lent job is looked at."""
         lent, outputs, in_session, pos = self._lent, self._outputs, self._in_session, self._pos
         again = dict(changed)
-        for job, phase, conditions in outputs.values():
-            if job.written:
-                again[job.uid] = None
-            else:  # what the last session set as its output goes back to the spec's
+        if self.logged:
+            # every job's conditions go back to the spec's (gang gives each ready job a new list every
+            # session); the written jobs, and the phases changed, are those logged
+            for job, _, conditions in outputs.values():
                 if job.conditions is not conditions:
                     job.conditions = conditions
-                if job.phase != phase:
-                    job.phase = phase
+            for job in dict.fromkeys(heard):
+                o = outputs.get(job.uid)
+                if o is None or o[0] is not job:
+                    continue
+                if job.written:
+                    again[job.uid] = None
+                elif job.phase != o[1]:
+                    job.phase = o[1]
+        else:  # the reference: every job asked
+            for job, phase, conditions in outputs.values():
+                if job.written:
+                    again[job.uid] = None
+                else:  # what the last session set as its output goes back to the spec's
+                    if job.conditions is not conditions:
+                        job.conditions = conditions
+                    if job.phase != phase:
+                        job.phase = phase
         specs = cache.objects["job"]
         queues = self._queues
         new: list[str] = []

@@ -8,6 +8,7 @@ back, `check` raises `SharedStateMutated` naming any object whose fields changed
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from busched.api import shared
@@ -18,7 +19,7 @@ from busched.api.task import TaskInfo
 if TYPE_CHECKING:
     from busched.fastpath.lending import Lease
 
-__all__ = ["SharedStateMutated", "fingerprint_job", "fingerprint_node", "check"]
+__all__ = ["SharedStateMutated", "fingerprint_job", "fingerprint_node", "check", "check_logged"]
 
 
 class SharedStateMutated(AssertionError):  # noqa: N818 - public (lending re-exports it, docs and tests name it)
@@ -75,3 +76,15 @@ def check(lease: Lease) -> None:
             name = obj.uid if kind == "job" else obj.name
             raise SharedStateMutated(f"{kind} {name}: a session changed {', '.join(fields)} "
                                      f"without flagging it written")
+
+
+def check_logged(outputs: Iterable[tuple[Any, str, Any]], heard: list[Any]) -> None:
+    """Raise `SharedStateMutated` if a lent job (``outputs``: job, phase as lent, conditions as lent) was
+    written, or given another phase, without the session logging it (busched.api.outputs): the next
+    lending and close would not look at it again."""
+    logged = set(map(id, heard))
+    for job, phase, _ in outputs:
+        if id(job) not in logged and (job.written or job.phase != phase):
+            what = "written" if job.written else f"given phase {job.phase!r}"
+            raise SharedStateMutated(f"job {job.uid} was {what} in a session without being logged "
+                                     "(busched.api.outputs)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from busched.api.job import JobInfo, PodGroupPhase
+from busched.api.outputs import output_changed
 from busched.api.task import TaskStatus
 from busched.fastpath import memo as reuse
 
@@ -51,15 +52,32 @@ def close_phases(ssn: Session) -> None:
     session to session: busched.fastpath.memo) keeps its phase unless this session wrote it
     or marked it unschedulable; only those are looked at again."""
     steady, others = reuse.split(ssn, "close.steady", list(ssn.jobs.values()), is_steady)
+    log = ssn.jobs_logged()
     seen: Any = None  # many jobs share one conditions list (gang's): look at each list once
     marked = False
-    for job in steady.values():
-        conds = job.conditions
-        if conds is not seen:
-            seen = conds
-            marked = unschedulable(conds, ssn.uid)
-        if marked or job.written:
-            job.phase = pod_group_phase(job, marked)
+    if log is None:  # the reference: every steady job looked at
+        for job in steady.values():
+            conds = job.conditions
+            if conds is not seen:
+                seen = conds
+                marked = unschedulable(conds, ssn.uid)
+            if marked or job.written:
+                job.phase = pod_group_phase(job, marked)
+    else:
+        # a steady job this session neither wrote nor marked (a new conditions list: an output
+        # change, so logged) is not in the log (busched.api.outputs): only the logged ones are looked at
+        logged: JobInfo
+        for logged in dict.fromkeys(log):
+            if steady.get(logged.uid) is logged:
+                marked = unschedulable(logged.conditions, ssn.uid)
+                if marked or logged.written:
+                    _set_phase(logged, pod_group_phase(logged, marked))
     for job in others.values():
         if job.has_podgroup:
-            job.phase = pod_group_phase(job, unschedulable(job.conditions, ssn.uid))
+            _set_phase(job, pod_group_phase(job, unschedulable(job.conditions, ssn.uid)))
+
+
+def _set_phase(job: JobInfo, phase: str) -> None:
+    if job.phase != phase:
+        job.phase = phase
+        output_changed(job)

@@ -415,6 +415,14 @@ class Session:
         self._on_deallocate(task)
 
     # -- close ----------------------------------------------------------------------------------
+    def jobs_logged(self) -> list[JobInfo] | None:
+        """The lent jobs this session wrote or whose outputs it changed so far, in order, a job maybe more
+        than once (busched.api.outputs); None when the snapshot keeps no such log (not lent, or the
+        reference): then every job is to be looked at.  With it, a job neither named here nor tested
+        anew by a kept split (``split``) is as the last session left it."""
+        lease = self._lease
+        return lease.log if lease is not None else None
+
     def close(self) -> None:
         """Recompute every job's podgroup phase (phase.close_phases); then lend its objects again."""
         phase.close_phases(self)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from busched.api.job import JobInfo
+from busched.api.outputs import output_changed
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 from busched.framework import points
 from busched.framework.arguments import Arguments
@@ -92,11 +93,22 @@ class GangPlugin:
         # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
         # jobs are the same (busched.fastpath.memo), so such a job just gets the new list
         quiet, others = ssn.split("gang.quiet", list(ssn.jobs.values()), _is_quiet)
-        for job in quiet.values():
-            if job.written:
-                self._close_job(ssn, job, scheduled)
-            else:
+        log = ssn.jobs_logged()
+        if log is None:  # the reference: every quiet job asked whether this session wrote it
+            for job in quiet.values():
+                if job.written:
+                    self._close_job(ssn, job, scheduled)
+                else:
+                    job.conditions = only_scheduled
+        else:
+            # the quiet jobs this session wrote are those logged (busched.api.outputs): every quiet
+            # job gets the list, no question asked, then those get their own, from their conditions as lent
+            written = [(j, j.conditions) for j in dict.fromkeys(log) if j.written and quiet.get(j.uid) is j]
+            for job in quiet.values():
                 job.conditions = only_scheduled
+            for job, conds in written:
+                job.conditions = conds
+                self._close_job(ssn, job, scheduled)
         for job in others.values():
             self._close_job(ssn, job, scheduled)
 
@@ -144,6 +156,7 @@ def set_condition(job: JobInfo, cond: dict[str, Any]) -> None:
     else:
         conds.append(cond)
     job.conditions = conds
+    output_changed(job)
 
 
 def fit_error_message(job: JobInfo) -> str:
