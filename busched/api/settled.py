@@ -46,29 +46,24 @@ def deferrable(job: JobInfo) -> bool:
 
 
 def fill(job: JobInfo) -> None:
-    """Fill in the default sub-job of a `SubJobsLater` job (the job becomes a plain `JobInfo`);
-    nothing for any other job."""
+    """Fill in the default sub-job of a `SubJobsLater` job, then make it a plain `JobInfo` (in that
+    order: a reader never sees the plain maps empty); nothing for any other job."""
     if type(job) is not SubJobsLater:
         return
+    tasks = job.tasks
+    if tasks:
+        # what assemble.add_tasks's loop puts in the sub-job, from the index it built in the same loop
+        sj = subjob.new_default_sub_job(job)
+        sj.tasks.update(tasks)
+        sj.status_index.update((status, dict(ts)) for status, ts in job.status_index.items())
+        prio = sj.priority
+        for t in tasks.values():
+            if t.priority > prio:
+                prio = t.priority
+        sj.priority = prio
+        _SLOT_TO_SUB.__get__(job).update(dict.fromkeys(tasks, sj.uid))
+        _SLOT_SUB_JOBS.__get__(job)[job.uid] = sj
     job.__class__ = JobInfo  # type: ignore[assignment]  # (mypy narrowed it to the subclass)
-    if not job.tasks:
-        return
-    # what assemble.add_tasks's loop puts in the sub-job, from the index it built in the same loop
-    sj = subjob.default_sub_job(job)
-    sj.tasks.update(job.tasks)
-    sj_index = sj.status_index
-    for status, tasks in job.status_index.items():
-        idx = sj_index.get(status)
-        if idx is None:
-            sj_index[status] = dict(tasks)
-        else:
-            idx.update(tasks)
-    prio = sj.priority
-    for t in job.tasks.values():
-        if t.priority > prio:
-            prio = t.priority
-    sj.priority = prio
-    job.task_to_sub_job.update(dict.fromkeys(job.tasks, sj.uid))
 
 
 class SubJobsLater(JobInfo):
@@ -130,7 +125,7 @@ def add_tasks_sub_jobs_later(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
     default sub-job, which waits for its first read (the job becomes a `SubJobsLater`)."""
     if not tasks:
         return
-    if not deferrable(job) or job.tasks or job.sub_jobs:
+    if not deferrable(job) or job.tasks or job.sub_jobs or job.task_to_sub_job:
         raise ValueError(f"job {job.uid}: only a deferrable job without tasks waits for its sub-jobs")
     job.written = True
     if job.derived:
