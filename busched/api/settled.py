@@ -121,15 +121,14 @@ SubJobsLater.__slots__ = JobInfo.__slots__  # type: ignore[assignment]
 
 
 def add_tasks_sub_jobs_later(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
-    """`busched.api.assemble.add_tasks` for a `deferrable` job that holds no task yet, but for the
-    default sub-job, which waits for its first read (the job becomes a `SubJobsLater`)."""
+    """`busched.api.assemble.add_tasks` for a `deferrable` job that holds no task yet (nor a derived
+    value: a fresh one, as the lending's first assembly has), but for the default sub-job, which
+    waits for its first read (the job becomes a `SubJobsLater`)."""
     if not tasks:
         return
-    if not deferrable(job) or job.tasks or job.sub_jobs or job.task_to_sub_job:
+    if not deferrable(job) or job.tasks or job.sub_jobs or job.task_to_sub_job or job.derived:
         raise ValueError(f"job {job.uid}: only a deferrable job without tasks waits for its sub-jobs")
     job.written = True
-    if job.derived:
-        job.derived = {}
     own, index = job.tasks, job.status_index
     total, alloc = job.total_request, job.allocated
     tc, tm, ts = total.cpu, total.memory, total.scalars
