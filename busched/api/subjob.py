@@ -237,9 +237,14 @@ def contains_sub_job_policy(job: JobInfo) -> bool:
 def default_sub_job(job: JobInfo) -> SubJobInfo:
     sj = job.sub_jobs.get(job.uid)
     if sj is None:
-        size = None if contains_sub_job_policy(job) else job.min_available
-        sj = job.sub_jobs[job.uid] = _new_sub_job(job.uid, job.uid, job.uid, size, job.network_topology, None)
+        sj = job.sub_jobs[job.uid] = new_default_sub_job(job)
     return sj
+
+
+def new_default_sub_job(job: JobInfo) -> SubJobInfo:
+    """The default sub-job `default_sub_job` makes for ``job``, not yet in its map."""
+    size = None if contains_sub_job_policy(job) else job.min_available
+    return _new_sub_job(job.uid, job.uid, job.uid, size, job.network_topology, None)
 
 
 def _sub_job_for(job: JobInfo, t: TaskInfo) -> SubJobInfo:

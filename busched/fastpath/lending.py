@@ -74,7 +74,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from busched.api import assemble, build
+from busched.api import assemble, build, settled
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.outputs import LOGGED
@@ -183,6 +183,9 @@ class SharedMemo:
         self._job_log: list[JobInfo] = []
         self.logged = True
         self.plain = False  # the reference passes (every node asked whether it was written), for oracle tests
+        # a settled job's default sub-job filled in on its first read (busched.api.settled); False:
+        # the reference, assembled eagerly
+        self.lazy_sub_jobs = True
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
 
@@ -298,7 +301,10 @@ class SharedMemo:
                 else:
                     tmpl.owner = None  # (an unwritten owner left it as converted)
                     tasks.append(_fresh_task(tmpl.task))
-            assemble.add_tasks(job, tasks)  # (job.add_task for each, in one loop)
+            if direct and self.lazy_sub_jobs and settled.deferrable(job):
+                settled.add_tasks_sub_jobs_later(job, tasks)  # (its sub-job filled in on first read)
+            else:
+                assemble.add_tasks(job, tasks)  # (job.add_task for each, in one loop)
             job.written = False
             if self.logged:
                 job.derived = {LOGGED: self._job_log}  # (its first write logs it: busched.api.outputs)

@@ -25,6 +25,7 @@ import numpy as np
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests
 from busched.api.node import NodeInfo
+from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.memo import Pairs, node_value
 from busched.framework.session import Session
@@ -236,6 +237,28 @@ def _put_row(cols: list[np.ndarray], scalars: dict[str, np.ndarray], i: int, k: 
 
 
 def _sum_pods(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
+    """`_sum_pods_plain` with `pod_requests` and `non_zero_requests` written out (a first session
+    sums every pod of the cluster here: 140,000 of them after a restart); the same whole numbers
+    (tests/framework/test_podview_sums.py compares the two)."""
+    cpu = mem = nz_cpu = nz_mem = 0
+    scalars: dict[str, int] = {}
+    for t in pods.values():
+        r = t.resreq
+        c, m = int(r.cpu), int(r.memory)
+        cpu += c
+        mem += m
+        nz_cpu += c or DEFAULT_MILLI_CPU
+        nz_mem += m or DEFAULT_MEMORY
+        sc = r.scalars
+        if sc and not (len(sc) == 1 and PODS in sc):
+            for k, v in sc.items():
+                if k != PODS and v > 0:
+                    scalars[k] = scalars.get(k, 0) + -(-int(v) // 1000)
+    return cpu, mem, nz_cpu, nz_mem, scalars
+
+
+def _sum_pods_plain(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
+    """The reference: each pod's `pod_requests` and `non_zero_requests`, added."""
     cpu = mem = nz_cpu = nz_mem = 0
     scalars: dict[str, int] = {}
     for t in pods.values():
