@@ -30,11 +30,15 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.framework.cycle import paused_gc
 from busched.scheduler.events import StateFeed
-from busched.scheduler.records import _DECODE
+from busched.scheduler.records import _DECODE, TERMINAL
 
 __all__ = ["apply_restored", "restored_handler"]
 
 log = logging.getLogger("busched.scheduler")
+
+# the subjects of the two kinds a checkpoint is nearly all made of: ``busched.state.task.`` + the key's tokens
+_TASK_SUBJECTS = f"{S.STATE_PREFIX}.task."
+_JOB_SUBJECTS = f"{S.STATE_PREFIX}.job."
 
 
 def restored_handler(feed: StateFeed) -> Any:
@@ -47,18 +51,24 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
     returns how many took the fast path (the rest went through the live path one by one)."""
     specs_task, specs_job = feed.specs["task"], feed.specs["job"]
     seqs, refused, cache, eff = feed.seqs, feed.refused, feed.cache, feed.effective
-    deleting, dirty_tasks, dirty_jobs = feed.table.deleting, eff.dirty_tasks, eff.dirty_jobs
+    table, deleting, dirty_tasks, dirty_jobs = feed.table, feed.table.deleting, eff.dirty_tasks, eff.dirty_jobs
     suspended, pg_status = eff.suspended, feed.pg_status
     limit = feed.settings.max_event_bytes
-    parse, decode, insert, effective_task = S.parse_state_subject, _DECODE, cache.insert, eff.effective_task
-    task_upsert, job_upsert = m.TaskUpsert, m.JobUpsert
+    decode, effective_task = _DECODE, eff.effective_task
+    insert_task, insert_job = cache.insert_task, cache.insert_job
+    task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
+    task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS
+    n_task, n_job = len(task_at), len(job_at)
     tasks = jobs = 0
     with paused_gc():
         try:
             for subject, data, seq in items:
-                kind, key = parse(subject)
                 try:
-                    if kind == "task":
+                    # (the subject's kind and key as `subjects.parse_state_subject` reads them, for the two kinds
+                    # a checkpoint is made of and a key without escapes; any other goes the live path, which
+                    # parses it)
+                    if subject.startswith(task_at) and "%" not in subject:
+                        key = subject[n_task:].replace(".", "/")
                         if key in specs_task or ("task", key) in seqs or len(data) > limit:
                             raise _PlainPathError
                         msg = decode(data)
@@ -67,13 +77,21 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         spec = msg.task
                         if f"{spec.namespace}/{spec.name}" != key:
                             raise _PlainPathError
-                        insert("task", effective_task(key, spec), key)  # validates before it changes anything
+                        # the effective object (`EffectiveObjects.effective_task`), asked only when it can
+                        # differ from the spec: a binding, a backoff, a suspended job, a task ended on its node
+                        if table.bindings or table.backoff_until or suspended or (spec.node and spec.phase in terminal):
+                            insert_task(key, effective_task(key, spec))  # validates before it changes anything
+                        else:
+                            insert_task(key, spec)
                         specs_task[key] = spec
-                        dirty_tasks.discard(key)
-                        deleting.discard(key)
+                        if dirty_tasks:
+                            dirty_tasks.discard(key)
+                        if deleting:
+                            deleting.discard(key)
                         kind = "task"  # (the one string, not the subject's slice: one per object kept in seqs)
                         tasks += 1
-                    elif kind == "job":
+                    elif subject.startswith(job_at) and "%" not in subject:
+                        key = subject[n_job:].replace(".", "/")
                         if key in specs_job or ("job", key) in seqs or len(data) > limit or key in pg_status:
                             raise _PlainPathError
                         msg = decode(data)
@@ -82,9 +100,10 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         job = msg.job
                         if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
                             raise _PlainPathError
-                        insert("job", job, key)
+                        insert_job(key, job)
                         specs_job[key] = job
-                        dirty_jobs.discard(key)
+                        if dirty_jobs:
+                            dirty_jobs.discard(key)
                         kind = "job"
                         jobs += 1
                     else:
