@@ -69,7 +69,8 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                     # parses it)
                     if subject.startswith(task_at) and "%" not in subject:
                         key = subject[n_task:].replace(".", "/")
-                        if key in specs_task or ("task", key) in seqs or len(data) > limit:
+                        at = ("task", key)  # (the one kind string, not the subject's slice: one per object in seqs)
+                        if key in specs_task or at in seqs or len(data) > limit:
                             raise _PlainPathError
                         msg = decode(data)
                         if type(msg) is not task_upsert:
@@ -88,11 +89,11 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                             dirty_tasks.discard(key)
                         if deleting:
                             deleting.discard(key)
-                        kind = "task"  # (the one string, not the subject's slice: one per object kept in seqs)
                         tasks += 1
                     elif subject.startswith(job_at) and "%" not in subject:
                         key = subject[n_job:].replace(".", "/")
-                        if key in specs_job or ("job", key) in seqs or len(data) > limit or key in pg_status:
+                        at = ("job", key)
+                        if key in specs_job or at in seqs or len(data) > limit or key in pg_status:
                             raise _PlainPathError
                         msg = decode(data)
                         if type(msg) is not job_upsert:
@@ -104,7 +105,6 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         specs_job[key] = job
                         if dirty_jobs:
                             dirty_jobs.discard(key)
-                        kind = "job"
                         jobs += 1
                     else:
                         raise _PlainPathError
@@ -117,9 +117,9 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch
                         log.exception("state message on %s (seq %d) failed", subject, seq)
                     continue
-                seqs[(kind, key)] = seq
+                seqs[at] = seq
                 if refused:
-                    refused.pop((kind, key), None)
+                    refused.pop(at, None)
         finally:
             counts = feed.counts
             if tasks:
