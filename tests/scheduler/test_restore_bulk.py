@@ -67,10 +67,17 @@ def messages(rng: random.Random, n: int = 60) -> list[tuple[str, bytes]]:
                 data = _enc(m.delete("task", _task(name, job), 2))
             elif what < 0.9:  # a job's payload on a task subject
                 data = _enc(m.upsert("job", o.JobSpec(name=name, namespace="t"), 1))
-            elif what < 0.95:  # its binding record first, then the task
+            elif what < 0.92:  # its binding record first, then the task
                 rec = m.BindingRecord(version=1, namespace="t", name=name, node="n1", attempt=1, epoch=0)
                 out.append((S.binding_subject(f"t/{name}"), _enc(rec)))
                 data = _enc(m.upsert("task", _task(name, job), 1))
+            elif what < 0.95:  # a name its subject escapes ("." -> %2E): the live path reads that subject
+                name = f"{name}.x"
+                subject = S.state_subject("task", f"t/{name}")
+                data = _enc(m.upsert("task", _task(name, job), 1))
+            elif what < 0.97:  # a subject of more tokens than a key has, its payload for a key it could be
+                subject = f"{S.STATE_PREFIX}.task.t.{name}.x"
+                data = _enc(m.upsert("task", _task(f"{name}/x", job), 1))
             else:  # the same subject twice (a tail's message over the checkpoint's)
                 out.append((subject, _enc(m.upsert("task", _task(name, job, cpu="2"), 1))))
                 data = _enc(m.upsert("task", _task(name, job), 2))
