@@ -252,8 +252,9 @@ async def test_a_tail_whose_messages_were_all_purged_still_starts_from_the_check
 
 
 
-async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_path):
-    """Under exactly `auth.scheduler_permissions` (as `busched up` gives them)."""
+async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_path, caplog):
+    """Under exactly `auth.scheduler_permissions` (as `busched up` gives them), the object's batched read
+    included (busched.bus.checkpoints: a pull consumer on the object store's stream)."""
     import json
 
     from busched.bus import Bus, auth
@@ -279,8 +280,10 @@ async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_pa
         assert await first.checkpoints.write_once(force=True) > 0
         again = Scheduler(buses[1], None, SchedulerSettings(**FAST))
         scheds.append(again)
+        caplog.set_level("INFO", logger="busched.bus")
         await again.start()
         assert again.restored is not None and sorted(again.specs["task"]) == ["t/p-0", "t/p-1", "t/p-2"]
+        assert "batched read failed" not in caplog.text
     finally:
         for s in scheds:
             await s.stop()
