@@ -29,7 +29,7 @@ from busched.api.limits import (
     Size,
     Strings,
 )
-from busched.api.shared import SPEC_NO_LIST, SPEC_NO_MAP, one_name, one_request
+from busched.api.shared import SPEC_NO_LIST, SPEC_NO_MAP, known_name, one_name, one_request
 from busched.api.timestamp import Timestamp
 
 __all__ = ["NodeSpec", "TaskSpec", "JobSpec", "QueueSpec", "PriorityClassSpec", "HyperNodeSpec",
@@ -163,10 +163,15 @@ class TaskSpec(_Spec, gc=False):
         # fields a task leaves empty as the containers every spec shares, busched.api.shared;
         # a spec is replaced, never changed in place.  Half a task spec's memory, and less to
         # allocate and collect while a restart decodes hundreds of thousands)
-        self.namespace = one_name(self.namespace)
-        self.job = one_name(self.job)
-        self.node = one_name(self.node)
-        self.phase = one_name(self.phase)
+        # (the memo's lookup first, the call only for a name it does not know: four per task decoded)
+        v = self.namespace
+        self.namespace = known_name(v) or one_name(v)
+        v = self.job
+        self.job = known_name(v) or one_name(v)
+        v = self.node
+        self.node = known_name(v) or one_name(v)
+        v = self.phase
+        self.phase = known_name(v) or one_name(v)
         self.requests = one_request(self.requests) if self.requests else SPEC_NO_MAP
         if not self.limits:
             self.limits = SPEC_NO_MAP

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from busched.api.resource import Resource
 
-__all__ = ["SharedResource", "NO_MAP", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact",
+__all__ = ["SharedResource", "NO_MAP", "NO_LIST", "SPEC_NO_MAP", "SPEC_NO_LIST", "empties_intact", "known_name",
            "one_request", "one_name"]
 
 _new = object.__new__
@@ -60,6 +60,11 @@ def one_request(m: dict[Any, Any]) -> dict[Any, Any]:
 # builds: cpython gh-113993), and a job key comes from untrusted specs, new with every job
 _NAMES: dict[str, str] = {}
 _NAMES_MAX = 1 << 20
+
+
+# the memo's own lookup, for a decoder's hot path (`TaskSpec.__post_init__`): ``known_name(s) or one_name(s)``
+# is ``one_name(s)`` with a call fewer when the name is known ("" is never known: `one_name` keeps it)
+known_name = _NAMES.get
 
 
 def one_name(s: str) -> str:

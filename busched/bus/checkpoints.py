@@ -8,13 +8,16 @@ size is stored whatever the server's max payload (1 MiB by default); its size is
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any
 
 import nats.js.errors
 from nats.js import api
+from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TYPE, OBJ_STREAM_TEMPLATE
 
 from busched.bus import subjects as S
 from busched.bus.errors import BusError, unsubscribe_quietly
@@ -124,10 +127,23 @@ async def put_object(js: Any, name: str, data: bytes, *, bucket: str = BUCKET, s
 
 
 async def get_object(js: Any, name: str, *, bucket: str = BUCKET) -> bytes | None:
-    """Object ``name``'s bytes, or None when neither it nor its bucket exists."""
+    """Object ``name``'s bytes, or None when neither it nor its bucket exists.  Its chunks are fetched in
+    batches from a pull consumer (`_fetch_chunks`); the object store's own reader, an ordered push consumer,
+    took ~12 ms a chunk (250 ms for a restart's 20) where this takes ~15 ms for all.  Anything it cannot read
+    (a link, an error) is read by the store's own reader."""
     store = await _store(js, bucket, create=False)
     if store is None:
         return None
+    try:
+        info = await store.get_info(name)
+    except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+        return None
+    if info.nuid and not info.is_link() and info.size is not None and info.digest:
+        try:
+            return await _fetch_chunks(js, bucket, info)
+        except Exception as e:  # noqa: BLE001 - the store's reader has the last word
+            log.info("checkpoint %s: batched read failed (%s: %s); reading it chunk by chunk", name,
+                     type(e).__name__, e)
     try:
         res = await store.get(name)
     except nats.js.errors.ObjectNotFoundError:
@@ -135,3 +151,46 @@ async def get_object(js: Any, name: str, *, bucket: str = BUCKET) -> bytes | Non
     except nats.js.errors.ObjectDeletedError:
         return None
     return bytes(res.data or b"")
+
+
+FETCH_BATCH = 64  # chunks a fetch asks for (128 KiB each: 8 MiB an answer)
+
+
+async def _fetch_chunks(js: Any, bucket: str, info: Any, *, timeout: float = 10.0) -> bytes:
+    """The chunks of the object ``info`` describes, from a pull consumer on its chunk subject, checked as the
+    store's reader checks them (the SHA-256 digest of the meta) and against the meta's size."""
+    stream = OBJ_STREAM_TEMPLATE.format(bucket=bucket)
+    subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=bucket, obj=info.nuid)
+    size = int(info.size)
+    parts: list[bytes] = []
+    got = 0
+    h = sha256()
+    if size:
+        cfg = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, deliver_policy=api.DeliverPolicy.ALL,
+                                 inactive_threshold=30.0, mem_storage=True)
+        sub = await js.pull_subscribe(subject, stream=stream, config=cfg)
+        try:
+            while True:
+                msgs = await sub.fetch(batch=FETCH_BATCH, timeout=timeout)
+                for msg in msgs:
+                    parts.append(msg.data)
+                    h.update(msg.data)
+                    got += len(msg.data)
+                if not msgs or msgs[-1].metadata.num_pending == 0 or got > size:
+                    break
+        finally:
+            await _drop_consumer(js, stream, sub)
+    want = base64.urlsafe_b64decode(info.digest[len(OBJ_DIGEST_TYPE):])
+    if got != size or h.digest() != want:
+        raise nats.js.errors.DigestMismatchError()
+    return b"".join(parts)
+
+
+async def _drop_consumer(js: Any, stream: str, sub: Any) -> None:
+    """Delete a pull subscription's ephemeral consumer (its inactivity threshold would, later)."""
+    try:
+        name = (await sub.consumer_info()).name
+        await sub.unsubscribe()
+        await js.delete_consumer(stream, name)
+    except Exception:  # noqa: BLE001 - the server drops it once inactive
+        pass

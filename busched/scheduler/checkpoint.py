@@ -121,7 +121,14 @@ class Merged:
         self.keep: set[str] | None = None  # only these subjects (the stream's), when some were purged
 
     def __len__(self) -> int:
-        return sum(1 for _ in self._subjects())
+        if self.keep is not None or self.ck is None:
+            return sum(1 for _ in self._subjects())
+        # (every entry of the checkpoint but those the tail replaces, each counted as often as it is there,
+        # and the tail's: as `_subjects` counts them, by C loops over hundreds of thousands of subjects)
+        over = {it[0] for it in self.tail}
+        subjects = self.ck.subjects
+        replaced = sum(map(over.__contains__, subjects)) if over else 0
+        return len(subjects) - replaced + len(self.tail)
 
     def _subjects(self) -> Any:
         over = {it[0] for it in self.tail}
@@ -143,15 +150,20 @@ class Merged:
         ck = self.ck
         if ck is not None:
             subjects, seqs, data = ck.subjects, ck.seqs, ck.data
-            for i in range(len(subjects)):
-                subject = subjects[i]
-                if subject not in over and (keep is None or subject in keep):
-                    out.append((subject, data[i], seqs[i]))
-                    if len(out) >= size:
-                        yield out
-                        out = []
+            # a slice of the columns at a time, zipped into the handler's tuples (C loops: a checkpoint has hundreds
+            # of thousands of entries), those the tail replaces or the stream no longer holds left out
+            for i in range(0, len(subjects), size):
+                j = min(i + size, len(subjects))
+                part = zip(subjects[i:j], data[i:j], seqs[i:j])
+                if over or keep is not None:
+                    out.extend(it for it in part if it[0] not in over and (keep is None or it[0] in keep))
+                else:
+                    out.extend(part)
                 if release:
-                    data[i] = b""
+                    data[i:j] = _EMPTY * (j - i)
+                while len(out) >= size:
+                    yield out[:size]
+                    del out[:size]
         for it in self.tail:
             if keep is None or it[0] in keep:
                 out.append(it)
@@ -160,6 +172,9 @@ class Merged:
                     out = []
         if out:
             yield out
+
+
+_EMPTY = [b""]
 
 
 def merge(ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> list[tuple[str, bytes, int]]:

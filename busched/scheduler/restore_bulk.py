@@ -30,11 +30,15 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.framework.cycle import paused_gc
 from busched.scheduler.events import StateFeed
-from busched.scheduler.records import _DECODE
+from busched.scheduler.records import _DECODE, TERMINAL
 
 __all__ = ["apply_restored", "restored_handler"]
 
 log = logging.getLogger("busched.scheduler")
+
+# the subjects of the two kinds a checkpoint is nearly all made of: ``busched.state.task.`` + the key's tokens
+_TASK_SUBJECTS = f"{S.STATE_PREFIX}.task."
+_JOB_SUBJECTS = f"{S.STATE_PREFIX}.job."
 
 
 def restored_handler(feed: StateFeed) -> Any:
@@ -47,19 +51,26 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
     returns how many took the fast path (the rest went through the live path one by one)."""
     specs_task, specs_job = feed.specs["task"], feed.specs["job"]
     seqs, refused, cache, eff = feed.seqs, feed.refused, feed.cache, feed.effective
-    deleting, dirty_tasks, dirty_jobs = feed.table.deleting, eff.dirty_tasks, eff.dirty_jobs
+    table, deleting, dirty_tasks, dirty_jobs = feed.table, feed.table.deleting, eff.dirty_tasks, eff.dirty_jobs
     suspended, pg_status = eff.suspended, feed.pg_status
     limit = feed.settings.max_event_bytes
-    parse, decode, insert, effective_task = S.parse_state_subject, _DECODE, cache.insert, eff.effective_task
-    task_upsert, job_upsert = m.TaskUpsert, m.JobUpsert
+    decode, effective_task = _DECODE, eff.effective_task
+    insert_task, insert_job = cache.insert_task, cache.insert_job
+    task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
+    task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS
+    n_task, n_job = len(task_at), len(job_at)
     tasks = jobs = 0
     with paused_gc():
         try:
             for subject, data, seq in items:
-                kind, key = parse(subject)
                 try:
-                    if kind == "task":
-                        if key in specs_task or ("task", key) in seqs or len(data) > limit:
+                    # (the subject's kind and key as `subjects.parse_state_subject` reads them, for the two kinds
+                    # a checkpoint is made of and a key without escapes; any other goes the live path, which
+                    # parses it)
+                    if subject.startswith(task_at) and "%" not in subject:
+                        key = subject[n_task:].replace(".", "/")
+                        at = ("task", key)  # (the one kind string, not the subject's slice: one per object in seqs)
+                        if key in specs_task or at in seqs or len(data) > limit:
                             raise _PlainPathError
                         msg = decode(data)
                         if type(msg) is not task_upsert:
@@ -67,14 +78,22 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         spec = msg.task
                         if f"{spec.namespace}/{spec.name}" != key:
                             raise _PlainPathError
-                        insert("task", effective_task(key, spec), key)  # validates before it changes anything
+                        # the effective object (`EffectiveObjects.effective_task`), asked only when it can
+                        # differ from the spec: a binding, a backoff, a suspended job, a task ended on its node
+                        if table.bindings or table.backoff_until or suspended or (spec.node and spec.phase in terminal):
+                            insert_task(key, effective_task(key, spec))  # validates before it changes anything
+                        else:
+                            insert_task(key, spec)
                         specs_task[key] = spec
-                        dirty_tasks.discard(key)
-                        deleting.discard(key)
-                        kind = "task"  # (the one string, not the subject's slice: one per object kept in seqs)
+                        if dirty_tasks:
+                            dirty_tasks.discard(key)
+                        if deleting:
+                            deleting.discard(key)
                         tasks += 1
-                    elif kind == "job":
-                        if key in specs_job or ("job", key) in seqs or len(data) > limit or key in pg_status:
+                    elif subject.startswith(job_at) and "%" not in subject:
+                        key = subject[n_job:].replace(".", "/")
+                        at = ("job", key)
+                        if key in specs_job or at in seqs or len(data) > limit or key in pg_status:
                             raise _PlainPathError
                         msg = decode(data)
                         if type(msg) is not job_upsert:
@@ -82,10 +101,10 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         job = msg.job
                         if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
                             raise _PlainPathError
-                        insert("job", job, key)
+                        insert_job(key, job)
                         specs_job[key] = job
-                        dirty_jobs.discard(key)
-                        kind = "job"
+                        if dirty_jobs:
+                            dirty_jobs.discard(key)
                         jobs += 1
                     else:
                         raise _PlainPathError
@@ -98,9 +117,9 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch
                         log.exception("state message on %s (seq %d) failed", subject, seq)
                     continue
-                seqs[(kind, key)] = seq
+                seqs[at] = seq
                 if refused:
-                    refused.pop((kind, key), None)
+                    refused.pop(at, None)
         finally:
             counts = feed.counts
             if tasks:

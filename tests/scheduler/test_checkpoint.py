@@ -70,6 +70,60 @@ def test_merge_keeps_the_last_message_per_subject_in_stream_order():
     assert C.merge(ck, tail) == [("b", b"b4", 4), ("c", b"c5", 5), ("d", b"d7", 7), ("a", b"a8", 8)]
 
 
+def _batches_plain(merged: C.Merged, size: int, release: bool) -> list[list[tuple[str, bytes, int]]]:
+    """`Merged.batches` entry by entry (the reference of the sliced one)."""
+    over, keep, ck = {it[0] for it in merged.tail}, merged.keep, merged.ck
+    out: list[tuple[str, bytes, int]] = []
+    got = []
+    assert ck is not None
+    for i, subject in enumerate(ck.subjects):
+        if subject not in over and (keep is None or subject in keep):
+            out.append((subject, ck.data[i], ck.seqs[i]))
+            if len(out) >= size:
+                got.append(out)
+                out = []
+        if release:
+            ck.data[i] = b""
+    for it in merged.tail:
+        if keep is None or it[0] in keep:
+            out.append(it)
+            if len(out) >= size:
+                got.append(out)
+                out = []
+    return got + [out] if out else got
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_batches_hand_over_what_the_plain_walk_does_and_let_the_checkpoint_go(seed):
+    import random
+
+    rng = random.Random(seed)
+    n = rng.randint(0, 60)
+    subjects = [f"s{i}" for i in range(n)]
+    tail = [(f"s{rng.randint(0, n + 2)}", n + 1 + i, b"t%d" % i) for i in range(rng.randint(0, 12))]
+
+    def merged() -> C.Merged:
+        if n and rng.random() < 0.3:  # (a forged one: a subject twice)
+            subjects[rng.randrange(n)] = subjects[rng.randrange(n)]
+        ck = C.Checkpoint(stream=S.STATE_STREAM, created="c", seq=n, subjects=list(subjects),
+                          seqs=list(range(1, n + 1)), data=[b"d%d" % i for i in range(n)])
+        mg = C.Merged(ck, tail)
+        if rng.random() < 0.4:
+            mg.keep = {f"s{i}" for i in range(n + 11) if rng.random() < 0.7}
+        return mg
+
+    for size in (1, 3, 7, 64):
+        for release in (False, True):
+            state = rng.getstate()
+            a = merged()
+            rng.setstate(state)
+            b = merged()
+            assert len(a) == sum(1 for _ in b._subjects())  # (before the batches: they let the checkpoint go)
+            assert list(a.batches(size, release=release)) == _batches_plain(b, size, release)
+            assert a.ck is not None and b.ck is not None and a.ck.data == b.ck.data
+            assert all(not d for d in a.ck.data) if release else a.ck.data == [b"d%d" % i for i in range(n)]
+
+
 @pytest.mark.parametrize("facts, why", [
     (StreamFacts("2026-02-02T00:00:00Z", 1, 20, 20, 20), "another stream"),
     (StreamFacts("2026-01-01T00:00:00Z", 1, 5, 5, 5), "ahead of the stream"),
@@ -198,8 +252,9 @@ async def test_a_tail_whose_messages_were_all_purged_still_starts_from_the_check
 
 
 
-async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_path):
-    """Under exactly `auth.scheduler_permissions` (as `busched up` gives them)."""
+async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_path, caplog):
+    """Under exactly `auth.scheduler_permissions` (as `busched up` gives them), the object's batched read
+    included (busched.bus.checkpoints: a pull consumer on the object store's stream)."""
     import json
 
     from busched.bus import Bus, auth
@@ -225,8 +280,10 @@ async def test_the_scheduler_credential_may_write_and_read_the_checkpoint(tmp_pa
         assert await first.checkpoints.write_once(force=True) > 0
         again = Scheduler(buses[1], None, SchedulerSettings(**FAST))
         scheds.append(again)
+        caplog.set_level("INFO", logger="busched.bus")
         await again.start()
         assert again.restored is not None and sorted(again.specs["task"]) == ["t/p-0", "t/p-1", "t/p-2"]
+        assert "batched read failed" not in caplog.text
     finally:
         for s in scheds:
             await s.stop()

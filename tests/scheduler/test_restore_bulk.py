@@ -67,10 +67,17 @@ def messages(rng: random.Random, n: int = 60) -> list[tuple[str, bytes]]:
                 data = _enc(m.delete("task", _task(name, job), 2))
             elif what < 0.9:  # a job's payload on a task subject
                 data = _enc(m.upsert("job", o.JobSpec(name=name, namespace="t"), 1))
-            elif what < 0.95:  # its binding record first, then the task
+            elif what < 0.92:  # its binding record first, then the task
                 rec = m.BindingRecord(version=1, namespace="t", name=name, node="n1", attempt=1, epoch=0)
                 out.append((S.binding_subject(f"t/{name}"), _enc(rec)))
                 data = _enc(m.upsert("task", _task(name, job), 1))
+            elif what < 0.95:  # a name its subject escapes ("." -> %2E): the live path reads that subject
+                name = f"{name}.x"
+                subject = S.state_subject("task", f"t/{name}")
+                data = _enc(m.upsert("task", _task(name, job), 1))
+            elif what < 0.97:  # a subject of more tokens than a key has, its payload for a key it could be
+                subject = f"{S.STATE_PREFIX}.task.t.{name}.x"
+                data = _enc(m.upsert("task", _task(f"{name}/x", job), 1))
             else:  # the same subject twice (a tail's message over the checkpoint's)
                 out.append((subject, _enc(m.upsert("task", _task(name, job, cpu="2"), 1))))
                 data = _enc(m.upsert("task", _task(name, job), 2))
@@ -128,25 +135,27 @@ def test_the_fast_path_takes_the_plain_objects_and_hands_over_the_rest():
     assert s.feed.rejected_at_catchup == {S.state_subject("task", "t/b"): 3, S.state_subject("task", "t/d"): 4}
 
 
-def test_an_unforeseen_error_in_one_message_falls_back_to_the_live_path_and_the_rest_applies():
-    """An error the fast path's checks did not foresee (here a converter raising KeyError on one task)
+def test_an_unforeseen_error_in_one_message_falls_back_to_the_live_path_and_the_rest_applies(monkeypatch):
+    """An error the fast path's checks did not foresee (here the task conversion raising KeyError on one task)
     is handled as the live feed handles it: that message logged and not applied, the batch going on."""
+    from busched.api import build
+
     job = o.JobSpec(name="j", namespace="t", min_member=1)
     items = [(S.state_subject("job", "t/j"), _enc(m.upsert("job", job, 1)), 1)]
     items += [(S.state_subject("task", f"t/{n}"), _enc(m.upsert("task", _task(n, "j"), 1)), i)
               for i, n in enumerate(["a", "bad", "c", "d"], start=2)]
+    convert = build.task_info
+
+    def broken(spec: Any, *args: Any) -> Any:
+        if spec.name == "bad":
+            raise KeyError("a converter's bug")
+        return convert(spec, *args)
+    monkeypatch.setattr(build, "task_info", broken)
 
     def run(bulk: bool) -> Scheduler:
         s = applied([], True)
-        convert = s.effective.effective_task
-
-        def broken(key: str, spec: Any) -> Any:
-            if key == "t/bad":
-                raise KeyError("a converter's bug")
-            return convert(key, spec)
-        s.effective.effective_task = broken  # type: ignore[method-assign]
         if bulk:
-            apply_restored(s.feed, items)
+            assert apply_restored(s.feed, items) == 4
         else:
             s.handle_state_batch(items)
         return s
@@ -188,26 +197,46 @@ async def test_forged_checkpoint_contents_are_refused_one_by_one_and_the_restart
     assert again.specs["job"] == full.specs["job"] and again.specs["node"] == full.specs["node"]
 
 
-def test_cache_insert_is_upsert_for_a_new_object():
+@pytest.mark.parametrize("seed", range(3))
+def test_cache_insert_is_upsert_for_a_new_object(seed):
+    """`Cache.insert` and the written-out `insert_task` / `insert_job` leave the cache as `upsert` does: objects,
+    indexes, versions, epochs, the change record, the lending's templates; a refused object changes nothing."""
     from busched.api.build import SpecError
     from busched.cache.cache import Cache
 
-    rng = random.Random(7)
+    rng = random.Random(7 + seed)
     objs: list[tuple[str, Any, str]] = [("node", o.NodeSpec(name="n0", allocatable={"cpu": "4"}), "n0")]
     for j in range(20):
-        objs.append(("job", o.JobSpec(name=f"j{j}", namespace="t", min_member=rng.randint(0, 2)), f"t/j{j}"))
+        objs.append(("job", o.JobSpec(name=f"j{j}", namespace="t", min_member=rng.randint(0, 2),
+                                      priority_class_name=rng.choice(["", "", "high"])), f"t/j{j}"))
         for i in range(rng.randint(1, 3)):
-            node, phase = rng.choice([("", "Pending"), ("n0", "Running"), ("n0", "Succeeded")])
-            objs.append(("task", _task(f"j{j}-{i}", f"j{j}", node=node, phase=phase), f"t/j{j}-{i}"))
+            node, phase = rng.choice([("", "Pending"), ("n0", "Running"), ("n0", "Succeeded"), ("n0", "Failed"),
+                                      ("n1", "Pending")])
+            objs.append(("task", _task(f"j{j}-{i}", rng.choice([f"j{j}", ""]), node=node, phase=phase,
+                                       deleting=rng.random() < 0.2,
+                                       priority_class_name=rng.choice(["", "", "high"])), f"t/j{j}-{i}"))
     objs.append(objs[3])  # one it holds already: an upsert
-    bad = ("task", _task("bad", "j0", cpu="lots"), "t/bad")
-    a, b = Cache(), Cache()
+    objs.append(objs[1])
+    bad = [("task", _task("bad", "j0", cpu="lots"), "t/bad"), ("job", o.JobSpec(name="bad", namespace="t",
+                                                                                 phase="Nope"), "t/bad")]
+    a, b, c = Cache(), Cache(), Cache()
     for kind, spec, key in objs:
         a.upsert(kind, spec, key)
         b.insert(kind, spec, key)
-    with pytest.raises(SpecError):
-        b.insert(*bad)
+        if kind == "task":
+            c.insert_task(key, spec)
+        elif kind == "job":
+            c.insert_job(key, spec)
+        else:
+            c.upsert(kind, spec, key)
+    for kind, spec, key in bad:
+        with pytest.raises(SpecError):
+            b.insert(kind, spec, key)
+        with pytest.raises(SpecError):
+            (c.insert_task if kind == "task" else c.insert_job)(key, spec)
     state = [(c.objects, c.task_seq, c.job_tasks, c.node_tasks, c.job_version, c.node_version, c.generation,
-              c.capacity_epoch, c.unfit.job_versions, c.changes.jobs, c.changes.nodes,
-              sorted(c._memo._tasks), sorted(c._memo._job_templates)) for c in (a, b)]
-    assert state[0] == state[1] and "t/bad" not in b.objects["task"]
+              c.capacity_epoch, c.unfit.job_versions, c.changes.jobs, list(c.changes.jobs), list(c.changes.nodes),
+              c.changes.jobs_removed, c.changes.nodes_moved, c._next_seq,
+              sorted(c._memo._tasks), sorted(c._memo._job_templates)) for c in (a, b, c)]
+    assert state[0] == state[1] == state[2] and "t/bad" not in b.objects["task"] and "t/bad" not in c.objects["job"]
+    assert state[0][7] > 0  # (ended tasks on a node were among them: the capacity epoch moved)
