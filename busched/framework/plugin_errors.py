@@ -11,6 +11,7 @@ session in `COUNTS`, which `busched.metrics` exports as ``busched_plugin_errors_
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -23,7 +24,7 @@ log = logging.getLogger("busched.framework")
 # failures by plugin, since the process started (a counter: it only grows)
 COUNTS: Counter[str] = Counter()
 _LOGGED: set[tuple[str, str]] = set()
-_COUNTED: dict[tuple[str, str], int] = {}
+_COUNTED: dict[tuple[str, str], weakref.ref[object]] = {}
 _MAX_REMEMBERED = 10_000
 
 
@@ -35,15 +36,17 @@ class PluginFailed(FitError):  # noqa: N818 - public, and a FitError (a task's f
         self.plugin = plugin
 
 
-def failed(plugin: str, task: Any, node: str, exc: BaseException, session: object = None) -> PluginFailed:
+def failed(plugin: str, task: Any, node: str, exc: BaseException, session: object) -> PluginFailed:
     """The fit error for ``task`` (on ``node``, "" for the task as a whole); logs and counts it."""
     reason = f"plugin {plugin} failed: {type(exc).__name__}: {exc}"
     key = (plugin, task.key)
-    sid = id(session)  # (not the session itself: it must be freed when it closes)
-    if _COUNTED.get(key) != sid:
+    # a weak reference, not the session (it must be freed when it closes) nor its id (a freed session's
+    # address is soon another session's, and that session's failure would go uncounted)
+    seen = _COUNTED.get(key)
+    if seen is None or seen() is not session:
         if len(_COUNTED) >= _MAX_REMEMBERED:
             _COUNTED.clear()
-        _COUNTED[key] = sid
+        _COUNTED[key] = weakref.ref(session)
         COUNTS[plugin] += 1
     if key not in _LOGGED:
         if len(_LOGGED) >= _MAX_REMEMBERED:

@@ -89,3 +89,25 @@ def test_the_count_is_exported() -> None:
     plugin_errors.COUNTS["exported"] += 1
     text = render(SchedulerMetrics().registry).decode()
     assert 'busched_plugin_errors_total{plugin="exported"}' in text
+
+
+def test_each_session_counts_its_failure_even_at_a_freed_sessions_address() -> None:
+    """Counted once per session: a session freed (as the scheduler frees each one at the end of its
+    cycle) and the next one made, most likely at the same address, counts again."""
+
+    class FakeSession:
+        pass
+
+    class FakeTask:
+        key = "p/reused"
+
+    before = plugin_errors.COUNTS["reuse"]
+    first = FakeSession()
+    plugin_errors.failed("reuse", FakeTask(), "n1", RuntimeError("x"), first)
+    plugin_errors.failed("reuse", FakeTask(), "n2", RuntimeError("x"), first)  # same session: once
+    assert plugin_errors.COUNTS["reuse"] == before + 1
+    for _ in range(3):
+        del first
+        first = FakeSession()
+        plugin_errors.failed("reuse", FakeTask(), "n1", RuntimeError("x"), first)
+    assert plugin_errors.COUNTS["reuse"] == before + 4
