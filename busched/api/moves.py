@@ -11,7 +11,7 @@ not indexed as itself, mixed old statuses, BestEffort tasks) moves one by one as
 
 from __future__ import annotations
 
-from busched.api import subjob
+from busched.api import outputs, subjob
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 
@@ -32,6 +32,7 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         return
     job.written = True
     if job.derived:
+        outputs.emptied(job, job.derived)  # as every writer of a job: a lent job logs its first write
         job.derived = {}
     index = job.status_index
     old = index.get(prev)

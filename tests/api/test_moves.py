@@ -89,3 +89,18 @@ def test_a_uniform_run_takes_the_bulk_path_and_matches(monkeypatch):
     assert not calls
     for uid in bulk.jobs:
         assert _state(bulk.jobs[uid]) == _state(plain.jobs[uid])
+
+
+def test_a_first_write_by_move_run_is_logged_as_every_writer_logs_it():
+    """A lent job's first write logs it (busched.api.outputs), so the next lending assembles it again;
+    move_run writes the job as `_move` does and must log it the same way."""
+    from busched.api.outputs import LOGGED
+
+    spec = cluster(nodes=[("n1", "64", "256Gi")],
+                   tasks=[{"name": f"t{i}", "namespace": "ns", "job": "j", "requests": {"cpu": "1"}} for i in range(3)],
+                   jobs=[{"name": "j", "namespace": "ns", "queue": "q1", "minMember": 3, "phase": "Inqueue"}])
+    job = session(spec).jobs["ns/j"]
+    log: list = []
+    job.derived = {LOGGED: log}
+    move_run(job, list(job.tasks.values()), TaskStatus.Allocated)
+    assert log == [job] and job.derived == {} and job.written
