@@ -23,6 +23,7 @@ from busched.api.node import NodeInfo
 from busched.api.queue import HyperNode, PriorityClass
 from busched.api.snapshot import ClusterSnapshot, Shard
 from busched.api.task import TaskInfo, completed_status
+from busched.cache.inserts import Inserts
 from busched.fastpath import unfit
 from busched.fastpath.lending import SharedMemo
 
@@ -40,9 +41,6 @@ KINDS: dict[str, type[msgspec.Struct] | type[dict[str, Any]]] = {
     "nodeShard": o.NodeShardSpec,
     "podDisruptionBudget": dict,
 }
-
-
-_NO_CLASSES: dict[str, PriorityClass] = {}  # (the conversion's priority classes when validating: none, as `_validate`)
 
 
 def object_key(kind: str, spec: Any) -> str:
@@ -75,7 +73,10 @@ class Changes:
             self.nodes_moved = True
 
 
-class Cache:
+class Cache(Inserts):
+    """The objects by kind, what the shared snapshot needs to know of their changes, and `snapshot`;
+    a restart's bulk inserts are `Inserts` (busched.cache.inserts)."""
+
     def __init__(self, fast: fastpath.FastPathSettings | None = None) -> None:
         # the fast path's settings: lending (kernels on), verification; handed to every snapshot
         self.fast = fast if fast is not None else fastpath.default_settings()
@@ -123,83 +124,6 @@ class Cache:
         self._changed(kind, key, self.objects[kind].get(key), spec)
         self.objects[kind][key] = spec
         self.generation += 1
-
-    def insert(self, kind: str, spec: Any, key: str) -> None:
-        """`upsert` of a task or job the cache does not hold yet, its steps written out for that case: a
-        restart inserts hundreds of thousands (`busched.scheduler.restore_bulk`); anything else is `upsert`.
-        Validated (converted) before anything changes, as `upsert` does."""
-        objects = self.objects.get(kind)
-        if objects is None or key in objects or (kind != "task" and kind != "job"):
-            self.upsert(kind, spec, key)
-            return
-        version = self.generation + 1
-        if kind == "task":
-            self._memo.remember_task(key, spec, build.task_info(spec, {}))
-            if unfit.frees_capacity(kind, None, spec):
-                self.capacity_epoch += 1
-            self._index_task(key, None, spec, version)
-        else:
-            self._memo.remember_job(key, spec, build.job_info(spec, {}))
-            self.job_version[key] = version
-            self.changes.job(key, None, spec)
-            self.unfit.job_versions[key] = version
-        objects[key] = spec
-        self.generation = version
-
-    def insert_task(self, key: str, spec: Any) -> None:
-        """`insert` of a task, written out further for a restart's 140,000 (`busched.scheduler.restore_bulk`):
-        the conversion first (it validates: nothing changes when it refuses), then the lending's template,
-        the capacity epoch and the task indexes as `_index_task` keeps them for a task it did not hold; the
-        job key is the conversion's (the same text as ``namespace/job``, one string, its hash computed once).
-        A key the cache holds goes through `upsert`.  Tests check it leaves the cache as `upsert` does."""
-        tasks = self.objects["task"]
-        if key in tasks:
-            self.upsert("task", spec, key)
-            return
-        info = build.task_info(spec, _NO_CLASSES)
-        version = self.generation + 1
-        self._memo.remember_task(key, spec, info)
-        node = spec.node
-        if node and (spec.phase in unfit.TERMINAL or spec.deleting):  # (`unfit.frees_capacity` of a new task)
-            self.capacity_epoch += 1
-        self.task_seq[key] = self._next_seq
-        self._next_seq += 1
-        changes = self.changes
-        if spec.job:
-            job = info.job
-            self.unfit.job_versions[job] = version
-            self.job_version[job] = version
-            changes.jobs[job] = None
-            keys = self.job_tasks.get(job)
-            if keys is None:
-                self.job_tasks[job] = {key}
-            else:
-                keys.add(key)
-        if node:
-            self.node_version[node] = version
-            changes.nodes[node] = None
-            keys = self.node_tasks.get(node)
-            if keys is None:
-                self.node_tasks[node] = {key}
-            else:
-                keys.add(key)
-        tasks[key] = spec
-        self.generation = version
-
-    def insert_job(self, key: str, spec: Any) -> None:
-        """`insert` of a job, written out as `insert_task` is."""
-        jobs = self.objects["job"]
-        if key in jobs:
-            self.upsert("job", spec, key)
-            return
-        info = build.job_info(spec, _NO_CLASSES)
-        version = self.generation + 1
-        self._memo.remember_job(key, spec, info)
-        self.job_version[key] = version
-        self.changes.jobs[key] = None  # (`Changes.job` of a job that is there)
-        self.unfit.job_versions[key] = version
-        jobs[key] = spec
-        self.generation = version
 
     def delete(self, kind: str, key: str) -> bool:
         old = self.objects[kind].pop(key, None)
