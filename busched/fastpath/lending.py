@@ -65,8 +65,11 @@ last lending is patched: only the jobs and nodes the cache says changed
 volatile and, when the lease comes back, raises `SharedStateMutated` naming any object changed
 without its flag (busched.fastpath.verify).
 
-(Over 400 lines on purpose: `SharedMemo` is one protocol, lend / patch / take back, whose steps
-must agree on what a written or volatile object is; the verification lives apart.)
+`SharedMemo` is one protocol, lend / patch / take back, whose steps must agree on what a
+written or volatile object is; it is written in parts: the jobs here, the nodes in
+busched.fastpath.lending_nodes, the task templates both are made of in busched.fastpath.templates
+(mixins: their methods are the memo's), the lease in busched.fastpath.lease, the verification
+in busched.fastpath.verify.
 """
 
 from __future__ import annotations
@@ -74,49 +77,18 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from busched.api import assemble, build, settled
+from busched.api import assemble, settled
 from busched.api.job import JobInfo, unsettled
 from busched.api.node import NodeInfo
 from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
-from busched.api.task import TaskInfo, completed_status
+from busched.api.task import TaskInfo
+from busched.fastpath.lease import Lease
+from busched.fastpath.lending_nodes import NodeLending, _NodeWrites
+from busched.fastpath.templates import TaskTemplates, _fresh_task, _Template
 from busched.fastpath.verify import SharedStateMutated, check, check_logged, fingerprint_job, fingerprint_node
 
 __all__ = ["SharedMemo", "Lease", "SharedStateMutated", "fingerprint_job", "fingerprint_node"]
-
-
-
-class Lease:
-    """What one snapshot lent: ``opened`` once a session opened over it, ``in_session`` while that
-    session runs, ``closed`` once it closed; ``superseded`` when a later snapshot took the objects
-    of one no session had opened (it may not be opened any more)."""
-
-    __slots__ = ("closed", "in_session", "opened", "superseded", "prints", "log")
-
-    def __init__(self, log: list[JobInfo] | None = None) -> None:
-        # the lent jobs' log (busched.api.outputs): those written or whose outputs changed in the
-        # session, in order (None: the session looks at every job, the reference)
-        self.log = log
-        self.closed = False
-        self.in_session = False
-        self.opened = False
-        self.superseded = False
-        self.prints: list[tuple[str, Any, dict[str, Any]]] | None = None
-
-
-def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
-    t = tmpl.clone()
-    t.extra = dict(tmpl.extra)
-    return t
-
-
-class _Template:
-    """A task as converted from its spec, and the job it was handed to as it is (None: not handed)."""
-
-    __slots__ = ("spec", "task", "owner")
-
-    def __init__(self, spec: Any, task: TaskInfo, owner: JobInfo | None = None) -> None:
-        self.spec, self.task, self.owner = spec, task, owner
 
 
 class _Job:
@@ -129,21 +101,7 @@ class _Job:
         self.volatile = unsettled(job)
 
 
-class _NodeWrites:
-    """The first listener of the list every lent node shares: the names of the nodes a session changed
-    (every accounting change, the first of which flags a node written, tells the listeners), so the
-    next lending looks at those again without asking every node whether it was written."""
-
-    __slots__ = ("names",)
-
-    def __init__(self) -> None:
-        self.names: dict[str, None] = {}
-
-    def node_changed(self, n: NodeInfo) -> None:
-        self.names[n.name] = None
-
-
-class SharedMemo:
+class SharedMemo(TaskTemplates, NodeLending):
     """Kept by a `Cache`: the assembled jobs and nodes, and the task conversions they are made of.
 
     Lending walks every job and node only when it must (the first time, after a lease that never
@@ -195,19 +153,6 @@ class SharedMemo:
         lease = self._lease
         return lease is not None and lease.in_session and not lease.closed
 
-    def remember_task(self, key: str, spec: Any, task: TaskInfo) -> None:
-        """A task the cache converted to validate it: the template, when no priority class changes it."""
-        if not spec.priority_class_name:
-            self._tasks[key] = _Template(spec, task)
-
-    def remember_job(self, key: str, spec: Any, job: JobInfo) -> None:
-        """A job the cache converted to validate it: its first assembly starts from it, when no
-        priority class changes it (its priority is then the default, set as it is lent)."""
-        if not spec.priority_class_name:
-            self._job_templates[key] = (spec, job)
-        else:
-            self._job_templates.pop(key, None)
-
     def forget(self, kind: str, key: str) -> None:
         """An object deleted from the cache: what was kept for it goes too."""
         memos: dict[str, dict[str, Any]] = {"task": self._tasks, "job": self._jobs, "node": self._nodes}
@@ -216,26 +161,6 @@ class SharedMemo:
             memo.pop(key, None)
         if kind == "job":
             self._job_templates.pop(key, None)
-
-    def _template(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> _Template:
-        """The task's conversion as its spec gives it: converted again when the spec changed, or when
-        the job it was handed to was written (a session may have changed it since)."""
-        m = self._tasks.get(key)
-        if m is None or m.spec is not spec or (m.owner is not None and m.owner.written):
-            m = self._tasks[key] = _Template(spec, build.task_info(spec, classes))
-        return m
-
-    def _task(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> TaskInfo:
-        return self._template(key, spec, classes).task
-
-    def _new_job(self, key: str, spec: Any, classes: dict[str, PriorityClass], default_priority: int) -> JobInfo:
-        """The job without its tasks: the validation's conversion the first time, else converted."""
-        m = self._job_templates.pop(key, None)
-        if m is not None and m[0] is spec and "" not in classes:
-            job = m[1]
-            job.priority = default_priority  # what build.job_info gives without a priority class
-            return job
-        return build.job_info(spec, classes, default_priority)
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
@@ -410,75 +335,6 @@ class SharedMemo:
                 in_session.pop(key, None)
         volatile.sort(key=lambda j: pos[j.uid])
         return dict(in_session), volatile
-
-    def _node(self, name: str, spec: Any, index: int, cache: Any, classes: dict[str, PriorityClass]) -> NodeInfo:
-        m = self._nodes.get(name)
-        version = cache.node_version.get(name, 0)
-        if m is None or m[0] is not spec or m[1] != version or m[2] != index or m[3].written:
-            task_specs = cache.objects["task"]
-            node = build.node_info(spec, index)
-            if m is not None and m[0] is spec:  # never changed in place: shared (the total keeps)
-                node.allocatable, node.capacity = m[3].allocatable, m[3].capacity
-            keys = cache.node_tasks.get(name, ())
-            if len(keys) > 1:
-                keys = sorted(keys, key=cache.task_seq.__getitem__)
-            pairs: list[tuple[TaskInfo, TaskInfo]] = []
-            for tkey in keys:
-                t = self._task(tkey, task_specs[tkey], classes)
-                # a finished task no longer holds its node (Volcano's cache skips terminated tasks)
-                # (the node's copy shares even the requests with the template: a task's requests are
-                # replaced, never changed in place; a cold snapshot makes one such copy per placed task)
-                if not completed_status(t.status):
-                    pairs.append((t, t.copy()))
-            assemble.add_copies(node, pairs)  # (node.add_task for each, in one loop)
-            node.written = False
-            node.listeners = self._listeners
-            if m is not None and m[3].listeners is self._listeners:
-                m[3].listeners = []  # (the object replaced: no longer heard)
-            self._nodes[name] = (spec, version, index, node)
-            self.assembled_nodes += 1
-            return node
-        node = m[3]
-        if node.listeners is not self._listeners:
-            node.listeners = self._listeners
-        return node
-
-    def _fresh_listeners(self) -> dict[str, None]:
-        """Empty the nodes' shared listener list (the last session's node arrays) and return the names of
-        the nodes the last session changed."""
-        writes = self._node_writes
-        names, writes.names = writes.names, {}
-        self._listeners[:] = [writes]
-        return names
-
-    def _lend_nodes(self, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
-        out: list[NodeInfo] = []
-        self._fresh_listeners()
-        for name, spec in cache.objects["node"].items():
-            if spec.ready:
-                out.append(self._node(name, spec, len(out), cache, classes))
-        self._lent_nodes = out
-        self._node_at = {n.name: i for i, n in enumerate(out)}
-        return list(out)
-
-    def _patch_nodes(self, cache: Any, classes: dict[str, PriorityClass], changed: dict[str, None]
-                     ) -> list[NodeInfo]:
-        """The last lending with the changed and written nodes looked at again (no node came, went,
-        or changed readiness): what it costs is what changed, the written nodes being those the
-        shared listener list heard of (`_NodeWrites`).  ``plain``: the reference."""
-        out = self._lent_nodes
-        again = dict(changed)
-        heard = self._fresh_listeners()
-        if self.plain:  # the reference: ask every node
-            heard = {n.name: None for n in out if n.written}
-        again.update(heard)
-        specs = cache.objects["node"]
-        at = self._node_at
-        for name in again:
-            i = at.get(name)
-            if i is not None:
-                out[i] = self._node(name, specs[name], i, cache, classes)
-        return list(out)
 
     def _take_back(self, classes: dict[str, PriorityClass], default_priority: int) -> bool:
         """Before lending again: verify the last lease and say whether the last lending can be

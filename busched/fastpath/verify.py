@@ -17,7 +17,7 @@ from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
 
 if TYPE_CHECKING:
-    from busched.fastpath.lending import Lease
+    from busched.fastpath.lease import Lease
 
 __all__ = ["SharedStateMutated", "fingerprint_job", "fingerprint_node", "check", "check_logged"]
 
