@@ -1,8 +1,9 @@
-"""Jobs (Volcano PodGroups) with their task index and gang arithmetic.
+"""Jobs (Volcano PodGroups) with their task index.
 
-(Just over 400 lines: `JobInfo` is Volcano's job_info.go, whose gang counts (ready, waiting,
-pipelined, starving, valid) read one task index; kept in one class so that every count can be
-checked against the index it reads.)"""
+`JobInfo` is Volcano's job_info.go: the podgroup's fields, the task index (tasks by uid and by
+status, with the running sums) and its changes.  The gang arithmetic that reads the index
+(ready, waiting, pipelined, starving, valid; per-role minimums; fit errors) is `GangCounts`
+(busched.api.gang), a base of `JobInfo`: its methods are the job's."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 from busched.api import outputs, subjob
 from busched.api.fit import FitErrors
+from busched.api.gang import GangCounts
 from busched.api.resource import PODS, Resource, exceeded_part
-from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status, parse_bool, scheduled_status
+from busched.api.task import TaskInfo, TaskStatus, allocated_status, parse_bool
 
 __all__ = ["JobInfo", "PodGroupPhase", "unsettled"]
 
@@ -31,11 +33,9 @@ class PodGroupPhase:
 # task statuses an allocating action may change (place, pipeline, dispatch)
 _PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
 
-_READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
-
 
 @dataclass(eq=False, slots=True)
-class JobInfo:
+class JobInfo(GangCounts):
     """One podgroup and its tasks.  Slotted: with its 31 fields an instance dict took 1.6 kB a job."""
 
     uid: str  # "namespace/name"
@@ -80,16 +80,15 @@ class JobInfo:
         subjob.init_job(self)
 
     # -- podgroup derived ------------------------------------------------------
-    @property
-    def task_min_available_total(self) -> int:
-        return sum(self.task_min_available.values())
-
     @staticmethod
     def read_preemptable(annotations: dict[str, str], labels: dict[str, str]) -> bool:
         for src in (annotations, labels):
             if "volcano.sh/preemptable" in src:
                 return bool(parse_bool(src["volcano.sh/preemptable"]))
         return False
+
+    def is_pending(self) -> bool:
+        return not self.has_podgroup or self.phase in (PodGroupPhase.Pending, "")
 
     def get_min_resources(self) -> Resource:
         return self.min_resources.clone() if self.min_resources is not None else Resource()
@@ -224,141 +223,6 @@ class JobInfo:
         sj = subjob.default_sub_job(self)
         sj.add_task(t)
         self.task_to_sub_job[uid] = sj.uid
-
-    def tasks_in(self, status: TaskStatus) -> list[TaskInfo]:
-        return list(self.status_index.get(status, {}).values())
-
-    def count(self, status: TaskStatus) -> int:
-        return len(self.status_index.get(status, ()))
-
-    # -- gang arithmetic -----------------------------------------------------------
-    def ready_task_num(self) -> int:
-        n = 0
-        idx = self.status_index
-        for s in _READY:
-            ts = idx.get(s)
-            if ts:
-                n += len(ts)
-        return n
-
-    def waiting_task_num(self) -> int:
-        return self.count(TaskStatus.Pipelined)
-
-    def pending_best_effort_task_num(self) -> int:
-        return self.pending_best_effort
-
-    def allocated_task_num(self) -> int:
-        return sum(len(ts) for s, ts in self.status_index.items() if allocated_status(s))
-
-    def valid_task_num(self) -> int:
-        return sum(len(ts) for s, ts in self.status_index.items()
-                   if allocated_status(s) or s in (TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending))
-
-    # (loops rather than sums over generators: a session's close asks these of every job)
-    def scheduled_task_num(self) -> int:
-        n = 0
-        for s, ts in self.status_index.items():
-            if scheduled_status(s):
-                n += len(ts)
-        return n
-
-    def completed_task_num(self) -> int:
-        n = 0
-        for s, ts in self.status_index.items():
-            if completed_status(s):
-                n += len(ts)
-        return n
-
-    def releasing_scheduled_task_num(self) -> int:
-        ts = self.status_index.get(TaskStatus.Releasing)
-        if not ts:
-            return 0
-        return sum(1 for t in ts.values() if t.node_name)
-
-    def is_ready(self) -> bool:
-        return self.ready_task_num() + self.pending_best_effort_task_num() >= self.min_available
-
-    def is_pipelined(self) -> bool:
-        return (self.waiting_task_num() + self.ready_task_num() + self.pending_best_effort_task_num()
-                >= self.min_available)
-
-    def is_starving(self) -> bool:
-        return self.waiting_task_num() + self.ready_task_num() < self.min_available
-
-    def is_pending(self) -> bool:
-        return not self.has_podgroup or self.phase in (PodGroupPhase.Pending, "")
-
-    def _roles(self, statuses: set[TaskStatus] | None, pending_best_effort: bool) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for s, ts in self.status_index.items():
-            if statuses is not None and (allocated_status(s) or s in statuses):
-                for t in ts.values():
-                    out[t.role] = out.get(t.role, 0) + 1
-            elif s == TaskStatus.Pending and pending_best_effort:
-                for t in ts.values():
-                    if t.init_resreq.is_empty():
-                        out[t.role] = out.get(t.role, 0) + 1
-        return out
-
-    def allocated_roles(self) -> dict[str, int]:
-        return self._roles({TaskStatus.Succeeded}, True)
-
-    def check_task_valid(self) -> bool:
-        if not self.task_min_available:
-            return True  # no per-role minimum: nothing to count (the counts below would say so)
-        if self.min_available < self.task_min_available_total:
-            return True
-        actual = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending}, False)
-        return all(m == 0 or actual.get(role, 0) >= m for role, m in self.task_min_available.items())
-
-    def check_task_ready(self) -> bool:
-        if not self.task_min_available:
-            return True  # no per-role minimum: nothing to count (the counts below would say so)
-        if self.min_available < self.task_min_available_total:
-            return True
-        occ = self.allocated_roles()
-        return all(occ.get(role, 0) >= m for role, m in self.task_min_available.items())
-
-    def check_task_pipelined(self) -> bool:
-        if not self.task_min_available:
-            return True  # no per-role minimum: nothing to count (the counts below would say so)
-        if self.min_available < self.task_min_available_total:
-            return True
-        occ = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined}, True)
-        return all(occ.get(role, 0) >= m for role, m in self.task_min_available.items())
-
-    def check_task_starving(self) -> bool:
-        if not self.task_min_available:
-            return False  # no per-role minimum: nothing to count (the counts below would say so)
-        if self.min_available < self.task_min_available_total:
-            return True
-        occ = self._roles({TaskStatus.Succeeded, TaskStatus.Pipelined}, False)
-        return any(occ.get(role, 0) < m for role, m in self.task_min_available.items())
-
-    # -- fit errors ------------------------------------------------------------------
-    def fit_failed_roles(self) -> set[str]:
-        return {self.tasks[uid].role for uid in self.nodes_fit_errors if uid in self.tasks}
-
-    def task_has_fit_errors(self, t: TaskInfo) -> bool:
-        return bool(t.role) and t.role in self.fit_failed_roles()
-
-    def need_continue_allocating(self) -> bool:
-        """After a task failed predicates, is it still worth trying the job's other tasks?"""
-        if self.min_available == len(self.tasks):
-            return False
-        failed = self.fit_failed_roles()
-        pending: dict[str, int] = {}
-        for t in self.status_index.get(TaskStatus.Pending, {}).values():
-            pending[t.role] = pending.get(t.role, 0) + 1
-        if self.min_available < self.task_min_available_total:
-            left = sum(c for role, c in pending.items() if role not in failed)
-            return self.ready_task_num() + left >= self.min_available
-        allocated = self.allocated_roles()
-        for role in failed:
-            m = self.task_min_available.get(role, 0)
-            if m and allocated.get(role, 0) < m:
-                return False
-        return True
 
     # -- sub-jobs and network topology (busched.api.subjob) ----------------------------
     def contains_sub_job_policy(self) -> bool:
