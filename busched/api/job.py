@@ -3,7 +3,7 @@
 `JobInfo` is Volcano's job_info.go: the podgroup's fields, the task index (tasks by uid and by
 status, with the running sums) and its changes.  The gang arithmetic that reads the index
 (ready, waiting, pipelined, starving, valid; per-role minimums; fit errors) is `GangCounts`
-(busched.api.gang), a base of `JobInfo`: its methods are the job's."""
+(busched.api.gang_counts), a base of `JobInfo`: its methods are the job's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from busched.api import outputs, subjob
 from busched.api.fit import FitErrors
-from busched.api.gang import GangCounts
+from busched.api.gang_counts import GangCounts
 from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, parse_bool
 
