@@ -25,9 +25,9 @@ import numpy as np
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests
 from busched.api.node import NodeInfo
-from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.memo import Pairs, node_value
+from busched.framework.podsums import sum_pods
 from busched.framework.session import Session
 
 T = TypeVar("T")
@@ -164,10 +164,10 @@ class SessionPods:
         s = self._sums.get(node)
         if s is None:
             if self.pods.changed(node):
-                s = _sum_pods(self.pods[node])
+                s = sum_pods(self.pods[node])
             else:
                 pods = self.pods.opened[node]
-                s = node_value(self.nodes[node], "pods.requested", lambda _: _sum_pods(pods))
+                s = node_value(self.nodes[node], "pods.requested", lambda _: sum_pods(pods))
             self._sums[node] = s
         return s
 
@@ -190,7 +190,7 @@ class SessionPods:
 
 def _lent_sums(n: NodeInfo) -> tuple[int, int, int, int, dict[str, int]]:
     """A node's pod sums as lent (its task map as of the open), kept on the node."""
-    sums: tuple[int, int, int, int, dict[str, int]] = node_value(n, "pods.requested", lambda _: _sum_pods(n.tasks))
+    sums: tuple[int, int, int, int, dict[str, int]] = node_value(n, "pods.requested", lambda _: sum_pods(n.tasks))
     return sums
 
 
@@ -234,40 +234,6 @@ def _put_row(cols: list[np.ndarray], scalars: dict[str, np.ndarray], i: int, k: 
         if named is None:
             named = scalars[name] = np.zeros(k, dtype=np.int64)
         named[i] = v
-
-
-def _sum_pods(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
-    """`_sum_pods_plain` with `pod_requests` and `non_zero_requests` written out (a first session
-    sums every pod of the cluster here: 140,000 of them after a restart); the same whole numbers
-    (tests/framework/test_podview_sums.py compares the two)."""
-    cpu = mem = nz_cpu = nz_mem = 0
-    scalars: dict[str, int] = {}
-    for t in pods.values():
-        r = t.resreq
-        c, m = int(r.cpu), int(r.memory)
-        cpu += c
-        mem += m
-        nz_cpu += c or DEFAULT_MILLI_CPU
-        nz_mem += m or DEFAULT_MEMORY
-        sc = r.scalars
-        if sc and not (len(sc) == 1 and PODS in sc):
-            for k, v in sc.items():
-                if k != PODS and v > 0:
-                    scalars[k] = scalars.get(k, 0) + -(-int(v) // 1000)
-    return cpu, mem, nz_cpu, nz_mem, scalars
-
-
-def _sum_pods_plain(pods: dict[str, TaskInfo]) -> tuple[int, int, int, int, dict[str, int]]:
-    """The reference: each pod's `pod_requests` and `non_zero_requests`, added."""
-    cpu = mem = nz_cpu = nz_mem = 0
-    scalars: dict[str, int] = {}
-    for t in pods.values():
-        c, m, sc = pod_requests(t)
-        nc, nm = non_zero_requests(t)
-        cpu, mem, nz_cpu, nz_mem = cpu + c, mem + m, nz_cpu + nc, nz_mem + nm
-        for k, v in sc.items():
-            scalars[k] = scalars.get(k, 0) + v
-    return cpu, mem, nz_cpu, nz_mem, scalars
 
 
 class _Pods(Mapping[str, dict[str, TaskInfo]]):

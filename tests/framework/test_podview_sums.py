@@ -1,4 +1,4 @@
-"""The pod view's per-node sums (busched.framework.podview._sum_pods) written out, against the
+"""The pod view's per-node sums (busched.framework.podsums.sum_pods) written out, against the
 reference that adds each pod's `pod_requests` and `non_zero_requests`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from busched.api.resource import Resource
 from busched.api.task import TaskInfo
-from busched.framework import podview
+from busched.framework import podsums
 
 _SCALARS = ("pods", "nvidia.com/gpu", "example.com/fpga", "hugepages-2Mi")
 
@@ -27,4 +27,4 @@ def _pods(rng: random.Random) -> dict[str, TaskInfo]:
 @pytest.mark.parametrize("seed", range(60))
 def test_sum_pods_is_the_plain_sum(seed: int) -> None:
     pods = _pods(random.Random(seed))
-    assert podview._sum_pods(pods) == podview._sum_pods_plain(pods)
+    assert podsums.sum_pods(pods) == podsums.sum_pods_plain(pods)
