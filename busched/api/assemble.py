@@ -33,13 +33,31 @@ def add_tasks(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
     if job.derived:
         outputs.emptied(job, job.derived)
         job.derived = {}
+    index_tasks(job, tasks)
+    sj = subjob.default_sub_job(job)  # the default sub-job's add_task, for each task
+    sj_tasks, sj_index, prio = sj.tasks, sj.status_index, sj.priority
+    to_sub, sj_uid = job.task_to_sub_job, sj.uid
+    for t in tasks:
+        uid, status = t.uid, t.status
+        sj_tasks[uid] = t
+        idx = sj_index.get(status)
+        if idx is None:
+            sj_index[status] = {uid: t}
+        else:
+            idx[uid] = t
+        if t.priority > prio:
+            prio = t.priority
+        to_sub[uid] = sj_uid
+    sj.priority = prio
+
+
+def index_tasks(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
+    """The job's own part of ``job.add_task(t)`` for each of ``tasks``: its task map, status index,
+    sums and BestEffort count (not its sub-jobs; also the lazy assembly's, busched.api.settled)."""
     own, index = job.tasks, job.status_index
     total, alloc = job.total_request, job.allocated
     tc, tm, ts = total.cpu, total.memory, total.scalars
     ac, am, as_ = alloc.cpu, alloc.memory, alloc.scalars
-    sj = subjob.default_sub_job(job)
-    sj_tasks, sj_index, prio = sj.tasks, sj.status_index, sj.priority
-    to_sub, sj_uid = job.task_to_sub_job, sj.uid
     best_effort = 0
     for t in tasks:
         uid, status, req = t.uid, t.status, t.resreq
@@ -61,19 +79,8 @@ def add_tasks(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
                 as_[n] = as_.get(n, 0.0) + v
         elif t.best_effort and status == _PENDING:
             best_effort += 1
-        # the default sub-job's add_task
-        sj_tasks[uid] = t
-        idx = sj_index.get(status)
-        if idx is None:
-            sj_index[status] = {uid: t}
-        else:
-            idx[uid] = t
-        if t.priority > prio:
-            prio = t.priority
-        to_sub[uid] = sj_uid
     total.cpu, total.memory = tc, tm
     alloc.cpu, alloc.memory = ac, am
-    sj.priority = prio
     job.pending_best_effort += best_effort
 
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from busched.api import subjob
+from busched.api import assemble, subjob
 from busched.api.job import JobInfo
-from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.api.task import TaskInfo, TaskStatus
 
 __all__ = ["SubJobsLater", "add_tasks_sub_jobs_later", "deferrable", "fill"]
 
-_PENDING = TaskStatus.Pending
 # the slots' own descriptors (the subclass's properties hide them)
 _SLOT_SUB_JOBS: Any = vars(JobInfo)["sub_jobs"]
 _SLOT_TO_SUB: Any = vars(JobInfo)["task_to_sub_job"]
@@ -129,32 +128,5 @@ def add_tasks_sub_jobs_later(job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
     if not deferrable(job) or job.tasks or job.sub_jobs or job.task_to_sub_job or job.derived:
         raise ValueError(f"job {job.uid}: only a deferrable job without tasks waits for its sub-jobs")
     job.written = True
-    own, index = job.tasks, job.status_index
-    total, alloc = job.total_request, job.allocated
-    tc, tm, ts = total.cpu, total.memory, total.scalars
-    ac, am, as_ = alloc.cpu, alloc.memory, alloc.scalars
-    best_effort = 0
-    for t in tasks:
-        uid, status, req = t.uid, t.status, t.resreq
-        own[uid] = t
-        idx = index.get(status)
-        if idx is None:
-            index[status] = {uid: t}
-        else:
-            idx[uid] = t
-        tc += req.cpu
-        tm += req.memory
-        scalars = req.scalars
-        for n, v in scalars.items():
-            ts[n] = ts.get(n, 0.0) + v
-        if allocated_status(status):
-            ac += req.cpu
-            am += req.memory
-            for n, v in scalars.items():
-                as_[n] = as_.get(n, 0.0) + v
-        elif t.best_effort and status == _PENDING:
-            best_effort += 1
-    total.cpu, total.memory = tc, tm
-    alloc.cpu, alloc.memory = ac, am
-    job.pending_best_effort += best_effort
+    assemble.index_tasks(job, tasks)
     job.__class__ = SubJobsLater
