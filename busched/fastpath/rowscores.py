@@ -45,27 +45,13 @@ def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, 
         ac, am = int(a.cpu), int(a.memory)
         out = 0
         if wl or wm:  # both on the non-zero requests, each resource the node has
-            # (Go's truncating division is Python's floor division on a non-negative numerator and a
-            # positive divisor, which requests and allocatable are; go_div itself otherwise)
             least = most = weight = 0
             if ac:
-                req = nz_cpu + npc
-                if ac > 0 and req >= 0:
-                    least += 0 if req > ac else (ac - req) * MAX // ac * 50
-                    most += min(req, ac) * MAX // ac
-                else:
-                    least += 0 if req > ac else go_div((ac - req) * MAX, ac) * 50
-                    most += go_div(min(req, ac) * MAX, ac)
-                weight += 1
+                lc, mc = _least_most(nz_cpu + npc, ac)
+                least, most, weight = least + lc, most + mc, weight + 1
             if am:
-                req = nz_mem + npm
-                if am > 0 and req >= 0:
-                    least += 0 if req > am else (am - req) * MAX // am * 50
-                    most += min(req, am) * MAX // am
-                else:
-                    least += 0 if req > am else go_div((am - req) * MAX, am) * 50
-                    most += go_div(min(req, am) * MAX, am)
-                weight += 1
+                lm, mm = _least_most(nz_mem + npm, am)
+                least, most, weight = least + lm, most + mm, weight + 1
             if wl and weight:
                 out += (least // (weight * 50) if least >= 0 else go_div(least, weight * 50)) * wl
             if wm and weight:
@@ -80,3 +66,13 @@ def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, 
         return out
 
     return one
+
+
+def _least_most(req: int, cap: int) -> tuple[int, int]:
+    """One resource's least- and most-requested parts (before the weighting) for ``req`` of ``cap``.
+    Go's truncating division is Python's floor division on a non-negative numerator and a positive
+    divisor, which requests and allocatable are; `k8s.go_div` itself otherwise."""
+    if cap > 0 and req >= 0:
+        return (0 if req > cap else (cap - req) * MAX // cap * 50), min(req, cap) * MAX // cap
+    go_div = k8s.go_div
+    return (0 if req > cap else go_div((cap - req) * MAX, cap) * 50), go_div(min(req, cap) * MAX, cap)

@@ -142,17 +142,9 @@ def test_job_order_key_sorts_as_the_comparator(seed):
 
 def _fresh_sums(view, node: str):
     """SessionPods.requested's sums computed afresh over the node's pods (the reference)."""
-    from busched.plugins.predicates import non_zero_requests, pod_requests
+    from busched.framework.podsums import sum_pods_plain
 
-    cpu = mem = nz_cpu = nz_mem = 0
-    scalars: dict[str, int] = {}
-    for t in view.on(node).values():
-        c, m, sc = pod_requests(t)
-        nc, nm = non_zero_requests(t)
-        cpu, mem, nz_cpu, nz_mem = cpu + c, mem + m, nz_cpu + nc, nz_mem + nm
-        for k, v in sc.items():
-            scalars[k] = scalars.get(k, 0) + v
-    return cpu, mem, nz_cpu, nz_mem, scalars
+    return sum_pods_plain(view.on(node))
 
 
 @pytest.mark.parametrize("seed", range(8))
