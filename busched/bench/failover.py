@@ -164,11 +164,11 @@ async def _run(tasks: int, nodes: int, agents: int, seed: int, lease: float, roo
         scheduler(0)  # the first leads; the second starts once it does, a standby
         await _until(lambda: _is(http, ports[0], "leader"), 60, "sched0 leading", procs)
         scheduler(1)
-        await _until(lambda: _is(http, ports[1], "standby"), 60, "sched1 a ready standby", procs)
-        for i, (prefix, n) in enumerate(_fleet(nodes, agents, prefix="fo")):
+        for i, (prefix, n) in enumerate(_fleet(nodes, agents, prefix="fo")):  # start beside the standby's start
             procs.start(f"agent{i}", ["agent", "--nats", nats.url, "--replicas", "3", "--nodes", str(n),
                                       "--cpu", NODE["cpu"], "--memory", NODE["memory"], "--pods", NODE["pods"],
                                       "--prefix", prefix, "--heartbeat", str(HEARTBEAT), "--log-level", "info"])
+        await _until(lambda: _is(http, ports[1], "standby"), 60, "sched1 a ready standby", procs)
         await _until(lambda: len(watch.nodes) >= nodes, 60, f"heartbeats of {nodes} nodes", procs)
 
         spec = workload(tasks, seed)

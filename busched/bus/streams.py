@@ -13,10 +13,12 @@ more is left alone, so a command run with the default (1) never shrinks a replic
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 from nats.js import api
 
@@ -24,7 +26,7 @@ from busched.bus import subjects as S
 from busched.bus.errors import BusError
 
 __all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config", "allow_atomic",
-           "storage_type"]
+           "storage_type", "stream_info_soon"]
 
 log = logging.getLogger("busched.bus")
 
@@ -88,7 +90,7 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, his
     for cfg in configs:
         cfg.num_replicas = st.replicas
         try:
-            info = await js.stream_info(cfg.name)
+            info = await stream_info_soon(js, cfg.name)
             await _scale_up(js, info, st.replicas)
             continue
         except nats.js.errors.NotFoundError:
@@ -106,6 +108,28 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, his
             from busched.bus import history as H
 
             await H.wait_sourcing(js, H.STATE_HISTORY_STREAM)
+
+
+INFO_ASK_S = 1.0  # one stream-info request's wait: a NATS cluster electing a leader drops requests, so ask again
+INFO_ASKS = 10  # ... at most this many times (a bound of about INFO_ASKS * INFO_ASK_S seconds, as one long wait was)
+
+
+async def stream_info_soon(js: Any, name: str, ask_s: float = INFO_ASK_S, asks: int = INFO_ASKS) -> Any:
+    """``js.stream_info(name)``, each request waited on for ``ask_s`` and sent again up to ``asks`` times.
+
+    Why: just after a NATS server is lost, the cluster's JetStream meta leader may be being elected, and a
+    request sent then gets no answer at all; one request with the client's whole timeout (10 s) held a
+    deposed scheduler's rejoin, and so its catch-up, for those 10 s, where asking again found the new leader
+    within a second or two.  A definite answer (found, not found, refused) ends the asking at once; the last
+    timeout is raised as before."""
+    for ask in range(1, asks + 1):
+        try:
+            return await asyncio.wait_for(js.stream_info(name), ask_s)
+        except (asyncio.TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            if ask == asks:
+                raise
+            log.debug("stream %s: no answer to stream info (ask %d of %d); asking again", name, ask, asks)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def events_stream_config(st: StreamSettings, storage: Any = api.StorageType.FILE) -> api.StreamConfig:
