@@ -1,6 +1,6 @@
 """A fleet adapter: the nodes of an inventory file, served from one process, kept in step with the file.
 
-    python examples/inventory_agent.py --nats nats://127.0.0.1:4222 inventory.yaml [--every 5]
+    python examples/inventory_agent.py --nats nats://127.0.0.1:4222 inventory.yaml [--every 5] [--heartbeat 1]
 
 The inventory is a cluster file with nodes only (what `busched apply` takes). Every node gets a label
 naming the inventory, so the adapter knows which nodes on the bus are its own: a node removed from
@@ -52,7 +52,8 @@ async def on_evict(node: str, evict: m.EvictDecision) -> None:
     log.info("stop %s/%s on %s", evict.namespace, evict.name, node)
 
 
-async def serve(bus: Bus, path: Path, inventory: str, every: float, stop: asyncio.Event) -> None:
+async def serve(bus: Bus, path: Path, inventory: str, every: float, stop: asyncio.Event,
+                heartbeat: float = 1.0) -> None:
     agents: dict[str, Agent] = {}  # node -> its Agent, for as long as the node is in the file, unchanged
     while not stop.is_set():
         try:
@@ -66,7 +67,7 @@ async def serve(bus: Bus, path: Path, inventory: str, every: float, stop: asynci
         await prune(bus, inventory, set(nodes))
         for name, spec in nodes.items():
             if name not in agents:
-                agents[name] = Agent(bus, [spec], on_bind=on_bind, on_evict=on_evict)
+                agents[name] = Agent(bus, [spec], on_bind=on_bind, on_evict=on_evict, heartbeat_interval=heartbeat)
                 await agents[name].start()
                 log.info("serving %s", name)
         try:
@@ -82,6 +83,7 @@ async def main() -> None:
     p.add_argument("inventory", type=Path)
     p.add_argument("--nats", default="nats://127.0.0.1:4222")
     p.add_argument("--every", type=float, default=5.0, help="seconds between reads of the file")
+    p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between a node's heartbeats")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     bus = await Bus.connect(args.nats)
@@ -89,7 +91,7 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     try:
-        await serve(bus, args.inventory, args.inventory.stem, args.every, stop)
+        await serve(bus, args.inventory, args.inventory.stem, args.every, stop, args.heartbeat)
     finally:
         await bus.close()
 

@@ -45,7 +45,8 @@ async def test_the_example_serves_its_inventory_and_prunes_a_removed_node(nats_s
     await bus.ensure_streams()  # the scheduler would have made them
     inv = tmp_path / "lab.yaml"
     inv.write_text(INVENTORY.replace("{more}", NODE_B))
-    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--nats", nats_server.url, str(inv), "--every", "0.2"],
+    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--nats", nats_server.url, str(inv), "--every", "0.2",
+                             "--heartbeat", "0.1"],  # the check's quiet periods are three heartbeats each
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for name in ("inv-a", "inv-b"):
