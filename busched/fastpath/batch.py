@@ -150,6 +150,21 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
         row = avail[r].tolist()
         return all(q - row[j] < MIN_RESOURCE for j, q in wanted)
 
+    if not unknown and len(wanted) <= 3:
+        # cpu, memory and at most one more (most requests: pods): the comparisons written out, in
+        # the same order, the elements read one by one
+        q0, q1 = wanted[0][1], wanted[1][1]
+        item = avail.item
+        if len(wanted) == 2:
+            def one(r: int) -> bool:
+                return q0 - item(r, 0) < MIN_RESOURCE and q1 - item(r, 1) < MIN_RESOURCE
+        else:
+            j2, q2 = wanted[2]
+
+            def one(r: int) -> bool:
+                return (q0 - item(r, 0) < MIN_RESOURCE and q1 - item(r, 1) < MIN_RESOURCE
+                        and q2 - item(r, j2) < MIN_RESOURCE)
+
     # the whole vector from the one kept per request shape (`fits`: a new template of a known
     # shape costs a copy); _Part copies it
     return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), fits(arrays, req, which), ())
