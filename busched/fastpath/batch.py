@@ -178,7 +178,7 @@ class _Template:
     combination as a `board.Board`, which chooses without numpy calls."""
 
     __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "parts", "ok",
-                 "total", "plain", "board")
+                 "total", "plain", "board", "singles", "others")
 
     def __init__(self, task: TaskInfo) -> None:
         self.task = task
@@ -212,7 +212,11 @@ class _Template:
                 self.stills.append(local.still)
         self.future = _fit_part(arrays, task.init_resreq, FUTURE_IDLE)
         self.idle = _fit_part(arrays, task.init_resreq, IDLE)
-        self.parts = [*self.preds, *self.orders, *self.batches, self.future, self.idle]  # in update's order
+        self.parts = [*self.preds, *self.orders, *self.batches, self.future, self.idle]
+        # what update walks: the parts that follow one log, with it, and the others that change
+        self.singles = [(p, p.local.logs[0], p.pos, p.local.one) for p in self.parts
+                        if p.local.one is not None and len(p.local.logs) == 1]
+        self.others = [p for p in self.parts if p.local.one is not None and len(p.local.logs) != 1]
         size = len(nodes)
         if size <= PLAIN_MAX and to_find >= size and all(p.dtype in _PLAIN for p in self.parts):
             self.plain = True
@@ -256,35 +260,35 @@ class _Template:
         """Bring the kept vectors up to date with the rows logged since.  A part with one log
         and one row logged since (a task placed: the common case) is refreshed here, as
         `_Part.refresh` would, without the call and the set it returns."""
-        dirty: set[int] = set()
+        rows: list[int] = []
         whole = False
-        for part in self.parts:
-            local = part.local
-            one = local.one
-            if one is None:
+        fast = size >= 8
+        for part, log, pos, one in self.singles:
+            n, p = len(log), pos[0]
+            if n == p:
                 continue
-            logs = local.logs
-            if len(logs) == 1 and size >= 8:
-                log, pos = logs[0], part.pos
-                n, p = len(log), pos[0]
-                if n == p:
-                    continue
-                if n - p == 1:
-                    pos[0] = n
-                    r = log[p]
-                    cast = part.cast
-                    part.vec[r] = one(r) if cast is None else cast(one(r))
-                    dirty.add(r)
-                    continue
+            if fast and n - p == 1:
+                pos[0] = n
+                r = log[p]
+                cast = part.cast
+                part.vec[r] = one(r) if cast is None else cast(one(r))
+                rows.append(r)
+                continue
             got = part.refresh(size)
             if got is None:
                 whole = True
             else:
-                dirty |= got
+                rows.extend(got)
+        for part in self.others:
+            got = part.refresh(size)
+            if got is None:
+                whole = True
+            else:
+                rows.extend(got)
         if whole:
             self._combine_all(size)
-        else:
-            for r in dirty:
+        elif rows:
+            for r in (rows if len(rows) == 1 else set(rows)):
                 self._combine(r)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
