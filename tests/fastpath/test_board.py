@@ -4,8 +4,10 @@ Random columns (few distinct totals so that ties are common, NaNs, signed zeros,
 or not, fit idle or only future idle), changed row by row as placements change them: wherever
 the board answers, its choice must be `batch.pick_arrays`' on the same columns, NaN and empty
 answers included, with the session's random source drawn the same number of times on the same
-counts (its state compared after every choice).  Whole cycles through the board are compared
-with the per-task path in tests/fastpath/test_batch_choice.py.
+counts (its state compared after every choice).  Then `batch.choose` through templates kept as
+lists against the same templates kept as arrays, placement after placement, walks sampled or not.
+Whole cycles through the board are compared with the per-task path in
+tests/fastpath/test_batch_choice.py.
 """
 
 from __future__ import annotations
@@ -15,8 +17,15 @@ import random
 import numpy as np
 import pytest
 
+from busched.api.task import TaskStatus
+from busched.builtin import open_session
+from busched.fastpath import FastPathSettings, batch
 from busched.fastpath.batch import pick_arrays
 from busched.fastpath.board import NAN, Board
+from busched.framework.config import DEFAULT_CONFIG, load_config
+from busched.framework.statement import Statement
+from tests.fastpath.test_batch_choice import with_shaped_replicas
+from tests.kernel_cases import cache_of, random_cluster
 
 VALUES = [0.0, -0.0, 1.0, 2.5, 2.5, 7.0, 100.0, 250.0, float("nan")]
 
@@ -83,3 +92,44 @@ def test_tied_rows_are_drawn_in_walk_order():
         ours, theirs = random.Random(start), random.Random(start)
         assert board.pick(ours, start) == reference([True] * 6, [True] * 6, total, start, 6, theirs)
         assert ours.getstate() == theirs.getstate()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_template_kept_as_lists_chooses_as_one_kept_as_arrays(monkeypatch, seed):
+    """`batch.choose` through a plain template (lists and a board, the array path when the walk
+    is sampled) and through the same template kept as arrays, placement after placement, walks
+    sampled or not: the same node, the same count walked, the same draws."""
+    rng = random.Random(40 + seed)
+    spec = with_shaped_replicas(rng, random_cluster(rng, nodes=rng.choice([12, 40]), jobs=4, fancy=True), sized=True)
+    sessions = [open_session(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(DEFAULT_CONFIG),
+                             seed=seed) for _ in range(2)]
+    stmts = [Statement(ssn) for ssn in sessions]
+    reps = [sorted((t for j in ssn.jobs.values() for t in j.tasks_in(TaskStatus.Pending) if t.job.startswith("ns/rep")),
+                   key=lambda t: t.key) for ssn in sessions]
+    plain_max = batch.PLAIN_MAX
+    placed = 0
+    kinds = set()
+    for step in range(min(60, len(reps[0]))):
+        size = len(sessions[0].node_list)
+        start, to_find = (0, size) if step % 3 != 2 else (rng.randrange(size), rng.randrange(1, size))
+        got = []
+        for i, ssn in enumerate(sessions):
+            monkeypatch.setattr(batch, "PLAIN_MAX", plain_max if i == 0 else 0)
+            task = reps[i][step]
+            answer = batch.choose(ssn, task, ssn.node_list, ssn.predicate_for_allocate, start, to_find)
+            got.append((task.key, None if answer is None else (answer[0].name, answer[1])))
+            if answer is not None:
+                stmts[i].allocate(task, answer[0].name)
+            kinds.update((i, t.board is not None) for t in ssn.arrays.cache.get("batch-choice", ()))
+        assert got[0] == got[1]
+        assert sessions[0].rng.getstate() == sessions[1].rng.getstate()
+        placed += got[0][1] is not None
+    assert placed
+    assert (0, True) in kinds and (1, True) not in kinds  # plain templates on one side only
+    # and the columns themselves: the plain templates' lists (as arrays) are the array templates' vectors
+    plain, arrays = (sessions[i].arrays.cache["batch-choice"] for i in range(2))
+    for a, b in zip(plain, arrays):
+        assert a.task.key == b.task.key and a.declined == b.declined
+        if not a.declined:
+            for mine, theirs in zip(a.arrays(), b.arrays()):
+                assert np.array_equal(mine, theirs)
