@@ -17,7 +17,10 @@ as `select_run.gradients_found` does, and draw among the tied best with the sess
 source as `select.pick_unless_nan` does.  Anything else (a twin without a declaration, a NaN
 score, no node found, a twin raising) answers None before any draw, and the caller takes the
 per-task path from the same state.  The per-task path is the reference
-(tests/fastpath/test_batch_choice.py).
+(tests/fastpath/test_batch_choice.py).  On a cluster small enough that every search looks at
+every node, a template keeps its vectors as Python lists and chooses from a `board.Board`,
+without the dozen numpy calls a choice on arrays makes (`pick_arrays`, its reference,
+tests/fastpath/test_board.py).
 """
 
 from __future__ import annotations
