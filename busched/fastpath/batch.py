@@ -17,7 +17,10 @@ as `select_run.gradients_found` does, and draw among the tied best with the sess
 source as `select.pick_unless_nan` does.  Anything else (a twin without a declaration, a NaN
 score, no node found, a twin raising) answers None before any draw, and the caller takes the
 per-task path from the same state.  The per-task path is the reference
-(tests/fastpath/test_batch_choice.py).
+(tests/fastpath/test_batch_choice.py).  On a cluster small enough that every search looks at
+every node, a template keeps its vectors as Python lists and chooses from a `board.Board`,
+without the dozen numpy calls a choice on arrays makes (`pick_arrays`, its reference,
+tests/fastpath/test_board.py).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from busched.api.node import NodeInfo
 from busched.api.resource import MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache, select
+from busched.fastpath.board import NAN, Board
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fits
 
-__all__ = ["Local", "declare", "choose", "same_template", "KEPT"]
+__all__ = ["Local", "declare", "choose", "pick_arrays", "same_template", "KEPT"]
 
 KEPT = 4  # templates kept per session (the oldest dropped first)
 # a session whose templates are each used about once (every task its own labels, say) stops
@@ -81,14 +85,27 @@ _NONE: frozenset[int] = frozenset()
 
 
 class _Part:
-    """One twin's kept vector and where in its logs it was last brought up to date."""
+    """One twin's kept vector and where in its logs it was last brought up to date.  On a
+    template kept as Python values (`_Template.plain`) the vector is a list of the values the
+    array would hold (``cast``: its dtype's Python type, applied as the array's store would)."""
 
-    __slots__ = ("twin", "local", "vec", "pos", "args")
+    __slots__ = ("twin", "local", "vec", "pos", "args", "dtype", "cast")
 
     def __init__(self, twin: Any, local: Local, vec: np.ndarray, args: tuple[Any, ...]) -> None:
         self.twin, self.local, self.args = twin, local, args
-        self.vec = np.array(vec, copy=True)  # twins may hand back vectors they keep
+        self.vec: Any = np.array(vec, copy=True)  # twins may hand back vectors they keep
+        self.dtype = self.vec.dtype
+        self.cast: Callable[[Any], Any] | None = None
         self.pos = [len(log) for log in local.logs]
+
+    def make_plain(self) -> None:
+        """Keep the vector as a list from now on (`_PLAIN` dtypes only)."""
+        self.cast = _PLAIN[self.dtype]
+        self.vec = self.vec.tolist()
+
+    def array(self) -> np.ndarray:
+        """The vector as an array of its dtype."""
+        return self.vec if self.cast is None else np.array(self.vec, dtype=self.dtype)
 
     def refresh(self, size: int) -> set[int] | frozenset[int] | None:
         """Bring the vector up to date: the rows refreshed (an empty set: none), or None when the
@@ -103,11 +120,22 @@ class _Part:
             if got is None:
                 raise LookupError("the twin declined the template")
             self.vec = np.array(got, copy=True)
+            self.dtype = self.vec.dtype
+            if self.cast is not None:
+                if self.dtype not in _PLAIN:
+                    raise LookupError("the twin's vector changed to a dtype kept as arrays")
+                self.make_plain()
             return None
-        one, vec = local.one, self.vec
+        one, vec, cast = local.one, self.vec, self.cast
         for r in dirty:
-            vec[r] = one(r)
+            vec[r] = one(r) if cast is None else cast(one(r))
         return dirty
+
+
+# dtypes whose values as Python objects add and compare as the array's do (bool, int64 and
+# float64: int64 + float64 is float64, Python int + float is float, the same double)
+_PLAIN: dict[Any, Callable[[Any], Any]] = {np.dtype(bool): bool, np.dtype(np.int64): int, np.dtype(np.float64): float}
+PLAIN_MAX = 1024  # a template kept as Python values: up to this many nodes, every node searched
 
 
 def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
@@ -125,6 +153,21 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
         row = avail[r].tolist()
         return all(q - row[j] < MIN_RESOURCE for j, q in wanted)
 
+    if not unknown and len(wanted) <= 3:
+        # cpu, memory and at most one more (most requests: pods): the comparisons written out, in
+        # the same order, the elements read one by one
+        q0, q1 = wanted[0][1], wanted[1][1]
+        item = avail.item
+        if len(wanted) == 2:
+            def one(r: int) -> bool:
+                return q0 - item(r, 0) < MIN_RESOURCE and q1 - item(r, 1) < MIN_RESOURCE
+        else:
+            j2, q2 = wanted[2]
+
+            def one(r: int) -> bool:
+                return (q0 - item(r, 0) < MIN_RESOURCE and q1 - item(r, 1) < MIN_RESOURCE
+                        and q2 - item(r, j2) < MIN_RESOURCE)
+
     # the whole vector from the one kept per request shape (`fits`: a new template of a known
     # shape costs a copy); _Part copies it
     return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), fits(arrays, req, which), ())
@@ -133,20 +176,24 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
 class _Template:
     """The kept vectors of one template (``declined``: some twin cannot answer row by row), and
     what they combine into: where the search may find a node (every predicate twin passes and
-    the request fits future idle) and every node's total score."""
+    the request fits future idle) and every node's total score.  On a small cluster whose
+    searches look at every node (``plain``) the vectors are kept as Python lists and the
+    combination as a `board.Board`, which chooses without numpy calls."""
 
     __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "parts", "ok",
-                 "total")
+                 "total", "plain", "board", "singles", "others")
 
     def __init__(self, task: TaskInfo) -> None:
         self.task = task
         self.declined = True
+        self.plain = False
+        self.board: Board | None = None
         self.preds: list[_Part] = []
         self.orders: list[_Part] = []
         self.batches: list[_Part] = []
         self.stills: list[Callable[[], bool]] = []
 
-    def build(self, ssn: Any, arrays: NodeArrays, nodes: Sequence[NodeInfo], fn: Any) -> None:
+    def build(self, ssn: Any, arrays: NodeArrays, nodes: Sequence[NodeInfo], fn: Any, to_find: int) -> None:
         task, rows = self.task, arrays.all_rows
         twins = ssn.predicate_twins(fn)
         plan = select._score_plan(ssn, arrays)
@@ -168,23 +215,36 @@ class _Template:
                 self.stills.append(local.still)
         self.future = _fit_part(arrays, task.init_resreq, FUTURE_IDLE)
         self.idle = _fit_part(arrays, task.init_resreq, IDLE)
-        self.parts = [*self.preds, *self.orders, *self.batches, self.future, self.idle]  # in update's order
-        self._combine_all(len(nodes))
+        self.parts = [*self.preds, *self.orders, *self.batches, self.future, self.idle]
+        # what update walks: the parts that follow one log, with it, and the others that change
+        self.singles = [(p, p.local.logs[0], p.pos, p.local.one) for p in self.parts
+                        if p.local.one is not None and len(p.local.logs) == 1]
+        self.others = [p for p in self.parts if p.local.one is not None and len(p.local.logs) != 1]
+        size = len(nodes)
+        if size <= PLAIN_MAX and to_find >= size and all(p.dtype in _PLAIN for p in self.parts):
+            self.plain = True
+            for part in self.parts:
+                part.make_plain()
+        self._combine_all(size)
         self.declined = False
 
     def _combine_all(self, size: int) -> None:
         mask: np.ndarray | None = None
         for part in self.preds:  # as `select.predicate_mask` combines them, then the fit (`select.scan`)
-            mask = part.vec if mask is None else (mask & part.vec)
-        self.ok = (np.ones(size, dtype=bool) if mask is None else mask) & self.future.vec
-        self.total = select.summed([p.vec for p in self.orders], [p.vec for p in self.batches], size).copy()
+            mask = part.array() if mask is None else (mask & part.array())
+        ok = (np.ones(size, dtype=bool) if mask is None else mask) & self.future.array()
+        total = select.summed([p.array() for p in self.orders], [p.array() for p in self.batches], size).copy()
+        if self.plain:
+            self.board = Board(ok.tolist(), list(self.idle.vec), total.tolist())
+        else:
+            self.ok, self.total = ok, total
 
     def _combine(self, r: int) -> None:
         """Row ``r`` of `ok` and `total`, from the parts' rows, combined as `_combine_all` does."""
         ok = True
         for part in self.preds:
             ok = ok and bool(part.vec[r])
-        self.ok[r] = ok and bool(self.future.vec[r])
+        ok = ok and bool(self.future.vec[r])
         total = None
         for part in self.orders:
             total = part.vec[r] if total is None else total + part.vec[r]
@@ -193,41 +253,53 @@ class _Template:
             batch_total = part.vec[r] if batch_total is None else batch_total + part.vec[r]
         if batch_total is not None:
             total = batch_total if total is None else total + batch_total
-        self.total[r] = 0.0 if total is None else total
+        if self.board is not None:
+            self.board.set_row(r, ok, self.idle.vec[r], 0.0 if total is None else float(total))
+        else:
+            self.ok[r] = ok
+            self.total[r] = 0.0 if total is None else total
 
     def update(self, size: int) -> None:
         """Bring the kept vectors up to date with the rows logged since.  A part with one log
         and one row logged since (a task placed: the common case) is refreshed here, as
         `_Part.refresh` would, without the call and the set it returns."""
-        dirty: set[int] = set()
+        rows: list[int] = []
         whole = False
-        for part in self.parts:
-            local = part.local
-            one = local.one
-            if one is None:
+        fast = size >= 8
+        for part, log, pos, one in self.singles:
+            n, p = len(log), pos[0]
+            if n == p:
                 continue
-            logs = local.logs
-            if len(logs) == 1 and size >= 8:
-                log, pos = logs[0], part.pos
-                n, p = len(log), pos[0]
-                if n == p:
-                    continue
-                if n - p == 1:
-                    pos[0] = n
-                    r = log[p]
-                    part.vec[r] = one(r)
-                    dirty.add(r)
-                    continue
+            if fast and n - p == 1:
+                pos[0] = n
+                r = log[p]
+                cast = part.cast
+                part.vec[r] = one(r) if cast is None else cast(one(r))
+                rows.append(r)
+                continue
             got = part.refresh(size)
             if got is None:
                 whole = True
             else:
-                dirty |= got
+                rows.extend(got)
+        for part in self.others:
+            got = part.refresh(size)
+            if got is None:
+                whole = True
+            else:
+                rows.extend(got)
         if whole:
             self._combine_all(size)
-        else:
-            for r in dirty:
+        elif rows:
+            for r in (rows if len(rows) == 1 else set(rows)):
                 self._combine(r)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``ok``, ``idle`` and ``total`` as arrays (a plain template's board made arrays)."""
+        board = self.board
+        if board is None:
+            return self.ok, self.idle.vec, self.total
+        return np.array(board.ok, dtype=bool), np.array(board.idle, dtype=bool), np.array(board.total)
 
 
 class _Kept(list):  # type: ignore[type-arg]
@@ -238,7 +310,7 @@ class _Kept(list):  # type: ignore[type-arg]
 
 
 def _template(ssn: Any, arrays: NodeArrays, task: TaskInfo, nodes: Sequence[NodeInfo],
-              fn: Any) -> _Template | None:
+              fn: Any, to_find: int) -> _Template | None:
     """The kept template ``task`` belongs to, built if new; None once templates have stopped paying."""
     kept: _Kept | None = arrays.cache.get(_KEY)  # the arrays are the session's own
     if kept is None:
@@ -251,7 +323,7 @@ def _template(ssn: Any, arrays: NodeArrays, task: TaskInfo, nodes: Sequence[Node
         return None
     kept.built += 1
     t = _Template(task)
-    t.build(ssn, arrays, nodes, fn)
+    t.build(ssn, arrays, nodes, fn, to_find)
     if len(kept) >= KEPT:
         del kept[0]
     kept.append(t)
@@ -274,7 +346,7 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
     if arrays.rows_of(nodes) is not arrays.all_rows:
         return None
     try:
-        t = _template(ssn, arrays, task, nodes, fn)
+        t = _template(ssn, arrays, task, nodes, fn, to_find)
     except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
         return None
     if t is None or t.declined:
@@ -286,23 +358,42 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
                 return None
         size = len(nodes)
         t.update(size)
-        found, processed, _ = select.feasible_scan_array(t.ok, start, to_find, False)
-        if not len(found):
-            return None  # the per-task path records the fit errors
-        on_idle = t.idle.vec[found]
-        k = int(np.count_nonzero(on_idle))
-        # the first non-empty gradient: fits idle, else fits only future idle (every node found does)
-        bucket = found if k == len(found) or not k else found[on_idle]
-        if len(bucket) == 1:
-            return nodes[int(bucket[0])], processed
-        values = t.total[bucket]
+        board = t.board
+        if board is not None and board.answers(start, to_find):
+            row = board.pick(ssn.rng, start)  # (draws last: nothing after it can fail)
+            if row is None or row == NAN:
+                return None  # no node found (the per-task path records the fit errors), or a NaN best
+            return nodes[row], size
+        ok, idle, total = t.arrays()
+        got = pick_arrays(ok, idle, total, start, to_find, ssn.rng)
     except Exception:  # noqa: BLE001 - the per-task path calls the twins again and names the plugin
         _drop(arrays, t)
         return None
+    if got is None:
+        return None
+    return nodes[got[0]], got[1]
+
+
+def pick_arrays(ok: np.ndarray, idle: np.ndarray, total: np.ndarray, start: int, to_find: int,
+                rng: Any) -> tuple[int, int] | None:
+    """The row chosen from a template's combined vectors and how many nodes the walk looked at:
+    the walk from ``start`` for ``to_find`` passing rows, the first non-empty gradient of those
+    found, the best total there, a draw from ``rng`` among the tied.  None (no draw made) when no
+    row passes or the best is NaN.  `board.Board.pick` gives the same without numpy calls."""
+    found, processed, _ = select.feasible_scan_array(ok, start, to_find, False)
+    if not len(found):
+        return None  # the per-task path records the fit errors
+    on_idle = idle[found]
+    k = int(np.count_nonzero(on_idle))
+    # the first non-empty gradient: fits idle, else fits only future idle (every node found does)
+    bucket = found if k == len(found) or not k else found[on_idle]
+    if len(bucket) == 1:
+        return int(bucket[0]), processed
+    values = total[bucket]
     best = values[values.argmax()]
     if best != best:  # NaN: the per-task path scores node by node
         return None
     tied = (values == best).nonzero()[0]
     if len(tied) == 1:
-        return nodes[int(bucket[int(tied[0])])], processed
-    return nodes[int(bucket[int(tied[ssn.rng.randrange(len(tied))])])], processed
+        return int(bucket[int(tied[0])]), processed
+    return int(bucket[int(tied[rng.randrange(len(tied))])]), processed

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from busched.api import k8s
 from busched.fastpath.fit import NodeArrays
 
 __all__ = ["PodViewArrays", "pod_view_arrays"]
@@ -24,6 +25,8 @@ class PodViewArrays:
         self.arrays = arrays
         self.pod_requests = pod_requests
         self.non_zero_requests = non_zero_requests
+        # the view's part of a pod added is this view's own (`pod_added`) when these are k8s's functions
+        self.k8s_parts = pod_requests is k8s.pod_requests and non_zero_requests is k8s.non_zero_requests
         n = len(arrays.nodes)
         self.count = np.zeros(n, dtype=np.int64)
         self.cpu = np.zeros(n, dtype=np.int64)
@@ -42,10 +45,14 @@ class PodViewArrays:
         self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = view.pod_columns()
         view.listeners.append(self)
 
-    def _add(self, i: int, task: Any) -> None:
-        c, m, sc = self.pod_requests(task)
-        nc, nm = self.non_zero_requests(task)
-        self._contrib[task.uid] = (c, m, nc, nm, sc)
+    def _add(self, i: int, task: Any, part: tuple[int, int, int, int, dict[str, int]] | None = None) -> None:
+        if part is None or not self.k8s_parts:
+            c, m, sc = self.pod_requests(task)
+            nc, nm = self.non_zero_requests(task)
+            part = (c, m, nc, nm, sc)
+        else:
+            c, m, nc, nm, sc = part
+        self._contrib[task.uid] = part
         self.count[i] += 1
         self.cpu[i] += c
         self.mem[i] += m
@@ -58,10 +65,12 @@ class PodViewArrays:
             col[i] += v
 
     # -- listener (SessionPods calls these) ----------------------------------------------------
-    def pod_added(self, node: str, task: Any) -> None:
+    def pod_added(self, node: str, task: Any, part: tuple[int, int, int, int, dict[str, int]] | None = None) -> None:
+        """``task`` was put on ``node``; ``part``: its (cpu, memory, non-zero cpu, non-zero memory,
+        scalars) as `k8s.pod_requests` and `k8s.non_zero_requests` give them, when the view read them."""
         i = self.arrays.row.get(node)
         if i is not None:
-            self._add(i, task)
+            self._add(i, task, part)
             self.log.append(i)
 
     def pod_removed(self, node: str, task: Any) -> None:

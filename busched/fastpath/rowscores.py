@@ -38,6 +38,9 @@ def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, 
     requested = view.requested
     go_div = k8s.go_div
 
+    if wl and not wm and wb:
+        return _least_balanced(requested, nodes, pc, pm, npc, npm, wl, wb)
+
     def one(r: int) -> int:
         n = nodes[r]
         cpu, mem, nz_cpu, nz_mem, _ = requested(n.name)
@@ -76,3 +79,42 @@ def _least_most(req: int, cap: int) -> tuple[int, int]:
         return (0 if req > cap else (cap - req) * MAX // cap * 50), min(req, cap) * MAX // cap
     go_div = k8s.go_div
     return (0 if req > cap else go_div((cap - req) * MAX, cap) * 50), go_div(min(req, cap) * MAX, cap)
+
+
+def _least_balanced(requested: Callable[[str], Any], nodes: Sequence[NodeInfo], pc: int, pm: int, npc: int,
+                    npm: int, wl: int, wb: int) -> Callable[[int], int]:
+    """`resource_row`'s row for the default weights (least requested and balanced allocation on,
+    most requested off), its branches taken once: the same integer and float operations.  A node
+    with both cpu and memory allocatable (every real node) takes the first path; anything else
+    (a zero or negative allocatable, a negative request) `_least_most` and the general sum."""
+    go_div = k8s.go_div
+
+    def one(r: int) -> int:
+        n = nodes[r]
+        cpu, mem, nz_cpu, nz_mem, _ = requested(n.name)
+        a = n.allocatable
+        ac, am = int(a.cpu), int(a.memory)
+        rc, rm = nz_cpu + npc, nz_mem + npm
+        if ac > 0 and am > 0 and rc >= 0 and rm >= 0:
+            # _least_most's first branch for each, then the least part over a weight of 2
+            least = (0 if rc > ac else (ac - rc) * MAX // ac * 50) + (0 if rm > am else (am - rm) * MAX // am * 50)
+            f0, f1 = (cpu + pc) / ac, (mem + pm) / am
+            if f0 > 1.0:
+                f0 = 1.0
+            if f1 > 1.0:
+                f1 = 1.0
+            return least // 100 * wl + int((1 - abs((f0 - f1) / 2)) * MAX) * wb
+        least = weight = 0
+        if ac:
+            least, weight = least + _least_most(rc, ac)[0], weight + 1
+        if am:
+            least, weight = least + _least_most(rm, am)[0], weight + 1
+        out = (least // (weight * 50) if least >= 0 else go_div(least, weight * 50)) * wl if weight else 0
+        if ac and am:
+            f0, f1 = min((cpu + pc) / ac, 1.0), min((mem + pm) / am, 1.0)
+            std = abs((f0 - f1) / 2)
+        else:
+            std = 0.0
+        return out + int((1 - std) * MAX) * wb
+
+    return one

@@ -119,24 +119,36 @@ class SessionPods:
 
     def add(self, task: TaskInfo) -> None:
         node = task.node_name
-        if node not in self.pods:
+        pods = self.pods
+        if node not in pods.opened:  # (``node not in self.pods``)
             return
-        self.remove(task)
-        self.pods.own(node)[task.uid] = task
-        self._moved[task.uid] = node
+        uid = task.uid
+        own = pods._own.get(node)
+        if uid in self._moved or uid in (own if own is not None else pods.opened[node]):
+            self.remove(task)  # a pod the view holds already (here, or where it moved to): off first
+            own = None
+        if own is None:
+            own = pods.own(node)
+        own[uid] = task
+        self._moved[uid] = node
         s = self._sums.get(node)
+        listeners = self.listeners
+        if s is None and not listeners:
+            return
+        # the pod's part, as `pod_requests` and `non_zero_requests` give it, read once for the sums
+        # and the listeners (every task allocate places comes here)
+        c, m, sc = pod_requests(task)
+        part = (c, m, c or DEFAULT_MILLI_CPU, m or DEFAULT_MEMORY, sc)
         if s is not None:
             # the node's sums grow by this pod's requests (integers: the same as summing afresh)
-            c, m, sc = pod_requests(task)
-            nc, nm = c or DEFAULT_MILLI_CPU, m or DEFAULT_MEMORY  # non_zero_requests(task)
             scalars = s[4]
             if sc:
                 scalars = dict(scalars)
                 for k, v in sc.items():
                     scalars[k] = scalars.get(k, 0) + v
-            self._sums[node] = (s[0] + c, s[1] + m, s[2] + nc, s[3] + nm, scalars)
-        for ls in self.listeners:
-            ls.pod_added(node, task)
+            self._sums[node] = (s[0] + c, s[1] + m, s[2] + part[2], s[3] + part[3], scalars)
+        for ls in listeners:
+            ls.pod_added(node, task, part)
 
     def remove(self, task: TaskInfo) -> None:
         uid = task.uid

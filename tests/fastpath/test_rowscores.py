@@ -69,7 +69,7 @@ def test_resource_row_equals_the_nodeorder_scorers(seed):
     view, nodes = plugin.view, ssn.arrays.nodes
     checked = 0
     for task in _shapes(ssn):
-        for wl, wm, wb in ((1, 0, 1), (2, 3, 5), (0, 1, 0), (0, 0, 4)):
+        for wl, wm, wb in ((1, 0, 1), (3, 0, 2), (2, 3, 5), (0, 1, 0), (0, 0, 4)):
             fast = rowscores.resource_row(view, nodes, task, wl, wm, wb)
             if fast is None:
                 continue  # extended resources: the caller keeps the plugin's scorers
@@ -80,6 +80,32 @@ def test_resource_row_equals_the_nodeorder_scorers(seed):
                 assert fast(r) == want, (task.resreq, n.name, (wl, wm, wb))
                 checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_resource_row_equals_the_scorers_on_odd_nodes(seed):
+    """Nodes without cpu or memory allocatable (the default weights' row takes its general branch
+    for them): still the plugin's sum, row by row."""
+    rng, ssn = _session(seed)
+    _place_some(rng, ssn)
+    plugin = ssn.plugins["nodeorder"]
+    view, nodes = plugin.view, ssn.arrays.nodes
+    odd = nodes[: max(3, len(nodes) // 4)]
+    for i, n in enumerate(odd):  # (the scorers and the rows both read the node's allocatable as it is now)
+        a = n.allocatable
+        n.allocatable = Resource(0.0 if i % 3 != 1 else a.cpu, 0.0 if i % 3 != 0 else a.memory, dict(a.scalars))
+    checked = 0
+    for task in _shapes(ssn):
+        for wl, wm, wb in ((1, 0, 1), (4, 0, 3)):
+            fast = rowscores.resource_row(view, nodes, task, wl, wm, wb)
+            if fast is None:
+                continue
+            for r, n in enumerate(odd):
+                want = (nodeorder_plugin.least_allocated(view, task, n) * wl
+                        + nodeorder_plugin.balanced_allocation(view, task, n) * wb)
+                assert fast(r) == want, (task.resreq, n.allocatable, (wl, wm, wb))
+                checked += 1
+    assert checked > 20
 
 
 @pytest.mark.parametrize("seed", range(6))
