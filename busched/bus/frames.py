@@ -13,7 +13,8 @@ tab, CR or LF is never framed here (it would let a caller inject protocol lines)
 through nats-py's own ``publish``, which refuses or cleans it as before.  The frames go through the
 connection's own pending buffer and flusher, so ordering with every other publish of the connection
 is kept; while the connection is not connected (reconnecting, closed, draining) nothing is framed here
-and nats-py decides, as before.  `Frames.usable` is False for a client without the buffer and flusher
+and nats-py decides, as before (a connection lost while a call's frames are made fails those messages,
+none of which left).  `Frames.usable` is False for a client without the buffer and flusher
 this relies on (another nats-py), and then every message goes through ``publish``.
 """
 
@@ -91,8 +92,13 @@ class Frames:
         so the order on the wire is the order of the calls)."""
         if not self._out:
             return
-        data = b"".join(self._out)
         nc = self.nc
+        if not nc.is_connected:  # lost while the frames were made: none of them is handed over (none sent)
+            self.lost, self._tags = self._tags, []
+            self._out.clear()
+            self._size = self._bytes = 0
+            raise ConnectionError("the connection was lost before these messages were sent")
+        data = b"".join(self._out)
         nc.stats["out_msgs"] += len(self._out)
         nc.stats["out_bytes"] += self._bytes
         self.lost, self._tags = self._tags, []
