@@ -52,7 +52,8 @@ def pub(subject: str, reply: str, payload: bytes) -> bytes:
 
 
 class Frames:
-    """Frames collected for one connection ``nc`` and handed to its pending buffer in chunks.
+    """Frames collected for one connection ``nc`` and handed to its pending buffer in chunks; one per call
+    (calls run concurrently, and handing a chunk over may wait for the connection's flusher).
 
     Each frame carries a tag (the caller's index of the message); when handing a chunk over fails,
     `flush` raises and `lost` holds the tags of that chunk's messages, none of which can be known sent.
@@ -71,10 +72,6 @@ class Frames:
         """Whether ``nc`` has what framing relies on (nats-py's pending buffer, flusher and stats)."""
         return all(hasattr(nc, a) for a in ("_send_command", "_flush_pending", "_flush_queue", "stats",
                                             "is_connected", "_max_payload"))
-
-    def ready(self) -> bool:
-        """Whether messages may be framed now (connected; else nats-py's publish decides)."""
-        return bool(self.nc.is_connected)
 
     def fits(self, payload: bytes) -> bool:
         return len(payload) <= self.nc._max_payload

@@ -118,7 +118,7 @@ class Publisher:
         self._sub: Any = None
         self._waiting: dict[str, tuple[_Round, int]] = {}  # token -> the call and slot its acknowledgement fills
         self._counter = 0
-        self._frames = F.Frames(nc) if F.Frames.usable(nc) else None
+        self._framed = F.Frames.usable(nc)  # publish_all frames its messages itself (busched.bus.frames)
         self._cond_lines: tuple[tuple[str, int] | None, bytes] = (None, b"")
 
     def may_write(self) -> bool:
@@ -184,7 +184,8 @@ class Publisher:
         tokens: list[str] = []
         waiting = self._waiting
         fence = self.fence
-        frames = self._frames if self._frames is not None and self._frames.ready() else None
+        # (frames of their own for each call: calls run concurrently, and handing a chunk over may wait)
+        frames = F.Frames(self.nc) if self._framed and self.nc.is_connected else None
         try:
             for i, item in enumerate(items):
                 subject, msg, msg_id = item[0], item[1], item[2]

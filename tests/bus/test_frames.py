@@ -4,6 +4,8 @@ work as before; a message nats-py would refuse or clean still goes through nats-
 
 from __future__ import annotations
 
+import asyncio
+
 from nats.aio.client import Client
 from nats.protocol import command
 
@@ -43,7 +45,7 @@ async def test_conditions_ids_and_fences_hold_through_frames(nats_server) -> Non
     try:
         await bus.ensure_streams()
         pub = bus._publisher
-        assert pub._frames is not None  # this nats-py is framed
+        assert pub._framed  # this nats-py is framed
         a, b = S.state_subject("task", "ns/a"), S.state_subject("task", "ns/b")
         first = await bus.publish_all([(a, b"{}", None, 0), (b, b"{}", "id-b", None)])
         assert [x.ok for x in first] == [True, True]
@@ -67,5 +69,23 @@ async def test_conditions_ids_and_fences_hold_through_frames(nats_server) -> Non
         # the fence is asked before each message: none leaves once it says no
         pub.fence = lambda: False
         assert [x.error for x in await bus.publish_all([(a, b"{}", None), (b, b"{}", None)])] == [FENCED, FENCED]
+    finally:
+        await bus.close()
+
+
+async def test_concurrent_calls_past_the_pending_limit_keep_their_own_acknowledgements(nats_server) -> None:  # noqa: ANN001
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.ensure_streams()
+        # 2 x 160 x 16 KB: more than nats-py's 2 MB pending buffer, so handing a chunk over waits for the flusher
+        # (the other call runs meanwhile)
+        calls = [[(S.state_subject("queue", f"{who}{i}"), f'"{who}{i}"'.encode().ljust(16_000), None)
+                  for i in range(160)] for who in ("a", "b")]
+        acks = await asyncio.gather(*(bus.publish_all(items) for items in calls))
+        assert all(a.ok for call in acks for a in call)
+        assert len({a.seq for call in acks for a in call}) == 320
+        for items, call in zip(calls, acks):
+            for (subject, data, _), ack in list(zip(items, call))[::37]:
+                assert await bus.last_state(subject) == (ack.seq, data)  # each acknowledgement is its own message's
     finally:
         await bus.close()
