@@ -76,6 +76,15 @@ class Frames:
     def fits(self, payload: bytes) -> bool:
         return len(payload) <= self.nc._max_payload
 
+    def unsent(self) -> list[Any]:
+        """The tags of the frames not handed over yet (dropped: after a failure they are never sent) and of the
+        chunk whose handing over failed (`lost`)."""
+        out = self.lost + self._tags
+        self.lost, self._tags = [], []
+        self._out.clear()
+        self._size = self._bytes = 0
+        return out
+
     async def add(self, frame: bytes, payload_size: int, tag: Any) -> None:
         self._out.append(frame)
         self._tags.append(tag)

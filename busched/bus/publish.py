@@ -211,12 +211,11 @@ class Publisher:
                     r.set(i, Ack(error=f"{type(e).__name__}: {e}"))
             if frames is not None:
                 await frames.flush()
-        except Exception as e:  # noqa: BLE001 - handing frames to the connection failed: none of them is known sent
-            for i in frames.lost if frames is not None else ():
-                waiting.pop(tokens[i], None)
-                r.set(i, Ack(error=f"{type(e).__name__}: {e}"))
-            # the item being sent failed with them; the items after it were never tried
-            for i in range(max(0, len(tokens) - 1), len(items)):
+        except Exception as e:  # noqa: BLE001 - a message not encodable, or handing frames over failed
+            # the frames not handed over (or whose handing over failed) are not known sent; the item being sent
+            # failed with them; the items after it were never tried
+            failed = (frames.unsent() if frames is not None else []) + list(range(max(0, len(tokens) - 1), len(items)))
+            for i in failed:
                 if i < len(tokens):
                     waiting.pop(tokens[i], None)
                 r.set(i, Ack(error=f"{type(e).__name__}: {e}"))

@@ -89,3 +89,17 @@ async def test_concurrent_calls_past_the_pending_limit_keep_their_own_acknowledg
                 assert await bus.last_state(subject) == (ack.seq, data)  # each acknowledgement is its own message's
     finally:
         await bus.close()
+
+
+async def test_a_message_that_cannot_be_encoded_fails_the_unsent_ones_at_once(nats_server) -> None:  # noqa: ANN001
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.ensure_streams()
+        before = await bus.stream_last_seq(S.STATE_STREAM)
+        items = [(S.state_subject("queue", f"q{i}"), b"{}" if i != 2 else object(), None) for i in range(4)]
+        acks = await asyncio.wait_for(bus.publish_all(items, timeout=30), 5)  # not left to time out
+        assert len(acks) == 4 and not any(a.ok for a in acks), acks  # none had left: all four are told so
+        assert await bus.stream_last_seq(S.STATE_STREAM) == before
+        assert all(a.ok for a in await bus.publish_all(items[:2]))  # the publisher goes on
+    finally:
+        await bus.close()
