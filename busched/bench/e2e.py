@@ -165,6 +165,8 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
                 continue  # not every task has an answer yet, so not every task is Running: no need to look
             waiting = {k for k in waiting if not running(k)}
         elapsed = time.time() - t0_wall
+        if timing is not None:
+            timing.stop()
         done = len(keys) - len(waiting)
         out, _ = await asyncio.wait_for(publisher.communicate(), 60)
         published = publisher_cpu = None

@@ -47,6 +47,11 @@ class Stages:
         self.running: list[float] = []  # when each Running result was applied
         self.cycles: list[tuple[float, float, int]] = []  # (start, end, binds) of each cycle that ran
         self.syncs: list[tuple[float, float, int]] = []  # the changes gathered since the last cycle, into the cache
+        self.podgroups: list[tuple[float, float, int]] = []  # the background writes of podgroup statuses
+        self.events: list[tuple[float, float, int]] = []  # and of scheduling events
+        self._stats = getattr(getattr(sched.bus, "nc", None), "stats", None)  # the connection's message counts
+        self.msgs0: tuple[int, int] = (0, 0)
+        self.msgs1: tuple[int, int] | None = None
         self._wrap(sched)
 
     def _wrap(self, sched: Any) -> None:
@@ -109,10 +114,15 @@ class Stages:
 
         feed.handle_state_batch = timed_batch
         table.apply_result = counted_result
+        for writer, into in ((sched.statuses, self.podgroups), (sched.sched_events, self.events)):
+            writer.publish_all = self._timed(writer.publish_all, into, listed=True)
 
     @staticmethod
-    def _timed(fn: Callable[..., Any], into: list[tuple[float, float, int]]) -> Callable[..., Any]:
-        async def timed(items: list[Any], *args: Any, **kw: Any) -> Any:
+    def _timed(fn: Callable[..., Any], into: list[tuple[float, float, int]],
+               listed: bool = False) -> Callable[..., Any]:
+        async def timed(items: Any, *args: Any, **kw: Any) -> Any:
+            if listed:
+                items = list(items)
             t = time.time()
             try:
                 return await fn(items, *args, **kw)
@@ -120,10 +130,19 @@ class Stages:
                 into.append((t, time.time(), len(items)))
         return timed
 
+    def _msgs(self) -> tuple[int, int]:
+        st = self._stats
+        return (int(st["in_msgs"]), int(st["out_msgs"])) if st is not None else (0, 0)
+
     def start(self, t0: float) -> None:
         """The clock starts (the publisher's first publish)."""
         self.t0 = t0
         self.cpu0 = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.msgs0 = self._msgs()
+
+    def stop(self) -> None:
+        """The clock stops (every task heard Running): the message counts are read here."""
+        self.msgs1 = self._msgs()
 
     def report(self, publisher_cpu: float | None) -> dict[str, Any]:
         t0 = self.t0
@@ -147,6 +166,7 @@ class Stages:
                     "last_end": rel(rows[-1][1]), "busy_s": round(sum(e - s for s, e, _ in rows), 3)}
 
         running = sorted(self.running)
+        msgs = self.msgs1 or self._msgs()
         return {
             "cpu_s": cpu,
             # (start, end[, binds]) of each cycle that ran in the measured window, and of its parts
@@ -160,4 +180,8 @@ class Stages:
             "ingest": {"s": round(self.ingest_s, 3), "messages": self.ingest_msgs, "batches": self.ingest_batches},
             "running": {"n": len(running), "first": rel(running[0]) if running else None,
                         "last": rel(running[-1]) if running else None},
+            "podgroups": span(self.podgroups),
+            "events": span(self.events),
+            # the messages the scheduler's connection received and sent while the clock ran
+            "scheduler_msgs": {"in": msgs[0] - self.msgs0[0], "out": msgs[1] - self.msgs0[1]},
         }

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
+from busched.bus import frames as F
 from busched.bus import subjects as S
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
@@ -72,6 +73,31 @@ class _PubAck(msgspec.Struct):
 
 _ACK_DECODE = msgspec.json.Decoder(_PubAck).decode
 _ENCODE = encode
+# the header lines of `publish_all`'s messages, the fixed part made once (busched.bus.frames)
+_MSG_ID_LINE = f"{MSG_ID}: ".encode()
+_EXPECT_LINE = f"{EXPECT_SUBJECT_SEQ}: ".encode()
+_HDR_LINE, _CRLF = b"NATS/1.0\r\n", b"\r\n"
+
+
+class _Round:
+    """The acknowledgements one call awaits: a slot per message, ``done`` once every slot is filled
+    (one future a call, not one a message)."""
+
+    __slots__ = ("acks", "left", "done")
+
+    def __init__(self, n: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.acks: list[Ack | None] = [None] * n
+        self.left = n
+        self.done: asyncio.Future[None] = loop.create_future()
+        if not n:
+            self.done.set_result(None)
+
+    def set(self, i: int, ack: Ack) -> None:
+        if self.acks[i] is None:
+            self.acks[i] = ack
+            self.left -= 1
+            if not self.left and not self.done.done():
+                self.done.set_result(None)
 
 
 class Publisher:
@@ -90,8 +116,10 @@ class Publisher:
         self._lock = asyncio.Lock()
         self._prefix = ""  # the acknowledgements' reply prefix, once subscribed
         self._sub: Any = None
-        self._futs: dict[str, asyncio.Future[Any]] = {}  # token -> the acknowledgement awaited
+        self._waiting: dict[str, tuple[_Round, int]] = {}  # token -> the call and slot its acknowledgement fills
         self._counter = 0
+        self._framed = F.Frames.usable(nc)  # publish_all frames its messages itself (busched.bus.frames)
+        self._cond_lines: tuple[tuple[str, int] | None, bytes] = (None, b"")
 
     def may_write(self) -> bool:
         """Whether the fence (the lease, when there is an election) lets a write leave now."""
@@ -152,62 +180,99 @@ class Publisher:
 
     async def _publish_round(self, items: list[tuple[Any, ...]], timeout: float) -> list[Ack]:
         prefix = await self._ack_inbox()
-        loop = asyncio.get_running_loop()
-        futs: list[asyncio.Future[Ack]] = []
+        r = _Round(len(items), asyncio.get_running_loop())
         tokens: list[str] = []
-        pending = self._futs
-        publish = self.nc.publish
+        waiting = self._waiting
         fence = self.fence
-        for item in items:
-            subject, msg, msg_id = item[0], item[1], item[2]
-            expected = item[3] if len(item) > 3 else None
-            data = msg if isinstance(msg, bytes) else _ENCODE(msg)
-            self._counter += 1
-            token = str(self._counter)
-            f: asyncio.Future[Ack] = loop.create_future()
-            futs.append(f)
-            tokens.append(token)
-            if fence is not None and not fence():
-                pending.pop(token, None)
-                f.set_result(Ack(error=FENCED))
-                continue
-            pending[token] = f
-            try:
-                if expected is None:
-                    headers = {MSG_ID: msg_id} if msg_id else None
-                    if self.condition is not None:
-                        headers = self._conditioned(subject, headers or {}) or None
-                else:
-                    headers = {EXPECT_SUBJECT_SEQ: str(expected)}
-                    if msg_id:
-                        headers[MSG_ID] = msg_id
-                await publish(subject, data, reply=prefix + token, headers=headers)
-            except Exception as e:  # noqa: BLE001
-                pending.pop(token, None)
-                if not f.done():
-                    f.set_result(Ack(error=f"{type(e).__name__}: {e}"))
-        return await self._gather(futs, tokens, timeout)
+        # (frames of their own for each call: calls run concurrently, and handing a chunk over may wait)
+        frames = F.Frames(self.nc) if self._framed and self.nc.is_connected else None
+        try:
+            for i, item in enumerate(items):
+                subject, msg, msg_id = item[0], item[1], item[2]
+                expected = item[3] if len(item) > 3 else None
+                data = msg if isinstance(msg, bytes) else _ENCODE(msg)
+                self._counter += 1
+                token = str(self._counter)
+                tokens.append(token)
+                if fence is not None and not fence():
+                    r.set(i, Ack(error=FENCED))
+                    continue
+                waiting[token] = (r, i)
+                if frames is not None and F.clean(subject) and (not msg_id or F.clean(msg_id)) and frames.fits(data):
+                    await frames.add(self._frame(subject, prefix + token, data, msg_id, expected), len(data), i)
+                    continue
+                if frames is not None:
+                    await frames.flush()  # what was framed goes first: the wire keeps the order of the items
+                try:
+                    await self.nc.publish(subject, data, reply=prefix + token,
+                                          headers=self._headers(subject, msg_id, expected))
+                except Exception as e:  # noqa: BLE001
+                    waiting.pop(token, None)
+                    r.set(i, Ack(error=f"{type(e).__name__}: {e}"))
+            if frames is not None:
+                await frames.flush()
+        except Exception as e:  # noqa: BLE001 - a message not encodable, or handing frames over failed
+            # the frames not handed over (or whose handing over failed) are not known sent; the item being sent
+            # failed with them; the items after it were never tried
+            failed = (frames.unsent() if frames is not None else []) + list(range(max(0, len(tokens) - 1), len(items)))
+            for i in failed:
+                if i < len(tokens):
+                    waiting.pop(tokens[i], None)
+                r.set(i, Ack(error=f"{type(e).__name__}: {e}"))
+        return await self._gather(r, tokens, timeout)
+
+    def _headers(self, subject: str, msg_id: str | None, expected: int | None) -> dict[str, str] | None:
+        """A message's headers as nats-py's ``publish`` takes them."""
+        if expected is None:
+            headers = {MSG_ID: msg_id} if msg_id else {}
+            if self.condition is not None:
+                self._conditioned(subject, headers)
+            return headers or None
+        headers = {EXPECT_SUBJECT_SEQ: str(expected)}
+        if msg_id:
+            headers[MSG_ID] = msg_id
+        return headers
+
+    def _frame(self, subject: str, reply: str, data: bytes, msg_id: str | None, expected: int | None) -> bytes:
+        """The message's frame (the same headers as `_headers`), its header block from made-once lines."""
+        lines = b""
+        if expected is not None:
+            lines = _EXPECT_LINE + str(expected).encode() + _CRLF
+        elif self.condition is not None and subject.startswith(_STATE) and subject != self.condition[0]:
+            lines = self._condition_lines()
+        if msg_id:
+            lines += _MSG_ID_LINE + msg_id.encode() + _CRLF
+        if not lines:
+            return F.pub(subject, reply, data)
+        return F.hpub(subject, reply, _HDR_LINE + lines + _CRLF, data)
+
+    def _condition_lines(self) -> bytes:
+        """The `condition`'s two header lines, made once per condition."""
+        cond = self.condition
+        if self._cond_lines[0] != cond:
+            assert cond is not None
+            self._cond_lines = (cond, F.header_block({EXPECT_SUBJECT_SEQ: str(cond[1]),
+                                                      EXPECT_SUBJECT_SEQ_SUBJECT: cond[0]})[len(_HDR_LINE):-2])
+        return self._cond_lines[1]
 
     async def publish_batches(self, batches: Iterable[list[tuple[str, Any, int | None]]],
                               timeout: float = 10.0) -> list[Ack]:
         """`Bus.publish_batches` (see there)."""
         prefix = await self._ack_inbox()
-        loop = asyncio.get_running_loop()
-        futs: list[asyncio.Future[Ack]] = []
+        batches = list(batches)
+        r = _Round(len(batches), asyncio.get_running_loop())
         tokens: list[str] = []
         publish = self.nc.publish
-        for batch in batches:
+        for n, batch in enumerate(batches):
             if not 0 < len(batch) <= MAX_BATCH:
                 raise ValueError(f"an atomic batch holds 1 to {MAX_BATCH} messages, not {len(batch)}")
             self._counter += 1
             token = str(self._counter)
-            f: asyncio.Future[Ack] = loop.create_future()
-            futs.append(f)
             tokens.append(token)
             if not self.may_write():  # checked before each batch leaves, as before each message
-                f.set_result(Ack(error=FENCED))
+                r.set(n, Ack(error=FENCED))
                 continue
-            self._futs[token] = f
+            self._waiting[token] = (r, n)
             bid = f"{prefix}{token}"[-64:]  # unique per connection and batch (the server allows 64 characters)
             last = len(batch)
             try:
@@ -222,27 +287,24 @@ class Publisher:
                     await publish(subject, msg if isinstance(msg, bytes) else _ENCODE(msg),
                                   reply=prefix + token if i == last else "", headers=headers)
             except Exception as e:  # noqa: BLE001
-                self._futs.pop(token, None)
-                if not f.done():
-                    f.set_result(Ack(error=f"{type(e).__name__}: {e}"))
-        return await self._gather(futs, tokens, timeout)
+                self._waiting.pop(token, None)
+                r.set(n, Ack(error=f"{type(e).__name__}: {e}"))
+        return await self._gather(r, tokens, timeout)
 
-    async def _gather(self, futs: list[asyncio.Future[Ack]], tokens: list[str], timeout: float) -> list[Ack]:
-        if not futs:
-            return []
-        try:
-            await asyncio.wait_for(asyncio.shield(asyncio.gather(*futs)), timeout)
-        except asyncio.TimeoutError:
-            pass
-        out = []
-        for token, f in zip(tokens, futs):
-            if f.done():
-                out.append(f.result())
-            else:
-                self._futs.pop(token, None)
-                f.cancel()
-                out.append(Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s"))
-        return out
+    async def _gather(self, r: _Round, tokens: list[str], timeout: float) -> list[Ack]:
+        """The call's acknowledgements once all came or ``timeout`` is spent (the missing ones an error)."""
+        if r.left:
+            try:
+                await asyncio.wait_for(asyncio.shield(r.done), timeout)
+            except asyncio.TimeoutError:
+                pass
+        if r.left:
+            late = Ack(error=f"TimeoutError: no acknowledgement within {timeout:g}s")
+            for i, token in enumerate(tokens):
+                if r.acks[i] is None:
+                    self._waiting.pop(token, None)
+                    r.set(i, late)
+        return [a for a in r.acks if a is not None]
 
     def _conditioned(self, subject: str, headers: dict[str, str]) -> dict[str, str]:
         """``headers`` with the publisher's `condition`, when it applies to ``subject``."""
@@ -259,26 +321,27 @@ class Publisher:
         async with self._lock:
             if not self._prefix:
                 prefix = self.nc.new_inbox() + "."
-                futs = self._futs
+                waiting = self._waiting
                 start = len(prefix)
 
                 async def on_ack(m: Any) -> None:
-                    f = futs.pop(m.subject[start:], None)
-                    if f is None or f.done():
+                    slot = waiting.pop(m.subject[start:], None)
+                    if slot is None:
                         return
+                    r, i = slot
                     if m.headers and m.headers.get("Status") == "503":
-                        f.set_result(Ack(error=f"{NO_STREAM}: no stream listens on this subject"))
+                        r.set(i, Ack(error=f"{NO_STREAM}: no stream listens on this subject"))
                         return
                     try:
                         pa = _ACK_DECODE(m.data)
                     except Exception as e:  # noqa: BLE001
-                        f.set_result(Ack(error=f"bad acknowledgement: {e}"))
+                        r.set(i, Ack(error=f"bad acknowledgement: {e}"))
                         return
                     if pa.error is not None:
-                        f.set_result(Ack(error=f"APIError: {pa.error.get('description') or pa.error}",
-                                         conflict=pa.error.get("err_code") == WRONG_LAST_SEQUENCE))
+                        r.set(i, Ack(error=f"APIError: {pa.error.get('description') or pa.error}",
+                                     conflict=pa.error.get("err_code") == WRONG_LAST_SEQUENCE))
                     else:
-                        f.set_result(Ack(seq=pa.seq, duplicate=pa.duplicate))
+                        r.set(i, Ack(seq=pa.seq, duplicate=pa.duplicate))
 
                 self._sub = await self.nc.subscribe(prefix + "*", cb=on_ack, pending_msgs_limit=1_000_000,
                                                     pending_bytes_limit=256 * 1024 * 1024)

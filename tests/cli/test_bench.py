@@ -171,3 +171,6 @@ def test_e2e_stages_say_where_the_time_went(capsys):
     assert s["running"]["last"] <= r["seconds"] and s["ingest"]["messages"] >= 20, s
     assert set(s["cpu_s"]) == {"scheduler", "nats-server", "agent0", "agent1", "publisher"}, s
     assert all(v is not None and v >= 0 for v in s["cpu_s"].values()), s
+    # the scheduler's connection sent every record and decision (framed or not) and received their acknowledgements,
+    # the echo of its records and the results
+    assert s["scheduler_msgs"]["out"] >= 40 and s["scheduler_msgs"]["in"] >= 80, s
