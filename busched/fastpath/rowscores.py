@@ -38,9 +38,6 @@ def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, 
     requested = view.requested
     go_div = k8s.go_div
 
-    if wl and not wm and wb:
-        return _least_balanced(requested, nodes, pc, pm, npc, npm, wl, wb)
-
     def one(r: int) -> int:
         n = nodes[r]
         cpu, mem, nz_cpu, nz_mem, _ = requested(n.name)
@@ -68,6 +65,8 @@ def resource_row(view: Any, nodes: Sequence[NodeInfo], task: TaskInfo, wl: int, 
             out += int((1 - std) * MAX) * wb
         return out
 
+    if wl and not wm and wb:
+        return _least_balanced(requested, nodes, pc, pm, npc, npm, wl, wb, one)
     return one
 
 
@@ -82,12 +81,11 @@ def _least_most(req: int, cap: int) -> tuple[int, int]:
 
 
 def _least_balanced(requested: Callable[[str], Any], nodes: Sequence[NodeInfo], pc: int, pm: int, npc: int,
-                    npm: int, wl: int, wb: int) -> Callable[[int], int]:
+                    npm: int, wl: int, wb: int, general: Callable[[int], int]) -> Callable[[int], int]:
     """`resource_row`'s row for the default weights (least requested and balanced allocation on,
     most requested off), its branches taken once: the same integer and float operations.  A node
     with both cpu and memory allocatable (every real node) takes the first path; anything else
-    (a zero or negative allocatable, a negative request) `_least_most` and the general sum."""
-    go_div = k8s.go_div
+    (a zero or negative allocatable, a negative request) the general row, ``general``."""
 
     def one(r: int) -> int:
         n = nodes[r]
@@ -104,17 +102,6 @@ def _least_balanced(requested: Callable[[str], Any], nodes: Sequence[NodeInfo], 
             if f1 > 1.0:
                 f1 = 1.0
             return least // 100 * wl + int((1 - abs((f0 - f1) / 2)) * MAX) * wb
-        least = weight = 0
-        if ac:
-            least, weight = least + _least_most(rc, ac)[0], weight + 1
-        if am:
-            least, weight = least + _least_most(rm, am)[0], weight + 1
-        out = (least // (weight * 50) if least >= 0 else go_div(least, weight * 50)) * wl if weight else 0
-        if ac and am:
-            f0, f1 = min((cpu + pc) / ac, 1.0), min((mem + pm) / am, 1.0)
-            std = abs((f0 - f1) / 2)
-        else:
-            std = 0.0
-        return out + int((1 - std) * MAX) * wb
+        return general(r)
 
     return one
