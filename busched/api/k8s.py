@@ -53,7 +53,9 @@ def pod_requests(task: Any) -> tuple[int, int, dict[str, int]]:
 
 
 def non_zero_requests(task: Any) -> tuple[int, int]:
-    """Requests with kube-scheduler's defaults for a missing cpu or memory request (0 counts as missing)."""
+    """Requests with kube-scheduler's defaults for a missing cpu or memory request (0 counts as missing).
+    framework/podview's ``SessionPods.add`` applies the same defaults inline to `pod_requests`' figures
+    (its hot path): a change here goes there too (tests/framework/test_podview_sums.py compares them)."""
     r = task.resreq  # pod_requests' cpu and memory, without its scalar map
     return int(r.cpu) or DEFAULT_MILLI_CPU, int(r.memory) or DEFAULT_MEMORY
 
