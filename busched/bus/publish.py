@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import nats.errors
 import nats.js.errors
 
 from busched.bus import frames as F
@@ -77,6 +78,7 @@ _ENCODE = encode
 _MSG_ID_LINE = f"{MSG_ID}: ".encode()
 _EXPECT_LINE = f"{EXPECT_SUBJECT_SEQ}: ".encode()
 _HDR_LINE, _CRLF = b"NATS/1.0\r\n", b"\r\n"
+_TOO_BIG = f"MaxPayloadError: {nats.errors.MaxPayloadError()}"  # as nats-py's publish would have raised it
 
 
 class _Round:
@@ -186,35 +188,47 @@ class Publisher:
         fence = self.fence
         # (frames of their own for each call: calls run concurrently, and handing a chunk over may wait)
         frames = F.Frames(self.nc) if self._framed and self.nc.is_connected else None
+        cur = 0  # the item under way: when something raises, it and every later item are not known sent
         try:
-            for i, item in enumerate(items):
+            for cur, item in enumerate(items):
                 subject, msg, msg_id = item[0], item[1], item[2]
                 expected = item[3] if len(item) > 3 else None
-                data = msg if isinstance(msg, bytes) else _ENCODE(msg)
                 self._counter += 1
                 token = str(self._counter)
                 tokens.append(token)
+                data = msg if isinstance(msg, bytes) else _ENCODE(msg)
+                framed = None
+                if frames is not None and F.clean(subject) and (not msg_id or F.clean(msg_id)):
+                    framed = self._frame(subject, prefix + token, data, msg_id, expected)
+                if framed is None and frames is not None:
+                    # what was framed goes first (the wire keeps the order of the items), and before this item's
+                    # fence is asked: handing frames over may wait
+                    await frames.flush()
                 if fence is not None and not fence():
-                    r.set(i, Ack(error=FENCED))
+                    r.set(cur, Ack(error=FENCED))
                     continue
-                waiting[token] = (r, i)
-                if frames is not None and F.clean(subject) and (not msg_id or F.clean(msg_id)) and frames.fits(data):
-                    await frames.add(self._frame(subject, prefix + token, data, msg_id, expected), len(data), i)
+                if framed is not None:
+                    frame, size = framed
+                    if size > self.nc._max_payload:  # the server counts the headers too, and would cut us off
+                        r.set(cur, Ack(error=_TOO_BIG))
+                        continue
+                    waiting[token] = (r, cur)
+                    await frames.add(frame, len(data), cur)  # type: ignore[union-attr]
                     continue
-                if frames is not None:
-                    await frames.flush()  # what was framed goes first: the wire keeps the order of the items
+                waiting[token] = (r, cur)
                 try:
                     await self.nc.publish(subject, data, reply=prefix + token,
                                           headers=self._headers(subject, msg_id, expected))
                 except Exception as e:  # noqa: BLE001
                     waiting.pop(token, None)
-                    r.set(i, Ack(error=f"{type(e).__name__}: {e}"))
+                    r.set(cur, Ack(error=f"{type(e).__name__}: {e}"))
+            cur = len(items)
             if frames is not None:
                 await frames.flush()
         except Exception as e:  # noqa: BLE001 - a message not encodable, or handing frames over failed
-            # the frames not handed over (or whose handing over failed) are not known sent; the item being sent
-            # failed with them; the items after it were never tried
-            failed = (frames.unsent() if frames is not None else []) + list(range(max(0, len(tokens) - 1), len(items)))
+            # the frames not handed over (or whose handing over failed) are not known sent, nor is the item under
+            # way; the items after it were never tried
+            failed = (frames.unsent() if frames is not None else []) + list(range(cur, len(items)))
             for i in failed:
                 if i < len(tokens):
                     waiting.pop(tokens[i], None)
@@ -233,18 +247,24 @@ class Publisher:
             headers[MSG_ID] = msg_id
         return headers
 
-    def _frame(self, subject: str, reply: str, data: bytes, msg_id: str | None, expected: int | None) -> bytes:
-        """The message's frame (the same headers as `_headers`), its header block from made-once lines."""
+    def _frame(self, subject: str, reply: str, data: bytes, msg_id: str | None,
+               expected: int | None) -> tuple[bytes, int] | None:
+        """The message's frame (the same headers as `_headers`), its header block from made-once lines, and its
+        size as the server counts it (headers and payload); None when a header value is not clean (nats-py
+        publishes it, cleaning it as it does)."""
         lines = b""
         if expected is not None:
-            lines = _EXPECT_LINE + str(expected).encode() + _CRLF
+            lines = _EXPECT_LINE + str(int(expected)).encode() + _CRLF
         elif self.condition is not None and subject.startswith(_STATE) and subject != self.condition[0]:
+            if not F.clean(self.condition[0]):
+                return None
             lines = self._condition_lines()
         if msg_id:
             lines += _MSG_ID_LINE + msg_id.encode() + _CRLF
         if not lines:
-            return F.pub(subject, reply, data)
-        return F.hpub(subject, reply, _HDR_LINE + lines + _CRLF, data)
+            return F.pub(subject, reply, data), len(data)
+        hdr = _HDR_LINE + lines + _CRLF
+        return F.hpub(subject, reply, hdr, data), len(hdr) + len(data)
 
     def _condition_lines(self) -> bytes:
         """The `condition`'s two header lines, made once per condition."""
@@ -304,7 +324,8 @@ class Publisher:
                 if r.acks[i] is None:
                     self._waiting.pop(token, None)
                     r.set(i, late)
-        return [a for a in r.acks if a is not None]
+        # (every slot is filled by now; one that were not would shift the acknowledgements of the items after it)
+        return [a if a is not None else Ack(error="no outcome recorded") for a in r.acks]
 
     def _conditioned(self, subject: str, headers: dict[str, str]) -> dict[str, str]:
         """``headers`` with the publisher's `condition`, when it applies to ``subject``."""

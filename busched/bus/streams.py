@@ -90,7 +90,7 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, his
     for cfg in configs:
         cfg.num_replicas = st.replicas
         try:
-            info = await stream_info_soon(js, cfg.name)
+            info = await stream_info_soon(js, str(cfg.name))
             await _scale_up(js, info, st.replicas)
             continue
         except nats.js.errors.NotFoundError:

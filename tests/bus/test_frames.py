@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.errors
+import pytest
 from nats.aio.client import Client
 from nats.protocol import command
 
@@ -40,12 +42,14 @@ async def test_frames_are_what_nats_py_would_send() -> None:
     assert not F.clean("a b") and not F.clean("a\r\nPUB x 1") and not F.clean("")
 
 
-async def test_conditions_ids_and_fences_hold_through_frames(nats_server) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("framed", [True, False], ids=["framed", "through nats-py"])
+async def test_conditions_ids_and_fences_hold_through_frames(nats_server, framed) -> None:  # noqa: ANN001
     bus = await Bus.connect(nats_server.url)
     try:
         await bus.ensure_streams()
         pub = bus._publisher
-        assert pub._framed  # this nats-py is framed
+        assert pub._framed  # this nats-py is framed (F.Frames.usable says yes: a nats-py it fits)
+        pub._framed = framed  # and the path taken without frames holds the same
         a, b = S.state_subject("task", "ns/a"), S.state_subject("task", "ns/b")
         first = await bus.publish_all([(a, b"{}", None, 0), (b, b"{}", "id-b", None)])
         assert [x.ok for x in first] == [True, True]
@@ -103,3 +107,52 @@ async def test_a_message_that_cannot_be_encoded_fails_the_unsent_ones_at_once(na
         assert all(a.ok for a in await bus.publish_all(items[:2]))  # the publisher goes on
     finally:
         await bus.close()
+
+
+async def test_an_item_that_left_is_not_blamed_for_the_next_one_failing(nats_server) -> None:  # noqa: ANN001
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.ensure_streams()
+        a, b = S.state_subject("queue", "left"), S.state_subject("queue", "next")
+        # the first goes through nats-py (an id it cleans) and leaves; the second cannot be encoded
+        acks = await asyncio.wait_for(bus.publish_all([(a, b"{}", " id "), (b, object(), None)]), 10)
+        assert acks[0].ok and not acks[1].ok, acks
+        assert await bus.last_state(a) == (acks[0].seq, b"{}")
+    finally:
+        await bus.close()
+
+
+async def test_a_frame_past_max_payload_with_its_headers_is_refused_here_and_the_connection_lives(
+        nats_server) -> None:  # noqa: ANN001
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.ensure_streams()
+        nc = bus._publisher.nc
+        big = b'"' + b"x" * (nc._max_payload - 12) + b'"'  # fits alone; not with a message id's header
+        acks = await asyncio.wait_for(bus.publish_all([(S.state_subject("queue", "big"), big, "an-id")]), 10)
+        assert not acks[0].ok and "MaxPayload" in (acks[0].error or ""), acks
+        assert nc.is_connected  # the server did not cut the connection off
+        assert (await bus.publish_all([(S.state_subject("queue", "small"), b"{}", None)]))[0].ok
+    finally:
+        await bus.close()
+
+
+async def test_frames_handed_over_are_refused_as_nats_py_refuses_a_publish() -> None:
+    nc = _Capture()
+    nc._flush_queue = None
+    frames = F.Frames(nc)
+    nc._max_pending_size = 2 * 1024 * 1024  # (connect's default)
+    nc._status = Client.RECONNECTING  # reconnecting: the frames wait in the pending buffer, as nats-py's would
+    await frames.add(F.pub("s", "r.1", b"x"), 1, 0)
+    await frames.flush()
+    assert nc.sent == [F.pub("s", "r.1", b"x")] and frames.unsent() == []
+    nc._max_pending_size = 4  # ... unless it is full
+    await frames.add(F.pub("s", "r.2", b"y"), 1, 1)
+    with pytest.raises(nats.errors.OutboundBufferLimitError):
+        await frames.flush()
+    assert frames.unsent() == [1] and len(nc.sent) == 1
+    nc._status = Client.CLOSED
+    await frames.add(F.pub("s", "r.3", b"z"), 1, 2)
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await frames.flush()
+    assert frames.unsent() == [2] and len(nc.sent) == 1
