@@ -35,7 +35,7 @@ from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
 from busched.framework import nodeselect, runs
 from busched.framework.nodeselect import PredicateHelper
-from busched.framework.pqueue import PriorityQueue
+from busched.framework.pqueue import KeyedQueue, PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
@@ -43,6 +43,7 @@ from busched.framework.statement import Statement
 class AllocateAction:
     name = "allocate"
     reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
+    reuse_helper = True  # the last turn's predicate helper when it cached nothing (tests compare without)
 
     def execute(self, ssn: Session) -> None:
         self.ssn = ssn
@@ -55,8 +56,9 @@ class AllocateAction:
         memo = unfit.memo_of(ssn)
         self.pipelined_any = False
         self.turn_ready = False
-        jobs_by_queue: dict[str, PriorityQueue[JobInfo]] = {}
-        tasks_by_job: dict[str, PriorityQueue[TaskInfo]] = {}
+        self.helper = PredicateHelper(ssn, self.error_cache)
+        jobs_by_queue: dict[str, JobQueue] = {}
+        tasks_by_job: dict[str, PriorityQueue[TaskInfo] | OneTask] = {}
         for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 if ssn.enqueue_enabled:
@@ -73,14 +75,18 @@ class AllocateAction:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
-            # pending tasks do not change while they wait: the heap may compare keys (kernels.order);
-            # a job's only task is never compared (no push follows), so it needs no key
-            order_key = ssn.task_order_key(waiting) if len(waiting) > 1 else None
-            tasks: PriorityQueue[TaskInfo] = PriorityQueue(ssn.task_order_fn, key=order_key)
-            for t in waiting:
-                tasks.push(t)
+            tasks: PriorityQueue[TaskInfo] | OneTask
+            if len(waiting) == 1:
+                tasks = OneTask(waiting[0])  # a job's only task is never compared: no heap needed
+            else:
+                # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
+                tasks = PriorityQueue(ssn.task_order_fn, key=ssn.task_order_key(waiting))
+                for t in waiting:
+                    tasks.push(t)
             if job.queue not in jobs_by_queue:
-                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
+                # with keys (kernels on), sorted once rather than heaped (the same pops: `KeyedQueue`)
+                jobs_by_queue[job.queue] = (PriorityQueue(ssn.job_order_fn) if job_key is None
+                                            else KeyedQueue(ssn.job_order_fn, job_key))
                 queues.push(ssn.queues[job.queue])
             jobs_by_queue[job.queue].push(job)
             tasks_by_job[job.uid] = tasks
@@ -119,12 +125,14 @@ class AllocateAction:
             queues.push(queue)
 
     # -- one job's turn -------------------------------------------------------------------
-    def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo],
+    def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo] | OneTask,
                        nodes: list[NodeInfo]) -> Statement | None:
         ssn = self.ssn
         stmt: Statement = Statement(ssn)
-        # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate.
-        self.helper = PredicateHelper(ssn, self.error_cache)
+        # A fresh error cache for each job turn, as Volcano: a job put back gets a clean slate (the last
+        # turn's helper when it cached nothing: the same as a fresh one, without building it)
+        if self.helper.cache or not self.reuse_helper:
+            self.helper = PredicateHelper(ssn, self.error_cache)
         node_names = ssn.nodes if nodes is ssn.node_list else {n.name for n in nodes}
         self.turn_unfit = False  # the turn ended at its first task, which fits nowhere (kernels.unfit)
         # job_ready's answer once the turn is over (execute commits on it): asked after each placement,
@@ -146,7 +154,7 @@ class AllocateAction:
         stmt.discard()
         return None
 
-    def _turn(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo], nodes: list[NodeInfo],
+    def _turn(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo] | OneTask, nodes: list[NodeInfo],
               node_names: Container[str], stmt: Statement) -> bool | None:
         """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None)."""
         ssn = self.ssn
@@ -242,3 +250,27 @@ class AllocateAction:
         elif task.init_resreq.less_equal(node.future_idle()):
             self.pipelined_any = True
             stmt.pipeline(task, node.name)
+
+
+JobQueue = PriorityQueue[JobInfo] | KeyedQueue[JobInfo]
+
+
+class OneTask:
+    """The waiting tasks of a job that has one: what `_turn` and `execute` ask of a task queue."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: TaskInfo) -> None:
+        self.task: TaskInfo | None = task
+
+    def empty(self) -> bool:
+        return self.task is None
+
+    def pop(self) -> TaskInfo:
+        task = self.task
+        assert task is not None
+        self.task = None
+        return task
+
+    def __len__(self) -> int:
+        return 0 if self.task is None else 1

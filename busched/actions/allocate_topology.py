@@ -43,7 +43,7 @@ from busched.api.subjob import JOB_ALLOCATED_HYPERNODE, SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.framework.hypernodes import CLUSTER_TOP, HyperNodeInfo
 from busched.framework.nodeselect import PredicateHelper
-from busched.framework.pqueue import PriorityQueue
+from busched.framework.pqueue import KeyedQueue, PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
@@ -144,7 +144,7 @@ class TopologyAllocator:
         self.worksheets: dict[str, JobWorksheet] = {}
 
     # -- one job's turn, from the queue loop ---------------------------------------------------
-    def allocate_job(self, job: JobInfo, jobs: PriorityQueue[JobInfo]) -> None:
+    def allocate_job(self, job: JobInfo, jobs: PriorityQueue[JobInfo] | KeyedQueue[JobInfo]) -> None:
         ssn = self.ssn
         ws = self.worksheets.get(job.uid)
         if ws is None:

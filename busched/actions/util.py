@@ -30,7 +30,7 @@ from busched.api.subjob import SubJobInfo
 from busched.api.task import TaskInfo, TaskStatus, preemptable_status
 from busched.framework.arguments import declared_of
 from busched.framework.config import SchedulerConfig
-from busched.framework.pqueue import PriorityQueue
+from busched.framework.pqueue import KeyedQueue, PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import Statement
 
@@ -88,12 +88,12 @@ def drain(q: PriorityQueue[T]) -> list[T]:
 
 def by_queue(ssn: Session, jobs: Iterable[JobInfo], wanted: Callable[[JobInfo], bool],
              key: Callable[[JobInfo], Any] | None = None
-             ) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo]]]:
+             ) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo] | KeyedQueue[JobInfo]]]:
     """The queues of ``jobs`` (those the session knows) in queue order, each once, and per queue the jobs
     ``wanted`` picks, in job order (``key``: a job order key, `Session.job_order_key`)."""
     queues: PriorityQueue[QueueInfo] = PriorityQueue(ssn.queue_order_fn)
     seen: set[str] = set()
-    picked: dict[str, PriorityQueue[JobInfo]] = {}
+    picked: dict[str, PriorityQueue[JobInfo] | KeyedQueue[JobInfo]] = {}
     for job in jobs:
         queue = ssn.queues.get(job.queue)
         if queue is None:
@@ -104,12 +104,15 @@ def by_queue(ssn: Session, jobs: Iterable[JobInfo], wanted: Callable[[JobInfo], 
         if wanted(job):
             q = picked.get(queue.uid)
             if q is None:
-                q = picked[queue.uid] = PriorityQueue(ssn.job_order_fn, key=key)
+                # with a key, sorted once when first popped rather than heaped (the same pops: KeyedQueue)
+                q = picked[queue.uid] = (PriorityQueue(ssn.job_order_fn) if key is None
+                                         else KeyedQueue(ssn.job_order_fn, key))
             q.push(job)
     return queues, picked
 
 
-def starving_by_queue(ssn: Session) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo]]]:
+def starving_by_queue(ssn: Session
+                      ) -> tuple[PriorityQueue[QueueInfo], dict[str, PriorityQueue[JobInfo] | KeyedQueue[JobInfo]]]:
     """The queues of the session's valid, non-pending jobs in queue order, and per queue its starving jobs
     in job order: where reclaim and the gang actions look for jobs to evict for."""
     return by_queue(ssn, (job for job in ssn.jobs.values()

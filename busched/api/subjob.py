@@ -296,6 +296,8 @@ def _per_group(job: JobInfo, cond: Callable[[SubJobInfo], bool]) -> dict[str, in
 
 def check_sub_job_valid(job: JobInfo) -> bool:
     """Enough sub-jobs exist for every policy's minSubGroups."""
+    if not job.min_sub_jobs:
+        return True  # no group asks for a minimum: nothing to count
     n = _per_group(job, lambda _: True)
     return all(n.get(gid, 0) >= m for gid, m in job.min_sub_jobs.items())
 

@@ -88,12 +88,12 @@ class NodeArrays:
                 self._put(self.allocatable, i, n.allocatable)
                 self._fill(i, n)
         else:
-            futures = [n.future_idle() for n in self.nodes]
+            idles = [n.idle for n in self.nodes]
             for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                      (self.idle, [n.idle for n in self.nodes]),
-                                      (self.used, [n.used for n in self.nodes]),
-                                      (self.future, futures)):
+                                      (self.idle, idles),
+                                      (self.used, [n.used for n in self.nodes])):
                 self._fill_column_wise(matrix, resources)
+            self._fill_future(idles)
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         # registered once with each distinct listener list: lent nodes share one (busched.fastpath.lending)
         lists = list(map(_listeners, self.nodes))  # (in C)
@@ -145,6 +145,19 @@ class NodeArrays:
             get = r.scalars.get
             for s, j in self._scalar_columns:
                 matrix[i, j] = get(s, 0.0)
+
+    def _fill_future(self, idles: list[Resource]) -> None:
+        """The future idle matrix of a first build: as `_fill` writes each row, without a future idle
+        Resource built per node where `_plain_future` gives its cpu and memory (scalars: idle's)."""
+        got = [_plain_future(n) for n in self.nodes]
+        if None in got:
+            self._fill_column_wise(self.future, [n.future_idle() for n in self.nodes])
+            return
+        plain: list[tuple[float, float]] = got  # type: ignore[assignment]
+        k = len(plain)
+        self._fill_column_wise(self.future, idles)  # (its scalar columns; cpu and memory below)
+        self.future[:, 0] = np.fromiter((p[0] for p in plain), dtype=np.float64, count=k)
+        self.future[:, 1] = np.fromiter((p[1] for p in plain), dtype=np.float64, count=k)
 
     def _fill(self, i: int, n: NodeInfo) -> None:
         put = self._put
@@ -243,7 +256,8 @@ def _plain_future(n: NodeInfo) -> tuple[float, float] | None:
 
 
 def _scalar_names(n: NodeInfo) -> tuple[str, ...]:
-    return tuple(s for r in (n.allocatable, n.idle, n.used, n.releasing, n.pipelined) for s in r.scalars)
+    # every name of allocatable, idle, used, releasing and pipelined, in that order (one per node: unpacked)
+    return (*n.allocatable.scalars, *n.idle.scalars, *n.used.scalars, *n.releasing.scalars, *n.pipelined.scalars)
 
 
 def fit_mask(arrays: NodeArrays, req: Resource, which: str = FUTURE_IDLE,

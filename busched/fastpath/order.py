@@ -29,6 +29,13 @@ def job_order_key(ssn: Any) -> Callable[[Any], tuple] | None:
     keys = _keys(ssn, ssn.job_order_twins())
     if keys is None:
         return None
+    if len(keys) == 3:  # the default configuration's (priority, gang, drf): the same tuple, no list built
+        k0, k1, k2 = keys
+
+        def key3(job: Any) -> tuple:
+            return (k0(job), k1(job), k2(job), job.created, job.uid)
+
+        return key3
 
     def key(job: Any) -> tuple:
         return (*[k(job) for k in keys], job.created, job.uid)

@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["PriorityQueue"]
+__all__ = ["PriorityQueue", "KeyedQueue"]
 
 
 class _Item:
@@ -55,3 +55,64 @@ class PriorityQueue(Generic[T]):
         q: PriorityQueue[T] = PriorityQueue(self._less, key=self._key)
         q._h = list(self._h)
         return q
+
+
+class KeyedQueue(Generic[T]):
+    """`PriorityQueue` with a ``key`` (the same contract: keys order items exactly as ``less`` and do
+    not change while an item waits) for a queue filled before it is first popped: the items pushed
+    before the first pop are sorted once, those pushed after wait in a heap, and a pop takes the
+    smaller head.  When no two items' keys are equal (allocate's job keys end with the job's uid) the
+    pops come out in the very order the heap's would, a sort of n items costing less than n pushes
+    and pops of a heap of n.  Keys that tie fall back to the heap (equal keys would compare items)."""
+
+    __slots__ = ("_less", "_key", "_sorted", "_h", "_sealed")
+
+    def __init__(self, less: Callable[[T, T], bool], key: Callable[[T], Any]) -> None:
+        self._less = less
+        self._key = key
+        self._sorted: list[tuple[Any, T]] = []  # in push order until sealed, then largest first
+        self._h: list[tuple[Any, T]] = []
+        self._sealed = False
+
+    def push(self, v: T) -> None:
+        if self._sealed:
+            heapq.heappush(self._h, (self._key(v), v))
+        else:
+            self._sorted.append((self._key(v), v))
+
+    def _seal(self) -> None:
+        self._sealed = True
+        pushed = self._sorted
+        s = self._sorted = sorted(pushed, key=_first, reverse=True)
+        if any(s[i][0] == s[i + 1][0] for i in range(len(s) - 1)):
+            # equal keys: which of them pops first is the heap's own doing; make its very moves
+            for e in pushed:
+                heapq.heappush(self._h, e)
+            s.clear()
+
+    def pop(self) -> T:
+        if not self._sealed:
+            self._seal()
+        s, h = self._sorted, self._h
+        if h and (not s or h[0][0] < s[-1][0]):
+            return heapq.heappop(h)[1]
+        return s.pop()[1]
+
+    def empty(self) -> bool:
+        return not self._sorted and not self._h
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._h)
+
+    def items(self) -> list[T]:
+        """The items waiting, in no particular order (the queue is left as it is)."""
+        return [e[1] for e in self._sorted] + [e[1] for e in self._h]
+
+    def clone(self) -> KeyedQueue[T]:
+        q: KeyedQueue[T] = KeyedQueue(self._less, self._key)
+        q._sorted, q._h, q._sealed = list(self._sorted), list(self._h), self._sealed
+        return q
+
+
+def _first(e: tuple[Any, Any]) -> Any:
+    return e[0]

@@ -88,13 +88,17 @@ def _split(handlers: list[EventHandler]) -> _Split:
 
 def open_run(ssn: Session) -> HandlerRun | None:
     """A run for allocate's turn when some handler has a run form (else None: per task, as ever).
-    The handlers are split once per session (every job's turn opens a run), again if they change."""
+    The handlers are split once per session (every job's turn opens a run), again if they change;
+    the run itself is kept too, and handed out again once flushed (it holds nothing then)."""
     handlers = ssn.event_handlers
     kept = ssn.shared.get(_KEY)
     if kept is None or kept[0] is not handlers or kept[1] != len(handlers):
-        kept = ssn.shared[_KEY] = (handlers, len(handlers), _split(handlers))
-    split = kept[2]
-    return HandlerRun(ssn, split) if split[2] else None
+        split = _split(handlers)
+        kept = ssn.shared[_KEY] = (handlers, len(handlers), split, HandlerRun(ssn, split) if split[2] else None)
+    run: HandlerRun | None = kept[3]
+    if run is not None and run.tasks:  # (every turn flushes its run: an unflushed one is someone's)
+        return HandlerRun(ssn, kept[2])
+    return run
 
 
 def dispatch_run(ssn: Session, tasks: list[TaskInfo]) -> None:
