@@ -63,7 +63,10 @@ class KeyedQueue(Generic[T]):
     before the first pop are sorted once, those pushed after wait in a heap, and a pop takes the
     smaller head.  When no two items' keys are equal (allocate's job keys end with the job's uid) the
     pops come out in the very order the heap's would, a sort of n items costing less than n pushes
-    and pops of a heap of n.  Keys that tie fall back to the heap (equal keys would compare items)."""
+    and pops of a heap of n.  Keys that tie fall back to the heap (equal keys would compare items);
+    a later item tying with a sorted one is told apart as the heap tells them (the whole pairs).
+    Keys must be totally ordered (no NaN, nothing incomparable), as the built-in job keys are: the
+    sort and the heap would otherwise order them differently."""
 
     __slots__ = ("_less", "_key", "_sorted", "_h", "_sealed")
 
@@ -94,7 +97,7 @@ class KeyedQueue(Generic[T]):
         if not self._sealed:
             self._seal()
         s, h = self._sorted, self._h
-        if h and (not s or h[0][0] < s[-1][0]):
+        if h and (not s or h[0] < s[-1]):  # the whole pairs, as the heap compares them (equal keys: the items)
             return heapq.heappop(h)[1]
         return s.pop()[1]
 

@@ -56,7 +56,9 @@ def test_keyed_queue_pops_as_the_heap(seed):
     rng = random.Random(seed)
     n = rng.choice([0, 1, 2, 7, 60, 300])
     ties = seed % 3 == 0  # keys that tie: (key, item) pairs then compare items, as the heap's do
-    keys = [((rng.randint(0, 3 if ties else 10**6), rng.random() if not ties else 0.0), i) for i in range(n)]
+    ids = list(range(n))
+    rng.shuffle(ids)  # (ids not in push order: a tie between a sorted item and a later one compares the items)
+    keys = [((rng.randint(0, 3 if ties else 10**6), rng.random() if not ties else 0.0), i) for i in ids]
     first = rng.randint(0, n)
 
     def key(item):
@@ -67,6 +69,32 @@ def test_keyed_queue_pops_as_the_heap(seed):
     got = _drive(q, random.Random(seed), keys, first)
     assert got == want
     assert len(got) == n
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_keyed_queue_ties_between_a_sorted_item_and_a_later_one_pop_as_the_heap(seed):
+    """No tie among the items pushed before the first pop (so no fall back to the heap), but items pushed
+    after it tie with them: the heap then compares the items, and so must the queue."""
+    rng = random.Random(seed)
+    early = [((k,), rng.randint(0, 99)) for k in rng.sample(range(20), 8)]
+    late = [((rng.choice(early)[0][0],), rng.randint(0, 99)) for _ in range(8)]
+
+    def drive(q):
+        for e in early:
+            q.push(e)
+        out = [q.pop()]
+        for e in late:
+            q.push(e)
+            if rng2.random() < 0.4:
+                out.append(q.pop())
+        while not q.empty():
+            out.append(q.pop())
+        return out
+
+    rng2 = random.Random(seed)
+    want = drive(PriorityQueue(_never, key=lambda v: v[0]))
+    rng2 = random.Random(seed)
+    assert drive(KeyedQueue(_never, lambda v: v[0])) == want
 
 
 def test_keyed_queue_items_and_clone():
