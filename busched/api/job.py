@@ -202,10 +202,25 @@ class JobInfo(GangCounts):
             self.derived = {}
         tasks, index = self.tasks, self.status_index
         del tasks[uid]
+        # total.sub(r), allocated.sub(r) when prev counts, then their adds: written out (the same
+        # arithmetic in the same order; the scalar loops run only for requests that have scalars)
         total, allocated = self.total_request, self.allocated
-        total.sub(r)
-        if prev in _ALLOCATED:
-            allocated.sub(r)
+        rc, rm, rs = r.cpu, r.memory, r.scalars
+        was = prev in _ALLOCATED
+        total.cpu -= rc
+        total.memory -= rm
+        if was:
+            allocated.cpu -= rc
+            allocated.memory -= rm
+        if rs:
+            have = total.scalars
+            if have:
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) - v
+            have = allocated.scalars
+            if was and have:
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) - v
         idx = index.get(prev)
         if idx is not None:
             if idx.pop(uid, None) is not None and t.best_effort and prev == _PENDING:
@@ -224,10 +239,21 @@ class JobInfo(GangCounts):
             index[status] = {uid: t}
         else:
             idx[uid] = t
-        total.add(r)
-        if status in _ALLOCATED:
-            allocated.add(r)
-        elif t.best_effort and status == _PENDING:
+        total.cpu += rc
+        total.memory += rm
+        now = status in _ALLOCATED
+        if now:
+            allocated.cpu += rc
+            allocated.memory += rm
+        if rs:
+            have = total.scalars
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
+            if now:
+                have = allocated.scalars
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) + v
+        if not now and t.best_effort and status == _PENDING:
             self.pending_best_effort += 1
         sj = subjob.default_sub_job(self)
         sj.add_task(t)
