@@ -30,6 +30,8 @@ class PodGroupPhase:
     Completed = "Completed"
 
 
+_PENDING = TaskStatus.Pending  # (an enum member read from its class costs a metaclass lookup)
+_ALLOCATED = frozenset(s for s in TaskStatus if allocated_status(s))  # `allocated_status`, without the call
 # task statuses an allocating action may change (place, pipeline, dispatch)
 _PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
 
@@ -198,31 +200,64 @@ class JobInfo(GangCounts):
         if self.derived:
             outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
             self.derived = {}
-        del self.tasks[uid]
-        self.total_request.sub(r)
-        if allocated_status(prev):
-            self.allocated.sub(r)
-        idx = self.status_index.get(prev)
+        tasks, index = self.tasks, self.status_index
+        del tasks[uid]
+        # total.sub(r), allocated.sub(r) when prev counts, then their adds: written out (the same
+        # arithmetic in the same order; the scalar loops run only for requests that have scalars)
+        total, allocated = self.total_request, self.allocated
+        rc, rm, rs = r.cpu, r.memory, r.scalars
+        was = prev in _ALLOCATED
+        total.cpu -= rc
+        total.memory -= rm
+        if was:
+            allocated.cpu -= rc
+            allocated.memory -= rm
+        if rs:
+            have = total.scalars
+            if have:
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) - v
+            have = allocated.scalars
+            if was and have:
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) - v
+        idx = index.get(prev)
         if idx is not None:
-            if idx.pop(uid, None) is not None and t.best_effort and prev == TaskStatus.Pending:
+            if idx.pop(uid, None) is not None and t.best_effort and prev == _PENDING:
                 self.pending_best_effort -= 1
             if not idx:
-                del self.status_index[prev]
+                del index[prev]
         # delete_task_from_sub_job, then add_task_to_sub_job, which without policies is the default sub-job
-        sj = self.sub_jobs.get(self.task_to_sub_job.pop(uid, ""))
+        to_sub = self.task_to_sub_job
+        sj = self.sub_jobs.get(to_sub.pop(uid, ""))
         if sj is not None:
             sj.delete_task(t)
         t.status = status
-        self.tasks[uid] = t
-        self.status_index.setdefault(status, {})[uid] = t
-        self.total_request.add(r)
-        if allocated_status(status):
-            self.allocated.add(r)
-        elif t.best_effort and status == TaskStatus.Pending:
+        tasks[uid] = t
+        idx = index.get(status)
+        if idx is None:
+            index[status] = {uid: t}
+        else:
+            idx[uid] = t
+        total.cpu += rc
+        total.memory += rm
+        now = status in _ALLOCATED
+        if now:
+            allocated.cpu += rc
+            allocated.memory += rm
+        if rs:
+            have = total.scalars
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
+            if now:
+                have = allocated.scalars
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) + v
+        if not now and t.best_effort and status == _PENDING:
             self.pending_best_effort += 1
         sj = subjob.default_sub_job(self)
         sj.add_task(t)
-        self.task_to_sub_job[uid] = sj.uid
+        to_sub[uid] = sj.uid
 
     # -- sub-jobs and network topology (busched.api.subjob) ----------------------------
     def contains_sub_job_policy(self) -> bool:

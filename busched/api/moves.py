@@ -45,9 +45,22 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         uid = t.uid
         r = t.resreq
         del jt[uid]
-        total.sub(r)
+        # total.sub(r) and allocated.sub(r) (when it counted), written out as `JobInfo._move` does
+        rc, rm, rs = r.cpu, r.memory, r.scalars
+        total.cpu -= rc
+        total.memory -= rm
         if was:
-            allocated.sub(r)
+            allocated.cpu -= rc
+            allocated.memory -= rm
+        if rs:
+            have = total.scalars
+            if have:
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) - v
+            have = allocated.scalars
+            if was and have:
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) - v
         if old is not None:
             old.pop(uid, None)
             if not old:
@@ -61,9 +74,19 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         if new is None:
             new = index.setdefault(status, {})
         new[uid] = t
-        total.add(r)
+        total.cpu += rc
+        total.memory += rm
         if now:
-            allocated.add(r)
+            allocated.cpu += rc
+            allocated.memory += rm
+        if rs:
+            have = total.scalars
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
+            if now:
+                have = allocated.scalars
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) + v
         if default is None:
             default = subjob.default_sub_job(job)
         default.add_task(t)

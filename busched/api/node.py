@@ -16,6 +16,9 @@ from busched.api.task import TaskInfo, TaskStatus
 
 __all__ = ["NodeInfo", "NodeUsage", "NodeAccountingError"]
 
+# (an enum member read from its class costs a metaclass lookup: read once here for the hot paths)
+_BINDING, _RELEASING, _PIPELINED = TaskStatus.Binding, TaskStatus.Releasing, TaskStatus.Pipelined
+
 
 class NodeAccountingError(RuntimeError):
     """A task could not be added to (or moved on) a node."""
@@ -69,33 +72,51 @@ class NodeInfo:
         return self.idle.clone().add(self.releasing).sub(self.pipelined)
 
     def add_task(self, task: TaskInfo, copy: TaskInfo | None = None) -> None:
-        """Account a task on this node; the node keeps its own copy (Volcano's AddTask): a clone,
-        or ``copy`` when the caller made one (a copy of ``task`` no one else holds)."""
+        """Account a task on this node; the node keeps its own copy (Volcano's AddTask): ``task.copy()``,
+        or ``copy`` when the caller made one (a copy of ``task`` no one else holds).  The copy shares
+        the task's requests: a task's requests are replaced, never changed in place (the lent nodes'
+        copies share them too, busched.fastpath.lending_nodes), and every task allocate places comes
+        here, where a clone of the two made two objects no one writes."""
         name = self.name
         if task.node_name and task.node_name != name:
             raise NodeAccountingError(f"task {task.key} already on different node {task.node_name}")
-        if task.uid in self.tasks:
+        tasks = self.tasks
+        if task.uid in tasks:
             raise NodeAccountingError(f"task {task.key} already on node {name}")
-        ti = task.clone() if copy is None else copy
+        ti = task.copy() if copy is None else copy
         s, req = ti.status, ti.resreq
-        if s == TaskStatus.Binding and not req.less_equal(self.idle):
+        if s == _BINDING and not req.less_equal(self.idle):
             raise NodeAccountingError(
                 f"node {name} resources are not enough to put task {ti.key}: idle {self.idle}, req {req}")
         # (after every check: a node first written is one whose listeners hear of it, see `listeners`)
         if not self.written:
             self._first_write()
-        if s == TaskStatus.Releasing:
+            tasks = self.tasks
+        if s == _RELEASING:
             self.idle.sub(req)
             self.releasing.add(req)
             self.used.add(req)
-        elif s == TaskStatus.Pipelined:
+        elif s == _PIPELINED:
             self.pipelined.add(req)
         else:
-            self.idle.sub(req)
-            self.used.add(req)
+            # idle.sub(req) and used.add(req) written out (the same arithmetic in the same order)
+            idle, used = self.idle, self.used
+            idle.cpu -= req.cpu
+            idle.memory -= req.memory
+            used.cpu += req.cpu
+            used.memory += req.memory
+            rs = req.scalars
+            if rs:
+                have = idle.scalars
+                if have:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) - v
+                have = used.scalars
+                for n, v in rs.items():
+                    have[n] = have.get(n, 0.0) + v
         task.node_name = name
         ti.node_name = name
-        self.tasks[ti.uid] = ti
+        tasks[ti.uid] = ti
         for ls in self.listeners:
             ls.node_changed(self)
 
@@ -106,11 +127,11 @@ class NodeInfo:
             self._first_write()
         ti = self.tasks.pop(task.uid)
         s = ti.status
-        if s == TaskStatus.Releasing:
+        if s == _RELEASING:
             self.releasing.sub(ti.resreq)
             self.idle.add(ti.resreq)
             self.used.sub(ti.resreq)
-        elif s == TaskStatus.Pipelined:
+        elif s == _PIPELINED:
             self.pipelined.sub(ti.resreq)
         else:
             self.idle.add(ti.resreq)

@@ -25,6 +25,7 @@ from busched.framework.session import Session
 __all__ = ["Statement", "Operation"]
 
 EVICT, PIPELINE, ALLOCATE = "evict", "pipeline", "allocate"
+_ALLOCATED = TaskStatus.Allocated  # (an enum member read from its class costs a metaclass lookup)
 
 
 @dataclass(slots=True)  # one per task an action places: slots make it cheaper to build
@@ -79,12 +80,13 @@ class Statement:
         self.operations.append(Operation(PIPELINE, task, "", prev))
 
     def allocate(self, task: TaskInfo, node_name: str) -> None:
-        job = self.ssn.jobs[task.job]
-        node = self.ssn.nodes.get(node_name)
+        ssn = self.ssn
+        job = ssn.jobs[task.job]
+        node = ssn.nodes.get(node_name)
         if node is None:
             raise NodeAccountingError(f"node {node_name} not in session")
         prev = task.status
-        job.update_task_status(task, TaskStatus.Allocated)
+        job.update_task_status(task, _ALLOCATED)
         task.node_name = node_name
         try:
             node.add_task(task)
@@ -92,10 +94,11 @@ class Statement:
             job.update_task_status(task, prev)
             task.node_name = ""
             raise
-        if self.run is None:
-            self.ssn._on_allocate(task)
+        run = self.run
+        if run is None:
+            ssn._on_allocate(task)
         else:
-            self.run.allocated(task)
+            run.allocated(task)
         self.operations.append(Operation(ALLOCATE, task, "", prev))
 
     # -- undo ------------------------------------------------------------------------------
