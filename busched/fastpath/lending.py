@@ -120,6 +120,8 @@ class SharedMemo(TaskTemplates, NodeLending):
         self._job_templates: dict[str, tuple[Any, JobInfo]] = {}
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
+        # nodes the cache converted to validate them, used as they are by their next assembly
+        self._node_templates: dict[str, tuple[Any, NodeInfo]] = {}
         self._lease: Lease | None = None
         self._patchable = False
         # the last lending: every job with a spec (key -> job) and what its phase and conditions were
@@ -165,6 +167,8 @@ class SharedMemo(TaskTemplates, NodeLending):
             memo.pop(key, None)
         if kind == "job":
             self._job_templates.pop(key, None)
+        elif kind == "node":
+            self._node_templates.pop(key, None)
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,

@@ -107,7 +107,7 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
     memo._fresh_listeners()
     task_specs, node_tasks, node_version = cache.objects["task"], cache.node_tasks, cache.node_version
     seq = cache.task_seq
-    templates, nodes_memo, listeners = memo._tasks, memo._nodes, memo._listeners
+    templates, nodes_memo, listeners, node_templates = memo._tasks, memo._nodes, memo._listeners, memo._node_templates
     task_info, node_info, add_copies = build.task_info, build.node_info, assemble.add_copies
     assembled = 0
     for name, spec in cache.objects["node"].items():
@@ -119,7 +119,12 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
             continue
         # `NodeLending._node` for a node the memo does not hold
         version = node_version.get(name, 0)
-        node = node_info(spec, index)
+        nt = node_templates.pop(name, None)  # (`NodeLending._new_node`)
+        if nt is not None and nt[0] is spec:
+            node = nt[1]
+            node.index = index
+        else:
+            node = node_info(spec, index)
         keys: Any = node_tasks.get(name, ())
         if len(keys) > 1:
             keys = sorted(keys, key=seq.__getitem__)

@@ -136,3 +136,23 @@ def test_cold_lending_equals_one_object_methods(seed: int, config: str, monkeypa
     assert cold.count("lend_jobs_cold") >= 2 and cold.count("lend_nodes_cold") >= 2
     assert deferred > 0  # settled jobs were lent with their sub-jobs to fill in later
     assert policies or not any(j.sub_group_policy for j in spec.jobs)
+
+
+@pytest.mark.parametrize("cold_bulk", [True, False])
+def test_nodes_start_from_the_validation_conversion(cold_bulk: bool) -> None:
+    """A node's first assembly is the very object the cache converted to validate it (converted once,
+    not twice), its index set; a node whose spec changed since is converted again."""
+    rng = random.Random(3)
+    spec = _odd_cluster(rng)
+    cache = cache_of(spec)
+    cache._memo.cold_bulk = cold_bulk
+    kept = {name: node for name, (_, node) in cache._memo._node_templates.items()}
+    first = spec.nodes[0]
+    cache.upsert("node", msgspec.structs.replace(first, labels={"zone": "moved"}))  # a new template for it
+    kept.pop(first.name)
+    snap = cache.snapshot()
+    ready = [n for n in snap.nodes if n.name in kept]
+    assert ready and all(n is kept[n.name] for n in ready)
+    assert [n.index for n in snap.nodes] == list(range(len(snap.nodes)))
+    assert snap.nodes[0].name == first.name and snap.nodes[0].labels == {"zone": "moved"}
+    assert not any(name in cache._memo._node_templates for name in (n.name for n in snap.nodes))
