@@ -232,7 +232,7 @@ class Cache(Inserts):
     def _validate(self, kind: str, spec: Any, key: str) -> None:
         """Reject an object the snapshot could not convert, before it enters the cache."""
         if kind == "node":
-            build.node_info(spec)
+            self._memo.remember_node(key, spec, build.node_info(spec))
         elif kind == "task":
             self._memo.remember_task(key, spec, build.task_info(spec, {}))
         elif kind == "job":

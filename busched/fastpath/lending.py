@@ -84,6 +84,7 @@ from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
 from busched.api.task import TaskInfo
 from busched.fastpath.lease import Lease
+from busched.fastpath.lending_cold import lend_jobs_cold, lend_nodes_cold
 from busched.fastpath.lending_nodes import NodeLending, _NodeWrites
 from busched.fastpath.templates import TaskTemplates, _fresh_task, _Template
 from busched.fastpath.verify import SharedStateMutated, check, check_logged, fingerprint_job, fingerprint_node
@@ -119,6 +120,8 @@ class SharedMemo(TaskTemplates, NodeLending):
         self._job_templates: dict[str, tuple[Any, JobInfo]] = {}
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, tuple[Any, int, int, NodeInfo]] = {}
+        # nodes the cache converted to validate them, used as they are by their next assembly
+        self._node_templates: dict[str, tuple[Any, NodeInfo]] = {}
         self._lease: Lease | None = None
         self._patchable = False
         # the last lending: every job with a spec (key -> job) and what its phase and conditions were
@@ -144,6 +147,9 @@ class SharedMemo(TaskTemplates, NodeLending):
         # a settled job's default sub-job filled in on its first read (busched.api.settled); False:
         # the reference, assembled eagerly
         self.lazy_sub_jobs = True
+        # a cold lending (nothing assembled yet: a restart) in one loop per kind (busched.fastpath.lending_cold);
+        # False: the reference, the one-object methods
+        self.cold_bulk = True
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
 
@@ -161,6 +167,8 @@ class SharedMemo(TaskTemplates, NodeLending):
             memo.pop(key, None)
         if kind == "job":
             self._job_templates.pop(key, None)
+        elif kind == "node":
+            self._node_templates.pop(key, None)
 
     # -- the snapshot ----------------------------------------------------------------------
     def lend(self, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
@@ -179,13 +187,17 @@ class SharedMemo(TaskTemplates, NodeLending):
         self.assembled_jobs = self.assembled_nodes = 0
         if patch and not changes.nodes_moved:
             nodes = self._patch_nodes(cache, classes, changes.nodes)
+        elif self.cold_bulk and not self._nodes:
+            nodes = lend_nodes_cold(self, cache, classes)
         else:
             nodes = self._lend_nodes(cache, classes)
         if patch and not changes.jobs_removed and queues == self._queues:
             got = self._patch_jobs(cache, classes, default_priority, changes.jobs, heard)
         else:
             got = None
-        if got is None:
+        if got is None and self.cold_bulk and not self._jobs:
+            got = lend_jobs_cold(self, cache, classes, default_priority, queues, _Job)
+        elif got is None:
             got = self._lend_jobs(cache, classes, default_priority, queues)
         jobs, volatile = got
         self._queues = queues

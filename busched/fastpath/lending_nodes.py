@@ -40,6 +40,7 @@ class NodeLending:
 
     # the memo's state these read and keep (SharedMemo.__init__ says what each is)
     _nodes: dict[str, tuple[Any, int, int, NodeInfo]]
+    _node_templates: dict[str, tuple[Any, NodeInfo]]
     _lent_nodes: list[NodeInfo]
     _node_writes: _NodeWrites
     _listeners: list[Any]
@@ -48,12 +49,26 @@ class NodeLending:
     assembled_nodes: int
     _task: Callable[[str, Any, dict[str, PriorityClass]], TaskInfo]  # (busched.fastpath.templates)
 
+    def remember_node(self, name: str, spec: Any, node: NodeInfo) -> None:
+        """A node the cache converted to validate it: its next assembly starts from it (a restart's
+        5,000 nodes are then converted once, not twice)."""
+        self._node_templates[name] = (spec, node)
+
+    def _new_node(self, name: str, spec: Any, index: int) -> NodeInfo:
+        """The node without its tasks: the validation's conversion when it is of this spec, else converted."""
+        m = self._node_templates.pop(name, None)
+        if m is not None and m[0] is spec:
+            node = m[1]
+            node.index = index  # (all that `build.node_info` takes beside the spec)
+            return node
+        return build.node_info(spec, index)
+
     def _node(self, name: str, spec: Any, index: int, cache: Any, classes: dict[str, PriorityClass]) -> NodeInfo:
         m = self._nodes.get(name)
         version = cache.node_version.get(name, 0)
         if m is None or m[0] is not spec or m[1] != version or m[2] != index or m[3].written:
             task_specs = cache.objects["task"]
-            node = build.node_info(spec, index)
+            node = self._new_node(name, spec, index)
             if m is not None and m[0] is spec:  # never changed in place: shared (the total keeps)
                 node.allocatable, node.capacity = m[3].allocatable, m[3].capacity
             keys = cache.node_tasks.get(name, ())
