@@ -232,7 +232,9 @@ class Cache(Inserts):
     def _validate(self, kind: str, spec: Any, key: str) -> None:
         """Reject an object the snapshot could not convert, before it enters the cache."""
         if kind == "node":
-            self._memo.remember_node(key, spec, build.node_info(spec))
+            node = build.node_info(spec)
+            if spec.ready:  # (a node not ready is not lent: its conversion would wait unused)
+                self._memo.remember_node(key, spec, node)
         elif kind == "task":
             self._memo.remember_task(key, spec, build.task_info(spec, {}))
         elif kind == "job":

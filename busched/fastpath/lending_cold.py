@@ -8,8 +8,8 @@ node, two calls per placed task for its template.  `lend_jobs_cold` and `lend_no
 assembles written out inline: the same conversions (the validation's job, a task's template kept
 or converted again under the same test), the same tasks in the same order, the same assembly calls
 (`busched.api.settled.add_tasks_sub_jobs_later`, `busched.api.assemble.add_tasks`, ``add_copies``),
-the same records kept.  An object the memo still holds (a node assembled before; no job is, or this
-is not called) goes through the one-object method.  ``SharedMemo.cold_bulk = False`` is the
+the same records and counts kept (per object, as they are, so a lending refused half way leaves the
+same).  Both run only over a memo that holds no assembled object.  ``SharedMemo.cold_bulk = False`` is the
 reference (the one-object methods throughout); tests/fastpath/test_lending_cold.py compares the
 two, every record of the memo included.
 """
@@ -46,7 +46,6 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
     plain_classes = "" not in classes  # (`TaskTemplates._new_job`: the validation's job is usable)
     deferrable, later, add_tasks = settled.deferrable, settled.add_tasks_sub_jobs_later, assemble.add_tasks
     task_info, job_info = build.task_info, build.job_info
-    assembled = 0
     for key, spec in cache.objects["job"].items():
         # `SharedMemo._job` for a job the memo does not hold
         version = job_version.get(key, 0)
@@ -83,7 +82,7 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
         if logged:
             job.derived = {LOGGED: log}
         m = jobs_memo[key] = record(spec, version, default_priority, job)
-        assembled += 1
+        memo.assembled_jobs += 1
         if m.volatile:
             if not job.written and logged:
                 log.append(job)
@@ -95,28 +94,25 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
             in_session[key] = job
             if m.volatile:
                 volatile.append(job)
-    memo.assembled_jobs += assembled
     memo._lent, memo._outputs, memo._in_session = lent, outputs, in_session
     memo._pos = dict(zip(lent, itertools.count()))  # ({k: i for i, k in enumerate(lent)}, in C)
     return dict(in_session), volatile
 
 
 def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
-    """`NodeLending._lend_nodes`, each node the memo does not hold assembled inline."""
+    """`NodeLending._lend_nodes` over a memo that holds no assembled node, each node assembled inline."""
+    if memo._nodes:
+        raise ValueError("a cold lending starts with no assembled node")
     out: list[NodeInfo] = []
     memo._fresh_listeners()
     task_specs, node_tasks, node_version = cache.objects["task"], cache.node_tasks, cache.node_version
     seq = cache.task_seq
     templates, nodes_memo, listeners, node_templates = memo._tasks, memo._nodes, memo._listeners, memo._node_templates
     task_info, node_info, add_copies = build.task_info, build.node_info, assemble.add_copies
-    assembled = 0
     for name, spec in cache.objects["node"].items():
         if not spec.ready:
             continue
         index = len(out)
-        if name in nodes_memo:
-            out.append(memo._node(name, spec, index, cache, classes))
-            continue
         # `NodeLending._node` for a node the memo does not hold
         version = node_version.get(name, 0)
         nt = node_templates.pop(name, None)  # (`NodeLending._new_node`)
@@ -141,9 +137,8 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
         node.written = False
         node.listeners = listeners
         nodes_memo[name] = (spec, version, index, node)
-        assembled += 1
+        memo.assembled_nodes += 1
         out.append(node)
-    memo.assembled_nodes += assembled
     memo._lent_nodes = out
     memo._node_at = dict(zip([n.name for n in out], itertools.count()))
     return list(out)

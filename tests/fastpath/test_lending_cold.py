@@ -120,6 +120,9 @@ def test_cold_lending_equals_one_object_methods(seed: int, config: str, monkeypa
         a, b = _lent(bulk), _lent(ref)
         if isinstance(a, str) or isinstance(b, str):  # a node refused a Binding task: the same refusal
             assert a == b, f"round {rnd}"
+            # ... left as the reference leaves it (counted per object up to the refusal)
+            assert (bulk._memo.assembled_jobs, bulk._memo.assembled_nodes) == \
+                (ref._memo.assembled_jobs, ref._memo.assembled_nodes), f"round {rnd}"
             return
         deferred += sum(type(j) is settled.SubJobsLater for j in a.jobs.values())
         policies += sum(bool(j.subgroup_policy and j.sub_jobs) for j in a.jobs.values())
@@ -156,3 +159,21 @@ def test_nodes_start_from_the_validation_conversion(cold_bulk: bool) -> None:
     assert [n.index for n in snap.nodes] == list(range(len(snap.nodes)))
     assert snap.nodes[0].name == first.name and snap.nodes[0].labels == {"zone": "moved"}
     assert not any(name in cache._memo._node_templates for name in (n.name for n in snap.nodes))
+
+
+def test_a_refused_cold_lending_leaves_the_counts_the_reference_leaves() -> None:
+    """A node whose Binding task does not fit refuses the lending half way; what was assembled before it is
+    counted as the one-object methods count it (each as it is made, not once at the end)."""
+    nodes = [o.NodeSpec(name=n, allocatable={"cpu": "4", "memory": "8Gi", "pods": 110}) for n in ("a", "b", "c")]
+    job = o.JobSpec(name="j", namespace="ns", queue="q1", min_member=1, phase="Running")
+    tasks = [o.TaskSpec(name="ok", namespace="ns", job="j", node="a", phase="Running", requests={"cpu": "1"}),
+             o.TaskSpec(name="big", namespace="ns", job="j", node="b", status="Binding", requests={"cpu": "9"})]
+    spec = o.ClusterSpec(queues=[o.QueueSpec(name="q1")], nodes=nodes, jobs=[job], tasks=tasks)
+    counts = []
+    for cold_bulk in (True, False):
+        cache = cache_of(spec)
+        cache._memo.cold_bulk = cold_bulk
+        with pytest.raises(NodeAccountingError):
+            cache.snapshot()
+        counts.append((cache._memo.assembled_jobs, cache._memo.assembled_nodes))
+    assert counts[0] == counts[1] and counts[0][1] == 1, counts
