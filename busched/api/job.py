@@ -203,7 +203,9 @@ class JobInfo(GangCounts):
         tasks, index = self.tasks, self.status_index
         del tasks[uid]
         # total.sub(r), allocated.sub(r) when prev counts, then their adds: written out (the same
-        # arithmetic in the same order; the scalar loops run only for requests that have scalars)
+        # arithmetic in the same order; the scalar loops run only for requests that have scalars).
+        # moves.move_run has the same lines for a run of tasks: a change here goes there too
+        # (tests/api/test_placing_sums.py checks both against Resource.add / sub)
         total, allocated = self.total_request, self.allocated
         rc, rm, rs = r.cpu, r.memory, r.scalars
         was = prev in _ALLOCATED
