@@ -24,8 +24,10 @@ back to Pending, the decisions still to publish, the deleted tasks being stopped
 before their binding record during a catch-up.  It applies binding records and agents' results (the
 state feed hands them over, `busched.scheduler.events`) and is built with what it needs: the bus
 (records and decisions), the specs, the liveness of nodes, the outbox, the clock, and callbacks into
-the feed (refresh a task's cache copy, finish a deletion, purge its subjects).  It is one module of
-more than 400 lines on purpose: one state machine, whose transitions are easier to check side by side.
+the feed (refresh a task's cache copy, finish a deletion, purge its subjects).  The transitions the
+table makes are here, side by side; two mixins hold its edges to the streams, as methods of the same
+class: what it writes (records and decisions, `busched.scheduler.binding_writes`) and what it hears
+(epochs, records, results, and the recovery after catch-up, `busched.scheduler.binding_feed`).
 """
 
 from __future__ import annotations
@@ -33,21 +35,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-import msgspec
-
-from busched.api import build
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import events_log
+from busched.scheduler.binding_feed import BindingFeed
+from busched.scheduler.binding_writes import BindingWrites
 from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.records import (
-    _RESULT_RANK,
     TERMINAL,
     Binding,
     CycleReport,
@@ -77,7 +76,7 @@ class DecisionBus(Protocol):
     async def consumer_delivered(self, consumer: str) -> int | None: ...
 
 
-class BindingTable:
+class BindingTable(BindingWrites, BindingFeed):
     """Every task's bind life cycle (see the module's docstring).  ``journal`` is what the recent events of
     `busched.scheduler.events_log` are kept on (the scheduler)."""
 
@@ -191,167 +190,6 @@ class BindingTable:
     async def _send_then(self, sending: Awaitable[None], point: str) -> None:
         await sending
         self.checkpoint(point)
-
-    async def write_records(self, items: list[tuple[str, Binding]]) -> tuple[list[tuple[str, Binding]],
-                                                                                list[tuple[str, Binding, str]]]:
-        """Write the binding records of ``items`` now, each on condition that its subject is where we last saw
-        it.  Returns the stored ones and the ones not stored for another reason than a lost condition (with the
-        error); the lost ones are settled here (`_lost_race`)."""
-        if self.ledgers is not None:
-            acks = await self.ledgers.write(self.bus, [
-                (key, b.node, S.binding_subject(key), self.binding_record(key, b), b.rec_seq) for key, b in items])
-        else:
-            acks = await self.bus.publish_all(
-                (S.binding_subject(key), self.binding_record(key, b), None, b.rec_seq) for key, b in items)
-        stored: list[tuple[str, Binding]] = []
-        failed: list[tuple[str, Binding, str]] = []
-        lost: list[str] = []
-        for (key, b), ack in zip(items, acks):
-            if ack.ok:
-                self.record_stored(b, ack.seq)
-                stored.append((key, b))
-            elif ack.conflict:
-                lost.append(key)
-            else:
-                failed.append((key, b, ack.error))
-        if lost and self.ledgers is not None:
-            lost = await self.node_taken(lost, dict(items))
-        if lost:
-            await self.lost_race(lost)
-        return stored, failed
-
-    async def node_taken(self, keys: list[str], items: dict[str, Binding]) -> list[str]:
-        """A node's batch lost a condition (busched.scheduler.ledger): of its tasks, those whose own binding subject
-        moved lost to another writer (returned, for `lost_race`); the others only lost the node, and go back to
-        what they were, Pending, with no decision sent (their next bind is decided again on a fresh view)."""
-        moved: list[str] = []
-        for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key, False) for key in keys))):
-            b = items[key]
-            if found is False or (found[0] if found else 0) != b.rec_seq:  # moved, or not known: lost_race reads
-                moved.append(key)
-            elif self.bindings.get(key) is b:
-                self.bindings[key] = dataclasses.replace(b, state="released", reason="node taken by another shard",
-                                                         version=self.next_version())
-                self.metrics.publish_errors.labels("node").inc()
-                # written (as a bind that failed to publish is): it replaces whatever record of the task was still
-                # waiting in the outbox when the bind superseded it, so the stream says what we hold
-                self.write_binding(key, self.bindings[key])
-                self.refresh_task(key)
-        return moved
-
-    def record_stored(self, b: Binding, seq: int) -> None:
-        """A binding record of ours is on the stream at ``seq``: the next one is written on condition of it."""
-        b.rec_seq = max(b.rec_seq, seq)
-        if seq > self.max_rec_seq:
-            self.max_rec_seq = seq
-
-    async def record_binds(self, todo: list[tuple[str, Binding]]) -> list[tuple[str, Binding]]:
-        """Write the binding records of ``todo``, each on condition; the binds whose record is stored (the
-        others stay Pending, or belong to the scheduler whose record won)."""
-        ready, failed = await self.write_records(todo)
-        for key, b, error in failed:
-            # nothing was sent to the agent: the task simply stays Pending
-            self.metrics.publish_errors.labels("binding").inc()
-            log.warning("bind %s -> %s not recorded (%s); it stays Pending", key, b.node, error)
-            if self.bindings.get(key) is b:
-                self.bindings[key] = dataclasses.replace(b, state="released", reason="publish failed",
-                                                         version=self.next_version())
-                self.write_binding(key, self.bindings[key])
-                self.refresh_task(key)
-        return ready
-
-    async def lost_race(self, keys: list[str]) -> None:
-        """Our conditional write lost: another writer advanced these tasks.  Adopt the records that won (our
-        reservations go with ours)."""
-        self.metrics.publish_errors.labels("conflict").inc(len(keys))
-        for key, found in zip(keys, await asyncio.gather(*(self._read_binding(key) for key in keys))):
-            log.info("task %s: another writer advanced its binding; adopting its record", key)
-            cur = self.bindings.get(key)
-            if found is None:
-                # purged meanwhile (the task was deleted): nothing holds
-                if cur is not None:
-                    self.bindings[key] = dataclasses.replace(cur, state="released", reason="binding lost",
-                                                             rec_seq=0, version=self.next_version())
-                    self.refresh_task(key)
-                continue
-            seq, data = found
-            try:
-                rec = m.decode(data)
-            except m.DecodeError:
-                rec = None
-            if not isinstance(rec, m.BindingRecord):
-                continue
-            if cur is not None:
-                cur.rec_seq = 0  # so the winner's record is taken whatever we thought
-            if self.apply_binding(key, rec, seq) == "fenced" and cur is not None and self.bindings.get(key) is cur:
-                # the record in the way is a deposed leader's: ours is written again over it (a bind whose record
-                # was not stored had no decision sent: the task simply goes back to Pending)
-                if cur.state == "binding" and not cur.published:
-                    self.bindings[key] = dataclasses.replace(cur, state="released", reason="binding record fenced",
-                                                             version=self.next_version())
-                    self.refresh_task(key)
-                self.write_binding(key, self.bindings[key])
-                continue
-            self.unpublished.discard(key)
-
-    async def _read_binding(self, key: str, unreadable: Any = None) -> Any:
-        """The task's binding subject's last (sequence, data); None when it holds none, ``unreadable`` when it
-        cannot be read now (read again at the next conflict)."""
-        try:
-            return await self.bus.last_state(S.binding_subject(key))
-        except Exception as e:  # noqa: BLE001
-            log.warning("cannot read the binding of %s after a lost write: %s", key, e)
-            return unreadable
-
-    def write_binding(self, key: str, b: Binding) -> None:
-        """Queue ``b`` as the task's binding record (the latest per task is written, conditionally, at the next
-        flush)."""
-        self.outbox[S.binding_subject(key)] = (self.binding_record(key, b), None)
-
-    async def send_decisions(self, items: list[tuple[str, Binding, str]]) -> None:
-        out = []
-        for key, b, kind in items:
-            if kind == "bind":
-                spec = self.task_specs.get(key)
-                if spec is None:
-                    continue
-                if b.annotations:  # the devices it was given travel with the task (docs/agents.md, "Devices")
-                    spec = msgspec.structs.replace(spec, annotations={**spec.annotations, **b.annotations})
-                msg: m.Msg = m.BindDecision(version=b.version, node=b.node, attempt=b.attempt, task=spec,
-                                            fence=b.rec_seq, epoch=self.epoch, shard=self.settings.shard)
-            else:
-                ns, name = key.split("/", 1)
-                msg = m.EvictDecision(version=b.version, namespace=ns, name=name, node=b.node, attempt=b.attempt,
-                                      reason=b.evict_reason, fence=b.rec_seq, epoch=self.epoch,
-                                      shard=self.settings.shard)
-            out.append((key, b, kind, S.decision_subject(b.node, kind, key), msg, f"{kind}:{key}:{b.attempt}"))
-        if not out:
-            return
-        acks = await self.bus.publish_all((subj, msg, mid) for _, _, _, subj, msg, mid in out)
-        for (key, b, kind, _, _, _), ack in zip(out, acks):
-            if ack.ok:
-                if kind == "bind":
-                    b.seq = ack.seq
-                b.published = True
-                self.unpublished.discard(key)
-            else:
-                self.metrics.publish_errors.labels(kind).inc()
-                log.warning("%s decision for %s -> %s not published (%s); retrying next cycle", kind, key, b.node,
-                            ack.error)
-                b.published = False
-                self.unpublished.add(key)
-
-    async def republish(self) -> None:
-        items = []
-        for key in list(self.unpublished):
-            b = self.bindings.get(key)
-            if b is None or not b.live or b.published:
-                self.unpublished.discard(key)
-                continue
-            if S.binding_subject(key) in self.outbox:
-                continue  # its record first
-            items.append((key, b, "evict" if b.state == "evicting" else "bind"))
-        await self.send_decisions(items)
 
     async def publish_evicts(self, evicts: list[Any], report: CycleReport) -> None:
         items = []
@@ -493,147 +331,6 @@ class BindingTable:
             log.info("task %s back to Pending: %s%s", key, reason, f" (backoff {delay:g}s)" if delay else "")
         self.refresh_task(key)
 
-    def apply_epoch(self, shard: str, msg: m.LeaderEpoch, seq: int = 0) -> str:
-        """A new leader's epoch on the stream (`busched.bus.messages.LeaderEpoch`): from here on, binding
-        records of older epochs are a deposed leader's, and count for nothing."""
-        if shard != self.settings.lease_key or msg.shard != shard:
-            return "stale"
-        if msg.epoch > self.fence_epoch:
-            self.fence_epoch, self.fence_seq = msg.epoch, seq
-            self.epochs.set()
-            self.epochs = asyncio.Event()
-            log.info("shard %s: leader epoch %d (%s) from stream sequence %d", shard, msg.epoch, msg.holder or "?",
-                     seq)
-        return "applied"
-
-    def apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str:
-        cur = self.bindings.get(key)
-        if cur is not None and seq and seq <= cur.rec_seq:
-            return "stale"
-        if rec.epoch < self.fence_epoch and (rec.shard or "default") == self.settings.lease_key:
-            # written by a leader of our shard deposed before it wrote this (its successor's epoch is earlier on
-            # the stream): it changes nothing, but our next record of the task is written over it.  Another
-            # shard's epochs are its own: its records are judged by the conditional writes alone
-            if cur is not None:
-                cur.rec_seq = max(cur.rec_seq, seq)
-            self.count("binding", "fenced")
-            log.warning("task %s: ignoring a binding record of epoch %d by %s (epoch %d leads since sequence %d)",
-                        key, rec.epoch, rec.writer or "?", self.fence_epoch, self.fence_seq)
-            return "fenced"
-        if self.caught_up and rec.writer and rec.writer == self.boot:
-            # our own record, heard before its acknowledgement
-            if cur is not None:
-                self.record_stored(cur, seq)
-            return "own"
-        # a record written by another scheduler (or replayed by the catch-up): it is what holds
-        b = Binding(attempt=rec.attempt, node=rec.node, state=rec.state, reason=rec.reason, version=rec.version,
-                    backoff=rec.backoff, decided=self.clock(), published=True, seq=0, rec_seq=seq, boot=rec.boot,
-                    annotations=dict(rec.annotations))
-        if rec.state == "evicting":
-            b.evict_reason = rec.reason
-            b.stop = rec.stop or "evict"
-        if cur is not None and cur.live and self.caught_up and (cur.attempt, cur.node) != (b.attempt, b.node):
-            log.warning("task %s: another scheduler wrote attempt %d on %s over ours (attempt %d on %s)", key,
-                        b.attempt, b.node, cur.attempt, cur.node)
-        self.bindings[key] = b
-        self.max_rec_seq = max(self.max_rec_seq, seq)
-        self.outbox.pop(S.binding_subject(key), None)  # ours, if any, lost to it
-        self.unpublished.discard(key)
-        if rec.state == "done":
-            b.outcome, b.exit_code = rec.outcome, rec.exit_code
-            self.results[key] = Result(attempt=rec.attempt, node=rec.node, what=rec.outcome, reason=rec.reason,
-                                       boot=rec.boot, version=seq, exit_code=rec.exit_code)
-        if rec.state in ("released", "failed"):
-            self.reasons[key] = rec.reason
-            if rec.backoff > 0 and rec.state == "released":
-                self.backoff_until[key] = self.clock() + rec.backoff
-        if b.node and b.live:
-            self.live.setdefault(b.node, NodeLive(since=self.clock()))
-        self.refresh_task(key)
-        return "applied"
-
-    def apply_result(self, key: str, msg: m.BindAccepted | m.BindRejected | m.TaskPhaseChanged, seq: int = 0) -> str:
-        if isinstance(msg, m.BindAccepted):
-            what, reason = "accepted", ""
-        elif isinstance(msg, m.BindRejected):
-            what, reason = "rejected", msg.reason
-        else:
-            what, reason = msg.phase, msg.reason
-            if what not in ("Running", "Succeeded", "Failed"):
-                return self.reject("invalid", "result", f"task {key}: phase: unknown phase {what!r} "
-                                                         "(one of Running, Succeeded, Failed)")
-        started: float | None = None
-        if isinstance(msg, m.TaskPhaseChanged) and msg.start_time is not None:
-            try:  # the check `busched apply` runs on a task's startTime
-                started = build.time_of(msg.start_time, f"task {key}: {what}: startTime")
-            except build.SpecError as e:
-                return self.reject("invalid", "result", str(e))
-        r = Result(attempt=msg.attempt, node=msg.node, what=what, reason=reason, boot=msg.boot, version=seq,
-                   exit_code=getattr(msg, "exit_code", None), start_time=started)
-        b = self.bindings.get(key)
-        if b is None or r.attempt > b.attempt or (not self.caught_up and key not in self.task_specs):
-            if not self.caught_up:
-                # catching up: the last binding record of this task (or its spec, rebuilt from its history when
-                # its last message was refused) may come later
-                keep = self.orphans.get(key)
-                if keep is None or seq > keep.version:
-                    if r.start_time is None and keep is not None and keep.attempt == r.attempt:
-                        r.start_time = keep.start_time  # as below: an attempt keeps the start its Running said
-                    self.orphans[key] = r
-                return "deferred"
-            if key not in self.task_specs:
-                return "stale"
-            bound = "it was never bound" if b is None else f"attempt {b.attempt} is bound to {b.node}"
-            return self.reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
-                                                      f"{r.node}, but {bound}")
-        if r.attempt < b.attempt or not b.live:
-            self.count("result", "stale")
-            return "stale"  # an older attempt, or one that ended (final); a heartbeat still holding it gets an evict
-        if r.node != b.node:
-            return self.reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from node "
-                                                      f"{r.node}, but it is bound to {b.node}")
-        if key not in self.task_specs and key not in self.deleting:
-            return "stale"
-        cur = self.results.get(key)
-        if cur is not None and cur.attempt == r.attempt and (
-                cur.what in TERMINAL or cur.what == "rejected" or _RESULT_RANK[what] < _RESULT_RANK[cur.what]):
-            self.count("result", "stale")
-            return "stale"  # terminal states are final; a phase never goes back
-        if b.boot and r.boot != b.boot and what not in ("Failed", "rejected"):
-            # another incarnation of the node's agent: it can only say it does not run the attempt
-            return self.reject("identity", "result", f"task {key}: {what} for attempt {r.attempt} from agent "
-                                                      f"boot {r.boot or '?'} of {r.node}, but boot {b.boot} took it")
-        if not b.boot and what != "rejected":
-            b.boot = r.boot
-        if r.start_time is None and cur is not None and cur.attempt == r.attempt:
-            r.start_time = cur.start_time  # an attempt's end keeps the start its Running said
-        self.results[key] = r
-        self.metrics.bind_results.labels(what).inc()
-        answered = what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt))
-        if answered and self.ready():
-            self.metrics.bind_latency.observe(max(0.0, self.clock() - b.decided))
-        if what == "rejected":
-            self.release(key, f"rejected by {r.node}: {reason or 'no reason given'}", "rejected", exclude=True)
-        elif b.state == "evicting" and what == "Failed":
-            self.stopped(key, b, r)
-        else:
-            if what in ("Running", "Succeeded"):
-                self.failures.pop(key, None)
-            if what in TERMINAL:
-                # it ended (possibly before an eviction reached it): recorded as final, so neither a late result
-                # nor a restart can rewrite it
-                self.new_work()  # its resources are free
-                if key in self.deleting:
-                    self.finish_delete(key)
-                    return "applied"
-                b.state, b.stop, b.outcome, b.exit_code = "done", "", what, r.exit_code
-                b.reason = reason
-                b.version = self.next_version()
-                self.unpublished.discard(key)
-                self.write_binding(key, b)
-            self.refresh_task(key)
-        return "applied"
-
     def stopped(self, key: str, b: Binding, r: Result) -> None:
         """The agent says an attempt being stopped is stopped: only now may the task be placed again."""
         if key in self.deleting:
@@ -660,74 +357,3 @@ class BindingTable:
             b.stop = "deleted"
         return True
 
-    def replay_result(self, key: str, r: Result) -> None:
-        ns, name = key.split("/", 1)
-        msg: m.BindAccepted | m.BindRejected | m.TaskPhaseChanged
-        if r.what == "accepted":
-            msg = m.BindAccepted(namespace=ns, name=name, node=r.node, attempt=r.attempt, boot=r.boot)
-        elif r.what == "rejected":
-            msg = m.BindRejected(namespace=ns, name=name, node=r.node, attempt=r.attempt, reason=r.reason,
-                                 boot=r.boot)
-        else:
-            msg = m.TaskPhaseChanged(namespace=ns, name=name, node=r.node, attempt=r.attempt, phase=r.what,
-                                     reason=r.reason, boot=r.boot, exit_code=r.exit_code, start_time=r.start_time)
-        self.apply_result(key, msg, r.version)
-
-    def settle_orphans(self) -> None:
-        """After catch-up: results from here on are applied as during normal operation, and those that came
-        before their binding record are applied now."""
-        self.caught_up = True
-        orphans, self.orphans = self.orphans, {}
-        for key, orphan in orphans.items():
-            self.replay_result(key, orphan)
-
-    async def recover(self) -> None:
-        """After catch-up (and the refused objects rebuilt), or on becoming leader: settle results that came
-        before their binding record, then find out whether each unanswered bind reached the decision stream,
-        and send it if not."""
-        self.settle_orphans()
-        now = self.clock()
-        todo = []
-        for key, b in list(self.bindings.items()):
-            if not b.live:
-                continue
-            b.decided = now
-            self.live.setdefault(b.node, NodeLive(since=now))
-            r = self.results.get(key)
-            if key not in self.task_specs:
-                # deleted while bound (by an older scheduler that forgot it): stop it, then let it go
-                if r is not None and r.attempt == b.attempt and r.what in TERMINAL:
-                    self.bindings.pop(key, None)
-                    self.purge_object("task", key)
-                    continue
-                self.deleting.add(key)
-                if b.state == "binding":
-                    self.stop_attempt(key, "task deleted", "deleted")
-                    continue
-            if b.state == "binding" and r is not None and r.attempt == b.attempt:
-                continue
-            kind = "evict" if b.state == "evicting" else "bind"
-            found = await self.bus.last_decision(S.decision_subject(b.node, kind, key))
-            if found is not None:
-                try:
-                    dm = m.decode(found[1])
-                except m.DecodeError:
-                    dm = None
-                if dm is not None and getattr(dm, "attempt", None) == b.attempt:
-                    if kind == "bind":
-                        b.seq = found[0]
-                    continue
-            b.published = False
-            todo.append((key, b, kind))
-        if todo:
-            log.info("republishing %d decisions that never reached the decision stream", len(todo))
-            await self.send_decisions(todo)
-
-    def binding_record(self, key: str, b: Binding) -> m.BindingRecord:
-        ns, name = key.split("/", 1)
-        return m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
-                               state=b.state, reason=b.reason if b.state in ("released", "failed", "done")
-                               else b.evict_reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
-                               outcome=b.outcome, exit_code=b.exit_code,
-                               stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch,
-                               shard=self.settings.shard, annotations=b.annotations if b.live else {})
