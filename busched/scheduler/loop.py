@@ -21,10 +21,11 @@ the start of every cycle (`Scheduler._update_refusals`).
 
 `Scheduler` is the composition root: it builds the owned parts (the state feed, the effective
 objects, the binding table, liveness, the podgroup statuses, the trigger, the queries, the
-operators' suspends and drains) with their collaborators, wires them, and keeps the lifecycle and
-the cycle.  A little over 400 lines: the wiring and the entry points and properties the replayer,
-the CLI and the tests use (``view``, ``task_status``, ``handle_state``, ``bindings``,
-``backoff_until``...) are kept with the lifecycle they serve.
+operators' suspends and drains) with their collaborators, wires them, and keeps the lifecycle.  Three
+mixins hold the rest, as methods of the same class: one cycle and what only a cycle uses
+(`busched.scheduler.cycles`), the election's callbacks (`busched.scheduler.leadership`), and the
+entry points and properties the replayer, the CLI and the tests use (``view``, ``task_status``,
+``handle_state``, ``boot``, ``backoff_until``..., `busched.scheduler.entry_points`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
-from busched.builtin import finish_cycle, paused_gc, quiet_cycles, run_actions
+from busched.builtin import paused_gc, quiet_cycles
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, StateWatch
@@ -51,12 +50,15 @@ from busched.framework.config import (
 )
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import checkpoint, explain, history, overview, restore_bulk, volcano_metrics
+from busched.scheduler import checkpoint, explain, restore_bulk
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
+from busched.scheduler.cycles import Cycles
 from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.election import Election
+from busched.scheduler.entry_points import EntryPoints
 from busched.scheduler.events import StateFeed
+from busched.scheduler.leadership import Leadership
 from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.lifecycle import Lifecycle
 from busched.scheduler.memory import CollectorPolicy
@@ -65,7 +67,6 @@ from busched.scheduler.queue_statuses import QueueStatuses
 from busched.scheduler.records import (
     FEEDBACK_PLUGIN,
     FREEZE_AFTER_EVENTS,
-    CycleReport,
     NodeLive,
     SchedulerSettings,
     _version_clock,
@@ -78,7 +79,7 @@ from busched.scheduler.trigger import CycleTrigger
 log = logging.getLogger("busched.scheduler")
 
 
-class Scheduler:
+class Scheduler(EntryPoints, Leadership, Cycles):
     """One scheduler instance over a `Bus`.  ``await start()``, then `run_forever` or `run_once`."""
 
     def __init__(self, bus: Bus, config: SchedulerConfig | str | None = None,
@@ -190,75 +191,6 @@ class Scheduler:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.restored: checkpoint.Restored | None = None  # what the start took from a checkpoint, if it did
 
-    # the state feed's and the effective objects' entry points, as the scheduler always had them
-    def handle_state(self, subject: str, data: bytes, seq: int = 0) -> str:
-        """Apply one state-stream message (`busched.scheduler.events`)."""
-        return self.feed.handle_state(subject, data, seq)
-
-    def handle_state_batch(self, items: list[tuple[str, bytes, int]]) -> None:
-        self.feed.handle_state_batch(items)
-
-    def sync_cache(self) -> None:
-        self.effective.sync_cache()
-
-    def snapshot(self, memo: bool | None = None) -> Any:
-        """The cache's snapshot, with the nodes each task is kept off (as of the last `_update_refusals`).
-        A query's snapshot is a private copy (``memo=False``): lending the objects again between the cycle's
-        snapshot and its session (which runs in a thread) superseded the cycle's, and that cycle failed."""
-        self.effective.sync_cache()
-        snap = self.cache.snapshot(memo=memo)
-        snap.refused = self._refused
-        return snap
-
-    def effective_task(self, key: str, spec: Any) -> Any:
-        return self.effective.effective_task(key, spec)
-
-    def task_status(self, key: str) -> str:
-        """Volcano's task status name as `busched get tasks` shows it."""
-        return self.effective.task_status(key)
-
-    def view(self, kind: str) -> list[dict[str, Any]]:
-        """What `busched get` shows (`busched.scheduler.queries`)."""
-        return self.queries.view(kind)
-
-    def lookup(self, kind: str, name: str, *, describe: bool = False) -> dict[str, Any]:
-        """One object's `view` row; with ``describe`` also its spec and its recent events."""
-        return self.queries.lookup(kind, name, describe=describe)
-
-    # the binding table's, as the scheduler always showed them (the replayer sets some)
-    @property
-    def boot(self) -> str:
-        """This scheduler's incarnation: the writer of its binding records."""
-        return self.table.boot
-
-    @boot.setter
-    def boot(self, value: str) -> None:
-        self.table.boot = value
-
-    @property
-    def backoff_until(self) -> dict[str, float]:
-        return self.table.backoff_until
-
-    @backoff_until.setter
-    def backoff_until(self, value: dict[str, float]) -> None:
-        self.table.backoff_until = value
-
-    @property
-    def excluded(self) -> dict[str, dict[str, float]]:
-        return self.table.excluded
-
-    @excluded.setter
-    def excluded(self, value: dict[str, dict[str, float]]) -> None:
-        self.table.excluded = value
-
-    @property
-    def _caught_up(self) -> bool:
-        return self.table.caught_up
-
-    @_caught_up.setter
-    def _caught_up(self, value: bool) -> None:
-        self.table.caught_up = value
-
     # == lifecycle ====================================================================================================
     async def start(self, *, timeout: float = 60.0) -> None:
         """Subscribe, catch up with the state stream, recover in-flight binds; `ready` is True after this."""
@@ -368,154 +300,6 @@ class Scheduler:
         finally:
             self.collector.exit()
 
-    # == one cycle ====================================================================================================
-    async def run_once(self, *, force: bool = False) -> CycleReport:
-        """One cycle.  It is skipped (``report.skipped``) when it could not decide anything: the last
-        cycle decided nothing and neither the cache nor the nodes a task is kept off have changed
-        since (`QuietCycles`).  Whatever the clock changes (heartbeats lapsing, leases, backoffs
-        ending) is applied to the cache before that check, so it makes the cycle due.  ``force``
-        runs it anyway."""
-        async with self._lock:
-            if not self.election.check():  # a standby, or deposed: no cycle, no write
-                report = CycleReport(self.cycle, skipped=True)
-                return report
-            self.cycle += 1
-            # the session's clock, read once here and never inside it: what sla, tdm and rescheduling see
-            report = CycleReport(self.cycle, now=self.wall_clock())
-            t0, c0 = time.perf_counter(), time.process_time()
-            await self._flush_outbox()
-            self.statuses.write_soon()
-            self.queue_statuses.write_soon()
-            await self._expire(report)
-            await self._flush_outbox()  # records of what the clock stopped, before their decisions
-            await self.table.republish()
-            await self.feed.flush_purges()
-            self.lifecycle.enforce()  # suspended jobs' live attempts stopped, before the snapshot
-            with paused_gc():
-                await self.effective.sync_cache_yielding()
-            self.trigger.taken()  # from here to the snapshot nothing else is handled
-            config, plugins = self._cycle_config()
-            excluded_key = self._excluded_key
-            if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
-                report.skipped = True
-                await self._flush_outbox()
-                overview.note(self, report)
-                return report
-            kw = dict(plugins=plugins, actions=self.actions, seed=self.settings.seed,
-                      uid=f"{self.boot}-{self.cycle}", now=report.now)
-            inputs = history.inputs(self)  # where the snapshot stands on the stream, what it reads beside it
-            # as run_cycle: no collector passes over the whole cluster mid-build, nor between the
-            # snapshot and the session over it (after a restart such a pass took half a second)
-            with paused_gc():
-                before = self.cache.generation
-                stages = report.stages
-                stages["prepare"] = time.perf_counter() - t0
-                snap = self.snapshot()
-                stages["snapshot"] = time.perf_counter() - t0
-                if self.table.ledgers is not None:
-                    self.table.ledgers.snapshot_taken()  # the view the binds are decided on (nothing handled since)
-                try:
-                    ssn = await self._in_cycle(run_actions, snap, config, **kw)
-                except Exception as e:  # noqa: BLE001
-                    return self._failed(report, e)
-                # the decisions are final once the actions have run: they go out before the session
-                # closes (recomputing every job's status), and before the collector may pass over
-                # what the cycle left
-                stages["actions"] = time.perf_counter() - t0
-                binds = [d for d in ssn.decisions if d.kind == "bind"]
-                evicts = [d for d in ssn.decisions if d.kind == "evict"]
-                await self.table.publish_binds(binds, report)
-                await self.table.publish_evicts(evicts, report)
-                stages["publish"] = time.perf_counter() - t0
-                stages["cpu"] = time.process_time() - c0  # this process's CPU seconds to here
-                self.sched_events.before_close(ssn)
-                try:
-                    await self._in_cycle(finish_cycle, ssn)
-                except Exception as e:  # noqa: BLE001
-                    return self._failed(report, e)
-            # the jobs' new statuses reach the cache with the next sync (which makes the next cycle due)
-            # and the stream in the background (busched.scheduler.statuses)
-            changed = await self.statuses.collect(ssn)
-            if not self.settings.shard:  # each shard sees its own nodes' part of a queue: no one total to write
-                self.queue_statuses.collect(ssn)
-            await history.record(self, inputs, ssn, report.now)  # after the decisions went out
-            self.sched_events.record(ssn, report, changed)  # published in the background, after the record
-            self._gate.done(ssn, before, self.cache.generation)
-            self._quiet_excluded = excluded_key
-            await self._flush_outbox()
-            await self.table.republish()
-            self.statuses.write_soon()
-            self.queue_statuses.write_soon()
-            report.seconds = time.perf_counter() - t0
-            self.metrics.cycles.inc()
-            self.metrics.cycle_seconds.observe(report.seconds)
-            self.queries.update_gauges()
-            volcano_metrics.observe(self, ssn, report)
-            overview.note(self, report, ssn)
-            ssn.release()  # read for the last time: freed by reference counting as `ssn` goes, not by the collector
-            if report.binds or report.evicts or report.released:
-                log.info("cycle %d: %d binds, %d evicts, %d released in %.3fs", self.cycle, len(report.binds),
-                         len(report.evicts), len(report.released), report.seconds)
-            return report
-
-    # == leader election (busched.scheduler.election) ==================================================================
-    async def _elected(self, epoch: int) -> None:
-        """We won the lease: write our epoch on the stream, wait until our own feed has applied it (every
-        record of the previous leader before it is then in our tables, and any after it is void), then
-        recover the binds in flight (republish what never reached the decision stream) as after a restart."""
-        self.table.epoch = epoch
-        ack = await self.bus.publish(S.leader_subject(self.settings.lease_key),
-                                     m.LeaderEpoch(version=self._next_version(), shard=self.settings.lease_key,
-                                                   epoch=epoch, holder=self.boot))
-        if not ack.ok:
-            raise RuntimeError(f"epoch {epoch} not written: {ack.error}")
-        # from here the server itself refuses our unconditioned state writes (statuses) once a newer epoch is written
-        self.bus.write_condition = (S.leader_subject(self.settings.lease_key), ack.seq)
-        deadline = self.clock() + self.settings.lease
-        while self.table.fence_epoch < epoch:
-            left = deadline - self.clock()
-            if left <= 0:
-                raise RuntimeError(f"epoch {epoch} written at sequence {ack.seq} but not read back in time")
-            seen = self.table.epochs
-            try:
-                await asyncio.wait_for(seen.wait(), left)
-            except asyncio.TimeoutError:
-                pass
-        async with self._lock:
-            await self.table.recover()
-        self.trigger.new_work()
-
-    def _role_changed(self, role: str, epoch: int) -> None:
-        self.metrics.leader.labels(self.settings.lease_key).set(1 if role == "leader" else 0)
-        self.metrics.leader_epoch.labels(self.settings.lease_key).set(epoch)
-        if role == "leader":
-            self.trigger.new_work()
-
-    async def _wait_role(self) -> None:
-        """A standby waits for its role to change (or the scheduler to stop), bringing its cache up to date
-        with what the feed gathered every ``period`` meanwhile: its first cycle as leader starts warm."""
-        changed = asyncio.ensure_future(self.election.changed.wait())
-        stopping = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({changed, stopping}, timeout=self.settings.period,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            changed.cancel()
-            stopping.cancel()
-        if self.election.role == "standby" and not self._stop.is_set():
-            async with self._lock:
-                with paused_gc():
-                    await self.effective.sync_cache_yielding()
-
-    async def _expire(self, report: CycleReport) -> None:
-        """Apply what the clock changed: agents silent too long (only while silence means something), binds
-        not taken within their lease, backoffs that ended."""
-        now = self.clock()
-        calm = self.liveness.calm(now)
-        if calm:
-            self.liveness.check(now, report)
-        await self.table.expire(report, now, calm)
-
     def handle_heartbeat(self, subject: str, data: bytes) -> None:
         """A heartbeat message (busched.scheduler.agents)."""
         self.liveness.handle_heartbeat(subject, data)
@@ -530,106 +314,3 @@ class Scheduler:
 
     def _record_not_written(self) -> None:
         self.metrics.publish_errors.labels("record").inc()
-
-    async def _in_cycle(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        """A part of the session's work: in a worker thread (the event loop goes on meanwhile) or here."""
-        if self.settings.cycle_in_thread:
-            return await asyncio.to_thread(fn, *args, **kw)
-        return fn(*args, **kw)
-
-    def _failed(self, report: CycleReport, e: Exception) -> CycleReport:
-        self.metrics.cycle_errors.inc()
-        log.exception("cycle %d: session failed", self.cycle)
-        report.error = f"{type(e).__name__}: {e}"
-        overview.note(self, report)
-        self._gate.done(_NO_SESSION, 0, 1)  # due again
-        return report
-
-    def use_config(self, config: SchedulerConfig) -> None:
-        """Run the next cycles with ``config`` (a reload: `busched.cli.reload`).  A cycle already
-        running keeps the configuration it started with; the quiet-cycle gate is rebuilt (the plugins
-        may differ in reading the clock) and the next cycle is due, so the new configuration decides
-        at once even on an unchanged cluster."""
-        self.config = config  # (`_cycle_config` makes the run configuration of it)
-        self._gate = quiet_cycles(config, self.plugins)  # a new gate: the next cycle is due
-        self.metrics.config_reloads.labels("applied").inc()
-        self.metrics.config_reload_ok.set(1)
-        self.metrics.config_reload_time.set(self.wall_clock())
-        self.trigger.new_work()
-
-    def _cycle_config(self) -> tuple[SchedulerConfig, Any]:
-        """The configuration and plugin registry a cycle runs with (the configured ones and the
-        busched-agent-feedback predicate last, made once per configuration, not per cycle), after
-        bringing the refusals in force up to date (`_update_refusals`)."""
-        self._update_refusals()
-        if self._run_config[0] is not self.config:  # the replayer swaps configurations
-            self._run_config = (self.config, with_refusals(self.config))
-        return self._run_config[1], self._run_plugins
-
-    def _update_refusals(self) -> None:
-        """The nodes each task is kept off now (refusals whose time is up dropped), as the next snapshot's
-        ``refused``; an exclusion ending or shrinking may let a task fit where it could not, so it counts as a
-        change of the cache (the memo of unfit jobs and the quiet gate read the cache)."""
-        now = self.clock()
-        refused: dict[str, frozenset[str]] = {}
-        for key, nodes in list(self.excluded.items()):
-            keep = {n: t for n, t in nodes.items() if t > now}
-            if keep:
-                self.excluded[key] = keep
-                refused[key] = frozenset(keep)
-            else:
-                del self.excluded[key]
-        now_key = frozenset(refused.items())
-        if any(item not in now_key for item in self._excluded_key):
-            self.cache.room_made()
-        self._excluded_key = now_key
-        self._refused = refused
-
-    async def _flush_outbox(self) -> None:
-        """Write the queued records; binding records on condition that their subject is where we last saw it."""
-        if not self._outbox:
-            return
-        items = list(self._outbox.items())
-        self._outbox.clear()
-        out: list[tuple[Any, ...]] = []
-        keys: list[str] = []
-        epoch, shard = self.table.epoch, self.settings.shard
-        for subj, (msg, mid) in items:
-            if type(msg) is m.BindingRecord:
-                if msg.epoch != epoch or msg.shard != shard:
-                    # written with the epoch we hold now: a record queued while we were a standby (an agent's
-                    # result heard then) carried epoch 0, and after our own epoch on the stream every reader,
-                    # we too, took it for a deposed leader's and ignored it (the task ran again)
-                    msg = msgspec.structs.replace(msg, epoch=epoch, shard=shard)
-                key = f"{msg.namespace}/{msg.name}"
-                b = self.table.bindings.get(key)
-                out.append((subj, msg, mid, b.rec_seq if b is not None else 0))
-                keys.append(key)
-            else:
-                if type(msg) is m.EvictDecision and (msg.epoch != epoch or msg.shard != shard):
-                    msg = msgspec.structs.replace(msg, epoch=epoch, shard=shard)  # a stale evict: as above
-                out.append((subj, msg, mid))
-                keys.append("")
-        acks = await self.bus.publish_all(out)
-        lost: list[str] = []
-        for (subj, rec), key, ack in zip(items, keys, acks):
-            if ack.ok:
-                if key:
-                    b = self.table.bindings.get(key)
-                    if b is not None:
-                        self.table.record_stored(b, ack.seq)
-            elif ack.conflict and key:
-                lost.append(key)
-            else:
-                self.metrics.publish_errors.labels("record").inc()
-                self._outbox.setdefault(subj, rec)
-        if lost:
-            await self.table.lost_race(lost)
-
-
-
-class _NoSession:
-    decisions = (None,)  # counts as a cycle that decided something: the next one is due
-
-
-_NO_SESSION: Any = _NoSession()
