@@ -25,28 +25,81 @@ Families (see docs/bus.md for subjects and streams):
 * request/reply with the running scheduler: ``get`` and ``get.reply``.
 * scheduling events (Kubernetes' Events for Volcano): ``event``, one series per subject on the
   events stream, its latest count and timestamps (`Event`).
+
+The families that stand on their own are in modules of their own: the state events
+(`busched.bus.state_events`), request/reply (`busched.bus.request_reply`), the history and the
+scheduling events (`busched.bus.reports`), all deriving from `busched.bus.wire.Msg`.  This module
+keeps the scheduler's records, its decisions and the agents' results, gathers every family into
+the one `Message` union it decodes, and re-exports every name: import messages from here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Union
 
 import msgspec
 
-from busched.api.limits import LabelKey, ShortStr
-from busched.api.objects import (
-    HyperNodeSpec,
-    JobSpec,
-    NodeShardSpec,
-    NodeSpec,
-    NodeUsageSpec,
-    PriorityClassSpec,
-    QueueSpec,
-    ResourceList,
-    ResourceQuotaSpec,
-    TaskSpec,
-)
+from busched.api.objects import NodeUsageSpec, ResourceList, TaskSpec
 from busched.api.timestamp import Timestamp
+from busched.bus.reports import (
+    MAX_EVENT_MESSAGE,
+    MAX_EVENT_REASON,
+    CycleRecord,
+    Event,
+    EventObject,
+    EventSource,
+)
+from busched.bus.request_reply import (
+    MAX_LOG_READ as MAX_LOG_READ,
+)
+from busched.bus.request_reply import (
+    DrainRequest,
+    GetReply,
+    GetRequest,
+    LogsReply,
+    LogsRequest,
+    LookupRequest,
+)
+from busched.bus.state_events import (
+    _KIND_OF,
+    _UPSERT_TYPES,
+    DELETES,
+    SPEC_FIELD,
+    STATE_EVENTS,
+    UPSERTS,
+    HyperNodeDelete,
+    HyperNodeUpsert,
+    JobDelete,
+    JobUpsert,
+    NodeDelete,
+    NodeShardDelete,
+    NodeShardUpsert,
+    NodeUpsert,
+    PriorityClassDelete,
+    PriorityClassUpsert,
+    QueueDelete,
+    QueueUpsert,
+    ResourceQuotaDelete,
+    ResourceQuotaUpsert,
+    TaskDelete,
+    TaskUpsert,
+    spec_key,
+)
+from busched.bus.state_events import (
+    DELETE_TYPES as DELETE_TYPES,
+)
+from busched.bus.state_events import (
+    delete as delete,
+)
+from busched.bus.state_events import (
+    object_kind as object_kind,
+)
+from busched.bus.state_events import (
+    upsert as upsert,
+)
+from busched.bus.wire import BindAnnotations as BindAnnotations
+from busched.bus.wire import Count, Msg, ShardName
+from busched.bus.wire import Version as Version
 
 __all__ = [
     "Msg", "NodeUpsert", "NodeDelete", "TaskUpsert", "TaskDelete", "JobUpsert", "JobDelete", "QueueUpsert",
@@ -60,92 +113,6 @@ __all__ = [
 ]
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
-
-
-Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
-# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices")
-BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=4096)]], msgspec.Meta(max_length=32)]
-
-
-class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
-    """Base of every message.  ``version`` is the publisher's counter: informational, never an order (the
-    stream's sequence is)."""
-
-    version: Version = 0
-
-
-# -- state events ---------------------------------------------------------------------------------------------------
-class NodeUpsert(Msg, tag="node.upsert"):
-    node: NodeSpec
-
-
-class NodeDelete(Msg, tag="node.delete"):
-    name: str
-
-
-class TaskUpsert(Msg, tag="task.upsert"):
-    task: TaskSpec
-
-
-class TaskDelete(Msg, tag="task.delete"):
-    name: str
-    namespace: str = "default"
-
-
-class JobUpsert(Msg, tag="job.upsert"):
-    """A PodGroup."""
-
-    job: JobSpec
-
-
-class JobDelete(Msg, tag="job.delete"):
-    name: str
-    namespace: str = "default"
-
-
-class QueueUpsert(Msg, tag="queue.upsert"):
-    queue: QueueSpec
-
-
-class QueueDelete(Msg, tag="queue.delete"):
-    name: str
-
-
-class PriorityClassUpsert(Msg, tag="priorityClass.upsert"):
-    priority_class: PriorityClassSpec
-
-
-class PriorityClassDelete(Msg, tag="priorityClass.delete"):
-    name: str
-
-
-class HyperNodeUpsert(Msg, tag="hyperNode.upsert"):
-    hyper_node: HyperNodeSpec
-
-
-class HyperNodeDelete(Msg, tag="hyperNode.delete"):
-    name: str
-
-
-class ResourceQuotaUpsert(Msg, tag="resourceQuota.upsert"):
-    resource_quota: ResourceQuotaSpec
-
-
-class ResourceQuotaDelete(Msg, tag="resourceQuota.delete"):
-    name: str
-    namespace: str = "default"
-
-
-class NodeShardUpsert(Msg, tag="nodeShard.upsert"):
-    """Volcano's NodeShard: the nodes a scheduler started with ``--shard NAME`` owns."""
-
-    node_shard: NodeShardSpec
-
-
-class NodeShardDelete(Msg, tag="nodeShard.delete"):
-    name: str
 
 
 # -- scheduler records ----------------------------------------------------------------------------------------------
@@ -312,160 +279,6 @@ class NodeHeartbeat(Msg, tag="node.heartbeat"):
     usage: NodeUsageSpec | None = None
 
 
-# -- request/reply --------------------------------------------------------------------------------------------------
-class GetRequest(Msg, tag="get"):
-    kind: str  # nodes | queues | jobs | tasks
-    offset: int = 0
-    limit: int = 500
-    spec: bool = False  # each row also carries the object's spec as applied (`busched get -o wide|json|yaml`)
-
-
-class GetReply(Msg, tag="get.reply"):
-    kind: str = ""
-    items: list[dict[str, Any]] = []
-    next: int | None = None  # offset of the next page, None on the last
-    error: str = ""
-
-
-class LookupRequest(Msg, tag="lookup"):
-    """One object by name, answered with a `GetReply` of one item: ``op`` get (its `busched get` row),
-    describe (row, spec, recent binds/evicts/releases) or explain (why it is or is not placed: reason
-    code, message, aggregated node reasons, best nodes' scores; ``kind`` tasks or jobs, "" for either)."""
-
-    op: str  # get | describe | explain
-    name: str  # ns/name for jobs and tasks, else the name
-    kind: str = ""  # nodes | queues | jobs | tasks
-    spec: bool = False  # op get: the row also carries the object's spec as applied (describe always does)
-
-
-class DrainRequest(Msg, tag="drain"):
-    """`busched node drain`: evict every task on ``node`` (reason ``drain``) through the binding table, once
-    the scheduler has applied the node's state-stream message ``after`` (the cordon that came first).
-    Answered with a `GetReply` whose one item names the node and the tasks being evicted."""
-
-    node: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
-    after: Count = 0
-
-
-MAX_LOG_READ = 2**20
-
-
-class LogsRequest(Msg, tag="logs"):
-    """`busched logs`: a task's output, asked of the agent of its node on ``busched.api.logs.<node>``
-    (`subjects.logs_subject`) and answered with a `LogsReply`.  ``offset`` is where to read from in bytes
-    (negative: that many bytes before the end); at most ``limit`` bytes come back.  The newest attempt the
-    node ran unless ``attempt`` is given."""
-
-    namespace: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
-    attempt: Count = 0
-    offset: Annotated[int, msgspec.Meta(ge=-MAX_LOG_READ, le=2**62)] = -65536
-    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LOG_READ)] = 65536
-
-
-class LogsReply(Msg, tag="logs.reply"):
-    """Output from ``offset`` (UTF-8, undecodable bytes replaced); ``next`` is where the following read
-    starts; ``ended`` once the run has ended and all of it was read.  A log that rotated since the last
-    read starts again at 0 (what went to the rotated file in between is not sent)."""
-
-    data: str = ""
-    offset: Count = 0
-    next: Count = 0
-    ended: bool = False
-    error: str = ""
-
-
-# -- history --------------------------------------------------------------------------------------------------------
-class CycleRecord(Msg, tag="cycle"):
-    """What one scheduling cycle saw and decided, on the history stream (docs/bus.md, "History").
-
-    Compact on purpose (a record a second for a year): short names, empty fields omitted.  ``seq``
-    is the last state-stream sequence the cycle had applied before its snapshot and ``own`` the
-    highest sequence of the scheduler's own binding records it knew of by then (their effect
-    counts at once, before the stream hands them back); ``cfg`` the digest of the configuration,
-    whose canonical JSON is in ``config`` on the first record of a boot.  The inputs that are not
-    on the state stream: ``unready`` (nodes whose agent is not alive), ``excl`` (task -> nodes it
-    is kept off after a refusal), ``backoff`` (tasks under the backoff gate).  Decisions, as the
-    session made them: ``binds`` [task, node], ``evicts`` [task, node, reason], ``pipelined``
-    [task, node], ``phases`` [job, phase] of the podgroups whose status changed.  ``shard`` and
-    ``shard_mode``: the NodeShard a sharded scheduler owned (its snapshot's shard follows from the stream).
-    """
-
-    boot: str = ""
-    n: Count = 0  # the cycle's number within the boot
-    now: float = 0.0  # the session's clock (epoch seconds)
-    seq: Count = 0
-    own: Count = 0
-    cfg: str = ""
-    config: str = ""
-    seed: int = 0
-    binds: list[tuple[str, str]] = []
-    evicts: list[tuple[str, str, str]] = []
-    pipelined: list[tuple[str, str]] = []
-    phases: list[tuple[str, str]] = []
-    unready: list[str] = []
-    excl: dict[str, list[str]] = {}
-    backoff: list[str] = []
-    shard: str = ""  # the NodeShard the scheduler owned (`busched run --shard`), "" for none
-    shard_mode: str = ""  # hard | soft
-
-
-# -- scheduling events ----------------------------------------------------------------------------------------------
-MAX_EVENT_REASON = 128
-MAX_EVENT_MESSAGE = 1024  # as Kubernetes' events.k8s.io note; the recorder cuts longer messages
-
-
-class EventObject(msgspec.Struct, rename="camel", omit_defaults=True):
-    """Kubernetes' involvedObject in our words: ``kind`` task | job | queue | node, namespace "" for queues
-    and nodes."""
-
-    kind: Literal["task", "job", "queue", "node"]
-    name: ShortStr
-    namespace: ShortStr = ""
-
-
-class EventSource(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
-    component: Annotated[str, msgspec.Meta(max_length=64)] = "busched-scheduler"
-    instance: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the scheduler's boot
-
-
-class Event(Msg, tag="event"):
-    """A scheduling event, Kubernetes' core/v1 Event as Volcano's scheduler records them (docs/bus.md,
-    "Scheduling events"): Scheduled, FailedScheduling, Preempted, Evicted on a task; Unschedulable,
-    Scheduled on a job (its PodGroup); Overused on a queue.
-
-    One message per *series* (the same object, type, reason and message), on the series' own subject of
-    the events stream, which keeps only its latest: ``count`` how often the scheduler saw it, from
-    ``firstTimestamp`` to ``lastTimestamp`` (epoch seconds of the cycles that saw it).  (``eventType``:
-    the message's own ``type`` field is its tag.)"""
-
-    involved_object: EventObject
-    reason: Annotated[str, msgspec.Meta(max_length=MAX_EVENT_REASON)]
-    message: Annotated[str, msgspec.Meta(max_length=MAX_EVENT_MESSAGE)] = ""
-    event_type: Literal["Normal", "Warning"] = "Normal"
-    count: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)] = 1
-    first_timestamp: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    last_timestamp: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    source: EventSource = EventSource()
-    series: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the series id, the last token of its subject
-
-
-UPSERTS: dict[str, type[Msg]] = {
-    "node": NodeUpsert, "task": TaskUpsert, "job": JobUpsert, "queue": QueueUpsert,
-    "priorityClass": PriorityClassUpsert, "hyperNode": HyperNodeUpsert, "resourceQuota": ResourceQuotaUpsert,
-    "nodeShard": NodeShardUpsert,
-}
-DELETES: dict[str, type[Msg]] = {
-    "node": NodeDelete, "task": TaskDelete, "job": JobDelete, "queue": QueueDelete,
-    "priorityClass": PriorityClassDelete, "hyperNode": HyperNodeDelete, "resourceQuota": ResourceQuotaDelete,
-    "nodeShard": NodeShardDelete,
-}
-# the field of an upsert that holds the spec
-SPEC_FIELD: dict[str, str] = {
-    "node": "node", "task": "task", "job": "job", "queue": "queue", "priorityClass": "priority_class",
-    "hyperNode": "hyper_node", "resourceQuota": "resource_quota", "nodeShard": "node_shard",
-}
-STATE_EVENTS = tuple(UPSERTS.values()) + tuple(DELETES.values())
 
 MESSAGE_TYPES: tuple[type[Msg], ...] = STATE_EVENTS + (
     NodeLedger, BindingRecord, LeaderEpoch, PodGroupStatus, QueueStatus, BindDecision, EvictDecision,
@@ -493,32 +306,6 @@ def decode(data: bytes | str) -> Msg:
         raise DecodeError("JSON is nested too deeply") from None
 
 
-def upsert(kind: str, spec: Any, version: int) -> Msg:
-    return UPSERTS[kind](version=version, **{SPEC_FIELD[kind]: spec})
-
-
-def delete(kind: str, spec: Any, version: int) -> Msg:
-    cls = DELETES[kind]
-    kw: dict[str, Any] = {"name": spec.name}
-    if "namespace" in cls.__struct_fields__:
-        kw["namespace"] = spec.namespace
-    return cls(version=version, **kw)
-
-
-_KIND_OF: dict[type, str] = {**{c: k for k, c in UPSERTS.items()}, **{c: k for k, c in DELETES.items()}}
-_UPSERT_TYPES = frozenset(UPSERTS.values())
-DELETE_TYPES = frozenset(DELETES.values())  # by exact type: `type(msg) in DELETE_TYPES`
-
-
-def object_kind(msg: Msg) -> str | None:
-    """The object kind of a state event, None for other messages."""
-    return _KIND_OF.get(type(msg))
-
-
-def spec_key(spec: Any) -> str:
-    """``ns/name`` of a namespaced spec, ``name`` of the others: the key of its state subject."""
-    ns = getattr(spec, "namespace", None)
-    return f"{ns}/{spec.name}" if ns is not None else str(spec.name)
 
 
 def object_key(msg: Msg) -> str:

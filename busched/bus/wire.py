@@ -1,0 +1,30 @@
+"""The base every busched message derives from (`Msg`) and the bounded scalar types their fields share.
+
+Apart from `busched.bus.messages` so that the message families kept in modules of their own
+(`busched.bus.state_events`, `busched.bus.request_reply`, `busched.bus.reports`) can derive from it
+while `busched.bus.messages` gathers every family into the one tagged union it decodes.  That module
+re-exports all of these: import messages from there.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from busched.api.limits import LabelKey
+
+__all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations"]
+
+Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
+# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices")
+BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=4096)]], msgspec.Meta(max_length=32)]
+
+
+class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
+    """Base of every message.  ``version`` is the publisher's counter: informational, never an order (the
+    stream's sequence is)."""
+
+    version: Version = 0
