@@ -16,7 +16,7 @@ from busched.api.gang_counts import GangCounts
 from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, parse_bool
 
-__all__ = ["JobInfo", "PodGroupPhase", "unsettled"]
+__all__ = ["JobInfo", "PodGroupPhase", "unsettled", "take_request", "put_request"]
 
 
 QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
@@ -202,27 +202,8 @@ class JobInfo(GangCounts):
             self.derived = {}
         tasks, index = self.tasks, self.status_index
         del tasks[uid]
-        # total.sub(r), allocated.sub(r) when prev counts, then their adds: written out (the same
-        # arithmetic in the same order; the scalar loops run only for requests that have scalars).
-        # moves.move_run has the same lines for a run of tasks: a change here goes there too
-        # (tests/api/test_placing_sums.py checks both against Resource.add / sub)
         total, allocated = self.total_request, self.allocated
-        rc, rm, rs = r.cpu, r.memory, r.scalars
-        was = prev in _ALLOCATED
-        total.cpu -= rc
-        total.memory -= rm
-        if was:
-            allocated.cpu -= rc
-            allocated.memory -= rm
-        if rs:
-            have = total.scalars
-            if have:
-                for n, v in rs.items():
-                    have[n] = have.get(n, 0.0) - v
-            have = allocated.scalars
-            if was and have:
-                for n, v in rs.items():
-                    have[n] = have.get(n, 0.0) - v
+        take_request(total, allocated, r, prev in _ALLOCATED)
         idx = index.get(prev)
         if idx is not None:
             if idx.pop(uid, None) is not None and t.best_effort and prev == _PENDING:
@@ -241,20 +222,8 @@ class JobInfo(GangCounts):
             index[status] = {uid: t}
         else:
             idx[uid] = t
-        total.cpu += rc
-        total.memory += rm
         now = status in _ALLOCATED
-        if now:
-            allocated.cpu += rc
-            allocated.memory += rm
-        if rs:
-            have = total.scalars
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) + v
-            if now:
-                have = allocated.scalars
-                for n, v in rs.items():
-                    have[n] = have.get(n, 0.0) + v
+        put_request(total, allocated, r, now)
         if not now and t.best_effort and status == _PENDING:
             self.pending_best_effort += 1
         sj = subjob.default_sub_job(self)
@@ -316,3 +285,44 @@ def unsettled(job: JobInfo) -> bool:
     if job.subgroup_policy or job.network_topology is not None:
         return True
     return not _PLACEABLE.isdisjoint(job.status_index)
+
+
+def take_request(total: Resource, allocated: Resource, r: Resource, counted: bool) -> None:
+    """``total.sub(r)``, and ``allocated.sub(r)`` when the task's old status ``counted`` as allocated,
+    written out for a task's move (`JobInfo._move`, `busched.api.moves.move_run`): the same arithmetic
+    in the same order, the scalar loops only for requests that have scalars (tests/api/test_placing_sums.py
+    checks it against `Resource.sub`)."""
+    rc, rm, rs = r.cpu, r.memory, r.scalars
+    total.cpu -= rc
+    total.memory -= rm
+    if counted:
+        allocated.cpu -= rc
+        allocated.memory -= rm
+    if rs:
+        have = total.scalars
+        if have:
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) - v
+        have = allocated.scalars
+        if counted and have:
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) - v
+
+
+def put_request(total: Resource, allocated: Resource, r: Resource, counted: bool) -> None:
+    """``total.add(r)``, and ``allocated.add(r)`` when the task's new status ``counted``: `take_request`'s
+    other half."""
+    rc, rm, rs = r.cpu, r.memory, r.scalars
+    total.cpu += rc
+    total.memory += rm
+    if counted:
+        allocated.cpu += rc
+        allocated.memory += rm
+    if rs:
+        have = total.scalars
+        for n, v in rs.items():
+            have[n] = have.get(n, 0.0) + v
+        if counted:
+            have = allocated.scalars
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v

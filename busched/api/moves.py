@@ -12,7 +12,7 @@ not indexed as itself, mixed old statuses, BestEffort tasks) moves one by one as
 from __future__ import annotations
 
 from busched.api import outputs, subjob
-from busched.api.job import JobInfo
+from busched.api.job import JobInfo, put_request, take_request
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 
 __all__ = ["move_run"]
@@ -45,22 +45,7 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         uid = t.uid
         r = t.resreq
         del jt[uid]
-        # total.sub(r) and allocated.sub(r) (when it counted), written out as `JobInfo._move` does
-        rc, rm, rs = r.cpu, r.memory, r.scalars
-        total.cpu -= rc
-        total.memory -= rm
-        if was:
-            allocated.cpu -= rc
-            allocated.memory -= rm
-        if rs:
-            have = total.scalars
-            if have:
-                for n, v in rs.items():
-                    have[n] = have.get(n, 0.0) - v
-            have = allocated.scalars
-            if was and have:
-                for n, v in rs.items():
-                    have[n] = have.get(n, 0.0) - v
+        take_request(total, allocated, r, was)  # (as `JobInfo._move`)
         if old is not None:
             old.pop(uid, None)
             if not old:
@@ -74,19 +59,7 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         if new is None:
             new = index.setdefault(status, {})
         new[uid] = t
-        total.cpu += rc
-        total.memory += rm
-        if now:
-            allocated.cpu += rc
-            allocated.memory += rm
-        if rs:
-            have = total.scalars
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) + v
-            if now:
-                have = allocated.scalars
-                for n, v in rs.items():
-                    have[n] = have.get(n, 0.0) + v
+        put_request(total, allocated, r, now)
         if default is None:
             default = subjob.default_sub_job(job)
         default.add_task(t)
