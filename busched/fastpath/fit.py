@@ -88,12 +88,11 @@ class NodeArrays:
                 self._put(self.allocatable, i, n.allocatable)
                 self._fill(i, n)
         else:
-            idles = [n.idle for n in self.nodes]
             for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                      (self.idle, idles),
+                                      (self.idle, [n.idle for n in self.nodes]),
                                       (self.used, [n.used for n in self.nodes])):
                 self._fill_column_wise(matrix, resources)
-            self._fill_future(idles)
+            self._fill_future()
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
         # registered once with each distinct listener list: lent nodes share one (busched.fastpath.lending)
         lists = list(map(_listeners, self.nodes))  # (in C)
@@ -146,16 +145,17 @@ class NodeArrays:
             for s, j in self._scalar_columns:
                 matrix[i, j] = get(s, 0.0)
 
-    def _fill_future(self, idles: list[Resource]) -> None:
-        """The future idle matrix of a first build: as `_fill` writes each row, without a future idle
-        Resource built per node where `_plain_future` gives its cpu and memory (scalars: idle's)."""
+    def _fill_future(self) -> None:
+        """The future idle matrix of a first build (after the idle matrix's): as `_fill` writes each row,
+        without a future idle Resource built per node where `_plain_future` gives its cpu and memory
+        (its scalar columns are idle's)."""
         got = [_plain_future(n) for n in self.nodes]
         if None in got:
             self._fill_column_wise(self.future, [n.future_idle() for n in self.nodes])
             return
         plain: list[tuple[float, float]] = got  # type: ignore[assignment]
         k = len(plain)
-        self._fill_column_wise(self.future, idles)  # (its scalar columns; cpu and memory below)
+        self.future[:] = self.idle  # (its scalar columns; cpu and memory below)
         self.future[:, 0] = np.fromiter((p[0] for p in plain), dtype=np.float64, count=k)
         self.future[:, 1] = np.fromiter((p[1] for p in plain), dtype=np.float64, count=k)
 
