@@ -131,7 +131,8 @@ class Scheduler(EntryPoints, Leadership, Cycles):
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
         self.queue_statuses = QueueStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
                                             next_version=self._next_version, on_error=self._record_not_written)
-        self.sched_events = EventRecorder(self.settings.events, lambda items: self.bus.publish_all(items),
+        self.sched_events = EventRecorder(self.settings.events, lambda items: self.bus.publish_all(
+                                              items, timeout=self.settings.events.publish_timeout),
                                           boot=lambda: self.boot, stream=self.settings.streams.events_max_age > 0,
                                           last=lambda subject: self.bus.last_event(subject),
                                           on_error=self.metrics.publish_errors.labels("events").inc,

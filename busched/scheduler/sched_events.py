@@ -76,6 +76,10 @@ class EventSettings:
     # within similar_window seconds, its further ones go to one series, "(combined from similar events): ..."
     similar: int = 10
     similar_window: float = 600.0
+    # how long one publish of events keeps sending to a stream that does not answer (a NATS cluster electing
+    # the stream's leader) before its series count as not published (counted; published again with the next
+    # news): events are best effort, and a shorter wait frees the writer sooner
+    publish_timeout: float = 10.0
 
 
 @dataclass

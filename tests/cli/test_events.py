@@ -14,6 +14,7 @@ from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.cli.events import age, parse_object
+from busched.scheduler.sched_events import EventSettings
 from busched.cli.main import main
 from tests.nats_fixture import wait_until
 from tests.scheduler.test_sched_events import alive, fit_and_misfit, held_events
@@ -100,7 +101,8 @@ async def test_the_events_stream_is_bounded(harness):
 
 
 async def test_a_lost_publish_is_counted_and_the_cycle_goes_on(harness):
-    sched = await harness.scheduler(run=False)
+    # events wait at most publish_timeout for a stream that does not answer (10 s by default)
+    sched = await harness.scheduler(run=False, events=EventSettings(publish_timeout=0.5))
     agent = await harness.agent(fleet_nodes(1, cpu="4", memory="8Gi"))
     bus = await harness.bus()
     await bus.js.delete_stream(S.EVENT_STREAM)  # no stream takes the events now
@@ -112,7 +114,8 @@ async def test_a_lost_publish_is_counted_and_the_cycle_goes_on(harness):
         return "t/x-0" in agent.running()["node-00"]
     await wait_until(placed, what="placed without an events stream")
     errors = sched.metrics.publish_errors.labels("events")
-    await wait_until(lambda: errors._value.get() >= 1, what="the lost event counted")
+    # counted once the publish's 0.5 s ran out (well before the 10 s default would)
+    await wait_until(lambda: errors._value.get() >= 1, timeout=5.0, what="the lost event counted")
     assert sched.metrics.sched_events.labels("Scheduled")._value.get() >= 1
 
 
