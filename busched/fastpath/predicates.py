@@ -23,7 +23,7 @@ from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import view_arrays
 from busched.fastpath.podview import PodViewArrays
 
-__all__ = ["predicate_mask", "stable_mask", "passing", "predicate_local"]
+__all__ = ["predicate_mask", "stable_mask", "passing", "predicate_local", "refused_mask"]
 
 TEMPLATE_UID_KEY = "volcano.sh/template-uid"
 KEEP_FROM = 2048  # nodes from which `passing` keeps the filter per template (below, afresh is cheaper)
@@ -116,3 +116,14 @@ def predicate_local(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> Local | 
 
     # a pod with anti-affinity placed anywhere brings the inter-pod filter into play
     return Local((pv.log,), one, lambda: not view.anti_affinity_nodes)
+
+
+def refused_mask(refusing: frozenset[str] | None, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray:
+    """The busched-agent-feedback predicate for ``rows``: True where the node is not one of ``refusing``
+    (the nodes that refused the task recently; names the session does not hold are ignored)."""
+    mask = np.ones(len(rows), dtype=bool)
+    for name in refusing or ():
+        row = arrays.row.get(name)
+        if row is not None:
+            mask &= rows != row
+    return mask

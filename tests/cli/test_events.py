@@ -14,8 +14,8 @@ from busched.api.objects import ClusterSpec, JobSpec, QueueSpec, TaskSpec
 from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.cli.events import age, parse_object
-from busched.scheduler.sched_events import EventSettings
 from busched.cli.main import main
+from busched.scheduler.sched_events import EventSettings
 from tests.nats_fixture import wait_until
 from tests.scheduler.test_sched_events import alive, fit_and_misfit, held_events
 

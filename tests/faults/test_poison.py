@@ -8,7 +8,6 @@ import asyncio
 import json
 
 import msgspec
-import pytest
 
 from busched.api.objects import TaskSpec
 from busched.bus import messages as m
