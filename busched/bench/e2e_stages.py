@@ -144,7 +144,7 @@ class Stages:
         """The clock stops (every task heard Running): the message counts are read here."""
         self.msgs1 = self._msgs()
 
-    def report(self, publisher_cpu: float | None) -> dict[str, Any]:
+    def report(self, publisher_cpu: float | None, publisher_cpu_at_start: float | None = None) -> dict[str, Any]:
         t0 = self.t0
 
         def rel(t: float) -> float:
@@ -154,7 +154,10 @@ class Stages:
         for name, pid in self.pids.items():
             a, b = self.cpu0.get(name), cpu_seconds(pid)
             cpu[name] = round(b - a, 3) if a is not None and b is not None else None
-        cpu["publisher"] = round(publisher_cpu, 3) if publisher_cpu is not None else None
+        cpu["publisher"] = round(publisher_cpu, 3) if publisher_cpu is not None else None  # its whole process
+        # and from its first publish to its last acknowledgement (the part that competes with the others)
+        cpu["publisher_window"] = (round(publisher_cpu - publisher_cpu_at_start, 3)
+                                   if publisher_cpu is not None and publisher_cpu_at_start is not None else None)
         def parts(name: str) -> list[tuple[float, float]]:
             return [(rel(s), rel(e)) for part, s, e in self.session if part == name and e >= t0]
 
