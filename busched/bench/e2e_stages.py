@@ -39,6 +39,7 @@ class Stages:
         self.t0 = 0.0
         self.cpu0: dict[str, float | None] = {}
         self.session: list[tuple[str, float, float]] = []  # (part, start, end)
+        self.session_cpu: list[tuple[str, float, float]] = []  # (part, end, CPU seconds of the thread that ran it)
         self.records: list[tuple[float, float, int]] = []  # (start, end, binds) per write-ahead chunk
         self.decisions: list[tuple[float, float, int]] = []
         self.ingest_s = 0.0  # seconds in the state feed's batch handler
@@ -60,10 +61,19 @@ class Stages:
 
         async def timed_cycle(fn: Any, *args: Any, **kw: Any) -> Any:
             t = time.time()
+            name = getattr(fn, "__name__", "?")
+
+            def counted(*a: Any, **k: Any) -> Any:  # in the session's thread: its own CPU, not the loop's
+                c = time.thread_time()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    self.session_cpu.append((name, time.time(), time.thread_time() - c))
+
             try:
-                return await in_cycle(fn, *args, **kw)
+                return await in_cycle(counted, *args, **kw)
             finally:
-                self.session.append((getattr(fn, "__name__", "?"), t, time.time()))
+                self.session.append((name, t, time.time()))
 
         sched._in_cycle = timed_cycle
         run_once, sync, snapshot = sched.run_once, sched.effective.sync_cache_yielding, sched.snapshot
@@ -178,6 +188,9 @@ class Stages:
             "snapshot": parts("snapshot"),
             "actions": parts("run_actions"),
             "close": parts("finish_cycle"),
+            # CPU seconds of the session's thread in `run_actions` (the actions' wall time above also holds the
+            # waits for the GIL while the event loop runs)
+            "actions_cpu_s": round(sum(c for part, e, c in self.session_cpu if part == "run_actions" and e >= t0), 3),
             "records": span(self.records),
             "decisions": span(self.decisions),
             "ingest": {"s": round(self.ingest_s, 3), "messages": self.ingest_msgs, "batches": self.ingest_batches},
