@@ -195,6 +195,7 @@ class Stages:
             "decisions": span(self.decisions),
             "ingest": {"s": round(self.ingest_s, 3), "messages": self.ingest_msgs, "batches": self.ingest_batches},
             "running": {"n": len(running), "first": rel(running[0]) if running else None,
+                        "median": rel(running[len(running) // 2]) if running else None,
                         "last": rel(running[-1]) if running else None},
             "podgroups": span(self.podgroups),
             "events": span(self.events),

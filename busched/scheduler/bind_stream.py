@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BindStream"]
 
-POLL = 0.005  # seconds between two looks at the session's decisions while it places
-MIN_CHUNK = 50  # decisions gathered before a chunk goes out while the session adds more (fewer once it pauses)
+POLL = 0.02  # seconds between two looks at the session's decisions while it places
+MIN_CHUNK = 200  # decisions gathered before a chunk goes out while the session adds more (fewer once it pauses)
 
 
 class BindStream:
