@@ -38,7 +38,7 @@ from busched.bench import NotAvailable
 from busched.bench import cluster as cl
 from busched.bench.driver import rss_mb
 
-DEFAULTS = {"nodes": 200, "jobs": 5000, "agents": 2, "seed": 0, "shards": 0, "stages": 0}
+DEFAULTS = {"nodes": 200, "jobs": 5000, "agents": 2, "seed": 0, "shards": 0, "stages": 0, "publisher": "encoded"}
 PERIOD = 0.2
 
 
@@ -78,7 +78,7 @@ def node_shards(nodes: int, agents: int, shards: int) -> list[o.NodeShardSpec]:
 
 
 async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeout: float,
-               shards: int = 0, stages: bool = False) -> dict[str, Any]:
+               shards: int = 0, stages: bool = False, publisher_mode: str = "encoded") -> dict[str, Any]:
     from busched.bus.client import Bus
     from busched.bus.server import NatsServer
     from busched.scheduler import Scheduler, SchedulerSettings
@@ -140,13 +140,15 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
         path = f"{store}/cluster.json"
         _write(path, msgspec.json.encode(cluster))
         publisher = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", f"from busched.bench.e2e import _publish_main; _publish_main({srv.url!r}, {path!r})",
+            sys.executable, "-c",
+            f"from busched.bench.e2e import _publish_main; _publish_main({srv.url!r}, {path!r}, {publisher_mode!r})",
             stdout=asyncio.subprocess.PIPE)
         assert publisher.stdout is not None
         line = await asyncio.wait_for(publisher.stdout.readline(), 60)
         if not line.startswith(b"start "):
             raise RuntimeError(f"the publisher did not start: {line!r}")
         t0_wall = float(line.split()[1])
+        cpu_at_start = float(line.split()[2])
         if timing is not None:
             timing.start(t0_wall)
 
@@ -174,11 +176,11 @@ async def _run(nodes: int, jobs: int, agents: int, seed: int, store: str, timeou
             if ln.startswith(b"done "):
                 published = float(ln.split()[1]) - t0_wall
                 publisher_cpu = float(ln.split()[2])
-        more = {"stages": timing.report(publisher_cpu)} if timing is not None else {}
+        more = {"stages": timing.report(publisher_cpu, cpu_at_start)} if timing is not None else {}
         return {**more, "placed": done, "seconds": round(elapsed, 3),
                 "publish_s": round(published, 3) if published is not None else None,
                 "binds_per_second": round(done / elapsed, 1) if elapsed > 0 else 0.0, "cycles": sched.cycle,
-                "complete": done == len(keys), "shards": shards,
+                "complete": done == len(keys), "shards": shards, "publisher": publisher_mode,
                 "own_binds": int(sched.metrics.action_binds._value.get()),
                 "batches_lost": sched.table.ledgers.lost if sched.table.ledgers is not None else 0}
     finally:
@@ -206,21 +208,28 @@ def _write(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def _publish_main(url: str, path: str) -> None:
+def _publish_main(url: str, path: str, mode: str = "encoded") -> None:
     """The publisher process: every object of the cluster file, as `busched apply` publishes them; prints the
-    wall-clock time of its first publish (``start T``) and of the last acknowledgement, with its CPU seconds
-    (``done T CPU``)."""
+    wall-clock time of its first publish and its CPU seconds then (``start T CPU``), and of the last
+    acknowledgement (``done T CPU``).  ``mode`` "encoded": the messages are encoded to JSON before the clock
+    starts (an integrator that has its objects ready publishes bytes; `Bus.publish_all` takes them as they
+    are); "objects": encoded as they are published (the harness before issue 17's CPU budget pass)."""
     from busched.bus.apply import cluster_events
     from busched.bus.client import Bus
+    from busched.bus.messages import encode
 
     with open(path, "rb") as f:
         cluster = msgspec.json.decode(f.read(), type=o.ClusterSpec)
-    events = cluster_events(cluster)
+    events: list[tuple[str, Any]] = cluster_events(cluster)
+    if mode == "encoded":  # the bytes `publish_all` would make of them (busched.bus.messages.encode)
+        events = [(s, encode(msg)) for s, msg in events]
+    elif mode != "objects":
+        raise ValueError(f"publisher mode {mode!r}: encoded or objects")
 
     async def main() -> None:
         bus = await Bus.connect(url)
         try:
-            print(f"start {time.time()!r}", flush=True)
+            print(f"start {time.time()!r} {time.process_time()!r}", flush=True)
             for i in range(0, len(events), 2000):
                 acks = await bus.publish_all(((s, msg, None) for s, msg in events[i:i + 2000]), timeout=120)
                 bad = [a.error for a in acks if not a.ok]
@@ -234,9 +243,9 @@ def _publish_main(url: str, path: str) -> None:
 
 
 def run(nodes: int, jobs: int, agents: int = 4, seed: int = 0, timeout: float = 600.0, shards: int = 0,
-        stages: int = 0, **_kw: Any) -> dict[str, Any]:
+        stages: int = 0, publisher: str = "encoded", **_kw: Any) -> dict[str, Any]:
     _requirements()
     with tempfile.TemporaryDirectory(prefix="busched-e2e-") as d:
-        res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout, shards, bool(stages)))
+        res = asyncio.run(_run(nodes, jobs, agents, seed, d, timeout, shards, bool(stages), publisher))
     return {"workload": "e2e", "nodes": nodes, "agents": agents, "jobs": jobs, "tasks": jobs, **res,
             "rss_mb": round(rss_mb(), 1)}

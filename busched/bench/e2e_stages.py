@@ -39,6 +39,7 @@ class Stages:
         self.t0 = 0.0
         self.cpu0: dict[str, float | None] = {}
         self.session: list[tuple[str, float, float]] = []  # (part, start, end)
+        self.session_cpu: list[tuple[str, float, float]] = []  # (part, end, CPU seconds of the thread that ran it)
         self.records: list[tuple[float, float, int]] = []  # (start, end, binds) per write-ahead chunk
         self.decisions: list[tuple[float, float, int]] = []
         self.ingest_s = 0.0  # seconds in the state feed's batch handler
@@ -60,10 +61,19 @@ class Stages:
 
         async def timed_cycle(fn: Any, *args: Any, **kw: Any) -> Any:
             t = time.time()
+            name = getattr(fn, "__name__", "?")
+
+            def counted(*a: Any, **k: Any) -> Any:  # in the session's thread: its own CPU, not the loop's
+                c = time.thread_time()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    self.session_cpu.append((name, time.time(), time.thread_time() - c))
+
             try:
-                return await in_cycle(fn, *args, **kw)
+                return await in_cycle(counted, *args, **kw)
             finally:
-                self.session.append((getattr(fn, "__name__", "?"), t, time.time()))
+                self.session.append((name, t, time.time()))
 
         sched._in_cycle = timed_cycle
         run_once, sync, snapshot = sched.run_once, sched.effective.sync_cache_yielding, sched.snapshot
@@ -144,7 +154,7 @@ class Stages:
         """The clock stops (every task heard Running): the message counts are read here."""
         self.msgs1 = self._msgs()
 
-    def report(self, publisher_cpu: float | None) -> dict[str, Any]:
+    def report(self, publisher_cpu: float | None, publisher_cpu_at_start: float | None = None) -> dict[str, Any]:
         t0 = self.t0
 
         def rel(t: float) -> float:
@@ -154,7 +164,10 @@ class Stages:
         for name, pid in self.pids.items():
             a, b = self.cpu0.get(name), cpu_seconds(pid)
             cpu[name] = round(b - a, 3) if a is not None and b is not None else None
-        cpu["publisher"] = round(publisher_cpu, 3) if publisher_cpu is not None else None
+        cpu["publisher"] = round(publisher_cpu, 3) if publisher_cpu is not None else None  # its whole process
+        # and from its first publish to its last acknowledgement (the part that competes with the others)
+        cpu["publisher_window"] = (round(publisher_cpu - publisher_cpu_at_start, 3)
+                                   if publisher_cpu is not None and publisher_cpu_at_start is not None else None)
         def parts(name: str) -> list[tuple[float, float]]:
             return [(rel(s), rel(e)) for part, s, e in self.session if part == name and e >= t0]
 
@@ -175,10 +188,14 @@ class Stages:
             "snapshot": parts("snapshot"),
             "actions": parts("run_actions"),
             "close": parts("finish_cycle"),
+            # CPU seconds of the session's thread in `run_actions` (the actions' wall time above also holds the
+            # waits for the GIL while the event loop runs)
+            "actions_cpu_s": round(sum(c for part, e, c in self.session_cpu if part == "run_actions" and e >= t0), 3),
             "records": span(self.records),
             "decisions": span(self.decisions),
             "ingest": {"s": round(self.ingest_s, 3), "messages": self.ingest_msgs, "batches": self.ingest_batches},
             "running": {"n": len(running), "first": rel(running[0]) if running else None,
+                        "median": rel(running[len(running) // 2]) if running else None,
                         "last": rel(running[-1]) if running else None},
             "podgroups": span(self.podgroups),
             "events": span(self.events),

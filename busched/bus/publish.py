@@ -26,6 +26,7 @@ import nats.js.errors
 
 from busched.bus import frames as F
 from busched.bus import subjects as S
+from busched.bus.direct import direct, undirect
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.messages import Msg, encode
 
@@ -121,6 +122,7 @@ class Publisher:
         self._waiting: dict[str, tuple[_Round, int]] = {}  # token -> the call and slot its acknowledgement fills
         self._counter = 0
         self._framed = F.Frames.usable(nc)  # publish_all frames its messages itself (busched.bus.frames)
+        self._direct = True  # acknowledgements straight from the parser (busched.bus.direct)
         self._cond_lines: tuple[tuple[str, int] | None, bytes] = (None, b"")
 
     def may_write(self) -> bool:
@@ -345,16 +347,16 @@ class Publisher:
                 waiting = self._waiting
                 start = len(prefix)
 
-                async def on_ack(m: Any) -> None:
-                    slot = waiting.pop(m.subject[start:], None)
+                def settle(token: str, status: str | None, data: bytes) -> None:
+                    slot = waiting.pop(token, None)
                     if slot is None:
                         return
                     r, i = slot
-                    if m.headers and m.headers.get("Status") == "503":
+                    if status == "503":
                         r.set(i, Ack(error=f"{NO_STREAM}: no stream listens on this subject"))
                         return
                     try:
-                        pa = _ACK_DECODE(m.data)
+                        pa = _ACK_DECODE(data)
                     except Exception as e:  # noqa: BLE001
                         r.set(i, Ack(error=f"bad acknowledgement: {e}"))
                         return
@@ -364,13 +366,22 @@ class Publisher:
                     else:
                         r.set(i, Ack(seq=pa.seq, duplicate=pa.duplicate))
 
+                async def on_ack(m: Any) -> None:  # (those with headers, or every one without `direct`)
+                    settle(m.subject[start:], m.headers.get("Status") if m.headers else None, m.data)
+
+                def on_ack_bytes(subject: bytes, data: bytes) -> None:
+                    settle(subject[start:].decode(), None, data)
+
                 self._sub = await self.nc.subscribe(prefix + "*", cb=on_ack, pending_msgs_limit=1_000_000,
                                                     pending_bytes_limit=256 * 1024 * 1024)
+                if self._direct:  # straight from the parser (busched.bus.direct)
+                    direct(self.nc, self._sub._id, on_ack_bytes)
                 self._prefix = prefix
         return self._prefix
 
     async def close(self) -> None:
         """Drop the acknowledgements' subscription (the connection is closing)."""
         if self._sub is not None:
+            undirect(self.nc, self._sub._id)
             await unsubscribe_quietly(self._sub)
             self._sub = None

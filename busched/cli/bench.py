@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["register"]
 
-SCALE_OPTIONS = ("nodes", "jobs", "tasks", "cycles", "agents", "seed", "shards", "lease", "stages")
+SCALE_OPTIONS = ("nodes", "jobs", "tasks", "cycles", "agents", "seed", "shards", "lease", "stages", "publisher")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                               "--shard`), each owning the nodes of N-th of the agents (hard mode)")
     p.add_argument("--stages", action="store_const", const=1,
                    help="e2e: also report where the time went (the scheduler's stages, each process's CPU)")
+    p.add_argument("--publisher", choices=("encoded", "objects"),
+                   help="e2e: the publisher's messages encoded before the clock starts (default) or as they are "
+                        "published (the harness before issue 17's CPU budget pass)")
     p.add_argument("--lease", type=float, metavar="SECONDS",
                    help="failover: the schedulers' `busched run --lease` (default 2)")
     p.add_argument("--seed", type=int, help="seed for tie-breaks (default 0)")

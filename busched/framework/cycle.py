@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
@@ -120,13 +120,18 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Re
 
 
 def run_actions(snapshot: ClusterSnapshot, config: SchedulerConfig, *, plugins: Registry,
-                actions: Registry, seed: int = 0, uid: str = "session", now: float = 0.0) -> Session:
+                actions: Registry, seed: int = 0, uid: str = "session", now: float = 0.0,
+                opened: Callable[[Session], None] | None = None) -> Session:
     """The first part of `run_cycle`: open the session and run the actions.  Its decisions are final
     here (Volcano binds as allocate commits, before the session closes), so a caller may send them
-    out before `finish_cycle` recomputes every job's status."""
+    out before `finish_cycle` recomputes every job's status.  ``opened`` is handed the session once it
+    is open: ``ssn.decisions`` only grows and each is final once appended, so a caller running this in
+    a worker thread may send the binds out while the actions still place (busched.scheduler.bind_stream)."""
     with paused_gc():
         ssn = open_session(snapshot, config, plugins, seed=seed, uid=uid, now=now)
         try:
+            if opened is not None:
+                opened(ssn)
             timed = ssn.timings["actions"]  # type: ignore[attr-defined]
             for name in config.actions:
                 t0 = perf_counter()

@@ -145,6 +145,16 @@ class BindingTable(BindingWrites, BindingFeed):
                 self.stop_attempt(tkey, f"node {node} deleted", "node")
 
     async def publish_binds(self, binds: list[Any], report: CycleReport) -> None:
+        sending: list[asyncio.Task[None]] = []
+        try:
+            await self.write_ahead(self.take_binds(binds), report, sending)
+        finally:
+            if sending:
+                await asyncio.gather(*sending)
+
+    def take_binds(self, binds: list[Any]) -> list[tuple[str, Binding]]:
+        """The session's bind decisions ``binds`` as new attempts in the table (state ``binding``, not yet
+        recorded), but for those whose task or node went meanwhile or that another writer bound."""
         now = self.clock()
         todo: list[tuple[str, Binding]] = []
         for d in binds:
@@ -166,26 +176,24 @@ class BindingTable(BindingWrites, BindingFeed):
             self.outbox.pop(S.binding_subject(key), None)  # superseded by this record
             self.refresh_task(key)
             todo.append((key, b))
-        if not todo:
-            return
-        # write-ahead, in chunks: a chunk's decisions go out as soon as its binding records are acknowledged,
-        # while the next chunk's records are being written, so the first agents start long before the last
-        # record of a big cycle is stored
-        sending: list[asyncio.Task[None]] = []
-        try:
-            for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
-                ready = await self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
-                if ready:
-                    self.checkpoint("records")
-                    sending.append(asyncio.create_task(self._send_then(
-                        self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
-                for key, b in ready:
-                    report.binds.append((key, b.node))
-                events_log.binds(self.journal, ready)
-                self.metrics.action_binds.inc(len(ready))
-        finally:
-            if sending:
-                await asyncio.gather(*sending)
+        return todo
+
+    async def write_ahead(self, todo: list[tuple[str, Binding]], report: CycleReport,
+                          sending: list[asyncio.Task[None]]) -> None:
+        """Write the records of ``todo`` ahead of their decisions, in chunks: a chunk's decisions go out (a task
+        added to ``sending``, for the caller to await) as soon as its binding records are acknowledged, while
+        the next chunk's records are being written, so the first agents start long before the last record of
+        a big cycle is stored."""
+        for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
+            ready = await self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
+            if ready:
+                self.checkpoint("records")
+                sending.append(asyncio.create_task(self._send_then(
+                    self.send_decisions([(k, b, "bind") for k, b in ready]), "decisions")))
+            for key, b in ready:
+                report.binds.append((key, b.node))
+            events_log.binds(self.journal, ready)
+            self.metrics.action_binds.inc(len(ready))
 
     async def _send_then(self, sending: Awaitable[None], point: str) -> None:
         await sending

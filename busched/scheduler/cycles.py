@@ -28,6 +28,7 @@ from busched.framework.cycle import QuietCycles
 from busched.metrics import SchedulerMetrics
 from busched.scheduler import history, overview, volcano_metrics
 from busched.scheduler.agents import Liveness
+from busched.scheduler.bind_stream import BindStream
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.effective import EffectiveObjects
 from busched.scheduler.election import Election
@@ -129,18 +130,32 @@ class Cycles:
                 stages["snapshot"] = time.perf_counter() - t0
                 if self.table.ledgers is not None:
                     self.table.ledgers.snapshot_taken()  # the view the binds are decided on (nothing handled since)
+                # binds go out as the actions decide them (a session in a worker thread; a sharded
+                # scheduler's node ledgers write each node's binds of the cycle as one batch, after it)
+                stream = (BindStream(self.table, report)
+                          if self.settings.cycle_in_thread and self.table.ledgers is None else None)
+                if stream is not None:
+                    kw["opened"] = stream.opened
+                    stream.start()
                 try:
                     ssn = await self._in_cycle(run_actions, snap, config, **kw)
                 except Exception as e:  # noqa: BLE001
+                    if stream is not None:
+                        await stream.finish(None)
                     return self._failed(report, e)
+                except BaseException:
+                    if stream is not None:
+                        stream.cancel()
+                    raise
                 # the decisions are final once the actions have run: they go out before the session
                 # closes (recomputing every job's status), and before the collector may pass over
                 # what the cycle left
                 stages["actions"] = time.perf_counter() - t0
-                binds = [d for d in ssn.decisions if d.kind == "bind"]
-                evicts = [d for d in ssn.decisions if d.kind == "evict"]
-                await self.table.publish_binds(binds, report)
-                await self.table.publish_evicts(evicts, report)
+                if stream is not None:
+                    await stream.finish(ssn)
+                else:
+                    await self.table.publish_binds([d for d in ssn.decisions if d.kind == "bind"], report)
+                await self.table.publish_evicts([d for d in ssn.decisions if d.kind == "evict"], report)
                 stages["publish"] = time.perf_counter() - t0
                 stages["cpu"] = time.process_time() - c0  # this process's CPU seconds to here
                 self.sched_events.before_close(ssn)

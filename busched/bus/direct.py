@@ -1,0 +1,80 @@
+"""Messages of one subscription handed straight from nats-py's parser to a plain function.
+
+Every message nats-py receives becomes a `Msg` object (its subject and reply decoded), goes into the
+subscription's queue and is taken out by the subscription's task, which then calls and awaits the
+callback.  For the stream's acknowledgements of our own publishes (`busched.bus.publish`: one per
+binding record, decision, podgroup status, event, an agent's answer, an object `busched apply`
+writes) that is most of what receiving one costs; an acknowledgement is a few bytes of JSON whose
+subject names the publish it answers.  `direct` lets the connection's parser hand those bytes to a
+function at once: no `Msg`, no queue, no task switch.  A message with headers (the server's
+``503 No Responders`` when no stream listens) still takes nats-py's own path to the callback, and
+the connection's statistics count every message as before.
+
+It wraps the connection's ``_process_msg`` on that one connection object (nats-py's parser calls it
+for every message).  `usable` says whether the installed nats-py has what this relies on; when it
+does not, nothing is wrapped and the subscription's callback gets every message as before
+(tests/bus/test_direct.py fails on a nats-py where it says no, so a change there is seen).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["direct", "undirect", "usable"]
+
+log = logging.getLogger("busched.bus")
+
+_ROUTES = "_busched_direct"
+
+
+def usable(nc: Any) -> bool:
+    """Whether ``nc`` is a nats-py client whose parser hands each message to ``_process_msg(sid, subject,
+    reply, data, headers)`` and that counts messages in ``stats``."""
+    fn = getattr(nc, "_process_msg", None)
+    if fn is None or not inspect.iscoroutinefunction(fn) or not isinstance(getattr(nc, "stats", None), dict):
+        return False
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[:5] == ["sid", "subject", "reply", "data", "headers"]
+
+
+def direct(nc: Any, sid: int, handler: Callable[[bytes, bytes], None]) -> bool:
+    """From now on each message without headers of subscription ``sid`` goes to ``handler(subject, data)``
+    (both bytes) as the parser reads it, instead of the subscription's callback.  False (and nothing
+    changed) when the client is not one this knows (`usable`)."""
+    routes: dict[int, Callable[[bytes, bytes], None]] | None = nc.__dict__.get(_ROUTES)
+    if routes is None:
+        if not usable(nc):
+            return False
+        routes = {}
+        original = nc._process_msg
+        stats = nc.stats
+
+        async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+            handler = routes.get(sid)
+            if handler is None or headers:
+                await original(sid, subject, reply, data, headers)
+                return
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += len(data)
+            try:
+                handler(subject, data)
+            except Exception:  # noqa: BLE001 - never into the parser: it would end the connection's read loop
+                log.exception("handling a message on %r failed", subject)
+
+        nc._process_msg = process_msg
+        setattr(nc, _ROUTES, routes)
+    routes[sid] = handler
+    return True
+
+
+def undirect(nc: Any, sid: int) -> None:
+    """Subscription ``sid``'s messages go to its callback again (it is being dropped)."""
+    routes = nc.__dict__.get(_ROUTES)
+    if routes is not None:
+        routes.pop(sid, None)

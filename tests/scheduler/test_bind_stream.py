@@ -1,0 +1,109 @@
+"""Binds written while the session still places (busched.scheduler.bind_stream; real nats-server).
+
+An action after allocate holds the session in its thread until the test lets it go: the binds allocate
+decided must reach the agent meanwhile (record first, then decision), each exactly once, and a session
+that fails after them leaves them bound, not bound twice."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from busched.actions import ACTIONS
+from busched.agent import fleet_nodes
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.bus.apply import apply_cluster
+from busched.framework.config import DEFAULT_CONFIG, load_config
+from busched.scheduler import Scheduler, SchedulerSettings
+from tests.nats_fixture import FAST, wait_until
+from tests.scheduler.test_scheduler_pipeline import jobs
+
+HOLD_CONFIG = DEFAULT_CONFIG.replace('actions: "enqueue, allocate, backfill"', 'actions: "enqueue, allocate, hold"')
+
+
+class Gate:
+    """The session's thread waits here (at the ``hold`` action) until the test opens it."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.reached = threading.Event()
+        self.open = threading.Event()
+        self.fail = fail
+
+    def action(self) -> type:
+        gate = self
+
+        class Hold:
+            def __init__(self, *args: object) -> None:
+                pass
+
+            def execute(self, ssn: object) -> None:
+                gate.reached.set()
+                assert gate.open.wait(20), "the test never opened the gate"
+                if gate.fail:
+                    raise RuntimeError("the session fails after allocate")
+
+        return Hold
+
+
+async def _setup(harness, gate: Gate) -> tuple[Scheduler, object, object]:
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    agent = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    sched = Scheduler(await harness.bus(), load_config(HOLD_CONFIG), SchedulerSettings(**FAST),
+                      actions=ACTIONS.with_entries({"hold": gate.action()}))
+    await sched.start(timeout=10)
+    await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
+    await apply_cluster(bus, jobs(3))
+    await wait_until(lambda: len(sched.specs["task"]) == 3 and len(sched.specs["job"]) == 3, what="jobs known")
+    return sched, agent, bus
+
+
+async def test_binds_reach_the_agent_while_the_session_still_runs(harness):
+    gate = Gate()
+    sched, agent, bus = await _setup(harness, gate)
+    try:
+        cycle = asyncio.create_task(sched.run_once(force=True))
+        await wait_until(gate.reached.is_set, what="the session at the hold action")
+        keys = [f"p/j{i}-0" for i in range(3)]
+        # the session is still held in its thread, and the agent already runs every task it placed
+        await wait_until(lambda: sum(len(t) for t in agent.running().values()) == 3, what="tasks running")
+        assert not cycle.done()
+        for key in keys:  # each under its own write-ahead record, fenced by it, attempt 1
+            b = sched.bindings[key]
+            assert b.attempt == 1 and b.published and b.rec_seq > 0
+            seq, data = await bus.last_state(S.binding_subject(key))
+            got = m.decode(data)
+            assert seq == b.rec_seq
+            assert isinstance(got, m.BindingRecord) and got.attempt == 1 and got.node == b.node
+        gate.open.set()
+        report = await cycle
+        assert not report.error
+        assert sorted(k for k, _ in report.binds) == keys  # counted once each, though written early
+        assert sched.metrics.action_binds._value.get() == 3
+        assert all(sched.bindings[k].attempt == 1 for k in keys)
+    finally:
+        gate.open.set()
+        await sched.stop()
+
+
+async def test_a_session_failing_after_its_binds_went_out_leaves_them_bound_once(harness):
+    gate = Gate(fail=True)
+    sched, agent, bus = await _setup(harness, gate)
+    try:
+        cycle = asyncio.create_task(sched.run_once(force=True))
+        await wait_until(gate.reached.is_set, what="the session at the hold action")
+        await wait_until(lambda: sum(len(t) for t in agent.running().values()) == 3, what="tasks running")
+        gate.open.set()
+        report = await cycle
+        assert "fails after allocate" in report.error
+        keys = [f"p/j{i}-0" for i in range(3)]
+        await wait_until(lambda: all(sched.task_status(k) == "Running" for k in keys), what="Running")
+        gate.fail = False
+        for _ in range(3):  # later cycles see the tasks bound: nothing is placed again
+            assert not (await sched.run_once(force=True)).binds
+        assert all(sched.bindings[k].attempt == 1 for k in keys)
+        assert sum(len(t) for t in agent.running().values()) == 3
+    finally:
+        gate.open.set()
+        await sched.stop()
