@@ -118,12 +118,13 @@ def dispatch_run(ssn: Session, tasks: list[TaskInfo]) -> None:
             continue
         group = tasks[i:j]
         ssn.decisions.extend(Decision("bind", t.key, t.node_name, annotations=t.bind_annotations) for t in group)
-        moves.move_run(job, group, TaskStatus.Binding)
+        binding = TaskStatus.Binding  # (read once: an enum member read from its class is slow)
+        moves.move_run(job, group, binding)
         nodes = ssn.nodes
         for t in group:
             node = nodes.get(t.node_name)
             if node is not None:
                 held = node.tasks.get(t.uid)
                 if held is not None:
-                    held.status = TaskStatus.Binding
+                    held.status = binding
         i = j
