@@ -117,7 +117,8 @@ def dispatch_run(ssn: Session, tasks: list[TaskInfo]) -> None:
             i = j
             continue
         group = tasks[i:j]
-        ssn.decisions.extend(Decision("bind", t.key, t.node_name, annotations=t.bind_annotations) for t in group)
+        # (positional: a keyword argument costs the dataclass's __init__ more than the four others)
+        ssn.decisions.extend([Decision("bind", t.key, t.node_name, "", t.bind_annotations) for t in group])
         binding = TaskStatus.Binding  # (read once: an enum member read from its class is slow)
         moves.move_run(job, group, binding)
         nodes = ssn.nodes
