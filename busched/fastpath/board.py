@@ -106,11 +106,11 @@ class Board:
             count[n] += 1
             self.cls[r] = n
             groups = self.groups[n]
-        group = groups.get(total)
-        if group is None:
+        into = groups.get(total)
+        if into is None:
             groups[total] = [r]
         else:
-            insort(group, r)
+            insort(into, r)
 
     def answers(self, start: int, to_find: int) -> bool:
         """Whether the walk from ``start`` for ``to_find`` nodes finds every passing row (and so

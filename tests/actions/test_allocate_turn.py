@@ -1,7 +1,7 @@
 """Allocate's per-job turn with less around it (busched.actions.allocate, busched.framework.pqueue,
 busched.framework.runs): job queues, and a job's keyed pending tasks, sorted once instead of heaped
-(`KeyedQueue`, allocate's and enqueue's), a job's only task held without a heap (`OneTask`), the predicate helper and the
-handler run kept from turn to turn while they hold nothing.
+(`KeyedQueue`, allocate's and enqueue's), a job's only task held without a heap (`OneTask`), the
+predicate helper and the handler run kept from turn to turn while they hold nothing.
 
 `KeyedQueue` against the heap it replaces, on random keys and interleaved pushes and pops (ties
 included: then it must make the heap's own moves).  Then whole cycles on random clusters with
