@@ -58,7 +58,7 @@ class AllocateAction:
         self.turn_ready = False
         self.helper = PredicateHelper(ssn, self.error_cache)
         jobs_by_queue: dict[str, JobQueue] = {}
-        tasks_by_job: dict[str, PriorityQueue[TaskInfo] | OneTask] = {}
+        tasks_by_job: dict[str, TaskQueue] = {}
         for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 if ssn.enqueue_enabled:
@@ -75,12 +75,16 @@ class AllocateAction:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
                 continue  # the hypernode tree is broken: topology-bound jobs wait
-            tasks: PriorityQueue[TaskInfo] | OneTask
+            tasks: TaskQueue
             if len(waiting) == 1:
                 tasks = OneTask(waiting[0])  # a job's only task is never compared: no heap needed
             else:
-                # pending tasks do not change while they wait: the heap may compare keys (kernels.order)
-                tasks = PriorityQueue(ssn.task_order_fn, key=ssn.task_order_key(waiting))
+                # pending tasks do not change while they wait: the queue may compare keys (kernels.order),
+                # and with keys they are sorted once rather than heaped (the keys end with the task's
+                # uid: no two tie, so the pops are the heap's, `KeyedQueue`)
+                task_key = ssn.task_order_key(waiting)
+                tasks = (PriorityQueue(ssn.task_order_fn) if task_key is None
+                         else KeyedQueue(ssn.task_order_fn, task_key))
                 for t in waiting:
                     tasks.push(t)
             if job.queue not in jobs_by_queue:
@@ -125,7 +129,7 @@ class AllocateAction:
             queues.push(queue)
 
     # -- one job's turn -------------------------------------------------------------------
-    def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo] | OneTask,
+    def allocate_tasks(self, job: JobInfo, queue: QueueInfo, tasks: TaskQueue,
                        nodes: list[NodeInfo]) -> Statement | None:
         ssn = self.ssn
         stmt: Statement = Statement(ssn)
@@ -154,7 +158,7 @@ class AllocateAction:
         stmt.discard()
         return None
 
-    def _turn(self, job: JobInfo, queue: QueueInfo, tasks: PriorityQueue[TaskInfo] | OneTask, nodes: list[NodeInfo],
+    def _turn(self, job: JobInfo, queue: QueueInfo, tasks: TaskQueue, nodes: list[NodeInfo],
               node_names: Container[str], stmt: Statement) -> bool | None:
         """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None)."""
         ssn = self.ssn
@@ -274,3 +278,6 @@ class OneTask:
 
     def __len__(self) -> int:
         return 0 if self.task is None else 1
+
+
+TaskQueue = PriorityQueue[TaskInfo] | KeyedQueue[TaskInfo] | OneTask

@@ -181,7 +181,7 @@ class _Template:
     combination as a `board.Board`, which chooses without numpy calls."""
 
     __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "parts", "ok",
-                 "total", "plain", "board", "singles", "others")
+                 "total", "plain", "board", "groups", "others")
 
     def __init__(self, task: TaskInfo) -> None:
         self.task = task
@@ -216,10 +216,23 @@ class _Template:
         self.future = _fit_part(arrays, task.init_resreq, FUTURE_IDLE)
         self.idle = _fit_part(arrays, task.init_resreq, IDLE)
         self.parts = [*self.preds, *self.orders, *self.batches, self.future, self.idle]
-        # what update walks: the parts that follow one log, with it, and the others that change
-        self.singles = [(p, p.local.logs[0], p.pos, p.local.one) for p in self.parts
-                        if p.local.one is not None and len(p.local.logs) == 1]
-        self.others = [p for p in self.parts if p.local.one is not None and len(p.local.logs) != 1]
+        # what update walks: the parts that follow one log, grouped by it (a group's parts are at
+        # the same place in it, and `update` moves them together), and the others that change
+        groups: dict[int, tuple[list[int], list[tuple[_Part, list[int], Callable[[int], Any]]]]] = {}
+        self.others: list[_Part] = []
+        for p in self.parts:
+            one = p.local.one
+            if one is None:
+                continue
+            logs = p.local.logs
+            group = groups.get(id(logs[0])) if len(logs) == 1 else None
+            if len(logs) != 1 or (group is not None and group[1][0][1][0] != p.pos[0]):
+                self.others.append(p)
+                continue
+            if group is None:
+                group = groups[id(logs[0])] = (logs[0], [])
+            group[1].append((p, p.pos, one))
+        self.groups = list(groups.values())
         size = len(nodes)
         if size <= PLAIN_MAX and to_find >= size and all(p.dtype in _PLAIN for p in self.parts):
             self.plain = True
@@ -260,28 +273,35 @@ class _Template:
             self.total[r] = 0.0 if total is None else total
 
     def update(self, size: int) -> None:
-        """Bring the kept vectors up to date with the rows logged since.  A part with one log
-        and one row logged since (a task placed: the common case) is refreshed here, as
+        """Bring the kept vectors up to date with the rows logged since.  A log with one row
+        logged since (a task placed: the common case) has its parts refreshed here, as
         `_Part.refresh` would, without the call and the set it returns."""
-        rows: list[int] = []
+        row = -1  # the row refreshed while every log moved by one, to the same row (-1: none yet)
+        rows: list[int] = []  # any other rows refreshed
         whole = False
         fast = size >= 8
-        for part, log, pos, one in self.singles:
-            n, p = len(log), pos[0]
+        for log, members in self.groups:
+            n = len(log)
+            p = members[0][1][0]  # (every part of the group is at the same place)
             if n == p:
                 continue
             if fast and n - p == 1:
-                pos[0] = n
                 r = log[p]
-                cast = part.cast
-                part.vec[r] = one(r) if cast is None else cast(one(r))
-                rows.append(r)
+                for part, pos, one in members:
+                    pos[0] = n
+                    cast = part.cast
+                    part.vec[r] = one(r) if cast is None else cast(one(r))
+                if row == -1:
+                    row = r
+                elif row != r:
+                    rows.append(r)
                 continue
-            got = part.refresh(size)
-            if got is None:
-                whole = True
-            else:
-                rows.extend(got)
+            for part, _, _ in members:
+                got = part.refresh(size)
+                if got is None:
+                    whole = True
+                else:
+                    rows.extend(got)
         for part in self.others:
             got = part.refresh(size)
             if got is None:
@@ -291,8 +311,12 @@ class _Template:
         if whole:
             self._combine_all(size)
         elif rows:
-            for r in (rows if len(rows) == 1 else set(rows)):
+            if row >= 0:
+                rows.append(row)
+            for r in set(rows):
                 self._combine(r)
+        elif row >= 0:
+            self._combine(row)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``ok``, ``idle`` and ``total`` as arrays (a plain template's board made arrays)."""

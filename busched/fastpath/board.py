@@ -82,10 +82,35 @@ class Board:
             group.remove(r)
 
     def set_row(self, r: int, ok: bool, idle: bool, total: float) -> None:
-        """Row ``r``'s new values."""
-        self._leave(r)
+        """Row ``r``'s new values: `_leave`, the values stored, `_enter`.  A row choosable before
+        and after with non-NaN totals (a placement's common case) moves between groups here."""
+        c = self.cls[r]
+        v = self.total[r]
+        if c < 0 or not ok or v != v or total != total:
+            self._leave(r)
+            self.ok[r], self.idle[r], self.total[r] = ok, idle, total
+            self._enter(r)
+            return
+        # _leave's and _enter's non-NaN branches, written out
+        groups = self.groups[c]
+        group = groups[v]
+        if len(group) == 1:
+            del groups[v]
+        else:
+            group.remove(r)
         self.ok[r], self.idle[r], self.total[r] = ok, idle, total
-        self._enter(r)
+        n = 0 if idle else 1
+        if n != c:
+            count = self.count
+            count[c] -= 1
+            count[n] += 1
+            self.cls[r] = n
+            groups = self.groups[n]
+        into = groups.get(total)
+        if into is None:
+            groups[total] = [r]
+        else:
+            insort(into, r)
 
     def answers(self, start: int, to_find: int) -> bool:
         """Whether the walk from ``start`` for ``to_find`` nodes finds every passing row (and so

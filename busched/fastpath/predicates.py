@@ -109,10 +109,12 @@ def predicate_local(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> Local | 
     if pv is None:
         return None
     stable = stable_mask(plugin, task, arrays)
-    max_tasks, count = pv.max_tasks, pv.count
+    # the elements read as Python values (`ndarray.item`: the same integers and booleans, compared
+    # without numpy scalars; every placement refreshes a row)
+    max_tasks, count, is_stable = pv.max_tasks.item, pv.count.item, stable.item
 
     def one(r: int) -> bool:
-        return bool(max_tasks[r] > count[r] and stable[r])
+        return bool(max_tasks(r) > count(r) and is_stable(r))
 
     # a pod with anti-affinity placed anywhere brings the inter-pod filter into play
     return Local((pv.log,), one, lambda: not view.anti_affinity_nodes)

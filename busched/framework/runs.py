@@ -4,14 +4,16 @@ placements in one call, the rest task by task as they happen.
 Volcano tells every event handler of every allocation at once (``AllocateFunc`` per task).  Some
 handlers keep state that nothing allocate's turn asks reads: drf's shares are read when jobs and
 queues are ordered or victims chosen, never by allocatable, the predicates, the node order or
-job_ready.  Such a handler may give an ``allocate_run`` (`busched.framework.hooks.EventHandler`):
-told the tasks of a run in order, it must leave its state exactly as its ``allocate`` told them one
-by one would.  A `HandlerRun` holds the tasks placed since its handlers last heard, and its
-statement flushes it before anything that could read what they keep: any other statement operation
-(evict, pipeline, discard, commit, save), the end of the turn, and an exception, which also tells
-the run handlers that come before the failing handler of the failing task, as the one-by-one
-order would have.  Handlers without a run form are told per task, in their order, as before.
-Whatever reaches the world is the same; only when a run handler hears differs.
+job_ready, and proportion's queue shares only when queues are ordered (its queues' allocated,
+which allocatable reads, it keeps with a handler of its own, told per task).  Such a handler may
+give an ``allocate_run`` (`busched.framework.hooks.EventHandler`): told the tasks of a run in
+order, it must leave its state exactly as its ``allocate`` told them one by one would.  A
+`HandlerRun` holds the tasks placed since its handlers last heard, and its statement flushes it
+before anything that could read what they keep: any other statement operation (evict, pipeline,
+discard, commit, save), the end of the turn, and an exception, which also tells the run handlers
+that come before the failing handler of the failing task, as the one-by-one order would have.
+Handlers without a run form are told per task, in their order, as before.  Whatever reaches the
+world is the same; only when a run handler hears differs.
 
 A commit likewise hands a job's consecutive allocations to the binder together
 (`dispatch_run`, busched.api.moves).  The one-by-one path (no run: `Session._on_allocate`,
@@ -117,13 +119,15 @@ def dispatch_run(ssn: Session, tasks: list[TaskInfo]) -> None:
             i = j
             continue
         group = tasks[i:j]
-        ssn.decisions.extend(Decision("bind", t.key, t.node_name, annotations=t.bind_annotations) for t in group)
-        moves.move_run(job, group, TaskStatus.Binding)
+        # (positional: a keyword argument costs the dataclass's __init__ more than the four others)
+        ssn.decisions.extend([Decision("bind", t.key, t.node_name, "", t.bind_annotations) for t in group])
+        binding = TaskStatus.Binding  # (read once: an enum member read from its class is slow)
+        moves.move_run(job, group, binding)
         nodes = ssn.nodes
         for t in group:
             node = nodes.get(t.node_name)
             if node is not None:
                 held = node.tasks.get(t.uid)
                 if held is not None:
-                    held.status = TaskStatus.Binding
+                    held.status = binding
         i = j

@@ -166,8 +166,12 @@ class ProportionPlugin:
                    lambda q, ts: self.queue_allocatable(q, list(ts) if isinstance(ts, (list, tuple)) else [ts]))
         ssn.add_fn(points.JOB_ENQUEUEABLE, self.name, lambda j: self.enqueueable(ssn, j))
         ssn.add_fn(points.JOB_ENQUEUED, self.name, self.enqueued)
-        ssn.add_event_handler(EventHandler(allocate=self._allocated(ssn),
-                                           deallocate=lambda t: self._on_event(ssn, t, -1)))
+        # an allocation's two halves (`_on_event`, +1): the queue's allocated at once (allocatable reads
+        # it before every task), its share from a handler of its own, which has a run form: the share
+        # is read only by the queue order, between job turns (busched.framework.runs)
+        add, share, share_run = self._allocated(ssn)
+        ssn.add_event_handler(EventHandler(allocate=add, deallocate=lambda t: self._on_event(ssn, t, -1)))
+        ssn.add_event_handler(EventHandler(allocate=share, allocate_run=share_run))
 
     def on_session_close(self, ssn: Session) -> None:
         # Volcano's proportion reports each queue's water-filled deserved and its share to the metrics
@@ -261,18 +265,41 @@ class ProportionPlugin:
             return
         attr.inqueue.add(job.deduct_sch_gated(job.get_min_resources()))
 
-    def _allocated(self, ssn: Session) -> Callable[[TaskInfo], None]:
-        """``_on_event(ssn, task, +1)`` in one call: every task allocate places comes here, and the
-        lambda, the method and `update_share` were three calls around two dictionary reads."""
-        def on_allocate(task: TaskInfo) -> None:
+    def _allocated(self, ssn: Session) -> tuple[Callable[[TaskInfo], None], Callable[[TaskInfo], None],
+                                                 Callable[[list[TaskInfo]], None]]:
+        """``_on_event(ssn, task, +1)`` in two halves, told one after the other: the request added to
+        the queue's allocated, then the queue's share (`update_share`); and the share's run form,
+        each touched queue's share computed once from its allocated after the run's last task, as
+        the last task's event leaves it (a share is a function of allocated and deserved only)."""
+        def attr_of(task: TaskInfo) -> QueueAttr | None:
             job = ssn.jobs.get(task.job)
+            return self.queue_opts.get(job.queue) if job is not None else None
+
+        def add(task: TaskInfo) -> None:
+            job = ssn.jobs.get(task.job)  # (attr_of written out: every task allocate places comes here)
             attr = self.queue_opts.get(job.queue) if job is not None else None
-            if attr is None:
-                return
-            allocated = attr.allocated
-            allocated.add(task.resreq)
-            attr.share = calculate_share(allocated, attr.deserved)[1]  # (update_share)
-        return on_allocate
+            if attr is not None:
+                attr.allocated.add(task.resreq)
+
+        def share(task: TaskInfo) -> None:
+            attr = attr_of(task)
+            if attr is not None:
+                attr.share = calculate_share(attr.allocated, attr.deserved)[1]
+
+        def share_run(tasks: list[TaskInfo]) -> None:
+            touched: dict[int, QueueAttr] = {}
+            last = None
+            for task in tasks:
+                if task.job == last:  # (a gang's tasks come one after another)
+                    continue
+                last = task.job
+                attr = attr_of(task)
+                if attr is not None:
+                    touched[id(attr)] = attr
+            for attr in touched.values():
+                attr.share = calculate_share(attr.allocated, attr.deserved)[1]
+
+        return add, share, share_run
 
     def _on_event(self, ssn: Session, task: TaskInfo, sign: int) -> None:
         job = ssn.jobs.get(task.job)

@@ -1,7 +1,7 @@
 """Allocate's per-job turn with less around it (busched.actions.allocate, busched.framework.pqueue,
-busched.framework.runs): job queues sorted once instead of heaped (`KeyedQueue`, allocate's and
-enqueue's), a job's only task held without a heap (`OneTask`), the predicate helper and the
-handler run kept from turn to turn while they hold nothing.
+busched.framework.runs): job queues, and a job's keyed pending tasks, sorted once instead of heaped
+(`KeyedQueue`, allocate's and enqueue's), a job's only task held without a heap (`OneTask`), the
+predicate helper and the handler run kept from turn to turn while they hold nothing.
 
 `KeyedQueue` against the heap it replaces, on random keys and interleaved pushes and pops (ties
 included: then it must make the heap's own moves).  Then whole cycles on random clusters with
@@ -20,6 +20,7 @@ import random
 import pytest
 
 from busched.actions import allocate, util
+from busched.api.task import TaskInfo
 from busched.builtin import run_cycle
 from busched.fastpath import FastPathSettings
 from busched.framework import pqueue
@@ -147,17 +148,22 @@ def test_the_turn_decides_as_before(monkeypatch, config, seed):
     spec = with_replicas(rng, random_cluster(rng, nodes=rng.choice([8, 60, 150]), fancy=seed % 3 != 2),
                          sized=seed % 4 == 3)
     sorted_pops = []
+    sorted_tasks = []  # the task queues sorted (a gang's pending tasks, keyed: allocate's)
     real_seal = KeyedQueue._seal
 
     def seal(self):
         real_seal(self)
         sorted_pops.append(len(self._sorted))
+        if self._sorted and isinstance(self._sorted[0][1], TaskInfo):
+            sorted_tasks.append(len(self._sorted))
 
     with monkeypatch.context() as m:
         m.setattr(KeyedQueue, "_seal", seal)
         now = run(spec, CONFIGS[config], seed, True)
     assert now["decisions"], "nothing placed: the comparison would be empty"
     assert max(sorted_pops) > 1, "no job queue was sorted: the comparison would not cover it"
+    if seed % 4 == 3:  # gangs of 12 to 40 tasks: their task queues were sorted, not heaped
+        assert sorted_tasks and max(sorted_tasks) >= 12
     with monkeypatch.context() as m:
         _as_before(m)
         before = run(spec, CONFIGS[config], seed, True)
