@@ -12,22 +12,37 @@ the same records and counts kept (per object, as they are, so a lending refused 
 same).  Both run only over a memo that holds no assembled object.  ``SharedMemo.cold_bulk = False`` is the
 reference (the one-object methods throughout); tests/fastpath/test_lending_cold.py compares the
 two, every record of the memo included.
+
+The two kinds a restart is nearly all made of go further (issue 17: a first cycle at 140,000 tasks is
+a few microseconds of bytecode per object, so the calls and the lists between them were a fair part
+of it): a settled job's templates are indexed as they are taken (`_index_settled`, no task list, no
+`add_tasks_sub_jobs_later` call) and its record is filled in place of `_Job.__init__`; a node's
+copies are made as they are accounted (`_copy_in`, no list of pairs; tests/fastpath/test_cold_copies.py
+compares it with ``node.add_task``).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Any
 
 from busched.api import assemble, build, settled
 from busched.api.job import JobInfo
-from busched.api.node import NodeInfo
+from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
-from busched.api.task import TaskInfo, completed_status
+from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status
 from busched.fastpath.templates import _fresh_task, _Template
 
 __all__ = ["lend_jobs_cold", "lend_nodes_cold"]
+
+_PENDING, _BINDING, _RELEASING, _PIPELINED = (TaskStatus.Pending, TaskStatus.Binding, TaskStatus.Releasing,
+                                              TaskStatus.Pipelined)
+_ALLOCATED = frozenset(s for s in TaskStatus if allocated_status(s))
+_PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})  # (`unsettled`'s)
+_COMPLETED = frozenset(s for s in TaskStatus if completed_status(s))
+_STATUS = operator.attrgetter("status")
 
 
 def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], default_priority: int,
@@ -45,6 +60,7 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
     lazy, logged, log = memo.lazy_sub_jobs, memo.logged, memo._job_log
     plain_classes = "" not in classes  # (`TaskTemplates._new_job`: the validation's job is usable)
     deferrable, later, add_tasks = settled.deferrable, settled.add_tasks_sub_jobs_later, assemble.add_tasks
+    later_class, new_record, placeable = settled.SubJobsLater, object.__new__, _PLACEABLE
     task_info, job_info = build.task_info, build.job_info
     for key, spec in cache.objects["job"].items():
         # `SharedMemo._job` for a job the memo does not hold
@@ -62,6 +78,33 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
             keys = (a, b) if seq[a] < seq[b] else (b, a)
         elif len(keys) > 1:
             keys = sorted(keys, key=seq.__getitem__)
+        if (keys and direct and lazy and not job.subgroup_policy and job.network_topology is None
+                and not (job.tasks or job.sub_jobs or job.task_to_sub_job or job.derived)):
+            # a settled job (`settled.deferrable`, fresh): its templates indexed as they are taken
+            # (`_index_settled`), its record made as `_Job` makes it, its volatility `unsettled`'s
+            # last test (its phase is not Pending, it has no policy nor topology)
+            _index_settled(job, keys, task_specs, templates, classes, task_info)
+            job.__class__ = later_class
+            job.written = False
+            if logged:
+                job.derived = {LOGGED: log}
+            m: Any = new_record(record)
+            jobs_memo[key] = m
+            m.spec, m.version, m.prio, m.job = spec, version, default_priority, job
+            m.phase, m.conditions = phase, conditions = job.phase, job.conditions
+            m.volatile = unsettled_now = not job.has_podgroup or not placeable.isdisjoint(job.status_index)
+            memo.assembled_jobs += 1
+            if unsettled_now:
+                if logged:
+                    log.append(job)
+                job.written = True
+            lent[key] = job
+            outputs[key] = (job, phase, conditions)
+            if job.has_podgroup and job.queue in queues:
+                in_session[key] = job
+                if unsettled_now:
+                    volatile.append(job)
+            continue
         tasks: list[TaskInfo] = []
         for tkey in keys:
             tspec = task_specs[tkey]
@@ -99,6 +142,50 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
     return dict(in_session), volatile
 
 
+def _index_settled(job: JobInfo, keys: Any, task_specs: dict[str, Any], templates: dict[str, _Template],
+                   classes: dict[str, PriorityClass], task_info: Any) -> None:
+    """A settled job's templates taken (each kept, or converted again, as `TaskTemplates._template`
+    does) and indexed in one loop: `assemble.index_tasks` over the list the reference builds, each
+    task's sums added as it comes, so the same additions in the same order."""
+    own, index = job.tasks, job.status_index
+    total, alloc = job.total_request, job.allocated
+    tc, tm_, ts = total.cpu, total.memory, total.scalars
+    ac, am, as_ = alloc.cpu, alloc.memory, alloc.scalars
+    best_effort = 0
+    allocated = _ALLOCATED
+    for tkey in keys:
+        tspec = task_specs[tkey]
+        tm = templates.get(tkey)
+        if tm is None or tm.spec is not tspec or (tm.owner is not None and tm.owner.written):
+            tm = templates[tkey] = _Template(tspec, task_info(tspec, classes))
+        tm.owner = job
+        t = tm.task
+        uid, status, req = t.uid, t.status, t.resreq
+        own[uid] = t
+        idx = index.get(status)
+        if idx is None:
+            index[status] = {uid: t}
+        else:
+            idx[uid] = t
+        tc += req.cpu
+        tm_ += req.memory
+        scalars = req.scalars
+        if scalars:
+            for n, v in scalars.items():
+                ts[n] = ts.get(n, 0.0) + v
+        if status in allocated:
+            ac += req.cpu
+            am += req.memory
+            if scalars:
+                for n, v in scalars.items():
+                    as_[n] = as_.get(n, 0.0) + v
+        elif t.best_effort and status == _PENDING:
+            best_effort += 1
+    total.cpu, total.memory = tc, tm_
+    alloc.cpu, alloc.memory = ac, am
+    job.pending_best_effort += best_effort
+
+
 def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:
     """`NodeLending._lend_nodes` over a memo that holds no assembled node, each node assembled inline."""
     if memo._nodes:
@@ -109,6 +196,7 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
     seq = cache.task_seq
     templates, nodes_memo, listeners, node_templates = memo._tasks, memo._nodes, memo._listeners, memo._node_templates
     task_info, node_info, add_copies = build.task_info, build.node_info, assemble.add_copies
+    completed = _COMPLETED
     for name, spec in cache.objects["node"].items():
         if not spec.ready:
             continue
@@ -124,16 +212,19 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
         keys: Any = node_tasks.get(name, ())
         if len(keys) > 1:
             keys = sorted(keys, key=seq.__getitem__)
-        pairs: list[tuple[TaskInfo, TaskInfo]] = []
+        placed: list[TaskInfo] = []
         for tkey in keys:
             tspec = task_specs[tkey]
             tm = templates.get(tkey)  # (`TaskTemplates._template`)
             if tm is None or tm.spec is not tspec or (tm.owner is not None and tm.owner.written):
                 tm = templates[tkey] = _Template(tspec, task_info(tspec, classes))
             t = tm.task
-            if not completed_status(t.status):
-                pairs.append((t, t.copy()))
-        add_copies(node, pairs)
+            if t.status not in completed:
+                placed.append(t)
+        if node.listeners or _BINDING in map(_STATUS, placed):
+            add_copies(node, [(t, t.copy()) for t in placed])
+        else:
+            _copy_in(node, placed)
         node.written = False
         node.listeners = listeners
         nodes_memo[name] = (spec, version, index, node)
@@ -142,3 +233,46 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
     memo._lent_nodes = out
     memo._node_at = dict(zip([n.name for n in out], itertools.count()))
     return list(out)
+
+
+def _copy_in(node: NodeInfo, tasks: list[TaskInfo]) -> None:
+    """``assemble.add_copies(node, [(t, t.copy()) for t in tasks])`` for a node without listeners and
+    tasks none of which is Binding, each copy made as its task is accounted (no list of pairs): the
+    same checks, sums and maps in the same order."""
+    name, own = node.name, node.tasks
+    idle, used, releasing, pipelined = node.idle, node.used, node.releasing, node.pipelined
+    ic, im, is_ = idle.cpu, idle.memory, idle.scalars
+    uc, um, us = used.cpu, used.memory, used.scalars
+    try:
+        for task in tasks:
+            ti = task.copy()
+            if task.node_name and task.node_name != name:
+                raise NodeAccountingError(f"task {task.key} already on different node {task.node_name}")
+            uid = ti.uid
+            if uid in own:
+                raise NodeAccountingError(f"task {task.key} already on node {name}")
+            if not node.written:
+                node._first_write()  # (a map of its own: read it again)
+                own = node.tasks
+            s, req = ti.status, ti.resreq
+            if s == _PIPELINED:
+                pipelined.add(req)
+            else:  # idle.sub(req), used.add(req), and the releasing part
+                ic -= req.cpu
+                im -= req.memory
+                scalars = req.scalars
+                if scalars:
+                    if is_:
+                        for n, v in scalars.items():
+                            is_[n] = is_.get(n, 0.0) - v
+                    for n, v in scalars.items():
+                        us[n] = us.get(n, 0.0) + v
+                if s == _RELEASING:
+                    releasing.add(req)
+                uc += req.cpu
+                um += req.memory
+            task.node_name = name
+            ti.node_name = name
+            own[uid] = ti
+    finally:
+        idle.cpu, idle.memory, used.cpu, used.memory = ic, im, uc, um
