@@ -14,13 +14,14 @@ never the table or the cache, so its decisions are the same.
 Only binds are streamed: evictions (and the binds the stream had not taken yet) go out after the
 actions, as before, binds first.  The loop looks at the session's list every ``POLL`` seconds rather
 than being woken per decision, so the session's thread pays nothing per bind for it.  A session that
-fails after some binds went out leaves them out, as Volcano's binds of a failed cycle stay bound: each
-was a complete, recorded decision.
+fails writes every bind it had appended, those the stream had not looked at too, as Volcano's binds of
+a failed cycle stay bound: each was a complete decision once appended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from busched.scheduler.records import CycleReport
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from busched.scheduler.bindings import BindingTable
 
 __all__ = ["BindStream"]
+
+log = logging.getLogger("busched.scheduler")
 
 POLL = 0.02  # seconds between two looks at the session's decisions while it places
 MIN_CHUNK = 200  # decisions gathered before a chunk goes out while the session adds more (fewer once it pauses)
@@ -77,21 +80,36 @@ class BindStream:
         return True
 
     def cancel(self) -> None:
-        """The cycle was cancelled (the scheduler stops): stop following at once."""
+        """The cycle was cancelled (the scheduler stops): stop following at once.  Decisions already being sent
+        finish by themselves; what they raise is logged, not left unretrieved."""
         self._placing = False
         if self._task is not None:
             self._task.cancel()
+        for t in self.sending:
+            t.add_done_callback(_log_failure)
 
     async def finish(self, ssn: Any) -> None:
-        """The actions are done: stop following, write the binds not taken yet (``ssn`` None: the session
-        failed, nothing more is written) and wait for every decision sent."""
+        """The actions are done: stop following, write the binds not taken yet and wait for every decision
+        sent.  ``ssn`` None: the session failed; the binds it had appended are written all the same (each was
+        final once appended, as Volcano's binds of a failed cycle stay bound), so a job is never half out
+        because of when the last look happened.  A failure of the following task is logged here and the
+        binds it left go out now; a failure of this last write is the caller's, as after the session."""
         self._placing = False
         try:
             if self._task is not None:
-                await self._task
+                try:
+                    await self._task
+                except Exception:  # noqa: BLE001 - logged; what it had not written goes below
+                    log.exception("writing a cycle's binds while its session placed them failed")
             if ssn is not None:
                 self.ssn = ssn
+            if self.ssn is not None:
                 await self._take(0)
         finally:
             if self.sending:
                 await asyncio.gather(*self.sending)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("sending a cancelled cycle's decisions failed: %s", task.exception())

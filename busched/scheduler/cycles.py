@@ -151,11 +151,15 @@ class Cycles:
                 # closes (recomputing every job's status), and before the collector may pass over
                 # what the cycle left
                 stages["actions"] = time.perf_counter() - t0
-                if stream is not None:
-                    await stream.finish(ssn)
-                else:
-                    await self.table.publish_binds([d for d in ssn.decisions if d.kind == "bind"], report)
-                await self.table.publish_evicts([d for d in ssn.decisions if d.kind == "evict"], report)
+                try:
+                    if stream is not None:
+                        await stream.finish(ssn)
+                    else:
+                        await self.table.publish_binds([d for d in ssn.decisions if d.kind == "bind"], report)
+                    await self.table.publish_evicts([d for d in ssn.decisions if d.kind == "evict"], report)
+                except BaseException:
+                    ssn.abandon()  # never closed: what it lent is assembled afresh (busched.fastpath.lending)
+                    raise
                 stages["publish"] = time.perf_counter() - t0
                 stages["cpu"] = time.process_time() - c0  # this process's CPU seconds to here
                 self.sched_events.before_close(ssn)
@@ -207,6 +211,8 @@ class Cycles:
         self.metrics.cycle_errors.inc()
         log.exception("cycle %d: session failed", self.cycle)
         report.error = f"{type(e).__name__}: {e}"
+        if report.binds:  # written while it placed (busched.scheduler.bind_stream): they are news all the same
+            self.sched_events.record_binds(report)
         overview.note(self, report)
         self._gate.done(_NO_SESSION, 0, 1)  # due again
         return report

@@ -144,8 +144,7 @@ class EventRecorder:
         if not self.enabled:
             return
         now = report.now
-        for task, node in report.binds:  # not a decision the loop dropped (the task deleted meanwhile ...)
-            self.add("task", task, "Normal", "Scheduled", f"Successfully assigned {task} to {node}", now)
+        self._scheduled(report)
         sent = {task for task, _ in report.evicts}
         evicts = [d for d in ssn.decisions if d.kind == "evict" and d.task in sent]
         if evicts:
@@ -162,6 +161,16 @@ class EventRecorder:
                     c.type == "Scheduled" and c.status == "True" and c.transition_id == ssn.uid for c in st.conditions):
                 self.add("job", f"{st.namespace}/{st.name}", "Normal", "Scheduled", GANG_READY, now)
         self.publish_due(now)
+
+    def record_binds(self, report: Any) -> None:
+        """The Scheduled events of the binds a failed cycle had written (no session to read more of)."""
+        if self.enabled:
+            self._scheduled(report)
+            self.publish_due(report.now)
+
+    def _scheduled(self, report: Any) -> None:
+        for task, node in report.binds:  # not a decision the loop dropped (the task deleted meanwhile ...)
+            self.add("task", task, "Normal", "Scheduled", f"Successfully assigned {task} to {node}", report.now)
 
     def _unschedulable(self, ssn: Any, now: float) -> dict[str, int]:
         """FailedScheduling for the Pending tasks of the jobs the session could not place (and Unschedulable

@@ -107,3 +107,27 @@ async def test_a_session_failing_after_its_binds_went_out_leaves_them_bound_once
     finally:
         gate.open.set()
         await sched.stop()
+
+
+async def test_a_failed_session_s_binds_all_go_out_even_those_the_stream_had_not_looked_at(harness, monkeypatch):
+    """Every decision the session appended is final (Volcano binds as allocate commits), so a session that fails
+    before the stream's next look still has all of them written, once, with their Scheduled events."""
+    from busched.scheduler import bind_stream
+
+    monkeypatch.setattr(bind_stream, "POLL", 30.0)  # the stream looks once, before allocate: never after
+    gate = Gate(fail=True)
+    gate.open.set()
+    sched, agent, bus = await _setup(harness, gate)
+    try:
+        report = await sched.run_once(force=True)
+        assert "fails after allocate" in report.error
+        keys = [f"p/j{i}-0" for i in range(3)]
+        assert sorted(k for k, _ in report.binds) == keys
+        await wait_until(lambda: sum(len(t) for t in agent.running().values()) == 3, what="tasks running")
+        assert all(sched.bindings[k].attempt == 1 and sched.bindings[k].published for k in keys)
+        scheduled = {k[1] for k in sched.sched_events.series if k[3] == "Scheduled" and k[0] == "task"}
+        assert scheduled >= set(keys), scheduled
+        gate.fail = False
+        assert not (await sched.run_once(force=True)).binds  # nothing placed again
+    finally:
+        await sched.stop()
