@@ -34,7 +34,12 @@ def placed(*agents: Any) -> dict[str, str]:
     return {key: node for node, held in held_by_node(*agents).items() for key in held}
 
 
-async def test_hard_mode_places_only_on_the_shards_nodes(harness):
+async def test_hard_mode_places_only_on_the_shards_nodes(harness, monkeypatch):
+    from busched.scheduler import cycles
+
+    streams: list[object] = []  # a sharded scheduler's binds go out with its ledgers, after the actions: no stream
+    real = cycles.BindStream
+    monkeypatch.setattr(cycles, "BindStream", lambda *a: streams.append(a) or real(*a))
     bus = await harness.bus()
     own = fleet_nodes(2, cpu="4", prefix="a")
     other = fleet_nodes(2, cpu="4", prefix="b")
@@ -53,6 +58,7 @@ async def test_hard_mode_places_only_on_the_shards_nodes(harness):
         last = await bus.last_state(S.ledger_subject(n.name))
         assert last is not None and isinstance(m.decode(last[1]), m.NodeLedger)
     assert await bus.last_state(S.ledger_subject(other[0].name)) is None
+    assert not streams
 
 
 async def test_a_node_shard_by_label_selector_follows_the_nodes_labels(harness):
