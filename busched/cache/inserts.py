@@ -23,13 +23,56 @@ from busched.fastpath.unfit import UnfitMemo
 if TYPE_CHECKING:
     from busched.cache.cache import Changes
 
-__all__ = ["Inserts"]
+__all__ = ["Inserts", "NewObjects"]
 
 _NO_CLASSES: dict[str, PriorityClass] = {}  # (the conversion's priority classes when validating: none, as `_validate`)
 
 
+class NewObjects:
+    """A run of tasks and jobs the cache does not hold, each converted (validated) already, in the order they
+    came, for `Inserts.insert_new`: what `insert_task` / `insert_job` would do one by one, recorded as columns
+    (the restart's scan, `busched.scheduler.restore_bulk`, appends to them; nothing here checks anything).
+
+    ``tasks``: key -> the object the cache holds, ``task_infos`` its conversion (same order); ``jobs`` and
+    ``job_infos`` likewise; ``specs``: key -> the spec, for a task the cache holds as its effective object
+    (bound, ended, gated: it differs; the scheduler's own column, kept here for it).  The i-th object of the
+    run (both kinds, from 1) takes the cache generation at the run's start plus i as its version:
+    ``touched``/``touched_v``/``touched_task`` name the job each object touches (a task's job, or the job
+    itself; ``touched_task`` the task's key, None for a job) with that version; ``nodes``/``nodes_v``/
+    ``nodes_key`` the node each placed task is on.  ``freed``: how many of the tasks free capacity
+    (`unfit.frees_capacity` of a new task); ``count``: the run's length."""
+
+    __slots__ = ("tasks", "specs", "task_infos", "jobs", "job_infos", "touched", "touched_v", "touched_task", "nodes",
+                 "nodes_v", "nodes_key", "freed", "count")
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Any] = {}
+        self.specs: dict[str, Any] = {}
+        self.task_infos: list[Any] = []
+        self.jobs: dict[str, Any] = {}
+        self.job_infos: list[Any] = []
+        self.touched: list[str] = []
+        self.touched_v: list[int] = []
+        self.touched_task: list[str | None] = []
+        self.nodes: list[str] = []
+        self.nodes_v: list[int] = []
+        self.nodes_key: list[str] = []
+        self.freed = 0
+        self.count = 0
+
+    def clear(self) -> None:
+        """Empty for the next run (the lists kept: the scan holds their bound methods)."""
+        self.tasks.clear()
+        self.specs.clear()
+        self.jobs.clear()
+        for column in (self.task_infos, self.job_infos, self.touched, self.touched_v, self.touched_task, self.nodes,
+                       self.nodes_v, self.nodes_key):
+            column.clear()
+        self.freed = self.count = 0
+
+
 class Inserts:
-    """`insert`, `insert_task`, `insert_job` of `Cache`, which holds the state they change."""
+    """`insert`, `insert_task`, `insert_job`, `insert_new` of `Cache`, which holds the state they change."""
 
     # the cache's state these keep (busched.cache.cache.Cache sets it)
     objects: dict[str, dict[str, Any]]
@@ -123,3 +166,47 @@ class Inserts:
         self.unfit.job_versions[key] = version
         jobs[key] = spec
         self.generation = version
+
+    def insert_new(self, run: NewObjects) -> None:
+        """Insert a run of new, converted tasks and jobs (`NewObjects`) at once, leaving the cache exactly as
+        `insert_task` / `insert_job` of each in turn do: the same objects, indexes, versions, change record,
+        epochs and templates, every dict in the same order (an update keeps a key where it first came, the
+        last value winning, as assignments one by one).  Each column is applied by a dict or set operation over
+        the run, not per object; the two task indexes (a set per job and per node) are the only loops."""
+        tasks, jobs = run.tasks, run.jobs
+        touched, touched_v = run.touched, run.touched_v
+        changes = self.changes
+        if touched:
+            self.job_version.update(zip(touched, touched_v))
+            self.unfit.job_versions.update(zip(touched, touched_v))
+            changes.jobs.update(dict.fromkeys(touched))
+            job_tasks = self.job_tasks
+            for job, key in zip(touched, run.touched_task):
+                if key is not None:
+                    keys = job_tasks.get(job)
+                    if keys is None:
+                        job_tasks[job] = {key}
+                    else:
+                        keys.add(key)
+        if run.nodes:
+            nodes = run.nodes
+            self.node_version.update(zip(nodes, run.nodes_v))
+            changes.nodes.update(dict.fromkeys(nodes))
+            node_tasks = self.node_tasks
+            for node, key in zip(nodes, run.nodes_key):
+                keys = node_tasks.get(node)
+                if keys is None:
+                    node_tasks[node] = {key}
+                else:
+                    keys.add(key)
+        if tasks:
+            first = self._next_seq
+            self._next_seq = first + len(tasks)
+            self.task_seq.update(zip(tasks, range(first, self._next_seq)))
+            self._memo.remember_tasks(tasks, run.task_infos)
+            self.objects["task"].update(tasks)
+        if jobs:
+            self._memo.remember_jobs(jobs, run.job_infos)
+            self.objects["job"].update(jobs)
+        self.capacity_epoch += run.freed
+        self.generation += run.count
