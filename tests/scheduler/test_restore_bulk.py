@@ -197,49 +197,86 @@ async def test_forged_checkpoint_contents_are_refused_one_by_one_and_the_restart
     assert again.specs["job"] == full.specs["job"] and again.specs["node"] == full.specs["node"]
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_cache_insert_is_upsert_for_a_new_object(seed):
-    """`Cache.insert` and the written-out `insert_task` / `insert_job` leave the cache as `upsert` does: objects,
-    indexes, versions, epochs, the change record, the lending's templates; a refused object changes nothing."""
-    from busched.api.build import SpecError
+def _insert_new(c: Any, objs: list[tuple[str, Any, str]]) -> None:
+    """``objs`` (new tasks and jobs) inserted as one run, its columns filled as `NewObjects` says."""
+    from busched.api import build
+    from busched.cache.inserts import NewObjects
+    from busched.fastpath.unfit import TERMINAL
+
+    run, base = NewObjects(), c.generation
+    for kind, spec, key in objs:
+        run.count += 1
+        v = base + run.count
+        if kind == "task":
+            info = build.task_info(spec, {})
+            run.tasks[key] = spec
+            run.task_infos.append(info)
+            if spec.job:
+                run.touched.append(info.job)
+                run.touched_v.append(v)
+                run.touched_task.append(key)
+            if spec.node:
+                run.nodes.append(spec.node)
+                run.nodes_v.append(v)
+                run.nodes_key.append(key)
+                run.freed += spec.phase in TERMINAL or spec.deleting
+        else:
+            run.jobs[key] = spec
+            run.job_infos.append(build.job_info(spec, {}))
+            run.touched.append(key)
+            run.touched_v.append(v)
+            run.touched_task.append(None)
+    c.insert_new(run)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cache_insert_new_is_upsert_of_each_new_object_in_turn(seed):
+    """`Cache.insert_new` of runs of new tasks and jobs leaves the cache as `upsert` of each in turn does: objects,
+    indexes, versions, epochs, the change record, the lending's templates, every dict in the same order; objects
+    it holds already go through `upsert` between the runs."""
     from busched.cache.cache import Cache
 
     rng = random.Random(7 + seed)
-    objs: list[tuple[str, Any, str]] = [("node", o.NodeSpec(name="n0", allocatable={"cpu": "4"}), "n0")]
-    for j in range(20):
+    objs: list[tuple[str, Any, str]] = []
+    for j in range(30):
         objs.append(("job", o.JobSpec(name=f"j{j}", namespace="t", min_member=rng.randint(0, 2),
                                       priority_class_name=rng.choice(["", "", "high"])), f"t/j{j}"))
         for i in range(rng.randint(1, 3)):
             node, phase = rng.choice([("", "Pending"), ("n0", "Running"), ("n0", "Succeeded"), ("n0", "Failed"),
                                       ("n1", "Pending")])
-            objs.append(("task", _task(f"j{j}-{i}", rng.choice([f"j{j}", ""]), node=node, phase=phase,
+            objs.append(("task", _task(f"j{j}-{i}", rng.choice([f"j{j}", f"j{j}", ""]), node=node, phase=phase,
                                        deleting=rng.random() < 0.2,
                                        priority_class_name=rng.choice(["", "", "high"])), f"t/j{j}-{i}"))
-    objs.append(objs[3])  # one it holds already: an upsert
-    objs.append(objs[1])
-    bad = [("task", _task("bad", "j0", cpu="lots"), "t/bad"), ("job", o.JobSpec(name="bad", namespace="t",
-                                                                                 phase="Nope"), "t/bad")]
-    a, b, c = Cache(), Cache(), Cache()
-    for kind, spec, key in objs:
-        a.upsert(kind, spec, key)
-        b.insert(kind, spec, key)
-        if kind == "task":
-            c.insert_task(key, spec)
-        elif kind == "job":
-            c.insert_job(key, spec)
+    rng.shuffle(objs)
+    # runs of new objects, and now and then one held already, changed (the cache's own upsert, in both)
+    steps: list[tuple[bool, list[tuple[str, Any, str]]]] = []
+    i = 0
+    while i < len(objs):
+        size = rng.randint(1, 12)
+        steps.append((True, objs[i:i + size]))
+        i += size
+        if rng.random() < 0.3:
+            kind, spec, key = objs[rng.randrange(i)]
+            steps.append((False, [(kind, msgspec.structs.replace(spec, labels={"again": str(i)}), key)]))
+    a, b = Cache(), Cache()
+    for c in (a, b):
+        c.upsert("node", o.NodeSpec(name="n0", allocatable={"cpu": "4"}), "n0")
+    for new, part in steps:
+        for kind, spec, key in part:
+            a.upsert(kind, spec, key)
+        if new:
+            _insert_new(b, part)
         else:
-            c.upsert(kind, spec, key)
-    for kind, spec, key in bad:
-        with pytest.raises(SpecError):
-            b.insert(kind, spec, key)
-        with pytest.raises(SpecError):
-            (c.insert_task if kind == "task" else c.insert_job)(key, spec)
-    state = [(c.objects, c.task_seq, c.job_tasks, c.node_tasks, c.job_version, c.node_version, c.generation,
-              c.capacity_epoch, c.unfit.job_versions, c.changes.jobs, list(c.changes.jobs), list(c.changes.nodes),
-              c.changes.jobs_removed, c.changes.nodes_moved, c._next_seq,
-              sorted(c._memo._tasks), sorted(c._memo._job_templates)) for c in (a, b, c)]
-    assert state[0] == state[1] == state[2] and "t/bad" not in b.objects["task"] and "t/bad" not in c.objects["job"]
-    assert state[0][7] > 0  # (ended tasks on a node were among them: the capacity epoch moved)
+            b.upsert(*part[0])
+    state = [(list(c.objects["task"].items()), list(c.objects["job"].items()), list(c.task_seq.items()),
+              [(k, sorted(v)) for k, v in c.job_tasks.items()], [(k, sorted(v)) for k, v in c.node_tasks.items()],
+              list(c.job_version.items()), list(c.node_version.items()), c.generation, c.capacity_epoch,
+              list(c.unfit.job_versions.items()), list(c.changes.jobs), list(c.changes.nodes), c.changes.jobs_removed,
+              c.changes.nodes_moved, c._next_seq, [(k, t.spec, t.task.uid, t.task.job, t.task.status)
+                                                  for k, t in c._memo._tasks.items()],
+              [(k, spec, j.uid) for k, (spec, j) in c._memo._job_templates.items()]) for c in (a, b)]
+    assert state[0] == state[1]
+    assert state[0][8] > 0 and state[0][4]  # (ended or deleting tasks on a node among them: the capacity epoch moved)
 
 
 # -- runs: the plain messages applied together (Cache.insert_new) -------------------------------------------------
