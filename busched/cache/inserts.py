@@ -12,8 +12,12 @@ other events.  A mixin of `Cache`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from busched.api import build
+from busched.api.queue import PriorityClass
+from busched.fastpath import unfit
 from busched.fastpath.lending import SharedMemo
 from busched.fastpath.unfit import UnfitMemo
 
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
     from busched.cache.cache import Changes
 
 __all__ = ["Inserts", "NewObjects"]
+
+_NO_CLASSES: dict[str, PriorityClass] = {}  # (the conversion's priority classes when validating: none, as `_validate`)
 
 class NewObjects:
     """A run of tasks and jobs the cache does not hold, each converted (validated) already, in the order they
@@ -36,10 +42,11 @@ class NewObjects:
     ``nodes_key`` the node each placed task is on.  ``freed``: how many of the tasks free capacity
     (`unfit.frees_capacity` of a new task); ``count``: the run's length."""
 
-    __slots__ = ("tasks", "specs", "task_infos", "jobs", "job_infos", "touched", "touched_v", "touched_task", "nodes",
-                 "nodes_v", "nodes_key", "freed", "count")
+    __slots__ = ("base", "tasks", "specs", "task_infos", "jobs", "job_infos", "touched", "touched_v", "touched_task",
+                 "nodes", "nodes_v", "nodes_key", "freed", "count")
 
-    def __init__(self) -> None:
+    def __init__(self, base: int = 0) -> None:
+        self.base = base  # the cache generation at the run's start (`add_task`, `add_job` number from it)
         self.tasks: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
         self.task_infos: list[Any] = []
@@ -54,6 +61,33 @@ class NewObjects:
         self.freed = 0
         self.count = 0
 
+    def add_task(self, key: str, held: Any, info: Any) -> None:
+        """A new task (the object the cache is to hold, and its conversion) at the run's end.  (The restart's scan
+        does the same inline.)"""
+        self.count += 1
+        v = self.base + self.count
+        if held.job:
+            self.touched.append(info.job)  # (the conversion's job key: the same text as namespace/job)
+            self.touched_v.append(v)
+            self.touched_task.append(key)
+        if held.node:
+            self.nodes.append(held.node)
+            self.nodes_v.append(v)
+            self.nodes_key.append(key)
+            if held.deleting or held.phase in unfit.TERMINAL:  # (`unfit.frees_capacity` of a new task)
+                self.freed += 1
+        self.tasks[key] = held
+        self.task_infos.append(info)
+
+    def add_job(self, key: str, spec: Any, info: Any) -> None:
+        """A new job and its conversion at the run's end."""
+        self.count += 1
+        self.touched.append(key)
+        self.touched_v.append(self.base + self.count)
+        self.touched_task.append(None)
+        self.jobs[key] = spec
+        self.job_infos.append(info)
+
     def clear(self) -> None:
         """Empty for the next run (the lists kept: the scan holds their bound methods)."""
         self.tasks.clear()
@@ -66,7 +100,8 @@ class NewObjects:
 
 
 class Inserts:
-    """`insert_new` of `Cache`, which holds the state it changes."""
+    """`insert_new` (and `insert_task`, `insert_job`: a run of one) of `Cache`, which holds the state they
+    change."""
 
     # the cache's state these keep (busched.cache.cache.Cache sets it)
     objects: dict[str, dict[str, Any]]
@@ -81,6 +116,26 @@ class Inserts:
     node_version: dict[str, int]
     changes: Changes
     unfit: UnfitMemo
+    upsert: Callable[..., None]
+
+    def insert_task(self, key: str, spec: Any) -> None:
+        """A task as a restart inserts it: converted (validated: nothing changes when it refuses), then a run of
+        one (`insert_new`); one the cache holds goes through `upsert`."""
+        if key in self.objects["task"]:
+            self.upsert("task", spec, key)
+            return
+        run = NewObjects(self.generation)
+        run.add_task(key, spec, build.task_info(spec, _NO_CLASSES))
+        self.insert_new(run)
+
+    def insert_job(self, key: str, spec: Any) -> None:
+        """A job as a restart inserts it (as `insert_task`)."""
+        if key in self.objects["job"]:
+            self.upsert("job", spec, key)
+            return
+        run = NewObjects(self.generation)
+        run.add_job(key, spec, build.job_info(spec, _NO_CLASSES))
+        self.insert_new(run)
 
     def insert_new(self, run: NewObjects) -> None:
         """Insert a run of new, converted tasks and jobs (`NewObjects`) at once, leaving the cache exactly as

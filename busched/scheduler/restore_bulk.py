@@ -76,7 +76,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
     task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
     task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS
     n_task, n_job = len(task_at), len(job_at)
-    run = NewObjects()
+    run = NewObjects()  # (its ``base`` unused: the scan numbers the run from ``base`` here, inline)
     run_tasks, run_jobs = run.tasks, run.jobs
     add_task_info, add_job_info = run.task_infos.append, run.job_infos.append
     touch, touch_v, touch_task = run.touched.append, run.touched_v.append, run.touched_task.append

@@ -198,40 +198,23 @@ async def test_forged_checkpoint_contents_are_refused_one_by_one_and_the_restart
 
 
 def _insert_new(c: Any, objs: list[tuple[str, Any, str]]) -> None:
-    """``objs`` (new tasks and jobs) inserted as one run, its columns filled as `NewObjects` says."""
+    """``objs`` (new tasks and jobs) inserted as one run."""
     from busched.api import build
     from busched.cache.inserts import NewObjects
-    from busched.fastpath.unfit import TERMINAL
 
-    run, base = NewObjects(), c.generation
+    run = NewObjects(c.generation)
     for kind, spec, key in objs:
-        run.count += 1
-        v = base + run.count
         if kind == "task":
-            info = build.task_info(spec, {})
-            run.tasks[key] = spec
-            run.task_infos.append(info)
-            if spec.job:
-                run.touched.append(info.job)
-                run.touched_v.append(v)
-                run.touched_task.append(key)
-            if spec.node:
-                run.nodes.append(spec.node)
-                run.nodes_v.append(v)
-                run.nodes_key.append(key)
-                run.freed += spec.phase in TERMINAL or spec.deleting
+            run.add_task(key, spec, build.task_info(spec, {}))
         else:
-            run.jobs[key] = spec
-            run.job_infos.append(build.job_info(spec, {}))
-            run.touched.append(key)
-            run.touched_v.append(v)
-            run.touched_task.append(None)
+            run.add_job(key, spec, build.job_info(spec, {}))
     c.insert_new(run)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_cache_insert_new_is_upsert_of_each_new_object_in_turn(seed):
-    """`Cache.insert_new` of runs of new tasks and jobs leaves the cache as `upsert` of each in turn does: objects,
+    """`Cache.insert_new` of runs of new tasks and jobs (and `insert_task` / `insert_job`, runs of one) leaves the
+    cache as `upsert` of each in turn does: objects,
     indexes, versions, epochs, the change record, the lending's templates, every dict in the same order; objects
     it holds already go through `upsert` between the runs."""
     from busched.cache.cache import Cache
@@ -258,12 +241,13 @@ def test_cache_insert_new_is_upsert_of_each_new_object_in_turn(seed):
         if rng.random() < 0.3:
             kind, spec, key = objs[rng.randrange(i)]
             steps.append((False, [(kind, msgspec.structs.replace(spec, labels={"again": str(i)}), key)]))
-    a, b = Cache(), Cache()
-    for c in (a, b):
+    a, b, one = Cache(), Cache(), Cache()
+    for c in (a, b, one):
         c.upsert("node", o.NodeSpec(name="n0", allocatable={"cpu": "4"}), "n0")
     for new, part in steps:
         for kind, spec, key in part:
             a.upsert(kind, spec, key)
+            (one.insert_task if kind == "task" else one.insert_job)(key, spec)  # (a run of one; held: upsert)
         if new:
             _insert_new(b, part)
         else:
@@ -274,8 +258,8 @@ def test_cache_insert_new_is_upsert_of_each_new_object_in_turn(seed):
               list(c.unfit.job_versions.items()), list(c.changes.jobs), list(c.changes.nodes), c.changes.jobs_removed,
               c.changes.nodes_moved, c._next_seq, [(k, t.spec, t.task.uid, t.task.job, t.task.status)
                                                   for k, t in c._memo._tasks.items()],
-              [(k, spec, j.uid) for k, (spec, j) in c._memo._job_templates.items()]) for c in (a, b)]
-    assert state[0] == state[1]
+              [(k, spec, j.uid) for k, (spec, j) in c._memo._job_templates.items()]) for c in (a, b, one)]
+    assert state[0] == state[1] == state[2]
     assert state[0][8] > 0 and state[0][4]  # (ended or deleting tasks on a node among them: the capacity epoch moved)
 
 
