@@ -271,8 +271,11 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.priority_class_name = s.priority_class_name
     t.nominated_node_name = s.nominated_node_name
     t.images = list(s.images) if s.images else NO_LIST
-    t.created = time_of(s.created, f"task {s.namespace}/{s.name}: created")
-    t.start_time = time_of(s.start_time, f"task {s.namespace}/{s.name}: startTime")
+    # (`time_of`, its message built only when there is a time to parse: most tasks have no start time)
+    v = s.created
+    t.created = time_of(v, f"task {s.namespace}/{s.name}: created") if v is not None else 0.0
+    v = s.start_time
+    t.start_time = time_of(v, f"task {s.namespace}/{s.name}: startTime") if v is not None else 0.0
     t.qos = _task_qos(s, req, best_effort)
     t.eviction_occurred = False
     t.last_status = None
@@ -317,7 +320,8 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.subgroup_policy = _plain_list(s.sub_group_policy) if s.sub_group_policy else NO_LIST
     j.conditions = [dict(c) for c in _plain_list(s.conditions)] if s.conditions else NO_LIST
     j.has_podgroup = True
-    j.created = time_of(s.created, f"job {s.namespace}/{s.name}: created")
+    v = s.created
+    j.created = time_of(v, f"job {s.namespace}/{s.name}: created") if v is not None else 0.0
     j.tasks = {}
     j.status_index = {}
     j.allocated = Resource()

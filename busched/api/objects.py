@@ -217,10 +217,14 @@ class JobSpec(_Spec):
     suspend: bool = False  # batch/v1 Job's spec.suspend (`busched job suspend`): no task placed, running ones evicted
 
     def __post_init__(self) -> None:
-        # (as `TaskSpec.__post_init__`: repeated names interned, empty containers shared)
-        self.namespace = one_name(self.namespace)
-        self.queue = one_name(self.queue)
-        self.phase = one_name(self.phase)
+        # (as `TaskSpec.__post_init__`: repeated names interned, empty containers shared; the memo's lookup
+        # first, the call only for a name it does not know)
+        v = self.namespace
+        self.namespace = known_name(v) or one_name(v)
+        v = self.queue
+        self.queue = known_name(v) or one_name(v)
+        v = self.phase
+        self.phase = known_name(v) or one_name(v)
         if not self.min_task_member:
             self.min_task_member = SPEC_NO_MAP
         if not self.annotations:

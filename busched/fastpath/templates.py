@@ -59,6 +59,23 @@ class TaskTemplates:
         else:
             self._job_templates.pop(key, None)
 
+    def remember_tasks(self, tasks: dict[str, Any], infos: list[TaskInfo]) -> None:
+        """`remember_task` of each task of ``tasks`` (key -> spec) with its conversion, in order (a restart's
+        run of new tasks: one dict update when no priority class is named)."""
+        if not any(spec.priority_class_name for spec in tasks.values()):
+            self._tasks.update(zip(tasks, map(_Template, tasks.values(), infos)))
+            return
+        for (key, spec), info in zip(tasks.items(), infos):
+            self.remember_task(key, spec, info)
+
+    def remember_jobs(self, jobs: dict[str, Any], infos: list[JobInfo]) -> None:
+        """`remember_job` of each job of ``jobs`` (key -> spec) with its conversion, in order."""
+        if not any(spec.priority_class_name for spec in jobs.values()):
+            self._job_templates.update(zip(jobs, zip(jobs.values(), infos)))
+            return
+        for (key, spec), info in zip(jobs.items(), infos):
+            self.remember_job(key, spec, info)
+
     def _template(self, key: str, spec: Any, classes: dict[str, PriorityClass]) -> _Template:
         """The task's conversion as its spec gives it: converted again when the spec changed, or when
         the job it was handed to was written (a session may have changed it since)."""

@@ -8,10 +8,16 @@ much time in its layers of dispatch and per-event bookkeeping as in the work its
 does that work directly for such a message:
 
 * the same checks: the size limit, the same decoder (the specs' own bounds and ``__post_init__``), the
-  payload's type and identity against its subject, the cache's validation (`Cache.insert`: `upsert`
-  written out for an object it does not hold; it converts it as ``busched apply`` does);
-* the same effect: the spec stored, the effective object (`EffectiveObjects.effective_task`) upserted in
-  the same order, the stream sequence, the counters (added up per batch), the trigger told once a batch.
+  payload's type and identity against its subject, the cache's validation (the conversion ``busched
+  apply`` and `Cache.upsert` make);
+* the same effect: the spec stored, the effective object (`EffectiveObjects.effective_task`) in the cache
+  with its indexes, versions and templates, the stream sequence, the counters, the trigger told.
+
+The effect is applied per run, not per message: the plain messages are gathered (decoded, checked and
+converted, nothing changed yet) until one that takes the live path, or the batch's end, and the run is
+then applied by dict and set updates over its columns (`Cache.insert_new`, `_flush`), which leave every
+table as one-by-one inserts do, in the same order (the cache's versions too: the run's i-th object takes
+the generation at its start plus i).
 
 Anything else goes through `StateFeed.handle_one` itself, message by message, in stream order: every
 other kind, deletes, an object already known (or one whose sequence was seen), a task or job whose
@@ -26,8 +32,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from busched.api import build
+from busched.api.queue import PriorityClass
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.cache.inserts import NewObjects
 from busched.framework.cycle import paused_gc
 from busched.scheduler.events import StateFeed
 from busched.scheduler.records import _DECODE, TERMINAL
@@ -39,6 +48,7 @@ log = logging.getLogger("busched.scheduler")
 # the subjects of the two kinds a checkpoint is nearly all made of: ``busched.state.task.`` + the key's tokens
 _TASK_SUBJECTS = f"{S.STATE_PREFIX}.task."
 _JOB_SUBJECTS = f"{S.STATE_PREFIX}.job."
+_NO_CLASSES: dict[str, PriorityClass] = {}  # (the conversion's priority classes when validating: none, as the cache's)
 
 
 def restored_handler(feed: StateFeed) -> Any:
@@ -48,18 +58,37 @@ def restored_handler(feed: StateFeed) -> Any:
 
 def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
     """Apply a batch of a restart's messages in stream order, as `StateFeed.handle_state_batch` would;
-    returns how many took the fast path (the rest went through the live path one by one)."""
+    returns how many took the fast path (the rest went through the live path one by one).
+
+    The plain ones are gathered in a run (`NewObjects`: decoded, checked, converted, nothing changed yet) and
+    applied together (`_flush`: the cache's `insert_new`, the feed's specs, sequences and counters by dict
+    updates) when the run meets a message that takes the live path, and at the batch's end: that message then
+    sees every earlier one applied, as in stream order.  What a run's checks read cannot change within a run
+    (the specs and sequences of its own keys excepted, which the run checks too): only the live path changes
+    bindings, backoffs, suspensions and podgroup statuses."""
     specs_task, specs_job = feed.specs["task"], feed.specs["job"]
-    seqs, refused, cache, eff = feed.seqs, feed.refused, feed.cache, feed.effective
-    table, deleting, dirty_tasks, dirty_jobs = feed.table, feed.table.deleting, eff.dirty_tasks, eff.dirty_jobs
-    suspended, pg_status = eff.suspended, feed.pg_status
+    seqs, cache, eff = feed.seqs, feed.cache, feed.effective
+    cache_tasks, cache_jobs = cache.objects["task"], cache.objects["job"]
+    table, suspended, pg_status = feed.table, eff.suspended, feed.pg_status
     limit = feed.settings.max_event_bytes
     decode, effective_task = _DECODE, eff.effective_task
-    insert_task, insert_job = cache.insert_task, cache.insert_job
+    task_info, job_info = build.task_info, build.job_info
     task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
     task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS
     n_task, n_job = len(task_at), len(job_at)
-    tasks = jobs = 0
+    run = NewObjects()  # (its ``base`` unused: the scan numbers the run from ``base`` here, inline)
+    run_tasks, run_jobs = run.tasks, run.jobs
+    add_task_info, add_job_info = run.task_infos.append, run.job_infos.append
+    touch, touch_v, touch_task = run.touched.append, run.touched_v.append, run.touched_task.append
+    place, place_v, place_key = run.nodes.append, run.nodes_v.append, run.nodes_key.append
+    ats: list[tuple[str, str]] = []
+    at_seqs: list[int] = []
+    add_at, add_seq = ats.append, at_seqs.append
+    base, n, freed = cache.generation, 0, 0  # the run's versions: base + 1, base + 2, ...
+    # whether a task's effective object can differ from its spec but for its own phase and node (read again after
+    # each message the live path applies: only that path binds, backs off or suspends)
+    gated = bool(table.bindings or table.backoff_until or suspended)
+    done = 0
     with paused_gc():
         try:
             for subject, data, seq in items:
@@ -70,7 +99,8 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                     if subject.startswith(task_at) and "%" not in subject:
                         key = subject[n_task:].replace(".", "/")
                         at = ("task", key)  # (the one kind string, not the subject's slice: one per object in seqs)
-                        if key in specs_task or at in seqs or len(data) > limit:
+                        if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
+                                or len(data) > limit):
                             raise _PlainPathError
                         msg = decode(data)
                         if type(msg) is not task_upsert:
@@ -79,21 +109,34 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         if f"{spec.namespace}/{spec.name}" != key:
                             raise _PlainPathError
                         # the effective object (`EffectiveObjects.effective_task`), asked only when it can
-                        # differ from the spec: a binding, a backoff, a suspended job, a task ended on its node
-                        if table.bindings or table.backoff_until or suspended or (spec.node and spec.phase in terminal):
-                            insert_task(key, effective_task(key, spec))  # validates before it changes anything
-                        else:
-                            insert_task(key, spec)
-                        specs_task[key] = spec
-                        if dirty_tasks:
-                            dirty_tasks.discard(key)
-                        if deleting:
-                            deleting.discard(key)
-                        tasks += 1
+                        # differ from the spec: a binding, a backoff, a suspended job (``gated``), a task ended on
+                        # its node
+                        held = spec
+                        if gated or (spec.node and spec.phase in terminal):
+                            held = effective_task(key, spec)
+                        info = task_info(held, _NO_CLASSES)  # validates: refused, it changed nothing
+                        n += 1
+                        v = base + n
+                        if held.job:
+                            touch(info.job)  # (the conversion's job key: the same text as namespace/job)
+                            touch_v(v)
+                            touch_task(key)
+                        node = held.node
+                        if node:
+                            place(node)
+                            place_v(v)
+                            place_key(key)
+                            if held.deleting or held.phase in terminal:  # (`unfit.frees_capacity` of a new task)
+                                freed += 1
+                        run_tasks[key] = held
+                        add_task_info(info)
+                        if held is not spec:
+                            run.specs[key] = spec
                     elif subject.startswith(job_at) and "%" not in subject:
                         key = subject[n_job:].replace(".", "/")
                         at = ("job", key)
-                        if key in specs_job or at in seqs or len(data) > limit or key in pg_status:
+                        if (key in specs_job or key in run_jobs or key in cache_jobs or at in seqs
+                                or len(data) > limit or key in pg_status):
                             raise _PlainPathError
                         msg = decode(data)
                         if type(msg) is not job_upsert:
@@ -101,35 +144,76 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         job = msg.job
                         if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
                             raise _PlainPathError
-                        insert_job(key, job)
-                        specs_job[key] = job
-                        if dirty_jobs:
-                            dirty_jobs.discard(key)
-                        jobs += 1
+                        jinfo = job_info(job, _NO_CLASSES)  # validates
+                        n += 1
+                        touch(key)
+                        touch_v(base + n)
+                        touch_task(None)
+                        run_jobs[key] = job
+                        add_job_info(jinfo)
                     else:
                         raise _PlainPathError
+                    add_at(at)
+                    add_seq(seq)
                 except Exception:  # noqa: BLE001 - _PlainPathError, DecodeError, SpecError, or anything else
-                    # the live path, which refuses (and says why) or applies what the fast path does not; an
-                    # unforeseen error in the fast path's checks falls back too, as the live feed's handler
-                    # logs one bad message and goes on (a checkpoint is untrusted input at rest)
+                    # the run so far first (this message sees every earlier one applied), then the live path,
+                    # which refuses (and says why) or applies what the fast path does not; an unforeseen error in
+                    # the fast path's checks falls back too, as the live feed's handler logs one bad message and
+                    # goes on (a checkpoint is untrusted input at rest)
+                    if n:
+                        run.count, run.freed = n, freed
+                        done += _flush(feed, run, ats, at_seqs)
+                        n = freed = 0
                     try:
                         feed.handle_one(subject, data, seq)
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch
                         log.exception("state message on %s (seq %d) failed", subject, seq)
-                    continue
-                seqs[at] = seq
-                if refused:
-                    refused.pop(at, None)
+                    base = cache.generation
+                    gated = bool(table.bindings or table.backoff_until or suspended)
+            if n:
+                run.count, run.freed = n, freed
+                done += _flush(feed, run, ats, at_seqs)
         finally:
-            counts = feed.counts
-            if tasks:
-                counts[("task", "upsert")] = counts.get(("task", "upsert"), 0) + tasks
-            if jobs:
-                counts[("job", "upsert")] = counts.get(("job", "upsert"), 0) + jobs
-            if tasks or jobs:
-                feed.new_work()
             feed.flush_counts()
-    return tasks + jobs
+    return done
+
+
+def _flush(feed: StateFeed, run: NewObjects, ats: list[tuple[str, str]], at_seqs: list[int]) -> int:
+    """Apply a run: the cache's inserts (`Cache.insert_new`), then what the live path's `apply_object` keeps
+    beside them for a new object (the spec, the sequence, no refusal, not dirty, not being deleted), the
+    counters, the trigger; the run and the columns emptied.  Returns the run's length."""
+    tasks, jobs = run.tasks, run.jobs
+    feed.cache.insert_new(run)
+    if tasks:
+        specs = feed.specs["task"]
+        specs.update(tasks)
+        if run.specs:  # (the spec, where the cache holds its effective object)
+            specs.update(run.specs)
+        eff = feed.effective
+        if eff.dirty_tasks:
+            eff.dirty_tasks.difference_update(tasks)
+        if feed.table.deleting:
+            feed.table.deleting.difference_update(tasks)
+    if jobs:
+        feed.specs["job"].update(jobs)
+        if feed.effective.dirty_jobs:
+            feed.effective.dirty_jobs.difference_update(jobs)
+    feed.seqs.update(zip(ats, at_seqs))
+    refused = feed.refused
+    if refused:
+        for at in ats:
+            refused.pop(at, None)
+    counts = feed.counts
+    if tasks:
+        counts[("task", "upsert")] = counts.get(("task", "upsert"), 0) + len(tasks)
+    if jobs:
+        counts[("job", "upsert")] = counts.get(("job", "upsert"), 0) + len(jobs)
+    feed.new_work()
+    count = run.count
+    run.clear()
+    ats.clear()
+    at_seqs.clear()
+    return count
 
 
 class _PlainPathError(Exception):
