@@ -33,6 +33,7 @@ class PodGroupPhase:
 _PENDING = TaskStatus.Pending  # (an enum member read from its class costs a metaclass lookup)
 _ALLOCATED = frozenset(s for s in TaskStatus if allocated_status(s))  # `allocated_status`, without the call
 # task statuses an allocating action may change (place, pipeline, dispatch)
+# (also read by busched.fastpath.lending_cold's settled jobs)
 _PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})
 
 

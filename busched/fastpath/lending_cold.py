@@ -6,11 +6,11 @@ job's conversion, a template per task, the lazy sub-job's checks), and `NodeLend
 node, two calls per placed task for its template.  `lend_jobs_cold` and `lend_nodes_cold` do what
 `SharedMemo._lend_jobs` and `NodeLending._lend_nodes` do with every `_job` / `_node` call that
 assembles written out inline: the same conversions (the validation's job, a task's template kept
-or converted again under the same test), the same tasks in the same order, the same assembly calls
-(`busched.api.settled.add_tasks_sub_jobs_later`, `busched.api.assemble.add_tasks`, ``add_copies``),
-the same records and counts kept (per object, as they are, so a lending refused half way leaves the
-same).  Both run only over a memo that holds no assembled object.  ``SharedMemo.cold_bulk = False`` is the
-reference (the one-object methods throughout); tests/fastpath/test_lending_cold.py compares the
+or converted again under the same test), the same tasks in the same order, the same assembly (the
+calls `busched.api.settled.add_tasks_sub_jobs_later`, `busched.api.assemble.add_tasks`, ``add_copies``,
+or, for the two fast cases below, their work written out), the same records and counts kept (per
+object, as they are, so a lending refused half way leaves the same).  Both run only over a memo
+that holds no assembled object.  ``SharedMemo.cold_bulk = False`` is the reference (the one-object methods throughout); tests/fastpath/test_lending_cold.py compares the
 two, every record of the memo included.
 
 The two kinds a restart is nearly all made of go further (issue 17: a first cycle at 140,000 tasks is
@@ -28,7 +28,7 @@ import operator
 from typing import Any
 
 from busched.api import assemble, build, settled
-from busched.api.job import JobInfo
+from busched.api.job import _PLACEABLE, JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
@@ -40,7 +40,6 @@ __all__ = ["lend_jobs_cold", "lend_nodes_cold"]
 _PENDING, _BINDING, _RELEASING, _PIPELINED = (TaskStatus.Pending, TaskStatus.Binding, TaskStatus.Releasing,
                                               TaskStatus.Pipelined)
 _ALLOCATED = frozenset(s for s in TaskStatus if allocated_status(s))
-_PLACEABLE = frozenset({TaskStatus.Pending, TaskStatus.Pipelined, TaskStatus.Allocated})  # (`unsettled`'s)
 _COMPLETED = frozenset(s for s in TaskStatus if completed_status(s))
 _STATUS = operator.attrgetter("status")
 

@@ -10,11 +10,18 @@ import random
 import pytest
 
 from busched.api.node import NodeAccountingError, NodeInfo
+from busched.api.resource import Resource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.lending_cold import _copy_in
 from tests.api.test_assemble import _node, _node_state, _tasks
 
 _FIELDS = TaskInfo.__slots__
+
+
+def _bare_node(rng: random.Random) -> NodeInfo:
+    """A node whose allocatable names no extended resource (no pods, no gpu): its idle has no scalars, so the
+    requests' scalars are not taken off it (`_copy_in`'s ``is_`` branch, as `NodeInfo.add_task`)."""
+    return NodeInfo.new("n1", Resource(64000.0, 2.0**38, {}))
 
 
 def _add(node: NodeInfo, tasks: list[TaskInfo], cold: bool) -> str:
@@ -41,7 +48,8 @@ def test_copy_in_is_add_task_of_a_copy_for_each(seed: int) -> None:
         tasks.insert(rng.randrange(len(tasks)), tasks[0])  # refused: already on the node
     if tasks and seed % 5 == 2:
         tasks[-1].node_name = "n2"  # refused: on another node
-    cold, plain = _node(random.Random(seed)), _node(random.Random(seed))
+    make = _bare_node if seed % 3 == 0 else _node
+    cold, plain = make(random.Random(seed)), make(random.Random(seed))
     c_tasks = [t.copy() for t in tasks]
     p_tasks = [t.copy() for t in tasks]
     got, want = _add(cold, c_tasks, True), _add(plain, p_tasks, False)
