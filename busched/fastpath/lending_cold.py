@@ -10,8 +10,9 @@ or converted again under the same test), the same tasks in the same order, the s
 calls `busched.api.settled.add_tasks_sub_jobs_later`, `busched.api.assemble.add_tasks`, ``add_copies``,
 or, for the two fast cases below, their work written out), the same records and counts kept (per
 object, as they are, so a lending refused half way leaves the same).  Both run only over a memo
-that holds no assembled object.  ``SharedMemo.cold_bulk = False`` is the reference (the one-object methods throughout); tests/fastpath/test_lending_cold.py compares the
-two, every record of the memo included.
+that holds no assembled object.  ``SharedMemo.cold_bulk = False`` is the reference (the one-object
+methods throughout); tests/fastpath/test_lending_cold.py compares the two, every record of the memo
+included.
 
 The two kinds a restart is nearly all made of go further (issue 17: a first cycle at 140,000 tasks is
 a few microseconds of bytecode per object, so the calls and the lists between them were a fair part

@@ -137,8 +137,8 @@ class EffectiveObjects:
         spec = self.specs["job"].get(key)
         if spec is None:
             return
-        if spec.suspend != (key in self.suspended):
-            self._suspend_flipped(key, spec.suspend)
+        # the suspend flag is taken only with a spec the cache took (validated): a refused job changes nothing
+        flip = spec.suspend != (key in self.suspended)
         st = self.pg_status.get(key)
         if st is not None:
             overlaid = msgspec.structs.replace(spec, phase=st.phase, conditions=[
@@ -146,12 +146,16 @@ class EffectiveObjects:
                  "transitionID": c.transition_id} for c in st.conditions])
             try:
                 self.cache.upsert("job", overlaid, key)
-                return
             except SpecError as e:
                 # a status record that does not fit the job must not take the job away: the spec alone holds
                 log.warning("job %s: its podgroup status is not valid, left out: %s", key, e)
                 self.pg_status.pop(key, None)
-        self.upsert("job", spec, strict, key)
+            else:
+                if flip:
+                    self._suspend_flipped(key, spec.suspend)
+                return
+        if self.upsert("job", spec, strict, key) and flip:
+            self._suspend_flipped(key, spec.suspend)
 
     def _suspend_flipped(self, key: str, suspend: bool) -> None:
         """A job suspended or resumed (or deleted while suspended): its tasks' gate changes, and the next
@@ -170,13 +174,16 @@ class EffectiveObjects:
         if key in self.suspended:
             self._suspend_flipped(key, False)
 
-    def upsert(self, kind: str, spec: Any, strict: bool, key: str) -> None:
+    def upsert(self, kind: str, spec: Any, strict: bool, key: str) -> bool:
+        """The cache's upsert; False when it refused the spec (raised again when ``strict``)."""
         try:
             self.cache.upsert(kind, spec, key)
         except SpecError:
             if strict:
                 raise
             log.exception("cannot refresh %s %s", kind, spec.name)
+            return False
+        return True
 
     def effective_task(self, key: str, spec: o.TaskSpec) -> o.TaskSpec:
         """The task as the scheduler must see it: where we bound it and what its agent said."""

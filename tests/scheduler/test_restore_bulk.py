@@ -18,6 +18,7 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.scheduler import Scheduler, SchedulerSettings
 from busched.scheduler import checkpoint as C
+from busched.scheduler.records import SUSPENDED_GATE
 from busched.scheduler.restore_bulk import apply_restored
 from tests.scheduler.test_checkpoint import everything, quiet, settled_cluster
 from tests.scheduler.test_trust import rejected
@@ -351,3 +352,27 @@ def test_a_run_is_applied_before_a_message_the_live_path_takes():
     assert ordered(bulk) == ordered(plain)
     assert bulk.cache.objects["task"]["t/b"] is not bulk.specs["task"]["t/b"]  # gated: its effective object
     assert bulk.cache.task_seq == {"t/a": 0, "t/b": 1} and bulk.cache.job_version["t/j"] > 0
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["live", "restore"])
+def test_a_refused_job_neither_suspends_nor_resumes_its_tasks(bulk):
+    """A job upsert that is refused (here an unknown phase) is not admitted in any part: its suspend flag is not
+    taken either (before, the flip ran before the validation: the tasks were gated and their attempts due to
+    stop by a job that was refused)."""
+    ok = o.JobSpec(name="j", namespace="t")
+    bad = o.JobSpec(name="j", namespace="t", suspend=True, phase="Nope")
+    items = [(S.state_subject("job", "t/j"), _enc(m.upsert("job", ok, 1)), 1),
+             (S.state_subject("task", "t/a"), _enc(m.upsert("task", _task("a", "j"), 1)), 2),
+             (S.state_subject("job", "t/j"), _enc(m.upsert("job", bad, 2)), 3)]
+    s = applied(items, bulk)
+    assert s.specs["job"]["t/j"] == ok  # the refused spec is not taken
+    assert not s.effective.suspended and not s.effective.suspend_changed
+    s.effective.sync_cache()
+    assert SUSPENDED_GATE not in s.cache.objects["task"]["t/a"].scheduling_gates
+    # and one refused while suspended does not resume it
+    items2 = [(S.state_subject("job", "t/j"), _enc(m.upsert("job", o.JobSpec(name="j", namespace="t", suspend=True),
+                                                             3)), 4),
+              (S.state_subject("job", "t/j"), _enc(m.upsert("job", o.JobSpec(name="j", namespace="t", phase="Nope"),
+                                                             4)), 5)]
+    s.handle_state_batch(items2)
+    assert s.effective.suspended == {"t/j"}
