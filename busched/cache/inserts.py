@@ -142,8 +142,15 @@ class Inserts:
         `insert_task` / `insert_job` of each in turn do: the same objects, indexes, versions, change record,
         epochs and templates, every dict in the same order (an update keeps a key where it first came, the
         last value winning, as assignments one by one).  Each column is applied by a dict or set operation over
-        the run, not per object; the two task indexes (a set per job and per node) are the only loops."""
+        the run, not per object; the two task indexes (a set per job and per node) are the only loops.
+        Every key of the run is one the cache does not hold (the caller's check: nothing here looks).  The
+        templates are remembered first, as `insert_task` did before any index: what can raise there (a
+        conversion kept, memory) leaves the indexes untouched."""
         tasks, jobs = run.tasks, run.jobs
+        if tasks:
+            self._memo.remember_tasks(tasks, run.task_infos)
+        if jobs:
+            self._memo.remember_jobs(jobs, run.job_infos)
         touched, touched_v = run.touched, run.touched_v
         changes = self.changes
         if touched:
@@ -173,10 +180,8 @@ class Inserts:
             first = self._next_seq
             self._next_seq = first + len(tasks)
             self.task_seq.update(zip(tasks, range(first, self._next_seq)))
-            self._memo.remember_tasks(tasks, run.task_infos)
             self.objects["task"].update(tasks)
         if jobs:
-            self._memo.remember_jobs(jobs, run.job_infos)
             self.objects["job"].update(jobs)
         self.capacity_epoch += run.freed
         self.generation += run.count
