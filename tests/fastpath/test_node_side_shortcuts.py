@@ -7,18 +7,22 @@ some nodes hold pods with (anti-)affinity, images, taints or a cordon and the ot
 
 from __future__ import annotations
 
+import math
 import random
+import struct
 
 import msgspec
 import numpy as np
 import pytest
 
 from busched.api import k8s
+from busched.api.resource import Resource
 from busched.builtin import open_session
 from busched.fastpath import podview as fast_podview
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import taint_raw
 from busched.fastpath.predicates import stable_mask
+from busched.fastpath.sums import add_all
 from busched.framework import podview
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.podsums import sum_pods
@@ -160,3 +164,32 @@ def test_a_fresh_build_and_a_row_function_agree_through_carried() -> None:
     assert built.tolist() == [len(n.name) for n in nodes]
     again = NodeArrays(nodes, like=first)
     assert again.carried("k", lambda n: -1, np.int64).tolist() == built.tolist()  # nothing changed: kept
+
+
+def _bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def _random_value(rng: random.Random) -> float:
+    if rng.random() < 0.01:
+        return math.inf
+    return rng.choice([0.0, -0.0, 1.0, 0.1, 2.0**62, 3.0 * 2**40, 1e-300, -7.5, rng.random() * 1e9,
+                       float(rng.randint(0, 2**55)), rng.random()])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_add_all_equals_adding_part_by_part(seed: int) -> None:
+    rng = random.Random(8800 + seed)
+    names = ["pods", "nvidia.com/gpu", "ephemeral-storage", "x/y"]
+    parts = []
+    for _ in range(rng.choice([0, 1, 5, 60])):
+        scalars = {n: _random_value(rng) for n in rng.sample(names, k=rng.randint(0, 3))} if rng.random() < 0.6 else {}
+        parts.append(Resource(_random_value(rng), _random_value(rng), scalars))
+    start = Resource(rng.choice([0.0, 5.0]), 0.0, {"pods": 3.0} if seed % 3 == 0 else None)
+    want, got = start.clone(), start.clone()
+    for p in parts:
+        want.add(p)
+    add_all(got, parts)
+    assert _bits(got.cpu) == _bits(want.cpu) and _bits(got.memory) == _bits(want.memory)
+    assert list(got.scalars) == list(want.scalars)  # the same names in the same order
+    assert [_bits(v) for v in got.scalars.values()] == [_bits(v) for v in want.scalars.values()]
