@@ -59,8 +59,8 @@ class NodeArrays:
         self.nodes = list(nodes)
         # the same names in the same rows as ``like``'s when seeded from it
         # (never changed after: shared with ``like`` when the names are its names)
-        self.row = like.row if changed is not None and like is not None else {
-            n.name: i for i, n in enumerate(self.nodes)}
+        self.row = like.row if changed is not None and like is not None else dict(
+            zip(map(_name, self.nodes), range(len(self.nodes))))  # (in C: a later duplicate wins, as before)
         shape = (len(self.nodes), len(names))
         # Column-major: a kernel reads a few resources over many nodes, so each resource's
         # column is contiguous (reductions across a row run several times faster).
@@ -233,6 +233,7 @@ class NodeArrays:
 
 
 _listeners = operator.attrgetter("listeners")
+_name = operator.attrgetter("name")
 _allocatable, _idle, _used = (operator.attrgetter(a) for a in ("allocatable", "idle", "used"))
 _releasing, _pipelined = operator.attrgetter("releasing"), operator.attrgetter("pipelined")
 _cpu, _memory, _scalars = operator.attrgetter("cpu"), operator.attrgetter("memory"), operator.attrgetter("scalars")
