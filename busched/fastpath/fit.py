@@ -50,8 +50,8 @@ class NodeArrays:
                 self.row_names[i] = _scalar_names(nodes[i])
         else:
             names = {CPU: 0, MEMORY: 1}
-            self.row_names = [_scalar_names(n) for n in nodes]  # each row's names as first filled
-            for row_names in self.row_names:
+            self.row_names = list(map(_scalar_names, nodes))  # each row's names as first filled
+            for row_names in dict.fromkeys(self.row_names):  # each distinct tuple, first seen first (in C)
                 for s in row_names:
                     names.setdefault(s, len(names))
         self.columns = names
@@ -59,8 +59,8 @@ class NodeArrays:
         self.nodes = list(nodes)
         # the same names in the same rows as ``like``'s when seeded from it
         # (never changed after: shared with ``like`` when the names are its names)
-        self.row = like.row if changed is not None and like is not None else {
-            n.name: i for i, n in enumerate(self.nodes)}
+        self.row = like.row if changed is not None and like is not None else dict(
+            zip(map(_name, self.nodes), range(len(self.nodes))))  # (in C: a later duplicate wins, as before)
         shape = (len(self.nodes), len(names))
         # Column-major: a kernel reads a few resources over many nodes, so each resource's
         # column is contiguous (reductions across a row run several times faster).
@@ -88,9 +88,9 @@ class NodeArrays:
                 self._put(self.allocatable, i, n.allocatable)
                 self._fill(i, n)
         else:
-            for matrix, resources in ((self.allocatable, [n.allocatable for n in self.nodes]),
-                                      (self.idle, [n.idle for n in self.nodes]),
-                                      (self.used, [n.used for n in self.nodes])):
+            for matrix, resources in ((self.allocatable, list(map(_allocatable, self.nodes))),
+                                      (self.idle, list(map(_idle, self.nodes))),
+                                      (self.used, list(map(_used, self.nodes)))):
                 self._fill_column_wise(matrix, resources)
             self._fill_future()
         self.first = tuple(m.copy(order="F") for m in matrices)  # as filled, before any change
@@ -108,10 +108,11 @@ class NodeArrays:
             state["node_arrays"] = arrays
         return arrays
 
-    def carried(self, key: object, row: Any, dtype: Any = bool) -> np.ndarray:
+    def carried(self, key: object, row: Any, dtype: Any = bool, build: Any = None) -> np.ndarray:
         """``[row(node) for node in nodes]`` as an array, for a value that depends only on the node's
         spec (and what ``key`` names): taken over from the arrays this one was seeded from, with the
-        rows of changed nodes computed again.  Do not modify the result."""
+        rows of changed nodes computed again.  ``build(nodes)``, when given, is that array built
+        another way (column-wise; its oracle test compares the two).  Do not modify the result."""
         got = self.carry.get(key)
         if got is not None:
             return got[0]
@@ -120,19 +121,22 @@ class NodeArrays:
             values = old[0].copy()
             for i in self._changed or ():
                 values[i] = row(self.nodes[i])
+        elif build is not None:
+            values = build(self.nodes)
         else:
-            values = np.fromiter((row(n) for n in self.nodes), dtype=dtype, count=len(self.nodes))
+            values = np.fromiter(map(row, self.nodes), dtype=dtype, count=len(self.nodes))
         self.carry[key] = (values, None)
         return values
 
     def _fill_column_wise(self, matrix: np.ndarray, resources: list[Resource]) -> None:
         """What `_put` does row by row, a column at a time (one pass per resource name)."""
         k = len(resources)
-        matrix[:, 0] = np.fromiter((r.cpu for r in resources), dtype=float, count=k)
-        matrix[:, 1] = np.fromiter((r.memory for r in resources), dtype=float, count=k)
+        matrix[:, 0] = np.fromiter(map(_cpu, resources), dtype=float, count=k)  # (in C)
+        matrix[:, 1] = np.fromiter(map(_memory, resources), dtype=float, count=k)
+        scalars = list(map(_scalars, resources)) if len(self.columns) > 2 else []
         for s, j in self.columns.items():
             if j > 1:
-                matrix[:, j] = np.fromiter((r.scalars.get(s, 0.0) for r in resources), dtype=float, count=k)
+                matrix[:, j] = np.fromiter(map(operator.methodcaller("get", s, 0.0), scalars), dtype=float, count=k)
 
     def _put(self, matrix: np.ndarray, i: int, r: Resource) -> None:
         """Row ``i`` of ``matrix`` from ``r`` (a scalar it lacks is 0.0; one without a column is left
@@ -149,15 +153,18 @@ class NodeArrays:
         """The future idle matrix of a first build (after the idle matrix's): as `_fill` writes each row,
         without a future idle Resource built per node where `_plain_future` gives its cpu and memory
         (its scalar columns are idle's)."""
-        got = [_plain_future(n) for n in self.nodes]
-        if None in got:
+        releasing, pipelined = list(map(_releasing, self.nodes)), list(map(_pipelined, self.nodes))
+        if any(map(_scalars, releasing)) or any(map(_scalars, pipelined)):  # (in C)
             self._fill_column_wise(self.future, [n.future_idle() for n in self.nodes])
             return
-        plain: list[tuple[float, float]] = got  # type: ignore[assignment]
-        k = len(plain)
+        # `_plain_future` for every node: (float(idle) + releasing) - pipelined, the same IEEE
+        # operations in the same order, a column at a time (the idle matrix holds float(idle))
+        k = len(self.nodes)
         self.future[:] = self.idle  # (its scalar columns; cpu and memory below)
-        self.future[:, 0] = np.fromiter((p[0] for p in plain), dtype=np.float64, count=k)
-        self.future[:, 1] = np.fromiter((p[1] for p in plain), dtype=np.float64, count=k)
+        for j, get in ((0, _cpu), (1, _memory)):
+            rel = np.fromiter(map(get, releasing), dtype=np.float64, count=k)
+            pip = np.fromiter(map(get, pipelined), dtype=np.float64, count=k)
+            self.future[:, j] = (self.idle[:, j] + rel) - pip
 
     def _fill(self, i: int, n: NodeInfo) -> None:
         put = self._put
@@ -226,6 +233,10 @@ class NodeArrays:
 
 
 _listeners = operator.attrgetter("listeners")
+_name = operator.attrgetter("name")
+_allocatable, _idle, _used = (operator.attrgetter(a) for a in ("allocatable", "idle", "used"))
+_releasing, _pipelined = operator.attrgetter("releasing"), operator.attrgetter("pipelined")
+_cpu, _memory, _scalars = operator.attrgetter("cpu"), operator.attrgetter("memory"), operator.attrgetter("scalars")
 
 
 def _changed_rows(like: NodeArrays | None, nodes: Sequence[NodeInfo]) -> list[int] | None:

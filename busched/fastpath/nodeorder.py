@@ -15,12 +15,15 @@ images) and a task's spec (tolerations, images).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from busched.api import k8s
+from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache, rowscores
@@ -33,6 +36,7 @@ __all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocat
            "batch_node_order_local"]
 
 MAX = 100
+_taints = operator.attrgetter("taints")
 
 
 class PerNode(NamedTuple):
@@ -128,9 +132,18 @@ def taint_raw(plugin: Any, task: TaskInfo, arrays: NodeArrays) -> np.ndarray:
         if task.tolerations else ()
     key = ("taints", _key(tolerations) if tolerations else "")
     # a node's taints are its spec's: the counts are carried from session to session (changed rows again)
-    return arrays.carried(key, lambda n: sum(1 for taint in n.taints if taint.get("effect") == k8s.PREFER_NO_SCHEDULE
-                                             and not any(k8s.tolerates(t, taint) for t in tolerations)),
-                          np.int64)
+    def row(n: NodeInfo) -> int:
+        return sum(1 for taint in n.taints if taint.get("effect") == k8s.PREFER_NO_SCHEDULE
+                   and not any(k8s.tolerates(t, taint) for t in tolerations))
+
+    def build(nodes: list[NodeInfo]) -> np.ndarray:
+        """``row`` for the tainted nodes only: an untainted node counts none (in C up to them)."""
+        out = np.zeros(len(nodes), dtype=np.int64)
+        for i in itertools.compress(range(len(nodes)), map(_taints, nodes)):
+            out[i] = row(nodes[i])
+        return out
+
+    return arrays.carried(key, row, np.int64, build)
 
 
 def _normalize_reverse(raw: np.ndarray, anywhere: bool = True) -> np.ndarray:

@@ -9,6 +9,8 @@ session's `NodeArrays`.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,31 @@ from busched.api import k8s
 from busched.fastpath.fit import NodeArrays
 
 __all__ = ["PodViewArrays", "pod_view_arrays"]
+
+
+# a node's allocatable, row by row (`NodeArrays.carried`) and a column at a time (all mapped in C)
+def _max_tasks(nd: Any) -> Any:
+    return nd.allocatable.max_task_num
+
+
+def _alloc_cpu(nd: Any) -> int:
+    return int(nd.allocatable.cpu)
+
+
+def _alloc_mem(nd: Any) -> int:
+    return int(nd.allocatable.memory)
+
+
+_allocatable = operator.attrgetter("allocatable")
+
+
+def _column(name: str, to_int: bool) -> Callable[[list[Any]], np.ndarray]:
+    get = operator.attrgetter(name)
+
+    def build(nodes: list[Any]) -> np.ndarray:
+        values = map(get, map(_allocatable, nodes))
+        return np.fromiter(map(int, values) if to_int else values, dtype=np.int64, count=len(nodes))
+    return build
 
 
 class PodViewArrays:
@@ -37,9 +64,9 @@ class PodViewArrays:
         self.log: list[int] = []  # rows whose pods changed, in order (busched.fastpath.rowcache)
         self._contrib: dict[str, tuple[int, int, int, int, dict[str, int]]] = {}
         # a node's allocatable is its spec's: carried from session to session (changed rows again)
-        self.max_tasks = arrays.carried("podview.max_tasks", lambda nd: nd.allocatable.max_task_num, np.int64)
-        self.alloc_cpu = arrays.carried("podview.alloc_cpu", lambda nd: int(nd.allocatable.cpu), np.int64)
-        self.alloc_mem = arrays.carried("podview.alloc_mem", lambda nd: int(nd.allocatable.memory), np.int64)
+        self.max_tasks = arrays.carried("podview.max_tasks", _max_tasks, np.int64, _column("max_task_num", False))
+        self.alloc_cpu = arrays.carried("podview.alloc_cpu", _alloc_cpu, np.int64, _column("cpu", True))
+        self.alloc_mem = arrays.carried("podview.alloc_mem", _alloc_mem, np.int64, _column("memory", True))
         # the view keeps its nodes' sums (busched.plugins.predicates: SessionPods.pod_columns) and gives
         # them whole: a pod removed later that was not added here is taken off by its own requests
         self.count, self.cpu, self.mem, self.nz_cpu, self.nz_mem, self.scalars = view.pod_columns()

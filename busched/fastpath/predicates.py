@@ -12,6 +12,8 @@ predicate runs for it.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
 
 import numpy as np
@@ -26,13 +28,15 @@ from busched.fastpath.podview import PodViewArrays
 __all__ = ["predicate_mask", "stable_mask", "passing", "predicate_local", "refused_mask"]
 
 TEMPLATE_UID_KEY = "volcano.sh/template-uid"
+_PLAIN = ("stable", "")  # `_stable_key` of a task with nothing that tells nodes apart
+_taints, _unschedulable = operator.attrgetter("taints"), operator.attrgetter("unschedulable")
 KEEP_FROM = 2048  # nodes from which `passing` keeps the filter per template (below, afresh is cheaper)
 
 
 def _stable_key(task: TaskInfo) -> Any:
     """What the cache-stable filters read of the task (its template, as far as they can tell)."""
     if not task.node_selector and not task.affinity and not task.tolerations:
-        return ("stable", "")  # most tasks: nothing that tells nodes apart but the nodes themselves
+        return _PLAIN  # most tasks: nothing that tells nodes apart but the nodes themselves
     aff = (task.affinity or {}).get("nodeAffinity") or {}
     return ("stable", repr((sorted(task.node_selector.items()),
                             aff.get("requiredDuringSchedulingIgnoredDuringExecution"), task.tolerations)))
@@ -52,7 +56,21 @@ def stable_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, key: Any = None
     # the verdict depends on the task's shape, the node's spec and the plugin's switches only: kept
     # from session to session for the nodes that did not change (NodeArrays.carried)
     switches = (plugin.node_affinity, plugin.taint_toleration)
-    return arrays.carried((key, switches), lambda n: not plugin._stable(task, n)[1])
+
+    def row(n: Any) -> bool:
+        return not plugin._stable(task, n)[1]
+
+    def plain(nodes: list[Any]) -> np.ndarray:
+        """For a task with no node selector, node affinity or tolerations, a node that is neither
+        cordoned nor tainted leaves no status (NodeUnschedulable and TaintToleration find nothing,
+        NodeAffinity has nothing to match): only the others are asked (in C up to them)."""
+        out = np.ones(len(nodes), dtype=bool)
+        marked = map(operator.or_, map(bool, map(_taints, nodes)), map(bool, map(_unschedulable, nodes)))
+        for i in itertools.compress(range(len(nodes)), marked):
+            out[i] = row(nodes[i])
+        return out
+
+    return arrays.carried((key, switches), row, build=plain if key == _PLAIN else None)
 
 
 def predicate_mask(plugin: Any, task: TaskInfo, arrays: NodeArrays, rows: np.ndarray) -> np.ndarray | None:

@@ -10,6 +10,9 @@ is the very float the plain in-order sum gives (tests/fastpath/test_memo_sums.py
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +21,7 @@ import numpy as np
 from busched.api.resource import Resource
 from busched.fastpath.memo import Pairs, incremental
 
-__all__ = ["whole", "Sum", "Running", "summed"]
+__all__ = ["whole", "Sum", "Running", "summed", "add_all"]
 
 _EXACT = float(2**52)
 
@@ -125,8 +128,7 @@ class _Summed:
     def __init__(self, parts: list[Resource | None]) -> None:
         self.parts = parts  # each object's part as summed (copies: the objects may change later)
         self.sum = Sum()
-        for p in parts:
-            self.sum.add(p)
+        add_all(self.sum.total, [p for p in parts if p is not None])  # `Sum.add` of each part, in order
         self.prefix: Running | None = None
         self.total = self.sum.total
 
@@ -262,3 +264,26 @@ def _running(col: np.ndarray, start: int, before: float = 0.0) -> np.ndarray:
 
 def _copy(r: Resource | None) -> Resource | None:
     return r.clone() if r is not None else None
+
+
+def add_all(total: Resource, parts: list[Resource]) -> None:
+    """``total.add(p)`` for each part in order, one resource name at a time: the same float additions
+    in the same order (``functools.reduce`` of ``+``, in C; a scalar starts from 0.0 as `Resource.add`
+    starts it, and a part without the name adds 0.0, which changes no sum that starts from 0.0).  A
+    first session sums 50,000 nodes' allocatable and used here."""
+    total.cpu = functools.reduce(operator.add, map(_cpu, parts), total.cpu)
+    total.memory = functools.reduce(operator.add, map(_memory, parts), total.memory)
+    named = list(filter(None, map(_scalars, parts)))
+    if not named:
+        return
+    own = total.scalars
+    for name in dict.fromkeys(itertools.chain.from_iterable(named)):  # first seen first, as `add` puts them
+        if name in own:  # (added part by part: a sum that did not start from 0.0)
+            for sc in named:
+                if name in sc:
+                    own[name] = own[name] + sc[name]
+            continue
+        own[name] = functools.reduce(operator.add, map(operator.methodcaller("get", name, 0.0), named), 0.0)
+
+
+_cpu, _memory, _scalars = operator.attrgetter("cpu"), operator.attrgetter("memory"), operator.attrgetter("scalars")

@@ -199,7 +199,7 @@ def build_topology(specs: Iterable[HyperNode], nodes: list[NodeInfo], memo: dict
     kept = memo.get("topology.names") if memo is not None else None
     if kept is None or kept[0] != names:
         lowest_of: dict[str, str] = {}
-        kept = (names, {name: i for i, name in enumerate(names)}, frozenset(names), lowest_of)
+        kept = (names, dict(zip(names, range(len(names)))), frozenset(names), lowest_of)  # (the index in C)
         if memo is not None:
             memo["topology.names"] = kept
     index: dict[str, int] = kept[1]

@@ -16,6 +16,8 @@ terms, and is reassembled incrementally from the last session's
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -208,12 +210,15 @@ def _lent_sums(n: NodeInfo) -> tuple[int, int, int, int, dict[str, int]]:
 
 def _columns(nodes: list[NodeInfo]) -> tuple[Any, ...]:
     k = len(nodes)
-    sums = [_lent_sums(n) for n in nodes]
-    cols = [np.fromiter((len(n.tasks) for n in nodes), dtype=np.int64, count=k)]
-    cols += [np.fromiter((s[j] for s in sums), dtype=np.int64, count=k) for j in range(4)]
+    tasks = list(map(_tasks, nodes))
+    cols = [np.fromiter(map(len, tasks), dtype=np.int64, count=k)]
+    cols += [np.zeros(k, dtype=np.int64) for _ in range(4)]
     scalars: dict[str, np.ndarray] = {}
-    for i, s in enumerate(sums):
-        for name, v in s[4].items():
+    # a node without pods sums to zeros (`sum_pods` of no pods): only the nodes holding pods are summed
+    for i in itertools.compress(range(k), tasks):  # (in C)
+        c, m, nz_c, nz_m, named = _lent_sums(nodes[i])
+        cols[1][i], cols[2][i], cols[3][i], cols[4][i] = c, m, nz_c, nz_m
+        for name, v in named.items():
             col = scalars.get(name)
             if col is None:
                 col = scalars[name] = np.zeros(k, dtype=np.int64)
@@ -315,10 +320,13 @@ def _open_pods_update(last: dict[str, dict[str, TaskInfo]], pairs: Pairs) -> Any
 
 def _affinity_nodes(nodes: list[NodeInfo]) -> tuple[list[str], list[str], list[tuple[bool, bool]]]:
     """The nodes holding a pod with required pod affinity / anti-affinity terms (each node's answer
-    kept on the node while its pods do not change), and every node's answer."""
+    kept on the node while its pods do not change), and every node's answer.  A node without pods
+    answers (False, False) (`_node_affinity`): only the nodes holding pods are asked."""
     affinity, anti = [], []
-    answers = [node_value(n, "pods.affinity", _node_affinity) for n in nodes]
-    for n, (has, has_anti) in zip(nodes, answers):
+    answers = [_NO_AFFINITY] * len(nodes)
+    for i in itertools.compress(range(len(nodes)), map(_tasks, nodes)):  # (in C)
+        n = nodes[i]
+        has, has_anti = answers[i] = node_value(n, "pods.affinity", _node_affinity)
         if has:
             affinity.append(n.name)
         if has_anti:
@@ -349,18 +357,25 @@ def _node_affinity(n: NodeInfo) -> tuple[bool, bool]:
 
 
 def _image_states(nodes: list[NodeInfo]) -> dict[str, dict[str, tuple[int, int]]]:
-    """node -> image -> (size, number of nodes holding it).
+    """node -> image -> (size, number of nodes holding it), for the nodes holding images (readers
+    take a node left out as holding none).
 
     Volcano's cache counts an image's nodes when each node arrives, so a node sees the count
-    as of its own arrival (list order).
+    as of its own arrival (list order); a node without images adds to no count.
     """
     seen: dict[str, int] = {}
     out: dict[str, dict[str, tuple[int, int]]] = {}
-    for n in sorted(nodes, key=lambda n: n.index):
+    for n in sorted(filter(_images, nodes), key=_index):  # (filtered in C)
         for image in n.images:
             seen[image] = seen.get(image, 0) + 1
         out[n.name] = {image: (int(size), seen[image]) for image, size in n.images.items()}
     return out
+
+
+_tasks = operator.attrgetter("tasks")
+_images = operator.attrgetter("images")
+_index = operator.attrgetter("index")
+_NO_AFFINITY = (False, False)
 
 
 def session_pods(ssn: Session) -> SessionPods:
