@@ -164,7 +164,8 @@ class NodeArrays:
         for j, get in ((0, _cpu), (1, _memory)):
             rel = np.fromiter(map(get, releasing), dtype=np.float64, count=k)
             pip = np.fromiter(map(get, pipelined), dtype=np.float64, count=k)
-            self.future[:, j] = (self.idle[:, j] + rel) - pip
+            with np.errstate(over="ignore", invalid="ignore"):  # (silent on inf, as Python's floats)
+                self.future[:, j] = (self.idle[:, j] + rel) - pip
 
     def _fill(self, i: int, n: NodeInfo) -> None:
         put = self._put

@@ -36,8 +36,14 @@ def test_first_build_equals_the_rows(seed):
     ssn = open_session(cache_of(spec).snapshot(), load_config(DEFAULT_CONFIG), seed=seed)
     nodes = ssn.node_list
     for n in rng.sample(nodes, k=len(nodes) // 3):  # releasing and pipelined parts, some naming scalars
-        n.releasing = n.releasing.clone().add(Resource(rng.choice([0.0, 500.0]), rng.choice([0.0, 2.0**30])))
-        n.pipelined = n.pipelined.clone().add(Resource(rng.choice([0.0, 250.0]), 0.0))
+        # (fractions and -0.0 too: the operations' order shows in the last bit, as whole numbers never do)
+        n.releasing = n.releasing.clone().add(Resource(rng.choice([0.0, 500.0, 0.1, 0.3, 1 / 3]),
+                                                       rng.choice([0.0, 2.0**30, 0.7])))
+        n.pipelined = n.pipelined.clone().add(Resource(rng.choice([0.0, 250.0, 0.2, -0.0, 2 / 3]),
+                                                       rng.choice([0.0, 0.1])))
+        if rng.random() < 0.3:  # (0.1 + 0.2) - 0.3 is not 0.1 + (0.2 - 0.3)
+            n.idle = n.idle.clone()
+            n.idle.cpu, n.releasing.cpu, n.pipelined.cpu = 0.1, 0.2, 0.3
         if seed % 2 and rng.random() < 0.3:
             n.pipelined.scalars["nvidia.com/gpu"] = 1000.0
     arrays = NodeArrays(nodes)
