@@ -47,6 +47,7 @@ class BindStream:
         self.seen = 0  # the session's decisions looked at so far
         self.sending: list[asyncio.Task[None]] = []
         self._placing = True
+        self._done = asyncio.Event()  # set when the actions end (`finish`, `cancel`)
         self._last_n = 0  # the session's decisions at the last look
         self._task: asyncio.Task[None] | None = None
 
@@ -60,7 +61,10 @@ class BindStream:
     async def _follow(self) -> None:
         while self._placing:
             if not await self._take(MIN_CHUNK):
-                await asyncio.sleep(POLL)
+                try:  # (woken at once when the actions end: a cycle never waits out a look's pause)
+                    await asyncio.wait_for(self._done.wait(), POLL)
+                except asyncio.TimeoutError:
+                    pass
 
     async def _take(self, least: int) -> bool:
         """Write the binds decided since the last look, when there are at least ``least`` new decisions or the
@@ -83,6 +87,7 @@ class BindStream:
         """The cycle was cancelled (the scheduler stops): stop following at once.  Decisions already being sent
         finish by themselves; what they raise is logged, not left unretrieved."""
         self._placing = False
+        self._done.set()
         if self._task is not None:
             self._task.cancel()
         for t in self.sending:
@@ -95,6 +100,7 @@ class BindStream:
         because of when the last look happened.  A failure of the following task is logged here and the
         binds it left go out now; a failure of this last write is the caller's, as after the session."""
         self._placing = False
+        self._done.set()
         try:
             if self._task is not None:
                 try:

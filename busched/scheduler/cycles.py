@@ -112,7 +112,10 @@ class Cycles:
             self.trigger.taken()  # from here to the snapshot nothing else is handled
             config, plugins = self._cycle_config()
             excluded_key = self._excluded_key
-            if not force and excluded_key == self._quiet_excluded and not self._gate.due(self.cache.generation):
+            # the gate of this cycle's configuration: one applied meanwhile (`use_config`) comes with a new
+            # gate, which this cycle must not tell it decided (it ran the old configuration)
+            gate = self._gate
+            if not force and excluded_key == self._quiet_excluded and not gate.due(self.cache.generation):
                 report.skipped = True
                 await self._flush_outbox()
                 overview.note(self, report)
@@ -174,7 +177,7 @@ class Cycles:
                 self.queue_statuses.collect(ssn)
             await history.record(self, inputs, ssn, report.now)  # after the decisions went out
             self.sched_events.record(ssn, report, changed)  # published in the background, after the record
-            self._gate.done(ssn, before, self.cache.generation)
+            gate.done(ssn, before, self.cache.generation)
             self._quiet_excluded = excluded_key
             await self._flush_outbox()
             await self.table.republish()
