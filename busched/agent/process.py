@@ -47,6 +47,9 @@ __all__ = ["ProcessExecutor", "cgroup_v2_root", "process_start_time", "alive"]
 
 log = logging.getLogger("busched.agent")
 
+STOP_STEP = 0.01  # seconds between two looks for a stopped attempt's processes still alive after SIGKILL
+STOP_WAIT_STEPS = 500  # ... at most this many (5 s): then it is logged, and the stop goes on
+
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}  # under the task's env; `busched agent --exec` passes its own
 
 
@@ -59,6 +62,20 @@ def process_start_time(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def group_alive(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+                out.append(int(entry))
+    return out
 
 
 def alive(pid: int, start_time: int) -> bool:
@@ -149,6 +166,16 @@ class ProcessExecutor:
             proc = run.state.get("proc")
             if proc is not None:
                 await proc.wait()
+            # a killed process dies when it is next scheduled, not when the signal is sent: the attempt is
+            # reported stopped only once no member of its group still runs (a busy host took a moment)
+            for _ in range(STOP_WAIT_STEPS):
+                if not group_alive(pid):
+                    break
+                _killpg(pid, signal.SIGKILL)
+                await asyncio.sleep(STOP_STEP)
+            else:
+                log.error("task %s attempt %d: processes of group %d still alive after SIGKILL", run.key,
+                          run.attempt, pid)
         self.forget(run)
 
     async def status(self, run: TaskRun) -> Exit | None:
