@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js import api
 
@@ -29,6 +30,8 @@ __all__ = ["Delivery", "StateWatch", "DecisionFeed", "watch_state", "open_decisi
 log = logging.getLogger("busched.bus")
 
 JS_API = "$JS.API"  # the JetStream API prefix (no domains)
+SUBSCRIBE_ASKS = 3  # a state consumer's creation asked this many times when unanswered (each the client's wait)
+SUBSCRIBE_PAUSE = 0.5  # seconds between two asks (a cluster's election takes seconds)
 
 StateHandler = Callable[[str, bytes, int], None]
 StateBatchHandler = Callable[[list[tuple[str, bytes, int]]], None]
@@ -181,18 +184,29 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
                 scheduled = True
                 loop.call_soon(flush)  # runs once the messages already received have been queued
 
-        if start:
-            cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
-        else:
-            cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
-        if len(subjects) > 1:
-            cfg.filter_subjects = subjects
         old, w._sub = w._sub, None
         if old is not None:
             await unsubscribe_quietly(old)
-        w._sub = await js.subscribe(subjects[0], stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
-                                    config=cfg, pending_msgs_limit=1_000_000,
-                                    pending_bytes_limit=1024 * 1024 * 1024)
+        for ask in range(1, SUBSCRIBE_ASKS + 1):
+            if start:
+                cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+            else:
+                cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
+            if len(subjects) > 1:
+                cfg.filter_subjects = subjects
+            try:  # (a fresh config each ask: nats-py writes its delivery inbox into it)
+                w._sub = await js.subscribe(subjects[0], stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
+                                            config=cfg, pending_msgs_limit=1_000_000,
+                                            pending_bytes_limit=1024 * 1024 * 1024)
+                break
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
+                if ask == SUBSCRIBE_ASKS:
+                    raise
+                # a NATS cluster electing its JetStream leader drops such requests (or has no responder yet):
+                # asked again, a consumer the lost answer made is dropped by the server once inactive
+                log.info("state stream: no answer creating a consumer (%s; ask %d of %d): asking again",
+                         type(e).__name__, ask, SUBSCRIBE_ASKS)
+                await asyncio.sleep(SUBSCRIBE_PAUSE)
         w.subjects = subjects
 
     async def follow(subjects: list[str]) -> None:
