@@ -46,7 +46,6 @@ class BindStream:
         self.ssn: Any = None  # set from the worker thread once the session is open (`opened`)
         self.seen = 0  # the session's decisions looked at so far
         self.sending: list[asyncio.Task[None]] = []
-        self._placing = True
         self._done = asyncio.Event()  # set when the actions end (`finish`, `cancel`)
         self._last_n = 0  # the session's decisions at the last look
         self._task: asyncio.Task[None] | None = None
@@ -59,7 +58,7 @@ class BindStream:
         self._task = asyncio.create_task(self._follow())
 
     async def _follow(self) -> None:
-        while self._placing:
+        while not self._done.is_set():
             if not await self._take(MIN_CHUNK):
                 try:  # (woken at once when the actions end: a cycle never waits out a look's pause)
                     await asyncio.wait_for(self._done.wait(), POLL)
@@ -86,7 +85,6 @@ class BindStream:
     def cancel(self) -> None:
         """The cycle was cancelled (the scheduler stops): stop following at once.  Decisions already being sent
         finish by themselves; what they raise is logged, not left unretrieved."""
-        self._placing = False
         self._done.set()
         if self._task is not None:
             self._task.cancel()
@@ -99,7 +97,6 @@ class BindStream:
         final once appended, as Volcano's binds of a failed cycle stay bound), so a job is never half out
         because of when the last look happened.  A failure of the following task is logged here and the
         binds it left go out now; a failure of this last write is the caller's, as after the session."""
-        self._placing = False
         self._done.set()
         try:
             if self._task is not None:

@@ -139,6 +139,7 @@ class EffectiveObjects:
             return
         # the suspend flag is taken only with a spec the cache took (validated): a refused job changes nothing
         flip = spec.suspend != (key in self.suspended)
+        taken = False
         st = self.pg_status.get(key)
         if st is not None:
             overlaid = msgspec.structs.replace(spec, phase=st.phase, conditions=[
@@ -146,15 +147,14 @@ class EffectiveObjects:
                  "transitionID": c.transition_id} for c in st.conditions])
             try:
                 self.cache.upsert("job", overlaid, key)
+                taken = True
             except SpecError as e:
                 # a status record that does not fit the job must not take the job away: the spec alone holds
                 log.warning("job %s: its podgroup status is not valid, left out: %s", key, e)
                 self.pg_status.pop(key, None)
-            else:
-                if flip:
-                    self._suspend_flipped(key, spec.suspend)
-                return
-        if self.upsert("job", spec, strict, key) and flip:
+        if not taken:
+            taken = self.upsert("job", spec, strict, key)
+        if taken and flip:
             self._suspend_flipped(key, spec.suspend)
 
     def _suspend_flipped(self, key: str, suspend: bool) -> None:
