@@ -33,7 +33,7 @@ log = logging.getLogger("busched.bus")
 
 BUCKET = "busched_checkpoints"  # the object store of the scheduler's checkpoints
 # a page of a stream's subjects is up to 100,000 of them in one answer: each ask waited on longer
-SUBJECTS_POLICY = Policy(ask_s=3.0, asks=3, total_s=10.0)
+SUBJECTS_POLICY = Policy(ask_s=3.0, asks=4, total_s=12.0)
 
 
 @dataclass(frozen=True)
