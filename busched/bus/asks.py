@@ -116,6 +116,8 @@ async def ask(request: str, make: Callable[[], Awaitable[T]], policy: Policy | N
                 JETSTREAM_ASKS.given_up(request)
                 log.warning("%s %s: no answer after %d asks in %.1fs (%s); giving up", request, detail, n,
                             loop.time() - start, ", ".join(reasons))
+                if reason == "timeout" and not isinstance(e, nats.errors.Error):
+                    raise nats.errors.TimeoutError from None  # what the client's own wait raised
                 raise
             # a quick refusal waits out the rest of its ask: an ask every ask_s, across the whole election
             rest = asked + policy.ask_s - loop.time()
