@@ -85,12 +85,22 @@ async def test_the_total_time_is_bounded_whatever_the_asks():
     assert 5 <= len(req.times) <= 7, req.times  # an ask every 0.05 s, the last given the rest
 
 
-async def test_quick_refusals_are_spaced_an_ask_apart():
+async def test_quick_refusals_are_spaced_by_a_growing_pause():
     """A "no responders" comes back at once: the asks must still span the election, not be spent in a burst."""
-    req = _Request([nats.errors.NoRespondersError()] * 3)
-    assert await ask("test.spaced", req, Policy(ask_s=0.05, asks=5, total_s=1.0)) == "answer"
+    req = _Request([nats.errors.NoRespondersError()] * 4)
+    assert await ask("test.spaced", req, Policy(ask_s=0.2, asks=8, total_s=2.0, pause_s=0.05)) == "answer"
     gaps = [b - a for a, b in zip(req.times, req.times[1:])]
-    assert len(gaps) == 3 and all(g >= 0.045 for g in gaps), gaps
+    assert len(gaps) == 4, gaps
+    for gap, pause in zip(gaps, (0.05, 0.1, 0.2, 0.2)):  # doubling, up to an ask's wait
+        assert pause * 0.9 <= gap < pause + 0.1, gaps
+
+
+async def test_a_timeout_is_asked_again_at_once():
+    """An ask that waited its whole time is followed by the next at once (the wait was the pause)."""
+    req = _Request([None, None])
+    assert await ask("test.timeouts", req, Policy(ask_s=0.1, asks=5, total_s=2.0, pause_s=1.0)) == "answer"
+    gaps = [b - a for a, b in zip(req.times, req.times[1:])]
+    assert len(gaps) == 2 and all(0.09 <= g < 0.3 for g in gaps), gaps
 
 
 async def test_a_cancellation_from_outside_is_not_asked_again():
@@ -104,7 +114,7 @@ async def test_a_cancellation_from_outside_is_not_asked_again():
 
 
 def test_a_policy_is_bounded():
-    for bad in (dict(ask_s=0), dict(asks=0), dict(ask_s=3, total_s=2)):
+    for bad in (dict(ask_s=0), dict(asks=0), dict(ask_s=3, total_s=2), dict(pause_s=-1)):
         with pytest.raises(ValueError):
             Policy(**bad)
 
@@ -122,7 +132,7 @@ async def test_the_counts_are_exported_by_the_scheduler_and_the_agent():
 # -- call sites --------------------------------------------------------------------------------------------------
 @pytest.fixture
 def short_asks(monkeypatch):
-    monkeypatch.setattr(asks, "ASKING", Policy(ask_s=0.05, asks=4, total_s=1.0))
+    monkeypatch.setattr(asks, "ASKING", Policy(ask_s=0.05, asks=4, total_s=0.3))
 
 
 class _Entry:

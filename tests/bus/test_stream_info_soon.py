@@ -40,7 +40,7 @@ async def test_dropped_requests_are_sent_again_until_one_is_answered():
 async def test_the_last_timeout_is_raised_after_the_bound():
     js = _Js(silent=100)
     with pytest.raises(asyncio.TimeoutError):
-        await stream_info_soon(js, "S", Policy(ask_s=0.02, asks=3, total_s=1.0))
+        await stream_info_soon(js, "S", Policy(ask_s=0.02, asks=3, total_s=0.1))
     assert js.asked == 3
 
 
