@@ -107,7 +107,8 @@ async def ask(request: str, make: Callable[[], Awaitable[T]], policy: Policy | N
         last = n >= policy.asks or deadline - asked <= policy.ask_s
         wait = max(0.001, deadline - asked if last else policy.ask_s)
         try:
-            result = await asyncio.wait_for(make(), wait)
+            async with asyncio.timeout(wait):  # (no task of its own, as asyncio.wait_for makes: ~30 us a request)
+                result = await make()
         except Exception as e:  # (a cancellation from outside is a BaseException: not caught, not ours)
             reason = unanswered(e)
             if reason is None:
