@@ -81,8 +81,9 @@ async def test_the_total_time_is_bounded_whatever_the_asks():
     with pytest.raises(nats.errors.TimeoutError):  # (as the client's own wait raised it)
         await asyncio.wait_for(ask("test.total", req, Policy(ask_s=0.05, asks=100, total_s=0.3)), 5)
     took = loop.time() - t0
-    assert 0.29 <= took < 0.3 + 0.25, took
-    assert 5 <= len(req.times) <= 7, req.times  # an ask every 0.05 s, the last given the rest
+    # ends at its 0.3 s, not after its 100 asks' 5 s (slack for a loaded machine, where fewer asks fit)
+    assert 0.29 <= took < 1.5, took
+    assert 2 <= len(req.times) <= 7, req.times  # an ask every 0.05 s at most, the last given the rest
 
 
 async def test_quick_refusals_are_spaced_by_a_growing_pause():
@@ -92,7 +93,8 @@ async def test_quick_refusals_are_spaced_by_a_growing_pause():
     gaps = [b - a for a, b in zip(req.times, req.times[1:])]
     assert len(gaps) == 4, gaps
     for gap, pause in zip(gaps, (0.05, 0.1, 0.2, 0.2)):  # doubling, up to an ask's wait
-        assert pause * 0.9 <= gap < pause + 0.1, gaps
+        assert pause * 0.9 <= gap, gaps
+    assert sum(gaps) < 0.55 + 1.0, gaps  # (0.55 s of pauses, with slack for a loaded machine)
 
 
 async def test_a_timeout_is_asked_again_at_once():
@@ -100,7 +102,7 @@ async def test_a_timeout_is_asked_again_at_once():
     req = _Request([None, None])
     assert await ask("test.timeouts", req, Policy(ask_s=0.1, asks=5, total_s=2.0, pause_s=1.0)) == "answer"
     gaps = [b - a for a, b in zip(req.times, req.times[1:])]
-    assert len(gaps) == 2 and all(0.09 <= g < 0.3 for g in gaps), gaps
+    assert len(gaps) == 2 and all(0.09 <= g < 0.8 for g in gaps), gaps  # no pause of 1 s on top
 
 
 async def test_a_cancellation_from_outside_is_not_asked_again():
