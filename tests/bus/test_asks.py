@@ -192,3 +192,28 @@ async def test_an_unfenced_purge_is_asked_within_the_bound(short_asks):
     js = _PurgeJs()
     assert await asyncio.wait_for(reads.purge_state(js, "busched.state.task.a"), 5) is False
     assert js.purges == asks.ASKING.asks
+
+
+async def test_a_stream_without_direct_gets_is_told_soon(nats_server):
+    """A stream made without direct gets answers a direct get "no responders" for ever: the read gives up after
+    `reads.DIRECT_GET`'s few asks (~1.75 s), not the whole 12 s (an agent registering its nodes reads them so)."""
+    from nats.js import api
+
+    from busched.bus import Bus, BusError
+    from busched.bus import subjects as S
+
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.js.add_stream(api.StreamConfig(name=S.STATE_STREAM, subjects=[f"{S.STATE_PREFIX}.>"]))
+        subject = S.state_subject("node", "n1")
+        assert (await bus.publish(subject, b"{}")).ok
+        assert await bus.last_state(subject) is not None  # (a message get is answered)
+        _, gave_up = _counts("direct.get")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(BusError, match="no responders"):
+            await bus.last_state(subject, direct=True)
+        assert loop.time() - t0 < 4.0
+        assert _counts("direct.get")[1] == gave_up + 1
+    finally:
+        await bus.close()
