@@ -6,6 +6,7 @@ several schedulers (tests, `busched up`) can live in one process.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections.abc import Iterator
 
@@ -13,7 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["SchedulerMetrics", "AgentMetrics", "VolcanoMetrics", "VOLCANO_SERIES", "render", "CONTENT_TYPE"]
+__all__ = ["SchedulerMetrics", "AgentMetrics", "VolcanoMetrics", "VOLCANO_SERIES", "render", "CONTENT_TYPE",
+           "JETSTREAM_ASKS", "JetStreamAsks"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -67,6 +69,7 @@ class SchedulerMetrics:
                                         "When a reload last applied a configuration (epoch seconds; 0: "
                                         "none since the start)", registry=r)
         r.register(_PluginErrors())
+        r.register(_JetStreamAsksCollector())
         self.volcano = VolcanoMetrics(r)
 
 
@@ -84,9 +87,55 @@ class _PluginErrors:
         yield c
 
 
+class JetStreamAsks:
+    """How often this process's JetStream API requests went unanswered and were asked again, or given up
+    (`busched.bus.asks`): counted process-wide by the bus, which has no registry of its own, and read by
+    every registry at each scrape (as `_PluginErrors`).  The lease keeper's thread counts too: under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.unanswered_counts: dict[tuple[str, str], int] = {}  # (request, reason) -> asks left unanswered
+        self.given_up_counts: dict[str, int] = {}  # request -> requests given up after the bound
+
+    def unanswered(self, request: str, reason: str) -> None:
+        with self._lock:
+            key = (request, reason)
+            self.unanswered_counts[key] = self.unanswered_counts.get(key, 0) + 1
+
+    def given_up(self, request: str) -> None:
+        with self._lock:
+            self.given_up_counts[request] = self.given_up_counts.get(request, 0) + 1
+
+    def snapshot(self) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+        with self._lock:
+            return dict(self.unanswered_counts), dict(self.given_up_counts)
+
+
+JETSTREAM_ASKS = JetStreamAsks()
+
+
+class _JetStreamAsksCollector:
+    """busched_jetstream_unanswered_total{request,reason} and busched_jetstream_given_up_total{request}."""
+
+    def collect(self) -> Iterator[Metric]:
+        unanswered, given_up = JETSTREAM_ASKS.snapshot()
+        c = CounterMetricFamily("busched_jetstream_unanswered", "JetStream API requests' asks left unanswered "
+                                "(timeout, no_responders, unavailable, not_ready: a NATS cluster electing a "
+                                "leader), each asked again or, past the bound, given up", labels=["request", "reason"])
+        for (request, reason), n in sorted(unanswered.items()):
+            c.add_metric([request, reason], n)
+        yield c
+        g = CounterMetricFamily("busched_jetstream_given_up", "JetStream API requests still unanswered after "
+                                "every ask the bound allows (the caller got the error)", labels=["request"])
+        for request, n in sorted(given_up.items()):
+            g.add_metric([request], n)
+        yield g
+
+
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        r.register(_JetStreamAsksCollector())
         self.binds = Counter("busched_agent_binds_total", "Binds received, by outcome", ["outcome"], registry=r)
         self.evicts = Counter("busched_agent_evicts_total", "Evictions executed", registry=r)
         self.running = Gauge("busched_agent_tasks_running", "Tasks running on this agent's nodes", registry=r)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from hashlib import sha256
 from typing import Any
 
@@ -20,6 +22,7 @@ from nats.js import api
 from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TYPE, OBJ_STREAM_TEMPLATE
 
 from busched.bus import subjects as S
+from busched.bus.asks import ONCE, Policy, ask
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import JS_API, stream_position
 from busched.bus.streams import storage_type
@@ -29,6 +32,8 @@ __all__ = ["BUCKET", "StreamFacts", "stream_facts", "stream_subjects", "read_sin
 log = logging.getLogger("busched.bus")
 
 BUCKET = "busched_checkpoints"  # the object store of the scheduler's checkpoints
+# a page of a stream's subjects is up to 100,000 of them in one answer: each ask waited on longer
+SUBJECTS_POLICY = Policy(ask_s=3.0, asks=4, total_s=12.0)
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,7 @@ class StreamFacts:
 async def stream_facts(nc: Any, stream: str = S.STATE_STREAM, timeout: float = 10.0) -> StreamFacts:
     """The stream's `StreamFacts`, from one stream-info request (its raw answer: nats-py's StreamState has no
     ``num_subjects``)."""
-    resp = await nc.request(f"{JS_API}.STREAM.INFO.{stream}", b"", timeout=timeout)
-    info = json.loads(resp.data)
-    if "error" in info:
-        raise BusError(f"stream {stream}: {info['error'].get('description', info['error'])}")
+    info = await ask("stream.info", lambda: _stream_info(nc, stream, b"", timeout), detail=stream)
     st = info.get("state", {})
     messages = int(st.get("messages", 0))
     return StreamFacts(created=str(info.get("created", "")), first_seq=int(st.get("first_seq", 0)),
@@ -62,15 +64,26 @@ async def stream_subjects(nc: Any, stream: str = S.STATE_STREAM, timeout: float 
     out: set[str] = set()
     while True:
         req = json.dumps({"subjects_filter": ">", "offset": len(out)}).encode()
-        resp = await nc.request(f"{JS_API}.STREAM.INFO.{stream}", req, timeout=timeout)
-        info = json.loads(resp.data)
-        if "error" in info:
-            raise BusError(f"stream {stream}: {info['error'].get('description', info['error'])}")
+        info = await ask("stream.info", partial(_stream_info, nc, stream, req, timeout), SUBJECTS_POLICY,
+                         detail=stream)
         page = (info.get("state") or {}).get("subjects") or {}
         before = len(out)
         out.update(page)
         if len(out) == before or len(out) >= int(info.get("total", 0)):
             return out
+
+
+async def _stream_info(nc: Any, stream: str, req: bytes, timeout: float) -> dict[str, Any]:
+    """One stream-info request's raw answer; a "not now" error (503) raised as nats-py raises it, so `ask`
+    asks again, any other error as `BusError`."""
+    resp = await nc.request(f"{JS_API}.STREAM.INFO.{stream}", req, timeout=timeout)
+    info: dict[str, Any] = json.loads(resp.data)
+    err = info.get("error")
+    if err:
+        if err.get("code") == 503:
+            raise nats.js.errors.ServiceUnavailableError(**err)
+        raise BusError(f"stream {stream}: {err.get('description', err)}")
+    return info
 
 
 async def read_since(js: Any, start: int, *, timeout: float = 300.0) -> list[tuple[str, int, bytes]]:
@@ -88,16 +101,19 @@ async def read_since(js: Any, start: int, *, timeout: float = 300.0) -> list[tup
         if pending == 0:
             done.set()
 
-    if start:
-        cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
-    else:
-        cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
-    sub = await js.subscribe(f"{S.STATE_PREFIX}.>", stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
-                             config=cfg, pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 ** 3)
+    def subscribe() -> Any:  # a fresh config each ask: nats-py writes its delivery inbox into it
+        if start:
+            cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+        else:
+            cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
+        return js.subscribe(f"{S.STATE_PREFIX}.>", stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
+                            config=cfg, pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 ** 3)
+
+    sub = await ask("consumer.create", subscribe, detail=S.STATE_STREAM)
     try:
         if not out:
             # nothing to deliver (the messages after ``start`` purged, say): no message will say "none pending"
-            info = await sub.consumer_info()
+            info = await ask("consumer.info", sub.consumer_info, detail=S.STATE_STREAM)
             delivered = int(info.delivered.stream_seq or 0) if info.delivered else 0
             if not info.num_pending and delivered < max(start, 1):  # none pending, none sent
                 return out
@@ -108,15 +124,15 @@ async def read_since(js: Any, start: int, *, timeout: float = 300.0) -> list[tup
 
 
 async def _store(js: Any, bucket: str, *, create: bool, storage: str = "file", replicas: int = 1) -> Any:
-    try:
-        return await js.object_store(bucket)
+    try:  # (a bucket's lookup is a stream info, its creation a stream's, idempotent by config)
+        return await ask("object.bucket", lambda: js.object_store(bucket), detail=bucket)
     except (nats.js.errors.NotFoundError, nats.js.errors.BucketNotFoundError):
         if not create:
             return None
     st = storage_type(storage)
     cfg = api.ObjectStoreConfig(bucket=bucket, storage=st, replicas=replicas,
                                 description="busched scheduler checkpoints")
-    return await js.create_object_store(bucket, config=cfg)
+    return await ask("object.create", lambda: js.create_object_store(bucket, config=cfg), detail=bucket)
 
 
 async def put_object(js: Any, name: str, data: bytes, *, bucket: str = BUCKET, storage: str = "file",
@@ -135,7 +151,7 @@ async def get_object(js: Any, name: str, *, bucket: str = BUCKET) -> bytes | Non
     if store is None:
         return None
     try:
-        info = await store.get_info(name)
+        info = await ask("object.info", lambda: store.get_info(name), detail=name)
     except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
         return None
     if info.nuid and not info.is_link() and info.size is not None and info.digest:
@@ -168,7 +184,8 @@ async def _fetch_chunks(js: Any, bucket: str, info: Any, *, timeout: float = 10.
     if size:
         cfg = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, deliver_policy=api.DeliverPolicy.ALL,
                                  inactive_threshold=30.0, mem_storage=True)
-        sub = await js.pull_subscribe(subject, stream=stream, config=cfg)
+        sub = await ask("consumer.create", lambda: js.pull_subscribe(subject, stream=stream, config=copy.copy(cfg)),
+                        detail=stream)
         try:
             while True:
                 msgs = await sub.fetch(batch=FETCH_BATCH, timeout=timeout)
@@ -189,8 +206,8 @@ async def _fetch_chunks(js: Any, bucket: str, info: Any, *, timeout: float = 10.
 async def _drop_consumer(js: Any, stream: str, sub: Any) -> None:
     """Delete a pull subscription's ephemeral consumer (its inactivity threshold would, later)."""
     try:
-        name = (await sub.consumer_info()).name
+        name = (await ask("consumer.info", sub.consumer_info, ONCE, detail=stream)).name
         await sub.unsubscribe()
-        await js.delete_consumer(stream, name)
+        await ask("consumer.delete", lambda: js.delete_consumer(stream, name), ONCE, detail=name)
     except Exception:  # noqa: BLE001 - the server drops it once inactive
         pass

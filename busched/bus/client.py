@@ -318,7 +318,7 @@ class Bus:
         once the object they describe is gone."""
         if not self.may_write():
             return False
-        return await reads.purge_state(self.js, subject, before_seq)
+        return await reads.purge_state(self.js, subject, before_seq, may_write=self.may_write)
 
     # -- events ----------------------------------------------------------------------------------------------------
     async def watch_events(self, handler: Callable[[Any], None], *,

@@ -21,6 +21,7 @@ from nats.js import api
 
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.bus.asks import ask
 from busched.bus.errors import unsubscribe_quietly
 from busched.bus.feeds import stream_position
 
@@ -48,9 +49,10 @@ async def _matches(js: Any, subject: str) -> bool | None:
     """Whether the events stream holds a message on ``subject`` (a filter); None: there is no events stream."""
     try:
         if subject == f"{S.EVENT_PREFIX}.>":
-            info = await js.stream_info(S.EVENT_STREAM)
+            info = await ask("stream.info", lambda: js.stream_info(S.EVENT_STREAM), detail=S.EVENT_STREAM)
             return bool(info.state.messages)
-        info = await js.stream_info(S.EVENT_STREAM, subjects_filter=subject)
+        info = await ask("stream.info", lambda: js.stream_info(S.EVENT_STREAM, subjects_filter=subject),
+                         detail=subject)
     except nats.js.errors.NotFoundError:
         return None
     return bool(info.state.subjects)
@@ -83,7 +85,9 @@ async def watch_events(js: Any, handler: EventHandler, *, subject: str = f"{S.EV
         if pending == 0:
             w.caught_up.set()
 
-    cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL)
-    w._sub = await js.subscribe(subject, stream=S.EVENT_STREAM, cb=cb, ordered_consumer=True, config=cfg,
-                                pending_msgs_limit=1_000_000)
+    # (a fresh config each ask: nats-py writes its delivery inbox into it)
+    w._sub = await ask("consumer.create", lambda: js.subscribe(
+        subject, stream=S.EVENT_STREAM, cb=cb, ordered_consumer=True,
+        config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL), pending_msgs_limit=1_000_000),
+        detail=S.EVENT_STREAM)
     return w

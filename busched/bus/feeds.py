@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import nats.errors
 import nats.js.errors
 from nats.js import api
 
 from busched.bus import subjects as S
+from busched.bus.asks import ask
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.streams import stream_last_seq
 
@@ -30,8 +30,6 @@ __all__ = ["Delivery", "StateWatch", "DecisionFeed", "watch_state", "open_decisi
 log = logging.getLogger("busched.bus")
 
 JS_API = "$JS.API"  # the JetStream API prefix (no domains)
-SUBSCRIBE_ASKS = 3  # a state consumer's creation asked this many times when unanswered (each the client's wait)
-SUBSCRIBE_PAUSE = 0.5  # seconds between two asks (a cluster's election takes seconds)
 
 StateHandler = Callable[[str, bytes, int], None]
 StateBatchHandler = Callable[[list[tuple[str, bytes, int]]], None]
@@ -187,26 +185,20 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
         old, w._sub = w._sub, None
         if old is not None:
             await unsubscribe_quietly(old)
-        for ask in range(1, SUBSCRIBE_ASKS + 1):
+
+        def create() -> Awaitable[Any]:  # a fresh config each ask: nats-py writes its delivery inbox into it
             if start:
                 cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
             else:
                 cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
             if len(subjects) > 1:
                 cfg.filter_subjects = subjects
-            try:  # (a fresh config each ask: nats-py writes its delivery inbox into it)
-                w._sub = await js.subscribe(subjects[0], stream=S.STATE_STREAM, cb=cb, ordered_consumer=True,
-                                            config=cfg, pending_msgs_limit=1_000_000,
-                                            pending_bytes_limit=1024 * 1024 * 1024)
-                break
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
-                if ask == SUBSCRIBE_ASKS:
-                    raise
-                # a NATS cluster electing its JetStream leader drops such requests (or has no responder yet):
-                # asked again, a consumer the lost answer made is dropped by the server once inactive
-                log.info("state stream: no answer creating a consumer (%s; ask %d of %d): asking again",
-                         type(e).__name__, ask, SUBSCRIBE_ASKS)
-                await asyncio.sleep(SUBSCRIBE_PAUSE)
+            return js.subscribe(subjects[0], stream=S.STATE_STREAM, cb=cb, ordered_consumer=True, config=cfg,
+                                pending_msgs_limit=1_000_000, pending_bytes_limit=1024 * 1024 * 1024)
+
+        # a NATS cluster electing its JetStream leader drops such requests (or has no responder yet): asked
+        # again (`busched.bus.asks`), a consumer a lost answer made is dropped by the server once inactive
+        w._sub = await ask("consumer.create", create, detail=S.STATE_STREAM)
         w.subjects = subjects
 
     async def follow(subjects: list[str]) -> None:
@@ -337,11 +329,12 @@ async def open_decision_feed(nc: Any, js: Any, node: str | list[str], *, ack_wai
         policy = api.DeliverPolicy.NEW
         pending = min(100_000, 1000 * len(nodes))
     try:
-        await js.consumer_info(S.DECISION_STREAM, durable)
+        await ask("consumer.info", lambda: js.consumer_info(S.DECISION_STREAM, durable), detail=durable)
     except nats.js.errors.NotFoundError:
         cfg = api.ConsumerConfig(name=durable, durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT,
                                  deliver_policy=policy, ack_wait=ack_wait, max_ack_pending=pending, **filters)
-        await js.add_consumer(S.DECISION_STREAM, config=cfg)
+        # (a durable: idempotent by config, the same consumer made again is the one there)
+        await ask("consumer.create", lambda: js.add_consumer(S.DECISION_STREAM, config=cfg), detail=durable)
     feed = DecisionFeed(nc, nodes[0] if len(nodes) == 1 else durable,
                         f"{JS_API}.CONSUMER.MSG.NEXT.{S.DECISION_STREAM}.{durable}", nc.new_inbox())
     await feed._start()

@@ -26,6 +26,7 @@ from typing import Any
 
 from nats.js import api
 
+from busched.bus.asks import ask
 from busched.bus.subjects import STATE_STREAM
 
 __all__ = ["HISTORY_STREAM", "HISTORY_PREFIX", "STATE_HISTORY_STREAM", "SOURCE_HEADER", "cycle_subject", "read_stream",
@@ -50,7 +51,7 @@ async def wait_sourcing(js: Any, stream: str, timeout: float = 5.0) -> bool:
     deadline = loop.time() + timeout
     while True:
         try:
-            info = await js.stream_info(stream)
+            info = await ask("stream.info", lambda: js.stream_info(stream), detail=stream)
             if all(si.active is not None and si.active >= 0 for si in (info.sources or [])):
                 return True
         except Exception:  # noqa: BLE001 - not permitted to look, or gone: nothing to wait for
@@ -89,7 +90,7 @@ async def _read(bus: Any, stream: str, start: int, subject: str,
     import nats.js.errors
 
     try:
-        info = await bus.js.stream_info(stream)
+        info = await ask("stream.info", lambda: bus.js.stream_info(stream), detail=stream)
     except nats.js.errors.NotFoundError:
         return []
     last = int(info.state.last_seq or 0)
@@ -119,7 +120,8 @@ class StateReader:
 
         if self.source is None:
             try:
-                await self.bus.js.stream_info(STATE_HISTORY_STREAM)
+                await ask("stream.info", lambda: self.bus.js.stream_info(STATE_HISTORY_STREAM),
+                          detail=STATE_HISTORY_STREAM)
                 self.source = STATE_HISTORY_STREAM
             except nats.js.errors.NotFoundError:
                 self.source = STATE_STREAM

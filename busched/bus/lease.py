@@ -26,11 +26,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 import msgspec
 import nats.js.errors
 
+from busched.bus.asks import ask
 from busched.bus.streams import storage_type
 
 __all__ = ["BUCKET", "LeaseRecord", "LeaseState", "Lease", "read_leases"]
@@ -72,23 +74,27 @@ def decode(data: bytes) -> LeaseRecord | None:
 
 
 async def open_bucket(js: Any, *, replicas: int = 1, storage: str = "file") -> Any:
-    """The leases bucket, created unless it exists (one revision per key kept)."""
+    """The leases bucket, created unless it exists (one revision per key kept).  Each request is asked again
+    while a NATS cluster elects (`busched.bus.asks`): a bucket's lookup is a stream info, its creation a
+    stream's, idempotent by config."""
     try:
-        return await js.key_value(BUCKET)
+        return await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.NotFoundError):
         pass
     st = storage_type(storage)
     try:
-        return await js.create_key_value(bucket=BUCKET, history=1, replicas=replicas, storage=st, direct=True,
-                                         description="busched scheduler leases, one key per shard")
+        return await ask("kv.create", lambda: js.create_key_value(
+            bucket=BUCKET, history=1, replicas=replicas, storage=st, direct=True,
+            description="busched scheduler leases, one key per shard"), detail=BUCKET)
     except nats.js.errors.BadRequestError:
-        return await js.key_value(BUCKET)  # created by another scheduler between our two calls
+        # created by another scheduler between our two calls
+        return await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
 
 
 async def read_leases(js: Any) -> list[LeaseState]:
     """Every shard's lease (empty when the bucket does not exist)."""
     try:
-        kv = await js.key_value(BUCKET)
+        kv = await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.NotFoundError):
         return []
     try:
@@ -98,7 +104,7 @@ async def read_leases(js: Any) -> list[LeaseState]:
     out = []
     for key in sorted(keys):
         try:
-            e = await kv.get(key)
+            e = await ask("kv.get", partial(kv.get, key), detail=key)
         except nats.js.errors.KeyNotFoundError:
             continue
         rec = decode(e.value or b"")
@@ -164,8 +170,9 @@ class Lease:
             self._generation += 1
 
     async def read(self) -> LeaseState | None:
+        """The key as it is now (a direct get, asked again while a NATS cluster elects); None: no key."""
         try:
-            e = await self.kv.get(self.shard)
+            e = await ask("kv.get", lambda: self.kv.get(self.shard), detail=self.shard)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             return None
         rec = decode(e.value or b"")
@@ -230,6 +237,10 @@ class Lease:
             self.lost()
             return False
         except Exception as e:  # noqa: BLE001 - a timeout, a lost connection: try again at the next step
+            # never sent again here (a conditional write): a timeout is an unknown outcome.  If the write did
+            # land, the key moved past ``last`` and the next write on ``last`` is refused (wrong last sequence):
+            # a holder steps down then, a claimant reads the key at its next step and sees it changed (so it
+            # waits a whole lease before claiming again).  Either way nothing is held on a guess.
             log.info("lease %s: write failed (%s)", self.shard, e or type(e).__name__)
             return False
         with self._lock:
@@ -245,7 +256,7 @@ class Lease:
     async def _next_epoch_fresh(self) -> int:
         """The epoch of a first claim on a missing key: above every revision the bucket ever had."""
         try:
-            info = await self.js.stream_info(f"KV_{BUCKET}")
+            info = await ask("stream.info", lambda: self.js.stream_info(f"KV_{BUCKET}"), detail=f"KV_{BUCKET}")
             return int(info.state.last_seq or 0) + 1
         except Exception:  # noqa: BLE001
             return self.epoch + 1

@@ -28,6 +28,7 @@ from typing import Any
 
 import nats
 
+from busched.bus.asks import ask
 from busched.bus.connect import NatsOptions
 from busched.bus.lease import BUCKET, Lease
 
@@ -103,7 +104,8 @@ class Keeper:
         try:
             nc = await asyncio.wait_for(nats.connect(max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                                                      allow_reconnect=True, **kw), self.options.connect_timeout + 5)
-            kv = await nc.jetstream(timeout=max(0.5, self.lease.duration / 3)).key_value(BUCKET)
+            js = nc.jetstream(timeout=max(0.5, self.lease.duration / 3))
+            kv = await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
         except BaseException as e:  # noqa: BLE001
             self.error = e
             self._ready.set()

@@ -8,14 +8,17 @@ read what the streams hold now and are done; these are plain functions over a Je
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.js.errors
 from nats.js import api
 
 from busched.bus import subjects as S
+from busched.bus.asks import ONCE, Policy, ask
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import stream_position, watch_state
 
@@ -29,6 +32,10 @@ log = logging.getLogger("busched.bus")
 # leader leaves such requests unanswered for seconds (JetStream's default wait, 10 s, held a cycle for 10 s);
 # no answer in time is "cannot be told", the cautious branch
 DECISION_READ_TIMEOUT = 2.0
+DECISION_READ = Policy(ask_s=DECISION_READ_TIMEOUT, asks=1, total_s=DECISION_READ_TIMEOUT)  # one ask, counted
+# a direct get: "no responders" is also the lasting answer of a stream made without direct gets (an old busched's,
+# read as given by its callers), so quick refusals end after 4 asks (~1.75 s); unanswered asks still get 12 s
+DIRECT_GET = Policy(asks=4)
 
 
 async def read_state(js: Any, subject: str = f"{S.STATE_PREFIX}.>", timeout: float = 10.0) -> list[tuple[str, bytes]]:
@@ -44,7 +51,7 @@ async def read_state(js: Any, subject: str = f"{S.STATE_PREFIX}.>", timeout: flo
 
 async def last_per_subject(nc: Any, js: Any, subject: str, timeout: float = 10.0) -> list[tuple[str, int, bytes]]:
     """`Bus.last_per_subject` (see there)."""
-    info = await js.stream_info(S.STATE_STREAM, subjects_filter=subject)
+    info = await ask("stream.info", lambda: js.stream_info(S.STATE_STREAM, subjects_filter=subject), detail=subject)
     if not (info.state.subjects or {}):
         return []
     out: list[tuple[str, int, bytes]] = []
@@ -61,17 +68,17 @@ async def last_per_subject(nc: Any, js: Any, subject: str, timeout: float = 10.0
 
     sub = await nc.subscribe(inbox, cb=cb, pending_msgs_limit=1_000_000)
     name = f"read-{uuid.uuid4().hex[:16]}"
-    try:
-        await js.add_consumer(S.STATE_STREAM, config=api.ConsumerConfig(
-            name=name, filter_subject=subject, deliver_subject=inbox,
-            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
-            inactive_threshold=30.0, mem_storage=True))
+    cfg = api.ConsumerConfig(name=name, filter_subject=subject, deliver_subject=inbox,
+                             deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
+                             inactive_threshold=30.0, mem_storage=True)
+    try:  # (named: idempotent by config, the same consumer made again is the one there)
+        await ask("consumer.create", lambda: js.add_consumer(S.STATE_STREAM, config=cfg), detail=name)
         await asyncio.wait_for(done.wait(), timeout)
     finally:
         await unsubscribe_quietly(sub)
-        try:
-            await js.delete_consumer(S.STATE_STREAM, name)
-        except Exception:  # noqa: BLE001 - it goes by itself after inactive_threshold
+        try:  # one short ask: it goes by itself after inactive_threshold
+            await ask("consumer.delete", lambda: js.delete_consumer(S.STATE_STREAM, name), ONCE, detail=name)
+        except Exception:  # noqa: BLE001
             pass
     return out
 
@@ -81,7 +88,8 @@ async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) 
     ``direct``: a direct get on a subject that names the object (``$JS.API.DIRECT.GET.<stream>.<subject>``),
     which a server can allow one agent for its own nodes only."""
     try:
-        m = await js.get_last_msg(stream, subject, direct=direct)
+        m = await ask("direct.get" if direct else "msg.get", lambda: js.get_last_msg(stream, subject, direct=direct),
+                      DIRECT_GET if direct else None, detail=subject)
     except nats.js.errors.NotFoundError:
         return None
     except Exception as e:  # noqa: BLE001
@@ -92,7 +100,7 @@ async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) 
 async def subject_history(js: Any, subject: str, timeout: float = 10.0) -> list[tuple[int, bytes]]:
     """Every message the state stream still holds on one subject, oldest first."""
     out: list[tuple[int, bytes]] = []
-    info = await js.stream_info(S.STATE_STREAM, subjects_filter=subject)
+    info = await ask("stream.info", lambda: js.stream_info(S.STATE_STREAM, subjects_filter=subject), detail=subject)
     if not (info.state.subjects or {}).get(subject):
         return out
     last = await last_msg(js, S.STATE_STREAM, subject)
@@ -120,7 +128,9 @@ async def read_ordered(js: Any, stream: str, subject: str, config: Any, *, until
             done.set()
 
     limits = dict(pending_msgs_limit=10_000_000, pending_bytes_limit=4 * 1024 ** 3) if big else {}
-    sub = await js.subscribe(subject, stream=stream, cb=cb, ordered_consumer=True, config=config, **limits)
+    # (a fresh copy of the config each ask: nats-py writes its delivery inbox into it)
+    sub = await ask("consumer.create", lambda: js.subscribe(subject, stream=stream, cb=cb, ordered_consumer=True,
+                                                            config=copy.copy(config), **limits), detail=stream)
     try:
         await asyncio.wait_for(done.wait(), timeout)
     finally:
@@ -128,11 +138,25 @@ async def read_ordered(js: Any, stream: str, subject: str, config: Any, *, until
     return out
 
 
-async def purge_state(js: Any, subject: str, before_seq: int | None = None) -> bool:
+class _FencedError(Exception):
+    """The bus's fence refused a write before it left the process."""
+
+
+async def purge_state(js: Any, subject: str, before_seq: int | None = None,
+                      may_write: Callable[[], bool] | None = None) -> bool:
     """Remove a state subject's messages (those below ``before_seq`` only, when given): stream hygiene
-    once the object they describe is gone."""
+    once the object they describe is gone.  Asked again while unanswered (a purge of one subject below a
+    sequence is the same purge made twice), each ask only while ``may_write`` (the bus's fence) allows it."""
+
+    def purge() -> Awaitable[Any]:
+        if may_write is not None and not may_write():
+            raise _FencedError
+        return js.purge_stream(S.STATE_STREAM, subject=subject, seq=before_seq)
+
     try:
-        return bool(await js.purge_stream(S.STATE_STREAM, subject=subject, seq=before_seq))
+        return bool(await ask("stream.purge", purge, detail=subject))
+    except _FencedError:
+        return False
     except Exception as e:  # noqa: BLE001
         log.warning("cannot purge %s: %s", subject, e)
         return False
@@ -142,7 +166,8 @@ async def consumer_delivered(js: Any, consumer: str) -> int | None:
     """The highest decision-stream sequence a durable consumer has delivered: 0 when the consumer does not
     exist, None when it cannot be told (so nothing may be concluded)."""
     try:
-        info = await js.consumer_info(S.DECISION_STREAM, consumer, timeout=DECISION_READ_TIMEOUT)
+        info = await ask("consumer.info", lambda: js.consumer_info(S.DECISION_STREAM, consumer), DECISION_READ,
+                         detail=consumer)
     except nats.js.errors.NotFoundError:
         return 0
     except Exception as e:  # noqa: BLE001

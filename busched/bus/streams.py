@@ -13,16 +13,16 @@ more is left alone, so a command run with the default (1) never shrinks a replic
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import nats.errors
 import nats.js.errors
 from nats.js import api
 
 from busched.bus import subjects as S
+from busched.bus.asks import Policy, ask
 from busched.bus.errors import BusError
 
 __all__ = ["StreamSettings", "ensure_streams", "stream_last_seq", "events_stream_config", "allow_atomic",
@@ -98,8 +98,8 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, his
         except Exception as e:  # noqa: BLE001 - e.g. a user not permitted to look: use what the operator made
             log.warning("cannot check stream %s (%s); assuming it exists", cfg.name, e or type(e).__name__)
             continue
-        try:
-            await js.add_stream(cfg)
+        try:  # (idempotent by config: the same stream made again is the one there)
+            await ask("stream.create", partial(js.add_stream, cfg), detail=str(cfg.name))
         except nats.js.errors.BadRequestError as e:
             # another process created it between our two calls
             if "already in use" not in str(e):
@@ -110,26 +110,15 @@ async def ensure_streams(js: Any, settings: StreamSettings | None = None, *, his
             await H.wait_sourcing(js, H.STATE_HISTORY_STREAM)
 
 
-INFO_ASK_S = 1.0  # one stream-info request's wait: a NATS cluster electing a leader drops requests, so ask again
-INFO_ASKS = 10  # ... at most this many times (a bound of about INFO_ASKS * INFO_ASK_S seconds, as one long wait was)
-
-
-async def stream_info_soon(js: Any, name: str, ask_s: float = INFO_ASK_S, asks: int = INFO_ASKS) -> Any:
-    """``js.stream_info(name)``, each request waited on for ``ask_s`` and sent again up to ``asks`` times.
+async def stream_info_soon(js: Any, name: str, policy: Policy | None = None) -> Any:
+    """``js.stream_info(name)``, asked again while unanswered (`busched.bus.asks`).
 
     Why: just after a NATS server is lost, the cluster's JetStream meta leader may be being elected, and a
     request sent then gets no answer at all; one request with the client's whole timeout (10 s) held a
     deposed scheduler's rejoin, and so its catch-up, for those 10 s, where asking again found the new leader
     within a second or two.  A definite answer (found, not found, refused) ends the asking at once; the last
     timeout is raised as before."""
-    for ask in range(1, asks + 1):
-        try:
-            return await asyncio.wait_for(js.stream_info(name), ask_s)
-        except (asyncio.TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            if ask == asks:
-                raise
-            log.debug("stream %s: no answer to stream info (ask %d of %d); asking again", name, ask, asks)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return await ask("stream.info", lambda: js.stream_info(name), policy, detail=name)
 
 
 def events_stream_config(st: StreamSettings, storage: Any = api.StorageType.FILE) -> api.StreamConfig:
@@ -150,7 +139,8 @@ async def _scale_up(js: Any, info: Any, replicas: int) -> None:
         return
     log.info("stream %s: replicas %d -> %d", info.config.name, have, replicas)
     try:
-        await js.update_stream(info.config.evolve(num_replicas=replicas))
+        cfg = info.config.evolve(num_replicas=replicas)  # (idempotent by config)
+        await ask("stream.update", lambda: js.update_stream(cfg), detail=str(info.config.name))
     except Exception as e:  # noqa: BLE001 - e.g. a single server, or a user not permitted: say so, go on with it
         log.warning("cannot raise stream %s to %d replicas (%s); it keeps %d", info.config.name, replicas,
                     e or type(e).__name__, have)
@@ -158,24 +148,24 @@ async def _scale_up(js: Any, info: Any, replicas: int) -> None:
 
 async def stream_last_seq(js: Any, stream: str) -> int:
     """The stream's last sequence, 0 when it holds no message."""
-    info = await js.stream_info(stream)
+    info = await stream_info_soon(js, stream)
     return int(info.state.last_seq or 0) if (info.state.messages or 0) else 0
 
 
 async def allow_atomic(js: Any, stream: str = S.STATE_STREAM) -> None:
     """Make sure ``stream`` takes atomic batches (a stream made before busched asked for them is updated; the
     server must be 2.12 or newer).  Sharded schedulers write their binds so (docs/bus.md, "Shards")."""
-    info = await js.stream_info(stream)
+    info = await stream_info_soon(js, stream)
     if getattr(info.config, "allow_atomic", None):
         return
     cfg = info.config
     cfg.allow_atomic = True
     try:
-        await js.update_stream(cfg)
+        await ask("stream.update", lambda: js.update_stream(cfg), detail=stream)  # (idempotent by config)
     except Exception as e:  # noqa: BLE001
         raise BusError(f"stream {stream} does not take atomic batches and cannot be changed to ({e}); "
                        "sharded schedulers need nats-server 2.12 or newer") from None
-    info = await js.stream_info(stream)
+    info = await stream_info_soon(js, stream)
     if not getattr(info.config, "allow_atomic", None):
         raise BusError(f"stream {stream} does not take atomic batches: sharded schedulers need nats-server 2.12 "
                        "or newer")

@@ -11,6 +11,7 @@ import asyncio
 import nats.js.errors
 import pytest
 
+from busched.bus.asks import Policy
 from busched.bus.streams import stream_info_soon
 
 
@@ -32,19 +33,19 @@ class _Js:
 async def test_dropped_requests_are_sent_again_until_one_is_answered():
     js = _Js(silent=2)
     # bounded: code that waited on the first request would never end
-    assert await asyncio.wait_for(stream_info_soon(js, "S", ask_s=0.05, asks=5), 5) == "info of S"
+    assert await asyncio.wait_for(stream_info_soon(js, "S", Policy(ask_s=0.05, asks=5, total_s=1.0)), 5) == "info of S"
     assert js.asked == 3
 
 
 async def test_the_last_timeout_is_raised_after_the_bound():
     js = _Js(silent=100)
     with pytest.raises(asyncio.TimeoutError):
-        await stream_info_soon(js, "S", ask_s=0.02, asks=3)
+        await stream_info_soon(js, "S", Policy(ask_s=0.02, asks=3, total_s=0.1))
     assert js.asked == 3
 
 
 async def test_a_definite_answer_is_not_asked_again():
     js = _Js(silent=0, error=nats.js.errors.NotFoundError())
     with pytest.raises(nats.js.errors.NotFoundError):
-        await stream_info_soon(js, "S", ask_s=0.05, asks=5)
+        await stream_info_soon(js, "S", Policy(ask_s=0.05, asks=5, total_s=1.0))
     assert js.asked == 1

@@ -1,6 +1,6 @@
-"""`feeds.watch_state` asks again when the state consumer's creation goes unanswered (a NATS cluster electing its
-JetStream leader drops the request: tests/faults/test_nats_cluster.py saw a read fail on it after the client's
-whole 10 s), with a fresh delivery inbox each ask; a definite answer is not asked again.
+"""`feeds.watch_state` asks again (`busched.bus.asks`) when the state consumer's creation goes unanswered (a NATS
+cluster electing its JetStream leader drops the request: tests/faults/test_nats_cluster.py saw a read fail on it
+after the client's whole 10 s), with a fresh delivery inbox each ask; a definite answer is not asked again.
 
 The stand-in below is not the bus (the integration tests use a real nats-server and a real cluster): it is the
 one thing a unit test can do that a cluster cannot do on cue, leave the first requests unanswered."""
@@ -11,7 +11,8 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from busched.bus import feeds
+from busched.bus import asks, feeds
+from busched.bus.asks import Policy
 
 
 class _Js:
@@ -40,12 +41,12 @@ class _Js:
 
 
 @pytest.fixture(autouse=True)
-def _no_pause(monkeypatch):
-    monkeypatch.setattr(feeds, "SUBSCRIBE_PAUSE", 0.0)
+def _short_asks(monkeypatch):
+    monkeypatch.setattr(asks, "ASKING", Policy(ask_s=0.01, asks=3, total_s=1.0))
 
 
 async def test_an_unanswered_creation_is_asked_again_with_a_fresh_config():
-    js = _Js(silent=2)  # (SUBSCRIBE_ASKS is 3)
+    js = _Js(silent=2)  # (the policy asks 3 times)
     w = await feeds.watch_state(js, lambda *a: None)
     assert w.subjects == [f"{feeds.S.STATE_PREFIX}.>"]
     assert len(js.configs) == 3
@@ -57,7 +58,7 @@ async def test_the_last_timeout_is_raised_after_the_bound():
     js = _Js(silent=100)
     with pytest.raises(nats.errors.TimeoutError):
         await feeds.watch_state(js, lambda *a: None)
-    assert len(js.configs) == feeds.SUBSCRIBE_ASKS
+    assert len(js.configs) == asks.ASKING.asks
 
 
 async def test_a_definite_answer_is_not_asked_again():
