@@ -341,9 +341,10 @@ class Bus:
         exist, None when it cannot be told (so nothing may be concluded)."""
         return await reads.consumer_delivered(self.js, consumer)
 
-    async def delete_decision(self, seq: int) -> bool:
+    async def delete_decision(self, seq: int) -> bool | None:
+        """`reads.delete_decision`; None (nothing deleted, the outcome unknown) from a deposed writer."""
         if not self.may_write():
-            return False
+            return None
         return await reads.delete_decision(self.js, seq)
 
     async def decision_feed(self, node: str | list[str], *, ack_wait: float = 30.0) -> DecisionFeed:

@@ -176,12 +176,13 @@ async def consumer_delivered(js: Any, consumer: str) -> int | None:
     return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0
 
 
-async def delete_decision(js: Any, seq: int) -> bool:
-    """Delete one decision (one its agent must no longer get); False when it is gone already or cannot be."""
+async def delete_decision(js: Any, seq: int) -> bool | None:
+    """Delete one decision (one its agent must no longer get): True deleted, False gone already (it can no
+    longer be delivered), None when the outcome is unknown (unanswered, refused): it may still be delivered."""
     try:
-        return bool(await asyncio.wait_for(js.delete_msg(S.DECISION_STREAM, seq), DECISION_READ_TIMEOUT))
+        return bool(await asyncio.wait_for(js.delete_msg(S.DECISION_STREAM, seq), DECISION_READ_TIMEOUT)) or None
     except nats.js.errors.NotFoundError:
         return False
     except Exception as e:  # noqa: BLE001
         log.warning("cannot delete decision %d: %s", seq, str(e) or type(e).__name__)
-        return False
+        return None

@@ -71,7 +71,7 @@ class DecisionBus(Protocol):
 
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None: ...
 
-    async def delete_decision(self, seq: int) -> Any: ...
+    async def delete_decision(self, seq: int) -> bool | None: ...
 
     async def consumer_delivered(self, consumer: str) -> int | None: ...
 
@@ -283,20 +283,22 @@ class BindingTable(BindingWrites, BindingFeed):
             self.refresh_task(key)
 
     async def lease_expired(self, key: str, b: Binding, lv: NodeLive, report: CycleReport) -> None:
-        """The decision is deleted first; if the agent's consumer had not delivered it by then it never will, and
-        the task is free at once.  Otherwise (or when that cannot be told) the attempt is stopped."""
+        """The decision is deleted first; if it is off the stream and the agent's consumer had not delivered it
+        by then it never will, and the task is free at once.  Otherwise (or when that cannot be told: the
+        delete unanswered, the consumer unread) the attempt is stopped."""
         reason = f"bind to {b.node} not received within the {self.settings.bind_lease:g}s lease"
         delivered: int | None = None
+        gone: bool | None = None
         if b.seq:
-            await self.bus.delete_decision(b.seq)
-            if lv.consumer:
+            gone = await self.bus.delete_decision(b.seq) is not None  # deleted, or gone already
+            if gone and lv.consumer:
                 delivered = await self.bus.consumer_delivered(lv.consumer)
         if self.bindings.get(key) is not b or b.state != "binding":
             return
         if delivered is not None and delivered < b.seq:
             self.release(key, reason, "lease", exclude=True)
         else:
-            self.stop_attempt(key, reason, "lease", bind_deleted=bool(b.seq))
+            self.stop_attempt(key, reason, "lease", bind_deleted=bool(gone))
         report.released.append((key, "lease"))
 
     def release(self, key: str, reason: str, kind: str, *, exclude: bool = False, backoff: bool | None = None) -> None:

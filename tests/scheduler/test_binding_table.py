@@ -37,6 +37,7 @@ class FakeBus:
         self.conflict: set[str] = set()  # subjects whose conditional write loses
         self.last: dict[str, tuple[int, bytes]] = {}
         self.deleted: list[int] = []
+        self.delete_answer: bool | None = True  # True deleted, False gone already, None unknown
         self.delivered: int | None = None
 
     async def publish_all(self, items: Iterable[tuple[Any, ...]]) -> list[Ack]:
@@ -59,9 +60,9 @@ class FakeBus:
     async def last_decision(self, subject: str) -> tuple[int, bytes] | None:
         return None
 
-    async def delete_decision(self, seq: int) -> bool:
+    async def delete_decision(self, seq: int) -> bool | None:
         self.deleted.append(seq)
-        return True
+        return self.delete_answer
 
     async def consumer_delivered(self, consumer: str) -> int | None:
         return self.delivered
@@ -181,6 +182,31 @@ async def test_a_lease_ending_on_an_undelivered_bind_releases_it_at_once() -> No
     await w.table.expire(report, w.now, calm=True)
     assert w.bus.deleted == [seq]
     assert w.table.bindings[KEY].state == "released" and report.released == [(KEY, "lease")]
+
+
+async def test_a_lease_ending_whose_decision_may_still_be_on_the_stream_is_not_released() -> None:
+    """The delete's outcome unknown (unanswered, or a deposed scheduler's): the decision may still reach the
+    agent later, so the consumer's position says nothing; the attempt is stopped, not released."""
+    w = World(bind_lease=10.0)
+    await w.bind()
+    seq = w.table.bindings[KEY].seq
+    w.bus.delivered = seq - 1  # not delivered yet: but it may be, since it may not be deleted
+    w.bus.delete_answer = None
+    w.now += 11.0
+    await w.table.expire(CycleReport(2), w.now, calm=True)
+    b = w.table.bindings[KEY]
+    assert (b.state, b.stop) == ("evicting", "lease") and KEY not in w.table.excluded
+
+
+async def test_a_lease_ending_on_a_decision_gone_from_the_stream_and_never_delivered_releases_it() -> None:
+    w = World(bind_lease=10.0)
+    await w.bind()
+    seq = w.table.bindings[KEY].seq
+    w.bus.delivered = seq - 1
+    w.bus.delete_answer = False  # gone already (the stream's limits): it can never be delivered now
+    w.now += 11.0
+    await w.table.expire(CycleReport(2), w.now, calm=True)
+    assert w.table.bindings[KEY].state == "released"
 
 
 async def test_a_lease_ending_on_a_delivered_bind_stops_the_attempt_and_waits_for_the_agent() -> None:
