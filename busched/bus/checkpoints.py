@@ -22,7 +22,7 @@ from nats.js import api
 from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TYPE, OBJ_STREAM_TEMPLATE
 
 from busched.bus import subjects as S
-from busched.bus.asks import ONCE, Policy, ask
+from busched.bus.asks import NOT_READY_CODES, ONCE, Policy, ask
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import JS_API, stream_position
 from busched.bus.streams import storage_type
@@ -82,6 +82,8 @@ async def _stream_info(nc: Any, stream: str, req: bytes, timeout: float) -> dict
     if err:
         if err.get("code") == 503:
             raise nats.js.errors.ServiceUnavailableError(**err)
+        if err.get("err_code") in NOT_READY_CODES:  # (a 500 from a server no longer the meta leader)
+            raise nats.js.errors.APIError(**err)
         raise BusError(f"stream {stream}: {err.get('description', err)}")
     return info
 

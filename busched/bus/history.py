@@ -26,7 +26,7 @@ from typing import Any
 
 from nats.js import api
 
-from busched.bus.asks import ask
+from busched.bus.asks import Policy, ask
 from busched.bus.subjects import STATE_STREAM
 
 __all__ = ["HISTORY_STREAM", "HISTORY_PREFIX", "STATE_HISTORY_STREAM", "SOURCE_HEADER", "cycle_subject", "read_stream",
@@ -51,7 +51,9 @@ async def wait_sourcing(js: Any, stream: str, timeout: float = 5.0) -> bool:
     deadline = loop.time() + timeout
     while True:
         try:
-            info = await ask("stream.info", lambda: js.stream_info(stream), detail=stream)
+            left = max(0.1, deadline - loop.time())  # the asks within this wait's own bound
+            info = await ask("stream.info", lambda: js.stream_info(stream),
+                             Policy(ask_s=min(2.0, left), asks=8, total_s=left), detail=stream)
             if all(si.active is not None and si.active >= 0 for si in (info.sources or [])):
                 return True
         except Exception:  # noqa: BLE001 - not permitted to look, or gone: nothing to wait for

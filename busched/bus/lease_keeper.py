@@ -28,7 +28,7 @@ from typing import Any
 
 import nats
 
-from busched.bus.asks import ask
+from busched.bus.asks import Policy, ask
 from busched.bus.connect import NatsOptions
 from busched.bus.lease import BUCKET, Lease
 
@@ -104,8 +104,12 @@ class Keeper:
         try:
             nc = await asyncio.wait_for(nats.connect(max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                                                      allow_reconnect=True, **kw), self.options.connect_timeout + 5)
-            js = nc.jetstream(timeout=max(0.5, self.lease.duration / 3))
-            kv = await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
+            wait = max(0.5, self.lease.duration / 3)
+            js = nc.jetstream(timeout=wait)
+            # one ask, bounded by a renewal's wait: the owner's election step waits for this start, and asked
+            # again through an election it would let the lease lapse meanwhile (the owner renews instead)
+            kv = await ask("kv.bucket", lambda: js.key_value(BUCKET), Policy(ask_s=wait, asks=1, total_s=wait),
+                           detail=BUCKET)
         except BaseException as e:  # noqa: BLE001
             self.error = e
             self._ready.set()

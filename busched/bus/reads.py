@@ -138,6 +138,14 @@ async def read_ordered(js: Any, stream: str, subject: str, config: Any, *, until
     return out
 
 
+# A purge is asked once, waited on as the client's own request was (10 s), a refusal failing it at once.
+# Asked again every 2 s, a burst of purges (a few thousand tasks deleted in one cycle: three subjects each)
+# that takes the server over 2 s to drain never sees an answer: each round's copies queue behind the one
+# before (10,000 purges: all failed after 22 s, where one ask each all succeeded in 4 s); and a purge of
+# a whole subject (no ``before_seq``) made twice would erase a message written between the two.
+PURGE = Policy(ask_s=10.0, asks=1, total_s=10.0)
+
+
 class _FencedError(Exception):
     """The bus's fence refused a write before it left the process."""
 
@@ -145,8 +153,8 @@ class _FencedError(Exception):
 async def purge_state(js: Any, subject: str, before_seq: int | None = None,
                       may_write: Callable[[], bool] | None = None) -> bool:
     """Remove a state subject's messages (those below ``before_seq`` only, when given): stream hygiene
-    once the object they describe is gone.  Asked again while unanswered (a purge of one subject below a
-    sequence is the same purge made twice), each ask only while ``may_write`` (the bus's fence) allows it."""
+    once the object they describe is gone.  One ask (`PURGE`), sent only while ``may_write`` (the bus's
+    fence) allows it: never asked again (see `PURGE`); a purge not done is left to the stream's limits."""
 
     def purge() -> Awaitable[Any]:
         if may_write is not None and not may_write():
@@ -154,7 +162,7 @@ async def purge_state(js: Any, subject: str, before_seq: int | None = None,
         return js.purge_stream(S.STATE_STREAM, subject=subject, seq=before_seq)
 
     try:
-        return bool(await ask("stream.purge", purge, detail=subject))
+        return bool(await ask("stream.purge", purge, PURGE, detail=subject))
     except _FencedError:
         return False
     except Exception as e:  # noqa: BLE001

@@ -175,23 +175,40 @@ class _PurgeJs:
         return True
 
 
-async def test_a_purge_is_asked_again_only_while_the_fence_allows(short_asks):
-    js = _PurgeJs()
-    allowed = [True]
-
-    def may_write() -> bool:
-        ok = allowed[0]
-        allowed[0] = False  # deposed after the first ask
-        return ok
-
-    assert await asyncio.wait_for(reads.purge_state(js, "busched.state.task.a", may_write=may_write), 5) is False
-    assert js.purges == 1, "a purge was sent again after the fence refused it"
+@pytest.fixture
+def short_purge(monkeypatch):
+    monkeypatch.setattr(reads, "PURGE", Policy(ask_s=0.05, asks=1, total_s=0.05))
 
 
-async def test_an_unfenced_purge_is_asked_within_the_bound(short_asks):
+async def test_a_purge_is_asked_once(short_asks, short_purge):
+    """A purge is not asked again: a burst of them (a few thousand deleted tasks) asked again every 2 s would
+    queue the copies behind the first round on the server and never see an answer; and a purge of a whole
+    subject made twice could erase a message written between the two."""
     js = _PurgeJs()
     assert await asyncio.wait_for(reads.purge_state(js, "busched.state.task.a"), 5) is False
-    assert js.purges == asks.ASKING.asks
+    assert js.purges == 1
+
+
+class _RefusingPurgeJs(_PurgeJs):
+    async def purge_stream(self, stream: str, **kw: object) -> bool:
+        self.purges += 1
+        raise nats.js.errors.ServiceUnavailableError(code=503)
+
+
+async def test_a_refused_purge_fails_at_once(short_asks):
+    """Within a cycle a purge refused while a cluster elects fails at once (stream hygiene, done later
+    with the next delete), not after a policy's pauses."""
+    js = _RefusingPurgeJs()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert await asyncio.wait_for(reads.purge_state(js, "busched.state.task.a"), 5) is False
+    assert js.purges == 1 and loop.time() - t0 < 0.2
+
+
+async def test_a_fenced_purge_is_not_sent(short_asks):
+    js = _PurgeJs()
+    assert await asyncio.wait_for(reads.purge_state(js, "busched.state.task.a", may_write=lambda: False), 5) is False
+    assert js.purges == 0
 
 
 async def test_a_stream_without_direct_gets_is_told_soon(nats_server):
@@ -217,3 +234,29 @@ async def test_a_stream_without_direct_gets_is_told_soon(nats_server):
         assert _counts("direct.get")[1] == gave_up + 1
     finally:
         await bus.close()
+
+
+async def test_a_stream_info_answered_not_ready_by_a_former_meta_leader_is_asked_again(short_asks):
+    """A 500 carrying JetStream's 10009 ("cluster can not handle request") from the raw stream-info request the
+    checkpoint's facts use is a "not now", as everywhere else."""
+    import json
+
+    from busched.bus import checkpoints
+
+    class _Reply:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+    class _Nc:
+        asked = 0
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> _Reply:
+            self.asked += 1
+            if self.asked == 1:
+                err = {"code": 500, "err_code": 10009, "description": "JetStream cluster can not handle request"}
+                return _Reply(json.dumps({"error": err}).encode())
+            return _Reply(json.dumps({"created": "c", "state": {"messages": 1, "first_seq": 1, "last_seq": 1}}).encode())
+
+    nc = _Nc()
+    facts = await asyncio.wait_for(checkpoints.stream_facts(nc), 5)
+    assert nc.asked == 2 and facts.last_seq == 1

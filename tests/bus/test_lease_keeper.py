@@ -9,6 +9,7 @@ import time
 
 from busched.bus import Bus
 from busched.bus.connect import NatsOptions
+from busched.bus.lease import Lease
 from busched.bus.lease_keeper import Keeper
 
 
@@ -90,3 +91,34 @@ async def test_no_keeper_for_a_bus_without_options(nats_server) -> None:  # noqa
         assert bus.lease_keeper(lease) is None
     finally:
         await bus.close()
+
+
+def test_a_keeper_whose_bucket_lookup_goes_unanswered_gives_up_within_a_third_of_the_lease(monkeypatch) -> None:
+    """The lease keeper's bucket lookup is one ask bounded by a third of the lease (its own requests' wait):
+    asked again through an election (12 s) it kept the election step waiting past a 2 s lease, which lapsed."""
+    import asyncio
+    import time
+
+    from busched.bus import lease_keeper
+
+    class _Js:
+        async def key_value(self, bucket: str) -> None:
+            await asyncio.Event().wait()  # never answered
+
+    class _Nc:
+        def jetstream(self, **kw: object) -> _Js:
+            return _Js()
+
+        async def close(self) -> None:
+            return None
+
+    async def connect(**kw: object) -> _Nc:
+        return _Nc()
+
+    monkeypatch.setattr(lease_keeper.nats, "connect", connect)
+    ls = Lease(object(), shard="default", holder="me", duration=2.0)
+    keeper = Keeper(NatsOptions(url="nats://127.0.0.1:1"), ls)
+    t0 = time.monotonic()
+    assert keeper.start() is False
+    assert time.monotonic() - t0 < ls.duration
+    assert keeper.error is not None
