@@ -255,7 +255,8 @@ async def test_a_stream_info_answered_not_ready_by_a_former_meta_leader_is_asked
             if self.asked == 1:
                 err = {"code": 500, "err_code": 10009, "description": "JetStream cluster can not handle request"}
                 return _Reply(json.dumps({"error": err}).encode())
-            return _Reply(json.dumps({"created": "c", "state": {"messages": 1, "first_seq": 1, "last_seq": 1}}).encode())
+            state = {"messages": 1, "first_seq": 1, "last_seq": 1}
+            return _Reply(json.dumps({"created": "c", "state": state}).encode())
 
     nc = _Nc()
     facts = await asyncio.wait_for(checkpoints.stream_facts(nc), 5)
