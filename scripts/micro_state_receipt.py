@@ -3,7 +3,8 @@
 A fresh nats-server gets ``N`` state messages (each its own subject, ~250 bytes like a task's), then watches
 catch up with them in turn, alternating ``direct_receipt`` off and on; each prints the process's CPU time
 from the subscription to ``caught_up`` divided by the messages handed over (the handler only keeps them).
-Usage: ``python scripts/micro_state_receipt.py [N] [rounds]``.
+Usage: ``python scripts/micro_state_receipt.py [N] [rounds] [noparse]`` (``noparse``: nats-py's own parse
+for every message, as before busched/bus/parse.py).
 """
 
 from __future__ import annotations
@@ -54,4 +55,8 @@ async def main(n: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
+    if "noparse" in sys.argv[3:]:
+        from busched.bus import parse
+
+        parse.install = lambda nc: False  # type: ignore[assignment]
     asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20000, int(sys.argv[2]) if len(sys.argv) > 2 else 5))

@@ -87,7 +87,16 @@ def _install(nc: Any) -> tuple[dict[int, Callable[[bytes, bytes], None]], dict[i
     setattr(nc, _ROUTES, routes)
     setattr(nc, _RAW, raw)
     setattr(nc, _ORIGINAL, original)
+    from busched.bus import parse  # (it reads these tables: imported here, not at the top)
+
+    parse.install(nc)  # routed messages also skip the parser's regular expression and coroutine
     return routes, raw
+
+
+def tables(nc: Any) -> tuple[dict[int, Callable[[bytes, bytes], None]], dict[int, RawHandler]] | None:
+    """The connection's route tables (plain handlers, raw handlers) once something was routed on it."""
+    routes = nc.__dict__.get(_ROUTES)
+    return None if routes is None else (routes, nc.__dict__[_RAW])
 
 
 def direct(nc: Any, sid: int, handler: Callable[[bytes, bytes], None]) -> bool:

@@ -155,3 +155,15 @@ async def test_a_purge_is_followed(nats_server) -> None:
         await w.stop()
     finally:
         await bus.close()
+
+
+async def test_the_schedulers_watch_takes_the_parsers_path_after_narrowing(harness) -> None:
+    sched = await harness.scheduler(run=False)
+    w = sched.watch
+    assert w._receiver is not None and w.subjects != [f"{S.STATE_PREFIX}.>"]  # narrowed, and still direct
+    writer = await harness.bus()
+    await writer.ensure_streams()
+    before = w._sub._sub._received
+    await writer.publish_all([(S.state_subject("queue", "q1"), b'{"kind":"queue.upsert","queue":{"name":"q1"}}', None)])
+    await wait_until(lambda: w._sub._sub._received > before, timeout=10)
+    assert w._sub._sub._pending_queue.qsize() == 0 and w._sub._sub._jsi._fciseq >= 1
