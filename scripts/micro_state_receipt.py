@@ -58,5 +58,5 @@ if __name__ == "__main__":
     if "noparse" in sys.argv[3:]:
         from busched.bus import parse
 
-        parse.install = lambda nc: False  # type: ignore[assignment]
+        parse.install = lambda *a: False  # type: ignore[assignment]
     asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20000, int(sys.argv[2]) if len(sys.argv) > 2 else 5))

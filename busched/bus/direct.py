@@ -10,10 +10,16 @@ function at once: no `Msg`, no queue, no task switch.  A message with headers (t
 ``503 No Responders`` when no stream listens) still takes nats-py's own path to the callback, and
 the connection's statistics count every message as before.
 
+`direct_raw` routes every message of a subscription, headers and reply included, to a handler
+that keeps whatever protocol state the subscription has (the state watch's ordered consumer,
+`busched.bus.ordered`) and may hand a message back to nats-py's own processing.
+
 It wraps the connection's ``_process_msg`` on that one connection object (nats-py's parser calls it
-for every message).  `usable` says whether the installed nats-py has what this relies on; when it
-does not, nothing is wrapped and the subscription's callback gets every message as before
-(tests/bus/test_direct.py fails on a nats-py where it says no, so a change there is seen).
+for every message), and puts `busched.bus.parse` in front of the parser, which reads the routed
+messages' control lines itself and calls their handlers without a coroutine each.  `usable` says
+whether the installed nats-py has what this relies on; when it does not, nothing is wrapped and the
+subscription's callback gets every message as before (tests/bus/test_direct.py fails on a nats-py
+where it says no, so a change there is seen).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from busched.bus import parse
 
 __all__ = ["direct", "direct_raw", "undirect", "usable"]
 
@@ -87,9 +95,7 @@ def _install(nc: Any) -> tuple[dict[int, Callable[[bytes, bytes], None]], dict[i
     setattr(nc, _ROUTES, routes)
     setattr(nc, _RAW, raw)
     setattr(nc, _ORIGINAL, original)
-    from busched.bus import parse  # (it reads these tables: imported here, not at the top)
-
-    parse.install(nc)  # routed messages also skip the parser's regular expression and coroutine
+    parse.install(nc, routes, raw)  # routed messages also skip the parser's regular expression and coroutine
     return routes, raw
 
 

@@ -18,9 +18,9 @@ parser's state is read again after every await (a reconnect resets it).
 from __future__ import annotations
 
 import inspect
+import logging
+from collections.abc import Callable
 from typing import Any
-
-from busched.bus import direct
 
 __all__ = ["install", "usable"]
 
@@ -29,6 +29,8 @@ _HMSG = b"HMSG "
 _CRLF = b"\r\n"
 _MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE: a longer line is left to it (it raises)
 _INSTALLED = "_busched_parse"
+
+log = logging.getLogger("busched.bus")
 
 
 def usable(nc: Any) -> bool:
@@ -46,15 +48,14 @@ def usable(nc: Any) -> bool:
         return False
 
 
-def install(nc: Any) -> bool:
-    """Read ``nc``'s messages as the module's docstring says; False (nothing changed) when not `usable` or
-    `busched.bus.direct` has no routes on it."""
+def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dict[int, Callable[..., Any]]) -> bool:
+    """Read ``nc``'s messages as the module's docstring says, with `busched.bus.direct`'s route tables
+    (``routes``: plain handlers, for messages without headers; ``raw``: raw handlers); False (nothing changed)
+    when not `usable`."""
     if nc.__dict__.get(_INSTALLED):
         return True
-    tables = direct.tables(nc)
-    if tables is None or not usable(nc):
+    if not usable(nc):
         return False
-    routes, raw = tables
     ps = nc._ps
     original = ps.parse
     stats = nc.stats
@@ -112,7 +113,7 @@ def install(nc: Any) -> bool:
                 try:
                     handler(subject, payload)
                 except Exception:  # noqa: BLE001 - never into the read loop: it would end the connection
-                    direct.log.exception("handling a message on %r failed", subject)
+                    log.exception("handling a message on %r failed", subject)
                 continue
             take = raw.get(sid) if handler is None else None
             if take is not None:
@@ -121,7 +122,7 @@ def install(nc: Any) -> bool:
                     if later is not None:
                         await later
                 except Exception:  # noqa: BLE001 - as above
-                    direct.log.exception("handling a message on %r failed", subject)
+                    log.exception("handling a message on %r failed", subject)
             else:
                 await nc._process_msg(sid, subject, reply, payload, headers)
             buf = ps.buf  # (a reconnect meanwhile resets the parser)
