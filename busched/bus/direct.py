@@ -10,24 +10,36 @@ function at once: no `Msg`, no queue, no task switch.  A message with headers (t
 ``503 No Responders`` when no stream listens) still takes nats-py's own path to the callback, and
 the connection's statistics count every message as before.
 
+`direct_raw` routes every message of a subscription, headers and reply included, to a handler
+that keeps whatever protocol state the subscription has (the state watch's ordered consumer,
+`busched.bus.ordered`) and may hand a message back to nats-py's own processing.
+
 It wraps the connection's ``_process_msg`` on that one connection object (nats-py's parser calls it
-for every message).  `usable` says whether the installed nats-py has what this relies on; when it
-does not, nothing is wrapped and the subscription's callback gets every message as before
-(tests/bus/test_direct.py fails on a nats-py where it says no, so a change there is seen).
+for every message), and puts `busched.bus.parse` in front of the parser, which reads the routed
+messages' control lines itself and calls their handlers without a coroutine each.  `usable` says
+whether the installed nats-py has what this relies on; when it does not, nothing is wrapped and the
+subscription's callback gets every message as before (tests/bus/test_direct.py fails on a nats-py
+where it says no, so a change there is seen).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["direct", "undirect", "usable"]
+from busched.bus import parse
+
+__all__ = ["direct", "direct_raw", "undirect", "usable"]
 
 log = logging.getLogger("busched.bus")
 
 _ROUTES = "_busched_direct"
+_RAW = "_busched_direct_raw"
+_ORIGINAL = "_busched_direct_original"
+
+RawHandler = Callable[[int, bytes, bytes, bytes, Any], "Awaitable[None] | None"]
 
 
 def usable(nc: Any) -> bool:
@@ -43,34 +55,78 @@ def usable(nc: Any) -> bool:
     return names[:5] == ["sid", "subject", "reply", "data", "headers"]
 
 
+def _install(nc: Any) -> tuple[dict[int, Callable[[bytes, bytes], None]], dict[int, RawHandler]] | None:
+    """The connection's two route tables, wrapping its ``_process_msg`` the first time; None if not `usable`."""
+    routes: dict[int, Callable[[bytes, bytes], None]] | None = nc.__dict__.get(_ROUTES)
+    if routes is not None:
+        return routes, nc.__dict__[_RAW]
+    if not usable(nc):
+        return None
+    routes = {}
+    raw: dict[int, RawHandler] = {}
+    original = nc._process_msg
+    stats = nc.stats
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+        handler = routes.get(sid)
+        if handler is None:
+            take = raw.get(sid)
+            if take is None:
+                await original(sid, subject, reply, data, headers)
+                return
+            try:
+                later = take(sid, subject, reply, data, headers)
+                if later is not None:
+                    await later
+            except Exception:  # noqa: BLE001 - never into the parser: it would end the connection's read loop
+                log.exception("handling a message on %r failed", subject)
+            return
+        if headers:
+            await original(sid, subject, reply, data, headers)
+            return
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        try:
+            handler(subject, data)
+        except Exception:  # noqa: BLE001 - never into the parser: it would end the connection's read loop
+            log.exception("handling a message on %r failed", subject)
+
+    nc._process_msg = process_msg
+    setattr(nc, _ROUTES, routes)
+    setattr(nc, _RAW, raw)
+    setattr(nc, _ORIGINAL, original)
+    parse.install(nc, routes, raw)  # routed messages also skip the parser's regular expression and coroutine
+    return routes, raw
+
+
+def tables(nc: Any) -> tuple[dict[int, Callable[[bytes, bytes], None]], dict[int, RawHandler]] | None:
+    """The connection's route tables (plain handlers, raw handlers) once something was routed on it."""
+    routes = nc.__dict__.get(_ROUTES)
+    return None if routes is None else (routes, nc.__dict__[_RAW])
+
+
 def direct(nc: Any, sid: int, handler: Callable[[bytes, bytes], None]) -> bool:
     """From now on each message without headers of subscription ``sid`` goes to ``handler(subject, data)``
     (both bytes) as the parser reads it, instead of the subscription's callback.  False (and nothing
     changed) when the client is not one this knows (`usable`)."""
-    routes: dict[int, Callable[[bytes, bytes], None]] | None = nc.__dict__.get(_ROUTES)
-    if routes is None:
-        if not usable(nc):
-            return False
-        routes = {}
-        original = nc._process_msg
-        stats = nc.stats
-
-        async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
-            handler = routes.get(sid)
-            if handler is None or headers:
-                await original(sid, subject, reply, data, headers)
-                return
-            stats["in_msgs"] += 1
-            stats["in_bytes"] += len(data)
-            try:
-                handler(subject, data)
-            except Exception:  # noqa: BLE001 - never into the parser: it would end the connection's read loop
-                log.exception("handling a message on %r failed", subject)
-
-        nc._process_msg = process_msg
-        setattr(nc, _ROUTES, routes)
-    routes[sid] = handler
+    tables = _install(nc)
+    if tables is None:
+        return False
+    tables[0][sid] = handler
     return True
+
+
+def direct_raw(nc: Any, sid: int, handler: RawHandler) -> Callable[..., Awaitable[None]] | None:
+    """From now on every message of subscription ``sid`` goes to ``handler(sid, subject, reply, data,
+    headers)`` as the parser reads it: the handler counts it in the connection's statistics or hands
+    it on to nats-py's own processing by returning the awaitable of the function returned here (the
+    connection's original ``_process_msg``), which the parser then awaits.  None (and nothing changed)
+    when the client is not one this knows (`usable`)."""
+    tables = _install(nc)
+    if tables is None:
+        return None
+    tables[1][sid] = handler
+    return nc.__dict__[_ORIGINAL]  # type: ignore[no-any-return]
 
 
 def undirect(nc: Any, sid: int) -> None:
@@ -78,3 +134,4 @@ def undirect(nc: Any, sid: int) -> None:
     routes = nc.__dict__.get(_ROUTES)
     if routes is not None:
         routes.pop(sid, None)
+        nc.__dict__[_RAW].pop(sid, None)

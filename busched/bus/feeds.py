@@ -19,6 +19,7 @@ import msgspec
 import nats.js.errors
 from nats.js import api
 
+from busched.bus import ordered
 from busched.bus import subjects as S
 from busched.bus.asks import ask
 from busched.bus.errors import BusError, unsubscribe_quietly
@@ -97,6 +98,7 @@ class StateWatch:
         self.pending = 0  # messages the stream still had for this watch after the last one received
         self.subjects: list[str] = []  # what is followed
         self._sub: Any = None
+        self._receiver: ordered.OrderedReceiver | None = None  # the parser hands messages over (busched.bus.ordered)
         self._follow: Callable[[list[str]], Awaitable[None]] | None = None
 
     async def narrow(self, subjects: list[str]) -> None:
@@ -110,17 +112,25 @@ class StateWatch:
             raise BusError("a state watch can only be narrowed once it has caught up")
         await self._follow(list(subjects))
 
+    def _drop_receiver(self) -> None:
+        if self._receiver is not None:
+            self._receiver.stop()
+            self._receiver = None
+
     async def stop(self) -> None:
         self._follow = None
         if self._sub is not None:
+            self._drop_receiver()
             await unsubscribe_quietly(self._sub)
             self._sub = None
 
 
 async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: str = f"{S.STATE_PREFIX}.>",
                       batch_handler: StateBatchHandler | None = None, max_batch: int = 8192,
-                      start: int = 0) -> StateWatch:
-    """`Bus.watch_state` over the JetStream context ``js`` (see there)."""
+                      start: int = 0, direct_receipt: bool = True, idle_heartbeat: float | None = None) -> StateWatch:
+    """`Bus.watch_state` over the JetStream context ``js`` (see there).  ``direct_receipt``: messages straight
+    from the parser (`busched.bus.ordered`; False: through nats-py's ``Msg``, queue and task);
+    ``idle_heartbeat``: the consumer's, in seconds (nats-py's 5 by default; two missed make it start over)."""
     if (handler is None) == (batch_handler is None):
         raise TypeError("watch_state needs exactly one of handler and batch_handler")
     if batch_handler is None:
@@ -165,25 +175,33 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
         current[0] += 1
         mine = current[0]
 
-        async def cb(m: Any) -> None:
+        def take(subj: str, data: bytes, seq: int, pending: int) -> None:
             nonlocal scheduled
-            if current[0] != mine:
-                return  # the subscription was replaced: its successor delivers this one again
-            seq, pending = stream_position(m)
-            if seq < 0:
-                return  # not a stream message
             w.pending = pending
-            buf.append((m.subject, m.data, seq))
+            buf.append((subj, data, seq))
             if not caught[0] and (seq >= w.target or pending == 0):
                 caught[0] = True
             if len(buf) >= max_batch:
                 flush()
             elif not scheduled:
                 scheduled = True
-                loop.call_soon(flush)  # runs once the messages already received have been queued
+                loop.call_soon(flush)  # runs once the messages already received (the parser's read) are in
+
+        async def cb(m: Any) -> None:  # through nats-py's Msg, queue and task (when `ordered.attach` cannot)
+            if current[0] != mine:
+                return  # the subscription was replaced: its successor delivers this one again
+            seq, pending = stream_position(m)
+            if seq < 0:
+                return  # not a stream message
+            take(m.subject, m.data, seq, pending)
+
+        def direct_cb(subj: bytes, data: bytes, seq: int, pending: int) -> None:  # straight from the parser
+            if current[0] == mine:
+                take(subj.decode(), data, seq, pending)
 
         old, w._sub = w._sub, None
         if old is not None:
+            w._drop_receiver()
             await unsubscribe_quietly(old)
 
         def create() -> Awaitable[Any]:  # a fresh config each ask: nats-py writes its delivery inbox into it
@@ -193,12 +211,15 @@ async def watch_state(js: Any, handler: StateHandler | None = None, *, subject: 
                 cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
             if len(subjects) > 1:
                 cfg.filter_subjects = subjects
+            if idle_heartbeat:
+                cfg.idle_heartbeat = idle_heartbeat
             return js.subscribe(subjects[0], stream=S.STATE_STREAM, cb=cb, ordered_consumer=True, config=cfg,
                                 pending_msgs_limit=1_000_000, pending_bytes_limit=1024 * 1024 * 1024)
 
         # a NATS cluster electing its JetStream leader drops such requests (or has no responder yet): asked
         # again (`busched.bus.asks`), a consumer a lost answer made is dropped by the server once inactive
         w._sub = await ask("consumer.create", create, detail=S.STATE_STREAM)
+        w._receiver = ordered.attach(getattr(js, "_nc", None), w._sub, direct_cb) if direct_receipt else None
         w.subjects = subjects
 
     async def follow(subjects: list[str]) -> None:

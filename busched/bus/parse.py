@@ -1,0 +1,134 @@
+"""The connection's messages read from its buffer without a regular expression and a coroutine each.
+
+nats-py's parser (``nats.protocol.parser.Parser.parse``) matches each ``MSG``/``HMSG`` control line
+with a regular expression, keeps its fields in a dict and awaits the connection's ``_process_msg``
+for every message: a coroutine made and run per message, also for those `busched.bus.direct` then
+hands straight to a plain function (the publishes' acknowledgements, the state watch's messages).
+`install` puts a parse in front of it on one connection: while the buffer starts with a complete
+``MSG`` or ``HMSG`` (control line and payload), it splits the control line itself and hands a
+message whose subscription has a direct route to that route at once, without a coroutine; any
+other message goes to ``_process_msg`` as before, awaited in the same order.  Everything else (a
+``PING``, ``INFO``, ``-ERR``, a line it cannot read, a message still arriving) is left where it is
+and nats-py's own parse takes the buffer from there, so the protocol's handling is nats-py's.  The
+parser's state is read again after every await (a reconnect resets it).
+
+`usable` checks the parser's shape (tests/bus/test_parse.py fails on a nats-py where it says no).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["install", "usable"]
+
+_MSG = b"MSG "
+_HMSG = b"HMSG "
+_CRLF = b"\r\n"
+_MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE: a longer line is left to it (it raises)
+_INSTALLED = "_busched_parse"
+
+log = logging.getLogger("busched.bus")
+
+
+def usable(nc: Any) -> bool:
+    """Whether ``nc``'s parser is nats-py's as this knows it: a ``bytearray`` buffer, its state (1 awaiting a
+    control line, 2 a payload) and an ``async parse(data)``."""
+    ps = getattr(nc, "_ps", None)
+    if ps is None or not isinstance(getattr(ps, "buf", None), bytearray) or getattr(ps, "state", None) not in (1, 2):
+        return False
+    fn = getattr(ps, "parse", None)
+    if fn is None or not inspect.iscoroutinefunction(fn):
+        return False
+    try:
+        return list(inspect.signature(fn).parameters) == ["data"]
+    except (TypeError, ValueError):
+        return False
+
+
+def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dict[int, Callable[..., Any]]) -> bool:
+    """Read ``nc``'s messages as the module's docstring says, with `busched.bus.direct`'s route tables
+    (``routes``: plain handlers, for messages without headers; ``raw``: raw handlers); False (nothing changed)
+    when not `usable`."""
+    if nc.__dict__.get(_INSTALLED):
+        return True
+    if not usable(nc):
+        return False
+    ps = nc._ps
+    original = ps.parse
+    stats = nc.stats
+
+    async def parse(data: bytes = b"") -> None:
+        buf = ps.buf
+        if data:
+            buf.extend(data)
+        while ps.state == 1 and buf:
+            if buf.startswith(_MSG):
+                start = 4
+            elif buf.startswith(_HMSG):
+                start = 5
+            else:
+                break
+            end = buf.find(_CRLF, 0, _MAX_LINE)
+            if end < 0:
+                if len(buf) >= _MAX_LINE:
+                    break  # nats-py's parse says what is wrong with it
+                return  # the line is still arriving
+            args = bytes(buf[start:end]).split()
+            try:
+                if start == 4:
+                    hsize = 0
+                    size = int(args[-1])
+                    n = len(args)
+                    if n != 3 and n != 4:
+                        break
+                else:
+                    hsize = int(args[-2])
+                    size = int(args[-1])
+                    n = len(args) - 1
+                    if (n != 3 and n != 4) or not 0 <= hsize <= size:
+                        break
+                sid = int(args[1])
+            except ValueError:
+                break  # nats-py's parse reads it (or says it is malformed)
+            body = end + 2
+            stop = body + size
+            if len(buf) < stop + 2:
+                return  # the payload is still arriving: read again with the next bytes
+            subject = args[0]
+            reply = args[2] if n == 4 else b""
+            if hsize:
+                headers: bytes | None = bytes(buf[body:body + hsize])
+                payload = bytes(buf[body + hsize:stop])
+            else:
+                headers = None
+                payload = bytes(buf[body:stop])
+            del buf[:stop + 2]
+            handler = routes.get(sid)
+            if handler is not None and headers is None:
+                stats["in_msgs"] += 1
+                stats["in_bytes"] += len(payload)
+                try:
+                    handler(subject, payload)
+                except Exception:  # noqa: BLE001 - never into the read loop: it would end the connection
+                    log.exception("handling a message on %r failed", subject)
+                continue
+            take = raw.get(sid) if handler is None else None
+            if take is not None:
+                try:
+                    later = take(sid, subject, reply, payload, headers)
+                    if later is not None:
+                        await later
+                except Exception:  # noqa: BLE001 - as above
+                    log.exception("handling a message on %r failed", subject)
+            else:
+                await nc._process_msg(sid, subject, reply, payload, headers)
+            buf = ps.buf  # (a reconnect meanwhile resets the parser)
+        if buf:
+            await original(b"")
+
+    ps.parse = parse
+    setattr(nc, _INSTALLED, True)
+    return True

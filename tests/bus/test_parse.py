@@ -1,0 +1,133 @@
+"""The connection's messages read without nats-py's regular expression (busched/bus/parse.py): against nats-py's
+own parser as the oracle, on random protocol streams cut at random places; on the installed nats-py and a real
+nats-server."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from nats.protocol.parser import Parser
+
+from busched.bus import Bus
+from busched.bus import subjects as S
+from busched.bus.direct import direct, direct_raw
+from busched.bus.parse import usable
+
+
+class _Conn:
+    """What nats-py's parser calls on its connection, each call written down."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, int] = {"in_msgs": 0, "in_bytes": 0}
+        self.calls: list[tuple[Any, ...]] = []
+        self._ps = Parser(self)
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        self.calls.append(("msg", sid, subject, reply, data, headers))
+
+    async def _process_ping(self) -> None:
+        self.calls.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.calls.append(("pong",))
+
+    async def _process_info(self, info: Any) -> None:
+        self.calls.append(("info", info))
+
+    async def _process_err(self, err: str) -> None:
+        self.calls.append(("err", err))
+
+
+def _stream(rng: random.Random, n: int) -> bytes:
+    out = bytearray()
+    for i in range(n):
+        r = rng.random()
+        if r < 0.05:
+            out += rng.choice([b"PING\r\n", b"PONG\r\n", b"+OK\r\n", b'INFO {"max_payload":1048576}\r\n',
+                               b"-ERR 'Slow Consumer'\r\n"])
+            continue
+        sid = rng.choice([1, 2, 3])
+        subject = f"s.{i}.x".encode()
+        reply = rng.choice([b"", f"$JS.ACK.ST.c.1.{i}.{i}.0.0".encode(), b"_INBOX.abc"])
+        data = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 5, 300, 5000])))
+        head = b""
+        if rng.random() < 0.3:
+            head = rng.choice([b"NATS/1.0\r\nNats-Msg-Id: m%d\r\n\r\n" % i,
+                               b"NATS/1.0 100 FlowControl Request\r\n\r\n"])
+        sep = rng.choice([b" ", b"  ", b"\t"])
+        if head:
+            line = b"HMSG " + subject + sep + b"%d" % sid + (sep + reply if reply else b"") + \
+                b" %d %d\r\n" % (len(head), len(head) + len(data))
+        else:
+            line = b"MSG " + subject + sep + b"%d" % sid + (sep + reply if reply else b"") + b" %d\r\n" % len(data)
+        out += line + head + data + b"\r\n"
+    return bytes(out)
+
+
+async def _feed(conn: _Conn, data: bytes, cuts: list[int]) -> None:
+    at = 0
+    for c in sorted(cuts) + [len(data)]:
+        await conn._ps.parse(data[at:c])
+        at = c
+
+
+def _routed_conn() -> tuple[_Conn, list[tuple[Any, ...]]]:
+    """A connection whose sid 1 has a plain route and sid 2 a raw one (headers: nats-py's path)."""
+    ours = _Conn()
+    routed: list[tuple[Any, ...]] = []
+    assert direct(ours, 1, lambda subject, payload: routed.append(("msg", 1, subject, payload)))
+    original: Any = None
+
+    def raw(sid: int, subject: bytes, reply: bytes, payload: bytes, headers: Any) -> Any:
+        if headers is not None:
+            return original(sid, subject, reply, payload, headers)
+        routed.append(("msg", sid, subject, reply, payload, headers))
+        return None
+
+    original = direct_raw(ours, 2, raw)
+    assert ours.__dict__.get("_busched_parse")  # (direct installs it)
+    return ours, routed
+
+
+async def test_the_same_messages_as_nats_pys_parser_on_random_streams() -> None:
+    for seed in range(30):
+        rng = random.Random(seed)
+        data = _stream(rng, 120)
+        cuts = [rng.randrange(len(data)) for _ in range(rng.choice([0, 5, 60, 400]))]
+        oracle = _Conn()
+        await _feed(oracle, data, cuts)
+        ours, routed = _routed_conn()
+        await _feed(ours, data, cuts)
+        # sid 1 without headers and sid 2 without headers went to their routes; everything else to _process_msg
+        expected_routed = [("msg", 1, c[2], c[4]) if c[1] == 1 else c for c in oracle.calls
+                           if c[0] == "msg" and c[1] in (1, 2) and c[5] is None]
+        assert routed == expected_routed, seed
+        assert ours.calls == [c for c in oracle.calls if not (c[0] == "msg" and c[1] in (1, 2) and c[5] is None)], seed
+        assert ours.stats["in_msgs"] + sum(1 for r in routed if r[1] == 2) == oracle.stats["in_msgs"]
+        assert not ours._ps.buf and ours._ps.state == oracle._ps.state
+
+
+async def test_a_message_split_anywhere_is_read_once_whole() -> None:
+    data = b"MSG a.b 1 r.s 5\r\nhello\r\nHMSG c 1 18 20\r\nNATS/1.0\r\nK: v\r\n\r\nhi\r\n"
+    for cut in range(len(data) + 1):
+        conn, got = _routed_conn()
+        await _feed(conn, data, [cut])
+        assert got == [("msg", 1, b"a.b", b"hello")], cut
+        assert conn.calls == [("msg", 1, b"c", b"", b"hi", b"NATS/1.0\r\nK: v\r\n\r\n")], cut
+
+
+async def test_the_installed_nats_py_is_one_parse_knows(nats_server) -> None:
+    bus = await Bus.connect(nats_server.url)
+    try:
+        assert usable(bus.nc)  # else every message silently takes nats-py's slower parse
+        await bus.ensure_streams()
+        acks = await bus.publish_all((S.podgroup_subject(f"p/j{i}"), b"x" * (i * 97 % 70000), None) for i in range(300))
+        assert all(a.ok for a in acks)
+        assert bus.nc.__dict__.get("_busched_parse") and bus._publisher._sub._received == 0
+        await bus.nc.flush()  # a PING answered by a PONG: nats-py's own parse
+        assert bus.nc.is_connected
+    finally:
+        await bus.close()
