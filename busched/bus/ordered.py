@@ -79,6 +79,7 @@ class OrderedReceiver:
         self.off = False  # a reply subject not read here was seen: nats-py's path from then on
         self.stopped = False
         self.resets = 0
+        self.taken = 0  # data messages handed on from the parser (tests: the path is taken, not only set up)
 
     def start(self) -> bool:
         self._original = direct_raw(self._nc, self._sub._id, self)
@@ -123,6 +124,7 @@ class OrderedReceiver:
         jsi._sseq = sseq
         jsi._fciseq += 1
         self._last = reply
+        self.taken += 1
         self._handler(subject, data, sseq, int(t[8]))
         return None
 

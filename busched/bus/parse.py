@@ -77,22 +77,22 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                     break  # nats-py's parse says what is wrong with it
                 return  # the line is still arriving
             args = bytes(buf[start:end]).split()
-            try:
-                if start == 4:
-                    hsize = 0
-                    size = int(args[-1])
-                    n = len(args)
-                    if n != 3 and n != 4:
-                        break
-                else:
-                    hsize = int(args[-2])
-                    size = int(args[-1])
-                    n = len(args) - 1
-                    if (n != 3 and n != 4) or not 0 <= hsize <= size:
-                        break
-                sid = int(args[1])
-            except ValueError:
-                break  # nats-py's parse reads it (or says it is malformed)
+            # MSG <subject> <sid> [reply] <size>; HMSG <subject> <sid> [reply] <hsize> <size>: nats-py reads
+            # the numbers as (\d+) only; anything else (too few fields, a sign, an underscore) goes to its
+            # parse, which raises ProtocolError (the client reconnects at once)
+            n = len(args) - (start - 4)
+            if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit():
+                break
+            size = int(args[-1])
+            sid = int(args[1])
+            if start == 4:
+                hsize = 0
+            else:
+                if not args[-2].isdigit():
+                    break
+                hsize = int(args[-2])
+                if hsize > size:
+                    break
             body = end + 2
             stop = body + size
             if len(buf) < stop + 2:

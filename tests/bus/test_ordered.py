@@ -66,6 +66,7 @@ async def test_in_stream_order_with_headers_and_the_same_state_as_nats_pys_own_p
         assert fast[1] == (S.state_subject("task", "o/a1"), b'{"i":1}', acks[1].seq)  # one with headers
         assert _state(wf) == _state(wp) == (801, acks[-1].seq, 800, 800)
         assert wf._sub._sub._pending_queue.qsize() == 0 and wf._receiver.resets == 0
+        assert wf._receiver.taken == 800  # every one from the parser, none through nats-py's queue
         await wp.stop()
         await wf.stop()
     finally:
@@ -171,7 +172,8 @@ async def test_the_schedulers_watch_takes_the_parsers_path_after_narrowing(harne
     assert w._receiver is not None and w.subjects != [f"{S.STATE_PREFIX}.>"]  # narrowed, and still direct
     writer = await harness.bus()
     await writer.ensure_streams()
-    before = w._sub._sub._received
+    before, taken = w._sub._sub._received, w._receiver.taken
     await writer.publish_all([(S.state_subject("queue", "q1"), b'{"kind":"queue.upsert","queue":{"name":"q1"}}', None)])
     await wait_until(lambda: w._sub._sub._received > before, timeout=10)
+    assert w._receiver.taken == taken + 1  # handed on from the parser
     assert w._sub._sub._pending_queue.qsize() == 0 and w._sub._sub._jsi._fciseq >= 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from nats.protocol.parser import Parser
 
 from busched.bus import Bus
@@ -117,6 +118,23 @@ async def test_a_message_split_anywhere_is_read_once_whole() -> None:
         await _feed(conn, data, [cut])
         assert got == [("msg", 1, b"a.b", b"hello")], cut
         assert conn.calls == [("msg", 1, b"c", b"", b"hi", b"NATS/1.0\r\nK: v\r\n\r\n")], cut
+
+
+@pytest.mark.parametrize("bad", [b"HMSG a\r\n", b"MSG \r\n", b"MSG a\r\n", b"MSG foo 1 -3\r\nhi\r\n",
+                                 b"MSG foo 1 +2\r\nhi\r\n", b"MSG foo 1 1_0\r\nhi\r\n",
+                                 b"HMSG c 1 -1 2\r\nhi\r\n", b"HMSG c 1 +0 2\r\nhi\r\n"])
+async def test_a_malformed_message_line_is_refused_as_nats_py_refuses_it(bad: bytes) -> None:
+    """A short or signed control line raises what nats-py's parser raises (ProtocolError: the client reconnects at
+    once), after the same messages; never a message of its own, nor an exception the read loop would die of."""
+    data = b"MSG a 1 2\r\nhi\r\n" + bad + b"MSG a 1 2\r\nho\r\n"
+    oracle = _Conn()
+    with pytest.raises(Exception) as theirs:
+        await _feed(oracle, data, [])
+    ours, routed = _routed_conn()
+    with pytest.raises(Exception) as mine:
+        await _feed(ours, data, [])
+    assert type(mine.value) is type(theirs.value), (mine.value, theirs.value)
+    assert routed == [("msg", 1, b"a", b"hi")] and ours.calls == oracle.calls[1:]
 
 
 async def test_the_installed_nats_py_is_one_parse_knows(nats_server) -> None:
