@@ -21,7 +21,8 @@ from busched.api.shared import NO_LIST, NO_MAP, SharedResource, one_name
 from busched.api.task import TASK_PRIORITY_KEY, TaskInfo, TaskStatus, status_from_phase, status_named
 from busched.api.timestamp import TimeError, Timestamp, parse_time
 
-__all__ = ["SpecError", "validate", "node_info", "task_info", "job_info", "queue_info", "priority_class", "hyper_node",
+__all__ = ["SpecError", "validate", "node_info", "task_info", "task_info_like", "job_info", "queue_info",
+           "priority_class", "hyper_node",
            "hyper_node_members",
            "resources", "node_shard", "shard_members"]
 
@@ -282,6 +283,29 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     t.last_node = ""
     t.extra = NO_MAP
     t.bind_annotations = NO_MAP
+    return t
+
+
+def task_info_like(template: TaskInfo, s: o.TaskSpec) -> TaskInfo:
+    """``task_info(s)`` when ``template`` is the conversion of a spec that differs from ``s`` only in name, job,
+    node and phase (a restart's replicas: `busched.scheduler.checkpoint_shared`), ``s.phase`` is one of
+    `TASK_PHASES` and the spec has no affinity, tolerations, spread constraints, host ports, scheduling gates
+    or images (their conversions are built per task): the template's fields, those four's own, and the label
+    maps copied as `task_info` copies them.  Tests check both give the same object."""
+    t = template.copy()
+    ns, name = s.namespace, s.name
+    t.uid = f"{ns}-{name}"
+    t.name = name
+    t.job = one_name(f"{ns}/{s.job}") if s.job else ""
+    status = template.status if s.status else status_from_phase(s.phase, s.node, s.deleting)
+    t.status = status
+    t.node_name = s.node if status != TaskStatus.Pending else ""
+    if s.labels:
+        t.labels = dict(s.labels)
+    if s.annotations:
+        t.annotations = dict(s.annotations)
+    if s.node_selector:
+        t.node_selector = dict(s.node_selector)
     return t
 
 
