@@ -31,60 +31,69 @@ from typing import Any
 import msgspec
 
 from busched.api import build
-from busched.api import objects as o
 from busched.api.queue import PriorityClass
-from busched.api.task import TaskInfo
 from busched.bus import messages as m
 from busched.bus import subjects as S
 
 __all__ = ["Template", "TemplateError", "share", "templates_of", "entry_data", "materialize"]
 
 _TASK_SUBJECTS = f"{S.STATE_PREFIX}.task."
-_SPEC = msgspec.json.Decoder(o.TaskSpec)
+_JOB_SUBJECTS = f"{S.STATE_PREFIX}.job."
 _ENCODE = m.encode
 _NO_CLASSES: dict[str, PriorityClass] = {}
-_VARYING = {"name": "", "job": "", "node": "", "phase": "Pending"}  # what a template leaves out
-# the most an entry's four fields can add to its template's message: each string escaped at most 6 characters to
-# one (``\\u0000``), the keys and quotes of the fields a template omits, the version's digits
+_TASK_VARYING = {"name": "", "job": "", "node": "", "phase": "Pending"}  # what a task's template leaves out
+# the most an entry's fields can add to its template's message beyond six bytes a character (a string escaped at
+# most 6 characters to one, ``\\u0000``): the keys and quotes of the fields a template omits, the version's digits
 _FIELDS_BYTES = 64
 
 
 class TemplateError(ValueError):
-    """A template that does not decode as a task spec: the checkpoint is corrupt."""
+    """A template that does not decode as a task or job message: the checkpoint is corrupt."""
 
 
 class Template:
-    """A decoded template: its spec (the four varying fields empty), its conversion when the template converts
-    (None: it is refused, and every entry of it goes the live path), whether an entry's conversion is a copy of
-    it (`fast`: no field the conversion copies per task beyond the label maps), and how many characters an
-    entry's four fields may hold in all before its message could exceed ``limit`` (``room``)."""
+    """A decoded template: its ``kind`` ("task" or "job"), its spec (the varying fields empty: a task's name, job,
+    node and phase, a job's name), its conversion when the template converts (``info``; None: it is refused, and
+    every entry of it goes the live path), whether an entry's conversion is a copy of it (``fast``: for a task,
+    no field the conversion builds per task beyond the label maps), the size of its message with ``_FIELDS_BYTES``
+    (``size``: an entry whose strings hold more than ``(limit - size) // 6`` characters in all is measured), and
+    the key prefix of its entries (``prefix``: the namespace and a slash), and ``copy``, the spec's copy."""
 
-    __slots__ = ("spec", "info", "fast", "size", "prefix")
+    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy")
 
     def __init__(self, raw: bytes) -> None:
         try:
-            spec = _SPEC.decode(raw)
+            msg = m.decode(raw)
         except msgspec.DecodeError as e:
-            raise TemplateError(f"corrupt: a task template: {e}") from None
+            raise TemplateError(f"corrupt: a template: {e}") from None
+        self.info: Any = None
+        if type(msg) is m.TaskUpsert:
+            self.kind, spec = "task", msg.task
+            try:
+                self.info = build.task_info(spec, _NO_CLASSES)
+            except Exception:  # noqa: BLE001 - refused: each entry is refused by the live path, naming it
+                pass
+            self.fast = self.info is not None and spec.affinity is None and not (
+                spec.tolerations or spec.topology_spread_constraints or spec.host_ports or spec.scheduling_gates
+                or spec.images)
+            self.size = len(_ENCODE(m.TaskUpsert(task=spec))) + _FIELDS_BYTES
+        elif type(msg) is m.JobUpsert:
+            self.kind, spec = "job", msg.job
+            try:
+                self.info = build.job_info(spec, _NO_CLASSES)
+            except Exception:  # noqa: BLE001 - as a task's
+                pass
+            self.fast = self.info is not None
+            self.size = len(_ENCODE(m.JobUpsert(job=spec))) + _FIELDS_BYTES
+        else:
+            raise TemplateError(f"corrupt: a template of a {type(msg).__name__}, not a task's or a job's")
         self.spec = spec
-        self.size = len(_ENCODE(m.TaskUpsert(task=spec))) + _FIELDS_BYTES  # (the message with the four fields empty)
+        self.copy = spec.__copy__  # (a shallow copy of the spec, without `copy.copy`'s dispatch: one per entry)
         self.prefix = f"{spec.namespace}/"
-        try:
-            self.info: TaskInfo | None = build.task_info(spec, _NO_CLASSES)
-        except Exception:  # noqa: BLE001 - refused: each entry is refused by the live path, naming it
-            self.info = None
-        self.fast = self.info is not None and spec.affinity is None and not (
-            spec.tolerations or spec.topology_spread_constraints or spec.host_ports or spec.scheduling_gates
-            or spec.images)
-
-    def room(self, limit: int) -> int:
-        """How many characters an entry's name, job, node and phase may hold in all for its message to be within
-        ``limit`` bytes however they are escaped (beyond it, the message is encoded and measured)."""
-        return (limit - self.size) // 6
 
 
 def templates_of(raw: list[bytes]) -> list[Template]:
-    """The checkpoint's templates decoded; `TemplateError` when one is not a task spec."""
+    """The checkpoint's templates decoded; `TemplateError` when one is not a task's or a job's."""
     return [Template(t) for t in raw]
 
 
@@ -106,56 +115,68 @@ def entry_data(templates: list[Template], shared: list[int], data: list[bytes], 
     return out, k
 
 
-def spec_of(entry: tuple[Any, ...]) -> o.TaskSpec:
-    """The task spec an entry stands for, as decoding its message builds it (``__post_init__`` included)."""
-    tmpl, name, job, node, phase, _ = entry
-    return msgspec.structs.replace(tmpl.spec, name=name, job=job, node=node, phase=phase)
-
-
 def materialize(entry: tuple[Any, ...]) -> bytes:
-    """The message an entry stands for: the stream's bytes (the writer checked they are its canonical form)."""
-    return _ENCODE(m.TaskUpsert(task=spec_of(entry), version=entry[5]))
+    """The message an entry stands for: the stream's bytes (the writer checked they are its canonical form).  A
+    job's entry reads its name and version only."""
+    tmpl, name, job, node, phase, version = entry
+    if tmpl.kind == "job":
+        return _ENCODE(m.JobUpsert(job=msgspec.structs.replace(tmpl.spec, name=name), version=version))
+    spec = msgspec.structs.replace(tmpl.spec, name=name, job=job, node=node, phase=phase)
+    return _ENCODE(m.TaskUpsert(task=spec, version=version))
+
+
+def _form(subject: str, data: bytes) -> tuple[bytes, tuple[str, str, str, str, int]] | None:
+    """A message's template (its message with the varying fields empty, version 0) and its own fields, when it is
+    a task or job upsert in its canonical encoding; else None (kept whole)."""
+    task = subject.startswith(_TASK_SUBJECTS)
+    if not task and not subject.startswith(_JOB_SUBJECTS):
+        return None
+    try:
+        msg = m.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if type(msg) is m.TaskUpsert and task:
+        t = msg.task
+        if _ENCODE(msg) != data:
+            return None
+        return (_ENCODE(m.TaskUpsert(task=msgspec.structs.replace(t, **_TASK_VARYING))),
+                (t.name, t.job, t.node, t.phase, msg.version))
+    if type(msg) is m.JobUpsert and not task:
+        j = msg.job
+        if _ENCODE(msg) != data:
+            return None
+        return _ENCODE(m.JobUpsert(job=msgspec.structs.replace(j, name=""))), (j.name, "", "", "", msg.version)
+    return None
 
 
 def share(items: list[tuple[str, bytes, int]]) -> tuple[list[bytes], list[int], list[bytes], tuple[list[Any], ...]]:
     """The format-2 columns of a checkpoint of ``items`` (``(subject, data, seq)``): ``(templates, shared, data,
-    (names, jobs, nodes, phases, versions))``.  A task message is an entry of a template when it decodes to a
-    task upsert, encodes back to its very bytes, and at least one other task has the same template; every
-    other message is kept whole.  (``shared`` is empty when no message is an entry.)"""
-    keys: list[bytes | None] = []
-    forms: list[tuple[str, str, str, str, int] | None] = []
+    (names, jobs, nodes, phases, versions))``.  A task or job message is an entry of a template when it decodes
+    to an upsert of its kind, encodes back to its very bytes, and at least one other has the same template;
+    every other message is kept whole.  (``shared`` is empty when no message is an entry.)"""
+    forms = [_form(subject, data) for subject, data, _ in items]
     count: dict[bytes, int] = {}
-    for subject, data, _ in items:
-        key = form = None
-        if subject.startswith(_TASK_SUBJECTS):
-            try:
-                msg = m.decode(data)
-            except msgspec.DecodeError:
-                msg = None
-            if type(msg) is m.TaskUpsert and _ENCODE(msg) == data:
-                t = msg.task
-                key = msgspec.json.encode(msgspec.structs.replace(t, **_VARYING))
-                form = (t.name, t.job, t.node, t.phase, msg.version)
-                count[key] = count.get(key, 0) + 1
-        keys.append(key)
-        forms.append(form)
+    for f in forms:
+        if f is not None:
+            count[f[0]] = count.get(f[0], 0) + 1
     index: dict[bytes, int] = {}
     templates: list[bytes] = []
     shared: list[int] = []
     out: list[bytes] = []
     cols: tuple[list[Any], ...] = ([], [], [], [], [])
-    for (_, data, _), key, form in zip(items, keys, forms):
-        if key is None or form is None or count[key] < 2:
+    for (_, data, _), f in zip(items, forms):
+        if f is None or count[f[0]] < 2:
             shared.append(0)
             out.append(data)
             continue
+        key, fields = f
         at = index.get(key)
         if at is None:
             templates.append(key)
             at = index[key] = len(templates)
         shared.append(at)
         out.append(b"")
-        for col, v in zip(cols, form):
+        for col, v in zip(cols, fields):
             col.append(v)
     if not templates:
         shared = []

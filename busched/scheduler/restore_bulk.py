@@ -29,7 +29,6 @@ changes nothing before its last check has passed, so handing a refused message o
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -75,8 +74,9 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
     table, suspended, pg_status = feed.table, eff.suspended, feed.pg_status
     limit = feed.settings.max_event_bytes
     decode, effective_task = _DECODE, eff.effective_task
-    task_info, job_info, task_info_like = build.task_info, build.job_info, build.task_info_like
-    copy_spec, phases, materialize = copy.copy, build.TASK_PHASES, checkpoint_shared.materialize
+    task_info, job_info, task_info_like, job_info_like = (build.task_info, build.job_info, build.task_info_like,
+                                                          build.job_info_like)
+    phases, materialize = build.TASK_PHASES, checkpoint_shared.materialize
     task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
     task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS
     n_task, n_job = len(task_at), len(job_at)
@@ -109,10 +109,11 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
                             # the template's spec and conversion copied, those fields set (as ``__post_init__`` does)
                             tmpl, name, job, node, phase, _ = data
                             if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
-                                    or tmpl.info is None or tmpl.prefix + name != key or phase not in phases
+                                    or tmpl.kind != "task" or tmpl.info is None or tmpl.prefix + name != key
+                                    or phase not in phases
                                     or 6 * (len(name) + len(job) + len(node) + len(phase)) > limit - tmpl.size):
                                 raise _PlainPathError
-                            spec = copy_spec(tmpl.spec)
+                            spec = tmpl.copy()
                             spec.name = name
                             spec.job = known_name(job) or one_name(job)
                             spec.node = known_name(node) or one_name(node)
@@ -158,19 +159,29 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
                         add_task_info(info)
                         if held is not spec:
                             run.specs[key] = spec
-                    elif subject.startswith(job_at) and "%" not in subject and type(data) is not tuple:
+                    elif subject.startswith(job_at) and "%" not in subject:
                         key = subject[n_job:].replace(".", "/")
                         at = ("job", key)
-                        if (key in specs_job or key in run_jobs or key in cache_jobs or at in seqs
-                                or len(data) > limit or key in pg_status):
+                        if key in specs_job or key in run_jobs or key in cache_jobs or at in seqs or key in pg_status:
                             raise _PlainPathError
-                        msg = decode(data)
-                        if type(msg) is not job_upsert:
-                            raise _PlainPathError
-                        job = msg.job
-                        if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
-                            raise _PlainPathError
-                        jinfo = job_info(job, _NO_CLASSES)  # validates
+                        if type(data) is tuple:  # (a format-2 checkpoint's job given by its template, as a task's)
+                            tmpl, name = data[0], data[1]
+                            if (tmpl.kind != "job" or tmpl.info is None or tmpl.prefix + name != key
+                                    or 6 * len(name) > limit - tmpl.size or tmpl.spec.suspend != (key in suspended)):
+                                raise _PlainPathError
+                            job = tmpl.copy()
+                            job.name = name
+                            jinfo = job_info_like(tmpl.info, job)
+                        else:
+                            if len(data) > limit:
+                                raise _PlainPathError
+                            msg = decode(data)
+                            if type(msg) is not job_upsert:
+                                raise _PlainPathError
+                            job = msg.job
+                            if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
+                                raise _PlainPathError
+                            jinfo = job_info(job, _NO_CLASSES)  # validates
                         n += 1
                         touch(key)
                         touch_v(base + n)

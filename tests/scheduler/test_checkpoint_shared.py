@@ -38,6 +38,31 @@ _DIFFERENT: list[tuple[str, list[Any]]] = [
 ]
 
 
+_JOB_DIFFERENT: list[tuple[str, list[Any]]] = [
+    ("min_member", [0, 3]), ("queue", ["q"]), ("phase", ["Running", "Bogus"]), ("priority_class_name", ["high"]),
+    ("annotations", [{"a": "b"}, {"volcano.sh/preemptable": "true"}]), ("labels", [{"l": "v"}]),
+    ("min_task_member", [{"w": 1}]), ("min_resources", [{"cpu": "2"}, {"cpu": "lots"}]),
+    ("created", ["2026-01-01T00:00:00Z", "never"]), ("suspend", [True]),
+    ("conditions", [[{"type": "Ready", "status": "True"}]]),
+    ("sub_group_policy", [[{"name": "g", "subGroupSize": 1, "labelSelector": {"matchLabels": {"a": "b"}}}]]),
+]
+
+
+def jobs_alike(rng: random.Random, n: int = 30) -> list[tuple[str, bytes]]:
+    """Jobs of a few shapes (one spec but for the name), some differing in a field, some forged."""
+    out: list[tuple[str, bytes]] = []
+    for j in range(n):
+        kw: dict[str, Any] = {"min_member": 1, "phase": rng.choice(["Running", "Pending"])}
+        if rng.random() < 0.3:
+            field, values = rng.choice(_JOB_DIFFERENT)
+            kw[field] = rng.choice(values)
+        name = f"s{j}" if rng.random() < 0.9 else f"s{j}-{'x' * 120}"  # (over 400 bytes, some)
+        spec = o.JobSpec(name=name, namespace="t", **kw)
+        subject = S.state_subject("job", f"t/{name}" if rng.random() < 0.95 else f"t/{name}z")  # (forged, some)
+        out.append((subject, _enc(m.upsert("job", spec, 1))))
+    return out
+
+
 def replicas(rng: random.Random, n: int = 40) -> list[tuple[str, bytes]]:
     """Jobs of replicas (one spec but for name, job, node and phase), some tasks differing from their group in a
     field, some with names long enough that their message could exceed the limit, forged names, bad phases."""
@@ -74,7 +99,7 @@ def replicas(rng: random.Random, n: int = 40) -> list[tuple[str, bytes]]:
 
 def mix(seed: int) -> list[tuple[str, bytes, int]]:
     rng = random.Random(seed)
-    msgs = _varied(rng, 60) + replicas(rng)
+    msgs = _varied(rng, 60) + replicas(rng) + jobs_alike(rng)
     head, rest = msgs[:4], msgs[4:]
     rng.shuffle(rest)
     return [(subject, data, seq) for seq, (subject, data) in enumerate(head + rest, start=1)]
@@ -103,8 +128,7 @@ def infos(s: Scheduler) -> tuple[Any, ...]:
     """Every field of every conversion the restart kept (the lending's task and job templates)."""
     memo = s.cache._memo
     return ([(k, t.spec, [getattr(t.task, f) for f in TaskInfo.__slots__]) for k, t in memo._tasks.items()],
-            [(k, spec, [getattr(j, f) for f in JobInfo.__slots__ if f not in ("allocated", "total_request")])
-             for k, (spec, j) in memo._job_templates.items()])
+            [(k, spec, [getattr(j, f) for f in JobInfo.__slots__]) for k, (spec, j) in memo._job_templates.items()])
 
 
 def test_the_shared_form_stands_for_every_message_byte_for_byte():
@@ -161,7 +185,7 @@ def test_forged_columns_are_refused_one_by_one_as_their_messages_are(caplog):
 
     # a template the conversion refuses: each of its tasks refused by the live path, naming the field
     bad = msgspec.json.decode(ck.templates[0])
-    bad["requests"] = {"cpu": "lots"}
+    bad["task"]["requests"] = {"cpu": "lots"}
     caplog.clear()
     got = restored(_forged(ck, templates=[msgspec.json.encode(bad)]), [6])
     assert not got.specs["task"] and len(got.feed.rejected_at_catchup) == 6
@@ -169,8 +193,9 @@ def test_forged_columns_are_refused_one_by_one_as_their_messages_are(caplog):
 
 
 @pytest.mark.parametrize("columns, why", [
-    ({"templates": [b'{"name": ""']}, "a task template"),
-    ({"templates": [b'{"name": "", "requests": {"cpu": 1.5}, "bogus": 1}']}, "a task template"),
+    ({"templates": [b'{"name": ""']}, "a template"),
+    ({"templates": [b'{"type": "task.upsert", "task": {"name": "", "bogus": 1}}']}, "a template"),
+    ({"templates": [b'{"type": "node.upsert", "node": {"name": ""}}']}, "not a task's or a job's"),
     ({"shared": [2] * 6}, "a template there is not"),
     ({"shared": [1] * 5}, "different lengths"),
     ({"names": ["a-0"]}, "do not match"),
@@ -217,3 +242,25 @@ def test_task_info_like_is_task_info(seed):
             assert [getattr(got, f) for f in TaskInfo.__slots__] == [getattr(want, f) for f in TaskInfo.__slots__]
             for f in ("labels", "annotations", "node_selector"):  # (each its own copy, as task_info's)
                 assert getattr(got, f) is not getattr(info, f) or not getattr(got, f)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_job_info_like_is_job_info(seed):
+    """`build.job_info_like` of a template's conversion is `build.job_info` of the spec, every field, its
+    containers each its own."""
+    rng = random.Random(seed)
+    for _ in range(60):
+        kw: dict[str, Any] = {}
+        for field, values in _JOB_DIFFERENT:
+            if rng.random() < 0.2:
+                kw[field] = rng.choice(values)
+        template = o.JobSpec(name="", namespace="t", **kw)
+        try:
+            info = build.job_info(template, {})
+        except build.SpecError:
+            continue
+        s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}")
+        want, got = build.job_info(s, {}), build.job_info_like(info, s)
+        assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]
+        for f in ("tasks", "status_index", "allocated", "total_request", "nodes_fit_errors", "sub_jobs", "derived"):
+            assert getattr(got, f) is not getattr(info, f)
