@@ -9,7 +9,10 @@ restarted scheduler (cache, specs, binding records, results, epochs, ledgers, st
 order) is the one a full read builds, and replays reproduce its decisions.  Keeping inputs rather
 than the tables built from them keeps the format independent of those tables.  What it saves is
 the per-message delivery of the whole stream (the client's parsing, callbacks and acks of hundreds
-of thousands of messages); the handler's work remains.
+of thousands of messages); the handler's work remains.  Format 2 (`busched.scheduler.checkpoint_shared`)
+stores tasks and jobs that differ only in a few fields as a template and columns, each standing for its
+message byte for byte, so that a restart copies a template's spec and conversion instead of decoding and
+converting every message (`busched.scheduler.restore_bulk`); format 1 (every message whole) is still read.
 
 A checkpoint is ignored, with a log line, and the full read done, when it is missing, corrupt, of a
 newer format, of another stream (made again: its creation time differs), ahead of the stream or older

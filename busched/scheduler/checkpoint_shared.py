@@ -1,27 +1,27 @@
-"""A checkpoint's tasks as templates and columns (format 2): what replicas have in common, given once.
+"""A checkpoint's tasks and jobs as templates and columns (format 2): what replicas have in common, given once.
 
 Most of a big cluster's tasks are replicas: the same namespace, requests, labels, priority, ... and only
-their name, job, node and phase differ.  Format 1 stores every task's message whole, and a restart decodes
-and converts each (`busched.scheduler.restore_bulk`): two thirds of the catch-up's per-task work went to
-parsing the same spec again and converting it to the same `TaskInfo` again.  Format 2 stores such a task
-as a template (a task spec without those four fields, JSON, given once) and the four fields and the
-message's version in columns; the reader decodes and validates each template once and, per task, copies
-the template's spec and conversion and sets the four fields (`restore_bulk`).
+their name, job, node and phase differ; most jobs differ only in their name.  Format 1 stores every
+message whole, and a restart decodes and converts each (`busched.scheduler.restore_bulk`): most of the
+catch-up's per-object work went to parsing the same spec again and converting it to the same `TaskInfo`
+or `JobInfo` again.  Format 2 stores such a message as a template (the message with those fields empty,
+JSON, given once) and the fields and the message's version in columns; the reader decodes and validates
+each template once and, per object, copies the template's spec and conversion and sets its own fields.
 
-What an entry stands for is exact: the writer makes a task an entry of a template only when its message is
-the canonical encoding of what it decodes to (`busched.bus.messages.encode` of it gives its very bytes,
-as every busched publisher writes it), and `materialize` gives those bytes back.  So a reader that hands
-an entry to the live path (anything but a plain new task: refused, oversized, known already, ...) hands it
+What an entry stands for is exact: the writer makes a message an entry of a template only when it is the
+canonical encoding of what it decodes to (`busched.bus.messages.encode` of it gives its very bytes, as
+every busched publisher writes it), and `materialize` gives those bytes back.  So a reader that hands an
+entry to the live path (anything but a plain new object: refused, oversized, known already, ...) hands it
 the message the stream held, and the restart builds what a format-1 checkpoint (or a full read) builds.
 
 The checkpoint is untrusted input at rest: the columns are typed and bounded as the messages' fields are
 (`Checkpoint` in `busched.scheduler.checkpoint`: strings, versions of `busched.bus.wire.Version`); a
-template must decode as a task spec (its bounds and ``__post_init__``, as any task message's) or the
+template must decode as a task or job message (its bounds and ``__post_init__``, as any message's) or the
 checkpoint is corrupt and not used; an entry's own fields are checked as its message's would be (identity
-against the subject, the phase, the size limit), and the template's conversion (`build.task_info`: the
-validation `busched apply` makes) stands for every entry's, since it reads no field an entry sets but the
-phase and the node (checked, or recomputed, per entry).  Anything an entry fails goes the live path with
-its message, which refuses it naming the object and the field.
+against the subject, a task's phase, the size limit), and the template's conversion (`build.task_info`,
+`build.job_info`: the validation `busched apply` makes) stands for every entry's, since it reads no field
+an entry sets but a task's phase and node (checked, or recomputed, per entry).  Anything an entry fails
+goes the live path with its message, which refuses it naming the object and the field.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class Template:
         except msgspec.DecodeError as e:
             raise TemplateError(f"corrupt: a template: {e}") from None
         self.info: Any = None
+        spec: Any
         if type(msg) is m.TaskUpsert:
             self.kind, spec = "task", msg.task
             try:

@@ -19,6 +19,10 @@ then applied by dict and set updates over its columns (`Cache.insert_new`, `_flu
 table as one-by-one inserts do, in the same order (the cache's versions too: the run's i-th object takes
 the generation at its start plus i).
 
+A format-2 checkpoint's entries (`busched.scheduler.checkpoint_shared`: a task or job given by a template and
+its own fields) take the same path with the decode and conversion replaced by copies of the template's, checked
+per entry for what the entry sets; one that fails a check takes the live path with the message it stands for.
+
 Anything else goes through `StateFeed.handle_one` itself, message by message, in stream order: every
 other kind, deletes, an object already known (or one whose sequence was seen), a task or job whose
 effective object is not its spec alone (a podgroup status read first, a suspend flip), and any message
@@ -32,7 +36,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from busched.api import build
+from busched.api import build, build_like
 from busched.api.queue import PriorityClass
 from busched.api.shared import known_name, one_name
 from busched.bus import messages as m
@@ -74,8 +78,8 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
     table, suspended, pg_status = feed.table, eff.suspended, feed.pg_status
     limit = feed.settings.max_event_bytes
     decode, effective_task = _DECODE, eff.effective_task
-    task_info, job_info, task_info_like, job_info_like = (build.task_info, build.job_info, build.task_info_like,
-                                                          build.job_info_like)
+    task_info, job_info = build.task_info, build.job_info
+    task_info_like, job_info_like = build_like.task_info_like, build_like.job_info_like
     phases, materialize = build.TASK_PHASES, checkpoint_shared.materialize
     task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
     task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS

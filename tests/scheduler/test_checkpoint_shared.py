@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from busched.api import build
+from busched.api import build, build_like
 from busched.api import objects as o
 from busched.api.job import JobInfo
 from busched.api.task import TaskInfo
@@ -222,7 +222,7 @@ def test_columns_of_the_wrong_type_make_the_checkpoint_corrupt():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_task_info_like_is_task_info(seed):
-    """`build.task_info_like` of a template's conversion is `build.task_info` of the spec, every field."""
+    """`build_like.task_info_like` of a template's conversion is `build.task_info` of the spec, every field."""
     rng = random.Random(seed)
     for _ in range(60):
         kw: dict[str, Any] = {"requests": rng.choice([{"cpu": "1"}, {}, {"cpu": "2", "memory": "1Gi"}])}
@@ -238,7 +238,7 @@ def test_task_info_like_is_task_info(seed):
         for _ in range(5):
             s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}", job=rng.choice(["", "j"]),
                                         node=rng.choice(["", "n1"]), phase=rng.choice(sorted(build.TASK_PHASES)))
-            want, got = build.task_info(s, {}), build.task_info_like(info, s)
+            want, got = build.task_info(s, {}), build_like.task_info_like(info, s)
             assert [getattr(got, f) for f in TaskInfo.__slots__] == [getattr(want, f) for f in TaskInfo.__slots__]
             for f in ("labels", "annotations", "node_selector"):  # (each its own copy, as task_info's)
                 assert getattr(got, f) is not getattr(info, f) or not getattr(got, f)
@@ -246,7 +246,7 @@ def test_task_info_like_is_task_info(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_job_info_like_is_job_info(seed):
-    """`build.job_info_like` of a template's conversion is `build.job_info` of the spec, every field, its
+    """`build_like.job_info_like` of a template's conversion is `build.job_info` of the spec, every field, its
     containers each its own."""
     rng = random.Random(seed)
     for _ in range(60):
@@ -260,7 +260,7 @@ def test_job_info_like_is_job_info(seed):
         except build.SpecError:
             continue
         s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}")
-        want, got = build.job_info(s, {}), build.job_info_like(info, s)
+        want, got = build.job_info(s, {}), build_like.job_info_like(info, s)
         assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]
         for f in ("tasks", "status_index", "allocated", "total_request", "nodes_fit_errors", "sub_jobs", "derived"):
             assert getattr(got, f) is not getattr(info, f)
