@@ -106,8 +106,13 @@ def entry_data(templates: list[Template], shared: list[int], data: list[bytes], 
     and the next entry's index."""
     if not any(shared):
         return data, k
-    out: list[Any] = list(data)
     names, jobs, nodes, phases, versions = cols
+    if not materialized and all(shared):  # (every one an entry, as most slices: the tuples zipped by C loops)
+        j = k + len(shared)
+        got = zip(map([None, *templates].__getitem__, shared), names[k:j], jobs[k:j], nodes[k:j], phases[k:j],
+                  versions[k:j])
+        return list(got), j
+    out: list[Any] = list(data)
     for i, t in enumerate(shared):
         if t:
             entry: tuple[Any, ...] = (templates[t - 1], names[k], jobs[k], nodes[k], phases[k], versions[k])
