@@ -214,11 +214,11 @@ class Merged:
 _EMPTY = [b""]
 
 
-def build(stream: str, created: str, seq: int, items: list[tuple[str, bytes, int]]) -> Checkpoint:
-    """The checkpoint (format 2) of ``items``, ``(subject, data, sequence)`` in stream order."""
-    data = [bytes(it[1]) for it in items]
+def build(stream: str, created: str, seq: int, items: list[tuple[str, Any, int]]) -> Checkpoint:
+    """The checkpoint (format 2) of ``items``, ``(subject, data, sequence)`` in stream order (``data`` a message,
+    or the entry of the last checkpoint's template it was handed as: `Merged.batches` with ``entries``)."""
     templates, shared, data, (names, jobs, nodes, phases, versions) = shared_form.share(
-        [(it[0], d, it[2]) for it, d in zip(items, data)])
+        [(it[0], it[1] if type(it[1]) is tuple else bytes(it[1]), it[2]) for it in items])
     return Checkpoint(stream=stream, created=created, seq=seq, subjects=[it[0] for it in items],
                       seqs=[it[2] for it in items], data=data, shared=shared, templates=templates, names=names,
                       jobs=jobs, nodes=nodes, phases=phases, versions=versions)
@@ -361,10 +361,11 @@ class CheckpointWriter:
             items = merge(None, tail)
             del tail
         else:
-            items = [it for batch in got[0].batches() for it in batch]
+            # (the last checkpoint's entries as they are: their templates and fields carried over, not encoded again)
+            items = [it for batch in got[0].batches(entries=True) for it in batch]
             covered = got[1]
             del got
-        # (the tasks grouped by their templates and the encoding in a worker thread: a decode per task message)
+        # (the tasks and jobs grouped by their templates, and the encoding, in a worker thread: a decode per message)
         ck = await asyncio.to_thread(build, S.STATE_STREAM, facts.created, covered, items)
         del items
         blob = await asyncio.to_thread(encode, ck)

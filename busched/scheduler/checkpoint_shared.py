@@ -59,7 +59,7 @@ class Template:
     (``size``: an entry whose strings hold more than ``(limit - size) // 6`` characters in all is measured), and
     the key prefix of its entries (``prefix``: the namespace and a slash), and ``copy``, the spec's copy."""
 
-    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy")
+    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy", "raw")
 
     def __init__(self, raw: bytes) -> None:
         try:
@@ -67,6 +67,7 @@ class Template:
         except msgspec.DecodeError as e:
             raise TemplateError(f"corrupt: a template: {e}") from None
         self.info: Any = None
+        self.raw = raw
         spec: Any
         if type(msg) is m.TaskUpsert:
             self.kind, spec = "task", msg.task
@@ -131,9 +132,12 @@ def materialize(entry: tuple[Any, ...]) -> bytes:
     return _ENCODE(m.TaskUpsert(task=spec, version=version))
 
 
-def _form(subject: str, data: bytes) -> tuple[bytes, tuple[str, str, str, str, int]] | None:
+def _form(subject: str, data: Any) -> tuple[bytes, tuple[Any, ...]] | None:
     """A message's template (its message with the varying fields empty, version 0) and its own fields, when it is
-    a task or job upsert in its canonical encoding; else None (kept whole)."""
+    a task or job upsert in its canonical encoding, or an entry of a checkpoint read (its template's and its own:
+    what it stands for is unchanged); else None (kept whole)."""
+    if type(data) is tuple:
+        return data[0].raw, data[1:]
     task = subject.startswith(_TASK_SUBJECTS)
     if not task and not subject.startswith(_JOB_SUBJECTS):
         return None
@@ -155,11 +159,12 @@ def _form(subject: str, data: bytes) -> tuple[bytes, tuple[str, str, str, str, i
     return None
 
 
-def share(items: list[tuple[str, bytes, int]]) -> tuple[list[bytes], list[int], list[bytes], tuple[list[Any], ...]]:
+def share(items: list[tuple[str, Any, int]]) -> tuple[list[bytes], list[int], list[bytes], tuple[list[Any], ...]]:
     """The format-2 columns of a checkpoint of ``items`` (``(subject, data, seq)``): ``(templates, shared, data,
     (names, jobs, nodes, phases, versions))``.  A task or job message is an entry of a template when it decodes
     to an upsert of its kind, encodes back to its very bytes, and at least one other has the same template;
-    every other message is kept whole.  (``shared`` is empty when no message is an entry.)"""
+    every other message is kept whole.  An entry of a checkpoint read (a tuple, `entry_data`) stays an entry of its
+    template, or is kept whole when none other shares it.  (``shared`` is empty when no message is an entry.)"""
     forms = [_form(subject, data) for subject, data, _ in items]
     count: dict[bytes, int] = {}
     for f in forms:
@@ -173,7 +178,7 @@ def share(items: list[tuple[str, bytes, int]]) -> tuple[list[bytes], list[int], 
     for (_, data, _), f in zip(items, forms):
         if f is None or count[f[0]] < 2:
             shared.append(0)
-            out.append(data)
+            out.append(data if type(data) is not tuple else materialize(data))
             continue
         key, fields = f
         at = index.get(key)

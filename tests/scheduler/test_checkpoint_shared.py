@@ -264,3 +264,22 @@ def test_job_info_like_is_job_info(seed):
         assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]
         for f in ("tasks", "status_index", "allocated", "total_request", "nodes_fit_errors", "sub_jobs", "derived"):
             assert getattr(got, f) is not getattr(info, f)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_checkpoint_built_on_the_last_one_stands_for_the_same_messages(seed):
+    """The writer's next checkpoint carries the last one's entries over (their templates and fields, not encoded
+    again) and adds the tail's messages: whole, it is the last message of every subject, byte for byte."""
+    items = mix(seed)
+    rng = random.Random(seed)
+    last = C.decode(C.encode(C.build("s", "c", len(items), items)))
+    tail = [(subject, len(items) + i, data) for i, (subject, data) in enumerate(
+        [(s, d) for s, d, _ in rng.sample(items, 20)] + replicas(rng, 12), start=1)]
+    merged = C.Merged(last, tail)
+    carried = [it for batch in merged.batches(entries=True) for it in batch]
+    assert any(type(data) is tuple for _, data, _ in carried)
+    again = C.decode(C.encode(C.build("s", "c", len(items) + len(tail), carried)))
+    want = C.merge(C.whole(C.decode(C.encode(C.build("s", "c", len(items), items)))), tail)
+    got = C.whole(again)
+    assert list(zip(got.subjects, got.data, got.seqs)) == want
+    assert again.shared and len(set(again.templates)) == len(again.templates)  # (a template once)
