@@ -41,7 +41,6 @@ _TASK_SUBJECTS = f"{S.STATE_PREFIX}.task."
 _JOB_SUBJECTS = f"{S.STATE_PREFIX}.job."
 _ENCODE = m.encode
 _NO_CLASSES: dict[str, PriorityClass] = {}
-_TASK_VARYING = {"name": "", "job": "", "node": "", "phase": "Pending"}  # what a task's template leaves out
 # the most an entry's fields can add to its template's message beyond six bytes a character (a string escaped at
 # most 6 characters to one, ``\\u0000``): the keys and quotes of the fields a template omits, the version's digits
 _FIELDS_BYTES = 64
@@ -145,17 +144,27 @@ def _form(subject: str, data: Any) -> tuple[bytes, tuple[Any, ...]] | None:
         msg = m.decode(data)
     except msgspec.DecodeError:
         return None
+    # (the template from a shallow copy with those fields emptied: as `msgspec.structs.replace` builds it, without
+    # its ``__post_init__``, which changes nothing the encoding shows)
     if type(msg) is m.TaskUpsert and task:
         t = msg.task
         if _ENCODE(msg) != data:
             return None
-        return (_ENCODE(m.TaskUpsert(task=msgspec.structs.replace(t, **_TASK_VARYING))),
-                (t.name, t.job, t.node, t.phase, msg.version))
+        fields = (t.name, t.job, t.node, t.phase, msg.version)
+        t = t.__copy__()
+        t.name = t.job = t.node = ""
+        t.phase = "Pending"
+        msg.task, msg.version = t, 0
+        return _ENCODE(msg), fields
     if type(msg) is m.JobUpsert and not task:
         j = msg.job
         if _ENCODE(msg) != data:
             return None
-        return _ENCODE(m.JobUpsert(job=msgspec.structs.replace(j, name=""))), (j.name, "", "", "", msg.version)
+        fields = (j.name, "", "", "", msg.version)
+        j = j.__copy__()
+        j.name = ""
+        msg.job, msg.version = j, 0
+        return _ENCODE(msg), fields
     return None
 
 
