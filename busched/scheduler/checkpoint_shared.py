@@ -26,6 +26,7 @@ goes the live path with its message, which refuses it naming the object and the 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
@@ -151,7 +152,7 @@ def _form(subject: str, data: Any) -> tuple[bytes, tuple[Any, ...]] | None:
         if _ENCODE(msg) != data:
             return None
         fields = (t.name, t.job, t.node, t.phase, msg.version)
-        t = t.__copy__()
+        t = copy.copy(t)
         t.name = t.job = t.node = ""
         t.phase = "Pending"
         msg.task, msg.version = t, 0
@@ -161,7 +162,7 @@ def _form(subject: str, data: Any) -> tuple[bytes, tuple[Any, ...]] | None:
         if _ENCODE(msg) != data:
             return None
         fields = (j.name, "", "", "", msg.version)
-        j = j.__copy__()
+        j = copy.copy(j)
         j.name = ""
         msg.job, msg.version = j, 0
         return _ENCODE(msg), fields
