@@ -187,6 +187,7 @@ class Merged:
             # of thousands of entries), those the tail replaces or the stream no longer holds left out
             for i in range(0, len(subjects), size):
                 j = min(i + size, len(subjects))
+                k0 = k
                 if shared:
                     got, k = shared_form.entry_data(self.templates, shared[i:j], data[i:j], cols, k, not entries)
                     part = zip(subjects[i:j], got, seqs[i:j])
@@ -198,6 +199,9 @@ class Merged:
                     out.extend(part)
                 if release:
                     data[i:j] = _EMPTY * (j - i)
+                    if k > k0:  # (the entries' own strings too: each is in its tuple, or its object, by now)
+                        for col in cols:
+                            col[k0:k] = _NONE * (k - k0)
                 while len(out) >= size:
                     yield out[:size]
                     del out[:size]
@@ -212,6 +216,7 @@ class Merged:
 
 
 _EMPTY = [b""]
+_NONE: list[Any] = [None]
 
 
 def build(stream: str, created: str, seq: int, items: list[tuple[str, Any, int]]) -> Checkpoint:

@@ -283,3 +283,15 @@ def test_a_checkpoint_built_on_the_last_one_stands_for_the_same_messages(seed):
     got = C.whole(again)
     assert list(zip(got.subjects, got.data, got.seqs)) == want
     assert again.shared and len(set(again.templates)) == len(again.templates)  # (a template once)
+
+
+def test_batches_let_the_entries_columns_go_as_they_are_handed_over():
+    items = mix(1)
+    ck = C.build("s", "c", len(items), items)
+    def plain(batches: Any) -> list[Any]:  # (an entry's template by its message: each `Merged` decodes its own)
+        return [(subject, (data[0].raw, *data[1:]) if type(data) is tuple else data, seq)
+                for batch in batches for subject, data, seq in batch]
+    want = plain(C.Merged(ck, []).batches(7, entries=True))
+    got = plain(C.Merged(ck, []).batches(7, release=True, entries=True))
+    assert got == want and any(type(data) is tuple for _, data, _ in got)
+    assert not any(ck.data) and set(ck.names) == set(ck.jobs) == set(ck.versions) == {None}
