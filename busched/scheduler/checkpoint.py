@@ -9,7 +9,10 @@ restarted scheduler (cache, specs, binding records, results, epochs, ledgers, st
 order) is the one a full read builds, and replays reproduce its decisions.  Keeping inputs rather
 than the tables built from them keeps the format independent of those tables.  What it saves is
 the per-message delivery of the whole stream (the client's parsing, callbacks and acks of hundreds
-of thousands of messages); the handler's work remains.
+of thousands of messages); the handler's work remains.  Format 2 (`busched.scheduler.checkpoint_shared`)
+stores tasks and jobs that differ only in a few fields as a template and columns, each standing for its
+message byte for byte, so that a restart copies a template's spec and conversion instead of decoding and
+converting every message (`busched.scheduler.restore_bulk`); format 1 (every message whole) is still read.
 
 A checkpoint is ignored, with a log line, and the full read done, when it is missing, corrupt, of a
 newer format, of another stream (made again: its creation time differs), ahead of the stream or older
@@ -38,13 +41,15 @@ import msgspec
 
 from busched.bus import subjects as S
 from busched.bus.checkpoints import StreamFacts
+from busched.bus.wire import Version
+from busched.scheduler import checkpoint_shared as shared_form
 
-__all__ = ["CheckpointSettings", "Checkpoint", "encode", "decode", "Restored", "restore", "CheckpointWriter",
-           "FORMAT", "OBJECT"]
+__all__ = ["CheckpointSettings", "Checkpoint", "encode", "decode", "build", "whole", "Restored", "restore",
+           "CheckpointWriter", "FORMAT", "OBJECT"]
 
 log = logging.getLogger("busched.scheduler")
 
-FORMAT = 1  # this encoding; a checkpoint of a newer one is ignored
+FORMAT = 2  # this encoding (1: every message whole; 2: tasks may share templates); a newer one is ignored
 MAGIC = b"BSCK"
 OBJECT = "state"  # the checkpoint's object name (one per state stream)
 BATCH = 8192  # messages handed to the handler at once (as the live feed's batches)
@@ -59,7 +64,12 @@ class CheckpointSettings:
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
-    """The last message of every state subject up to stream sequence ``seq``, in stream order (columns)."""
+    """The last message of every state subject up to stream sequence ``seq``, in stream order (columns).
+
+    Format 2 (`busched.scheduler.checkpoint_shared`): an entry ``i`` with ``shared[i] = t > 0`` is a task
+    given by template ``t - 1`` (a task spec without its name, job, node and phase, JSON) and the next row of
+    the columns ``names``, ``jobs``, ``nodes``, ``phases``, ``versions`` (its ``data`` is empty); ``shared`` is
+    empty when every message is whole, as in format 1."""
 
     stream: str
     created: str  # the stream's creation time, as the server reports it
@@ -67,6 +77,13 @@ class Checkpoint(msgspec.Struct, frozen=True):
     subjects: list[str]
     seqs: list[int]
     data: list[bytes]
+    shared: list[int] = []
+    templates: list[bytes] = []
+    names: list[str] = []
+    jobs: list[str] = []
+    nodes: list[str] = []
+    phases: list[str] = []
+    versions: list[Version] = []
 
 
 def encode(ck: Checkpoint) -> bytes:
@@ -103,6 +120,14 @@ def decode(blob: bytes, max_bytes: int = 4 << 30) -> Checkpoint:
         raise CheckpointError(f"corrupt: {e}") from None
     if not len(ck.subjects) == len(ck.seqs) == len(ck.data):
         raise CheckpointError("corrupt: columns of different lengths")
+    if ck.shared or ck.templates or ck.names:
+        if len(ck.shared) != len(ck.subjects):
+            raise CheckpointError("corrupt: columns of different lengths")
+        n = len(ck.shared) - ck.shared.count(0)
+        if not len(ck.names) == len(ck.jobs) == len(ck.nodes) == len(ck.phases) == len(ck.versions) == n:
+            raise CheckpointError("corrupt: the task columns do not match their entries")
+        if min(ck.shared, default=0) < 0 or max(ck.shared, default=0) > len(ck.templates):
+            raise CheckpointError("corrupt: an entry of a template there is not")
     return ck
 
 
@@ -114,6 +139,11 @@ class Merged:
 
     def __init__(self, ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> None:
         self.ck = ck
+        # (format 2: its templates decoded and checked once; `CheckpointError` when one is not a task spec)
+        try:
+            self.templates = shared_form.templates_of(ck.templates) if ck is not None and ck.shared else []
+        except shared_form.TemplateError as e:
+            raise CheckpointError(str(e)) from None
         last: dict[str, tuple[int, bytes]] = {}
         for subject, seq, data in tail:
             last[subject] = (seq, data)
@@ -141,26 +171,37 @@ class Merged:
             if keep is None or subject in keep:
                 yield subject
 
-    def batches(self, size: int = BATCH, *, release: bool = False) -> Any:
+    def batches(self, size: int = BATCH, *, release: bool = False, entries: bool = False) -> Any:
         """Lists of ``(subject, data, sequence)`` as the handler takes them; ``release``: the checkpoint's
-        entries are dropped once handed over (it can then be iterated once only)."""
+        entries are dropped once handed over (it can then be iterated once only).  A task a format-2 checkpoint
+        gives by a template comes as its message, or with ``entries`` (a handler that reads them:
+        `busched.scheduler.restore_bulk`) as its entry ``(template, name, job, node, phase, version)``."""
         over = {it[0] for it in self.tail}
         keep = self.keep
-        out: list[tuple[str, bytes, int]] = []
+        out: list[tuple[str, Any, int]] = []
         ck = self.ck
         if ck is not None:
             subjects, seqs, data = ck.subjects, ck.seqs, ck.data
+            shared, cols, k = ck.shared, (ck.names, ck.jobs, ck.nodes, ck.phases, ck.versions), 0
             # a slice of the columns at a time, zipped into the handler's tuples (C loops: a checkpoint has hundreds
             # of thousands of entries), those the tail replaces or the stream no longer holds left out
             for i in range(0, len(subjects), size):
                 j = min(i + size, len(subjects))
-                part = zip(subjects[i:j], data[i:j], seqs[i:j])
+                k0 = k
+                if shared:
+                    got, k = shared_form.entry_data(self.templates, shared[i:j], data[i:j], cols, k, not entries)
+                    part = zip(subjects[i:j], got, seqs[i:j])
+                else:
+                    part = zip(subjects[i:j], data[i:j], seqs[i:j])
                 if over or keep is not None:
                     out.extend(it for it in part if it[0] not in over and (keep is None or it[0] in keep))
                 else:
                     out.extend(part)
                 if release:
                     data[i:j] = _EMPTY * (j - i)
+                    if k > k0:  # (the entries' own strings too: each is in its tuple, or its object, by now)
+                        for col in cols:
+                            col[k0:k] = _NONE * (k - k0)
                 while len(out) >= size:
                     yield out[:size]
                     del out[:size]
@@ -175,6 +216,27 @@ class Merged:
 
 
 _EMPTY = [b""]
+_NONE: list[Any] = [None]
+
+
+def build(stream: str, created: str, seq: int, items: list[tuple[str, Any, int]]) -> Checkpoint:
+    """The checkpoint (format 2) of ``items``, ``(subject, data, sequence)`` in stream order (``data`` a message,
+    or the entry of the last checkpoint's template it was handed as: `Merged.batches` with ``entries``)."""
+    templates, shared, data, (names, jobs, nodes, phases, versions) = shared_form.share(
+        [(it[0], it[1] if type(it[1]) is tuple else bytes(it[1]), it[2]) for it in items])
+    return Checkpoint(stream=stream, created=created, seq=seq, subjects=[it[0] for it in items],
+                      seqs=[it[2] for it in items], data=data, shared=shared, templates=templates, names=names,
+                      jobs=jobs, nodes=nodes, phases=phases, versions=versions)
+
+
+def whole(ck: Checkpoint) -> Checkpoint:
+    """``ck`` with every message whole (format 1's columns): each template's entry as the message it stands for."""
+    if not ck.shared:
+        return ck
+    data, _ = shared_form.entry_data(shared_form.templates_of(ck.templates), ck.shared, ck.data,
+                                     (ck.names, ck.jobs, ck.nodes, ck.phases, ck.versions), 0, True)
+    return Checkpoint(stream=ck.stream, created=ck.created, seq=ck.seq, subjects=list(ck.subjects),
+                      seqs=list(ck.seqs), data=data)
 
 
 def merge(ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> list[tuple[str, bytes, int]]:
@@ -215,7 +277,10 @@ async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, 
     tail = await bus.checkpoint_read(ck.seq + 1) if facts.last_seq > ck.seq else []
     # every message up to the stream's last when it was asked has been read (some may be gone: purged)
     covered = max(facts.last_seq, tail[-1][1] if tail else 0)
-    merged = Merged(ck, tail)
+    try:
+        merged = Merged(ck, tail)
+    except CheckpointError as e:
+        return str(e)
     del ck, tail
     after = await bus.checkpoint_facts()
     if after.last_seq != covered:
@@ -238,10 +303,11 @@ class Restored:
     apply_s: float = 0.0  # ... and to apply it (`busched bench restart` reports both)
 
 
-async def restore(bus: Any, handler: Callable[[list[tuple[str, bytes, int]]], None],
-                  settings: CheckpointSettings) -> Restored | None:
+async def restore(bus: Any, handler: Callable[[list[tuple[str, Any, int]]], None],
+                  settings: CheckpointSettings, *, entries: bool = False) -> Restored | None:
     """Apply the last message of every state subject from the checkpoint and the tail after it; None (and a
-    log line) when there is no usable checkpoint, and nothing was applied: the caller reads it all."""
+    log line) when there is no usable checkpoint, and nothing was applied: the caller reads it all.
+    ``entries``: the handler takes a format-2 checkpoint's tasks as their entries (`Merged.batches`)."""
     t0 = time.perf_counter()
     try:
         facts = await bus.checkpoint_facts()
@@ -254,7 +320,7 @@ async def restore(bus: Any, handler: Callable[[list[tuple[str, bytes, int]]], No
     merged, covered = got
     t1 = time.perf_counter()
     n = 0
-    for batch in merged.batches(release=True):
+    for batch in merged.batches(release=True, entries=entries):
         handler(batch)
         n += len(batch)
         await asyncio.sleep(0)  # the event loop goes on between batches
@@ -300,12 +366,12 @@ class CheckpointWriter:
             items = merge(None, tail)
             del tail
         else:
-            items = [it for batch in got[0].batches() for it in batch]
+            # (the last checkpoint's entries as they are: their templates and fields carried over, not encoded again)
+            items = [it for batch in got[0].batches(entries=True) for it in batch]
             covered = got[1]
             del got
-        ck = Checkpoint(stream=S.STATE_STREAM, created=facts.created, seq=covered,
-                        subjects=[it[0] for it in items], seqs=[it[2] for it in items],
-                        data=[bytes(it[1]) for it in items])
+        # (the tasks and jobs grouped by their templates, and the encoding, in a worker thread: a decode per message)
+        ck = await asyncio.to_thread(build, S.STATE_STREAM, facts.created, covered, items)
         del items
         blob = await asyncio.to_thread(encode, ck)
         if len(blob) > self.settings.max_bytes:

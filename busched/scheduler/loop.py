@@ -214,7 +214,7 @@ class Scheduler(EntryPoints, Leadership, Cycles):
                 # its messages in bulk (busched.scheduler.restore_bulk): the same checks, without the live
                 # path's per-event bookkeeping
                 restored = await checkpoint.restore(self.bus, restore_bulk.restored_handler(self.feed),
-                                                    self.settings.checkpoint)
+                                                    self.settings.checkpoint, entries=True)
             self.restored = restored
             if restored is not None:
                 self.checkpoints.written_seq = restored.seq  # the next is due once the stream has grown past it

@@ -19,6 +19,10 @@ then applied by dict and set updates over its columns (`Cache.insert_new`, `_flu
 table as one-by-one inserts do, in the same order (the cache's versions too: the run's i-th object takes
 the generation at its start plus i).
 
+A format-2 checkpoint's entries (`busched.scheduler.checkpoint_shared`: a task or job given by a template and
+its own fields) take the same path with the decode and conversion replaced by copies of the template's, checked
+per entry for what the entry sets; one that fails a check takes the live path with the message it stands for.
+
 Anything else goes through `StateFeed.handle_one` itself, message by message, in stream order: every
 other kind, deletes, an object already known (or one whose sequence was seen), a task or job whose
 effective object is not its spec alone (a podgroup status read first, a suspend flip), and any message
@@ -32,12 +36,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from busched.api import build
+from busched.api import build, build_like
 from busched.api.queue import PriorityClass
+from busched.api.shared import known_name, one_name
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.cache.inserts import NewObjects
 from busched.framework.cycle import paused_gc
+from busched.scheduler import checkpoint_shared
 from busched.scheduler.events import StateFeed
 from busched.scheduler.records import _DECODE, TERMINAL
 
@@ -56,7 +62,7 @@ def restored_handler(feed: StateFeed) -> Any:
     return lambda items: apply_restored(feed, items)
 
 
-def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
+def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
     """Apply a batch of a restart's messages in stream order, as `StateFeed.handle_state_batch` would;
     returns how many took the fast path (the rest went through the live path one by one).
 
@@ -73,6 +79,8 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
     limit = feed.settings.max_event_bytes
     decode, effective_task = _DECODE, eff.effective_task
     task_info, job_info = build.task_info, build.job_info
+    task_info_like, job_info_like = build_like.task_info_like, build_like.job_info_like
+    phases, materialize = build.TASK_PHASES, checkpoint_shared.materialize
     task_upsert, job_upsert, terminal = m.TaskUpsert, m.JobUpsert, TERMINAL
     task_at, job_at = _TASK_SUBJECTS, _JOB_SUBJECTS
     n_task, n_job = len(task_at), len(job_at)
@@ -99,22 +107,45 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                     if subject.startswith(task_at) and "%" not in subject:
                         key = subject[n_task:].replace(".", "/")
                         at = ("task", key)  # (the one kind string, not the subject's slice: one per object in seqs)
-                        if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
-                                or len(data) > limit):
-                            raise _PlainPathError
-                        msg = decode(data)
-                        if type(msg) is not task_upsert:
-                            raise _PlainPathError
-                        spec = msg.task
-                        if f"{spec.namespace}/{spec.name}" != key:
-                            raise _PlainPathError
-                        # the effective object (`EffectiveObjects.effective_task`), asked only when it can
-                        # differ from the spec: a binding, a backoff, a suspended job (``gated``), a task ended on
-                        # its node
-                        held = spec
-                        if gated or (spec.node and spec.phase in terminal):
-                            held = effective_task(key, spec)
-                        info = task_info(held, _NO_CLASSES)  # validates: refused, it changed nothing
+                        if type(data) is tuple:
+                            # a format-2 checkpoint's task given by its template (busched.scheduler.checkpoint_shared):
+                            # its own fields checked as its message's would be (the size it may have, identity, phase),
+                            # the template's spec and conversion copied, those fields set (as ``__post_init__`` does)
+                            tmpl, name, job, node, phase, _ = data
+                            if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
+                                    or tmpl.kind != "task" or tmpl.info is None or tmpl.prefix + name != key
+                                    or phase not in phases
+                                    or 6 * (len(name) + len(job) + len(node) + len(phase)) > limit - tmpl.size):
+                                raise _PlainPathError
+                            spec = tmpl.copy()
+                            spec.name = name
+                            spec.job = known_name(job) or one_name(job)
+                            spec.node = known_name(node) or one_name(node)
+                            spec.phase = known_name(phase) or one_name(phase)
+                            held = spec
+                            if gated or (node and phase in terminal):
+                                held = effective_task(key, spec)
+                            if held is spec and tmpl.fast:
+                                info = task_info_like(tmpl.info, spec)
+                            else:
+                                info = task_info(held, _NO_CLASSES)
+                        else:
+                            if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
+                                    or len(data) > limit):
+                                raise _PlainPathError
+                            msg = decode(data)
+                            if type(msg) is not task_upsert:
+                                raise _PlainPathError
+                            spec = msg.task
+                            if f"{spec.namespace}/{spec.name}" != key:
+                                raise _PlainPathError
+                            # the effective object (`EffectiveObjects.effective_task`), asked only when it can
+                            # differ from the spec: a binding, a backoff, a suspended job (``gated``), a task ended
+                            # on its node
+                            held = spec
+                            if gated or (spec.node and spec.phase in terminal):
+                                held = effective_task(key, spec)
+                            info = task_info(held, _NO_CLASSES)  # validates: refused, it changed nothing
                         n += 1
                         v = base + n
                         if held.job:
@@ -135,16 +166,26 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                     elif subject.startswith(job_at) and "%" not in subject:
                         key = subject[n_job:].replace(".", "/")
                         at = ("job", key)
-                        if (key in specs_job or key in run_jobs or key in cache_jobs or at in seqs
-                                or len(data) > limit or key in pg_status):
+                        if key in specs_job or key in run_jobs or key in cache_jobs or at in seqs or key in pg_status:
                             raise _PlainPathError
-                        msg = decode(data)
-                        if type(msg) is not job_upsert:
-                            raise _PlainPathError
-                        job = msg.job
-                        if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
-                            raise _PlainPathError
-                        jinfo = job_info(job, _NO_CLASSES)  # validates
+                        if type(data) is tuple:  # (a format-2 checkpoint's job given by its template, as a task's)
+                            tmpl, name = data[0], data[1]
+                            if (tmpl.kind != "job" or tmpl.info is None or tmpl.prefix + name != key
+                                    or 6 * len(name) > limit - tmpl.size or tmpl.spec.suspend != (key in suspended)):
+                                raise _PlainPathError
+                            job = tmpl.copy()
+                            job.name = name
+                            jinfo = job_info_like(tmpl.info, job)
+                        else:
+                            if len(data) > limit:
+                                raise _PlainPathError
+                            msg = decode(data)
+                            if type(msg) is not job_upsert:
+                                raise _PlainPathError
+                            job = msg.job
+                            if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
+                                raise _PlainPathError
+                            jinfo = job_info(job, _NO_CLASSES)  # validates
                         n += 1
                         touch(key)
                         touch_v(base + n)
@@ -164,6 +205,8 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, bytes, int]]) -> int:
                         run.count, run.freed = n, freed
                         done += _flush(feed, run, ats, at_seqs)
                         n = freed = 0
+                    if type(data) is tuple:  # (a template's entry: the message it stands for)
+                        data = materialize(data)
                     try:
                         feed.handle_one(subject, data, seq)
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch

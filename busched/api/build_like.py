@@ -1,0 +1,87 @@
+"""Conversions copied from a template's: a restart's replicas (`busched.scheduler.checkpoint_shared`).
+
+A big cluster's tasks are mostly replicas and its jobs of a few shapes: specs that differ only in a task's
+name, job, node and phase, or a job's name.  `task_info_like` and `job_info_like` give what `build.task_info`
+and `build.job_info` give for such a spec, from the conversion of its template: the template's fields, the
+differing ones' own, and every container the object owns built afresh as the conversion builds it.  Tests
+(tests/scheduler/test_checkpoint_shared.py) check both give the same object, every field.
+"""
+
+from __future__ import annotations
+
+from busched.api import build
+from busched.api import objects as o
+from busched.api.job import JobInfo
+from busched.api.resource import Resource
+from busched.api.shared import NO_LIST, NO_MAP, one_name
+from busched.api.task import TaskInfo, TaskStatus, status_from_phase
+
+__all__ = ["task_info_like", "job_info_like"]
+
+_new = object.__new__
+
+
+def task_info_like(template: TaskInfo, s: o.TaskSpec) -> TaskInfo:
+    """``task_info(s)`` when ``template`` is the conversion of a spec that differs from ``s`` only in name, job,
+    node and phase (a restart's replicas: `busched.scheduler.checkpoint_shared`), ``s.phase`` is one of
+    `TASK_PHASES` and the spec has no affinity, tolerations, spread constraints, host ports, scheduling gates
+    or images (their conversions are built per task): the template's fields, those four's own, and the label
+    maps copied as `task_info` copies them.  Tests check both give the same object."""
+    t = template.copy()
+    ns, name = s.namespace, s.name
+    t.uid = f"{ns}-{name}"
+    t.name = name
+    t.job = one_name(f"{ns}/{s.job}") if s.job else ""
+    status = template.status if s.status else status_from_phase(s.phase, s.node, s.deleting)
+    t.status = status
+    t.node_name = s.node if status != TaskStatus.Pending else ""
+    if s.labels:
+        t.labels = dict(s.labels)
+    if s.annotations:
+        t.annotations = dict(s.annotations)
+    if s.node_selector:
+        t.node_selector = dict(s.node_selector)
+    return t
+
+
+def job_info_like(template: JobInfo, s: o.JobSpec) -> JobInfo:
+    """``job_info(s, {})`` when ``template`` is that of a spec that differs from ``s`` only in its name (a restart's
+    jobs of one shape: `busched.scheduler.checkpoint_shared`): the template's fields, the name's own, and every
+    container the job fills or changes its own, as `job_info` builds them.  A spec with minimum resources, a
+    network topology, subgroup policies or conditions (each converted per job) is converted by `job_info`.  Tests
+    check both give the same object."""
+    if s.min_resources is not None or s.network_topology is not None or s.sub_group_policy or s.conditions:
+        return build.job_info(s, {})
+    j = _new(JobInfo)
+    j.uid = f"{s.namespace}/{s.name}"
+    j.name = s.name
+    j.namespace = template.namespace
+    j.queue = template.queue
+    j.min_available = template.min_available
+    j.task_min_available = dict(s.min_task_member) if s.min_task_member else NO_MAP
+    j.min_resources = j.min_resources_list = None
+    j.phase = template.phase
+    j.priority_class_name = template.priority_class_name
+    j.priority = template.priority
+    j.preemptable = template.preemptable
+    j.annotations = dict(s.annotations) if s.annotations else NO_MAP
+    j.labels = dict(s.labels) if s.labels else NO_MAP
+    j.network_topology = None
+    j.subgroup_policy = NO_LIST
+    j.conditions = NO_LIST
+    j.has_podgroup = True
+    j.created = template.created
+    j.tasks = {}
+    j.status_index = {}
+    j.allocated = Resource()
+    j.total_request = Resource()
+    j.nodes_fit_errors = {}
+    j.job_fit_errors = ""
+    j.pending_best_effort = 0
+    j.sub_jobs = {}
+    j.task_to_sub_job = {}
+    j.min_sub_jobs = {}
+    j.allocated_hypernode = ""
+    j.written = False
+    j.derived = {}
+    return j

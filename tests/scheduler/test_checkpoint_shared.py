@@ -1,0 +1,297 @@
+"""A checkpoint whose tasks share templates (format 2, busched.scheduler.checkpoint_shared) restores exactly what
+the same messages whole (format 1) restore: oracles over random mixes of replicas, tasks that differ from their
+group in any field, and everything the fast path must hand over (forged, malformed, oversized, invalid, deletes,
+bound, ended, suspended, deleting); forged columns are refused one by one as their messages would be, and a
+checkpoint whose templates or columns do not hold together is not used."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgspec
+import pytest
+
+from busched.api import build, build_like
+from busched.api import objects as o
+from busched.api.job import JobInfo
+from busched.api.task import TaskInfo
+from busched.bus import messages as m
+from busched.bus import subjects as S
+from busched.scheduler import Scheduler
+from busched.scheduler import checkpoint as C
+from busched.scheduler.restore_bulk import apply_restored
+from tests.scheduler.test_checkpoint import everything
+from tests.scheduler.test_restore_bulk import _enc, _varied, applied, counters, ordered
+
+# a field a task may differ from its group in, and values for it
+_DIFFERENT: list[tuple[str, list[Any]]] = [
+    ("labels", [{"app": "a"}, {"app": "b", "volcano.sh/preemptable": "false"}]),
+    ("annotations", [{"x": "y"}, {"volcano.sh/task-priority": "7"}, {"volcano.sh/task-priority": "9" * 12}]),
+    ("node_selector", [{"zone": "a"}]), ("priority", [5, -3]), ("priority_class_name", ["high"]),
+    ("requests", [{"cpu": "2"}, {"cpu": "lots"}, {}]), ("limits", [{"cpu": "2", "memory": "1Gi"}]),
+    ("created", ["2026-01-01T00:00:00Z", 12.5, "yesterday"]), ("start_time", [3.0]),
+    ("status", ["Bound", "Releasing", "NoSuchStatus"]), ("deleting", [True]), ("phase", ["Succeeded", "Bogus"]),
+    ("tolerations", [[{"key": "k", "operator": "Exists"}]]), ("images", [["img"]]),
+    ("host_ports", [[8080]]), ("scheduling_gates", [["gate"]]), ("command", [["/bin/true"]]),
+    ("nominated_node_name", ["n1"]), ("preemption_policy", ["Never"]), ("namespace", ["u"]),
+]
+
+
+_JOB_DIFFERENT: list[tuple[str, list[Any]]] = [
+    ("min_member", [0, 3]), ("queue", ["q"]), ("phase", ["Running", "Bogus"]), ("priority_class_name", ["high"]),
+    ("annotations", [{"a": "b"}, {"volcano.sh/preemptable": "true"}]), ("labels", [{"l": "v"}]),
+    ("min_task_member", [{"w": 1}]), ("min_resources", [{"cpu": "2"}, {"cpu": "lots"}]),
+    ("created", ["2026-01-01T00:00:00Z", "never"]), ("suspend", [True]),
+    ("conditions", [[{"type": "Ready", "status": "True"}]]),
+    ("sub_group_policy", [[{"name": "g", "subGroupSize": 1, "labelSelector": {"matchLabels": {"a": "b"}}}]]),
+]
+
+
+def jobs_alike(rng: random.Random, n: int = 30) -> list[tuple[str, bytes]]:
+    """Jobs of a few shapes (one spec but for the name), some differing in a field, some forged."""
+    out: list[tuple[str, bytes]] = []
+    for j in range(n):
+        kw: dict[str, Any] = {"min_member": 1, "phase": rng.choice(["Running", "Pending"])}
+        if rng.random() < 0.3:
+            field, values = rng.choice(_JOB_DIFFERENT)
+            kw[field] = rng.choice(values)
+        name = f"s{j}" if rng.random() < 0.9 else f"s{j}-{'x' * 120}"  # (over 400 bytes, some)
+        spec = o.JobSpec(name=name, namespace="t", **kw)
+        subject = S.state_subject("job", f"t/{name}" if rng.random() < 0.95 else f"t/{name}z")  # (forged, some)
+        out.append((subject, _enc(m.upsert("job", spec, 1))))
+    return out
+
+
+def replicas(rng: random.Random, n: int = 40) -> list[tuple[str, bytes]]:
+    """Jobs of replicas (one spec but for name, job, node and phase), some tasks differing from their group in a
+    field, some with names long enough that their message could exceed the limit, forged names, bad phases."""
+    out: list[tuple[str, bytes]] = []
+    for j in range(n // 4):
+        job = f"r{j}"
+        out.append((S.state_subject("job", f"t/{job}"), _enc(m.upsert("job", o.JobSpec(name=job, namespace="t"), 1))))
+        base: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+        if rng.random() < 0.3:
+            field, values = rng.choice(_DIFFERENT)
+            base[field] = rng.choice(values)
+        for i in range(rng.randint(1, 6)):
+            kw = dict(base)
+            name = f"{job}-{i}"
+            node, phase = rng.choice([("", "Pending"), ("n0", "Running"), ("n1", "Running"), ("n2", "Succeeded"),
+                                      ("n9", "Running"), ("n0", "Failed")])
+            what = rng.random()
+            if what < 0.15:
+                field, values = rng.choice(_DIFFERENT)
+                kw[field] = rng.choice(values)
+            elif what < 0.2:
+                name = f"{name}-{'x' * rng.choice([40, 60, 70])}"  # near the limit of 400 bytes (or over it)
+            elif what < 0.23:
+                phase = "Bogus"
+            ns = kw.pop("namespace", "t")
+            spec = o.TaskSpec(name=name, namespace=ns, job=rng.choice([job, job, job, ""]), node=node,
+                              **{"phase": phase, **kw})
+            subject = S.state_subject("task", f"t/{name}")
+            if rng.random() < 0.04:  # a payload for another task: forged
+                subject = S.state_subject("task", f"t/{name}z")
+            out.append((subject, _enc(m.upsert("task", spec, rng.choice([1, 1, 2])))))
+    return out
+
+
+def mix(seed: int) -> list[tuple[str, bytes, int]]:
+    rng = random.Random(seed)
+    msgs = _varied(rng, 60) + replicas(rng) + jobs_alike(rng)
+    head, rest = msgs[:4], msgs[4:]
+    rng.shuffle(rest)
+    return [(subject, data, seq) for seq, (subject, data) in enumerate(head + rest, start=1)]
+
+
+def restored(ck: C.Checkpoint, sizes: list[int], *, entries: bool = True, live: bool = False) -> Scheduler:
+    """A fresh scheduler fed ``ck`` in batches of ``sizes`` (the entries as `restore` hands them with ``entries``;
+    ``live``: through the live path, `handle_state_batch`, messages whole)."""
+    s = applied([], True)
+    s.clock = lambda: 1000.0  # type: ignore[method-assign]
+    s.table.clock = s.clock
+    merged = C.Merged(ck, [])
+    items = [it for batch in merged.batches(release=False, entries=entries and not live) for it in batch]
+    i = 0
+    for size in sizes:
+        part = items[i:i + size]
+        i += size
+        if live:
+            s.handle_state_batch(part)
+        else:
+            apply_restored(s.feed, part)
+    return s
+
+
+def infos(s: Scheduler) -> tuple[Any, ...]:
+    """Every field of every conversion the restart kept (the lending's task and job templates)."""
+    memo = s.cache._memo
+    return ([(k, t.spec, [getattr(t.task, f) for f in TaskInfo.__slots__]) for k, t in memo._tasks.items()],
+            [(k, spec, [getattr(j, f) for f in JobInfo.__slots__]) for k, (spec, j) in memo._job_templates.items()])
+
+
+def test_the_shared_form_stands_for_every_message_byte_for_byte():
+    items = mix(0)
+    ck = C.build("s", "c", len(items), items)
+    assert ck.templates and ck.shared and sum(1 for t in ck.shared if t) >= len(ck.templates) * 2
+    again = C.decode(C.encode(ck))
+    assert C.whole(again).data == [data for _, data, _ in items]
+    assert len(C.encode(ck)) < len(C.encode(C.whole(ck)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_shared_checkpoint_restores_what_the_whole_messages_restore(seed):
+    items = mix(seed)
+    rng = random.Random(seed)
+    sizes = [len(items)] if seed % 2 else [rng.randint(1, 25) for _ in range(len(items))]
+    one = C.Checkpoint(stream="s", created="c", seq=len(items), subjects=[it[0] for it in items],
+                       seqs=[it[2] for it in items], data=[it[1] for it in items])
+    two = C.decode(C.encode(C.build("s", "c", len(items), items)))
+    assert two.shared
+    a, b = restored(one, sizes), restored(two, sizes)
+    live = restored(two, sizes, live=True)
+    # (the tables as applied first: `everything` reads the cache through what settles the pending effective objects)
+    assert ordered(b) == ordered(a) and ordered(live) == ordered(a)
+    assert infos(b) == infos(a)
+    for s in (b, live):
+        assert everything(s) == everything(a)
+        assert counters(s) == counters(a)
+    assert len(a.specs["task"]) > 20 and a.feed.rejected_at_catchup  # (refusals among them, plain ones most)
+
+
+def _forged(ck: C.Checkpoint, **columns: Any) -> C.Checkpoint:
+    return msgspec.structs.replace(ck, **columns)
+
+
+def test_forged_columns_are_refused_one_by_one_as_their_messages_are(caplog):
+    tasks = [o.TaskSpec(name=f"a-{i}", namespace="t", job="a", node="n0", phase="Running",
+                        requests={"cpu": "1"}) for i in range(6)]
+    items = [(S.state_subject("task", f"t/{t.name}"), _enc(m.upsert("task", t, 1)), i)
+             for i, t in enumerate(tasks, start=1)]
+    ck = C.build("s", "c", len(items), items)
+    assert ck.shared == [1] * 6
+    names, phases = list(ck.names), list(ck.phases)
+    names[1] = "a-5"  # another task's name under a-1's subject: forged
+    phases[2] = "Bogus"  # a phase the conversion refuses
+    names[3] = "a-3" + "y" * 500  # a message over the limit of 400 bytes (and a subject it does not match)
+    forged = _forged(ck, names=names, phases=phases)
+    caplog.set_level("INFO", logger="busched.scheduler")
+    got = restored(forged, [6])
+    want = restored(forged, [6], live=True)
+    assert ordered(got) == ordered(want) and counters(got) == counters(want)
+    assert sorted(got.specs["task"]) == ["t/a-0", "t/a-4", "t/a-5"]
+    assert "task t/a-2: phase: unknown phase 'Bogus'" in caplog.text
+
+    # a template the conversion refuses: each of its tasks refused by the live path, naming the field
+    bad = msgspec.json.decode(ck.templates[0])
+    bad["task"]["requests"] = {"cpu": "lots"}
+    caplog.clear()
+    got = restored(_forged(ck, templates=[msgspec.json.encode(bad)]), [6])
+    assert not got.specs["task"] and len(got.feed.rejected_at_catchup) == 6
+    assert "task t/a-0: requests.cpu: invalid quantity 'lots'" in caplog.text
+
+
+@pytest.mark.parametrize("columns, why", [
+    ({"templates": [b'{"name": ""']}, "a template"),
+    ({"templates": [b'{"type": "task.upsert", "task": {"name": "", "bogus": 1}}']}, "a template"),
+    ({"templates": [b'{"type": "node.upsert", "node": {"name": ""}}']}, "not a task's or a job's"),
+    ({"shared": [2] * 6}, "a template there is not"),
+    ({"shared": [1] * 5}, "different lengths"),
+    ({"names": ["a-0"]}, "do not match"),
+    ({"shared": [-1] * 6}, "a template there is not"),
+])
+def test_a_shared_checkpoint_that_does_not_hold_together_is_not_used(columns, why):
+    tasks = [o.TaskSpec(name=f"a-{i}", namespace="t", requests={"cpu": "1"}) for i in range(6)]
+    items = [(S.state_subject("task", f"t/{t.name}"), _enc(m.upsert("task", t, 1)), i)
+             for i, t in enumerate(tasks, start=1)]
+    blob = C.encode(_forged(C.build("s", "c", 6, items), **columns))
+    with pytest.raises(C.CheckpointError, match=why):
+        C.Merged(C.decode(blob), [])
+
+
+def test_columns_of_the_wrong_type_make_the_checkpoint_corrupt():
+    ck = C.build("s", "c", 1, [(S.state_subject("task", "t/a"), _enc(m.upsert("task", o.TaskSpec(name="a"), 1)), 1)])
+    raw = msgspec.msgpack.decode(msgspec.msgpack.encode(ck))
+    raw.update(shared=[1, 1], templates=[b"{}"], names=[1, 2], jobs=["", ""], nodes=["", ""], phases=["", ""],
+               versions=[-1, 0])
+    blob = C.MAGIC + C.FORMAT.to_bytes(2, "big") + b"r" + msgspec.msgpack.encode(raw)
+    with pytest.raises(C.CheckpointError, match="corrupt"):
+        C.decode(blob)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_task_info_like_is_task_info(seed):
+    """`build_like.task_info_like` of a template's conversion is `build.task_info` of the spec, every field."""
+    rng = random.Random(seed)
+    for _ in range(60):
+        kw: dict[str, Any] = {"requests": rng.choice([{"cpu": "1"}, {}, {"cpu": "2", "memory": "1Gi"}])}
+        for field in ("labels", "annotations", "node_selector", "priority", "limits", "created", "status",
+                      "deleting"):
+            if rng.random() < 0.3:
+                kw[field] = rng.choice(dict(_DIFFERENT)[field])
+        template = o.TaskSpec(name="", namespace=rng.choice(["t", "u"]), **kw)
+        try:
+            info = build.task_info(template, {})
+        except build.SpecError:
+            continue
+        for _ in range(5):
+            s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}", job=rng.choice(["", "j"]),
+                                        node=rng.choice(["", "n1"]), phase=rng.choice(sorted(build.TASK_PHASES)))
+            want, got = build.task_info(s, {}), build_like.task_info_like(info, s)
+            assert [getattr(got, f) for f in TaskInfo.__slots__] == [getattr(want, f) for f in TaskInfo.__slots__]
+            for f in ("labels", "annotations", "node_selector"):  # (each its own copy, as task_info's)
+                assert getattr(got, f) is not getattr(info, f) or not getattr(got, f)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_job_info_like_is_job_info(seed):
+    """`build_like.job_info_like` of a template's conversion is `build.job_info` of the spec, every field, its
+    containers each its own."""
+    rng = random.Random(seed)
+    for _ in range(60):
+        kw: dict[str, Any] = {}
+        for field, values in _JOB_DIFFERENT:
+            if rng.random() < 0.2:
+                kw[field] = rng.choice(values)
+        template = o.JobSpec(name="", namespace="t", **kw)
+        try:
+            info = build.job_info(template, {})
+        except build.SpecError:
+            continue
+        s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}")
+        want, got = build.job_info(s, {}), build_like.job_info_like(info, s)
+        assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]
+        for f in ("tasks", "status_index", "allocated", "total_request", "nodes_fit_errors", "sub_jobs", "derived"):
+            assert getattr(got, f) is not getattr(info, f)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_checkpoint_built_on_the_last_one_stands_for_the_same_messages(seed):
+    """The writer's next checkpoint carries the last one's entries over (their templates and fields, not encoded
+    again) and adds the tail's messages: whole, it is the last message of every subject, byte for byte."""
+    items = mix(seed)
+    rng = random.Random(seed)
+    last = C.decode(C.encode(C.build("s", "c", len(items), items)))
+    tail = [(subject, len(items) + i, data) for i, (subject, data) in enumerate(
+        [(s, d) for s, d, _ in rng.sample(items, 20)] + replicas(rng, 12), start=1)]
+    merged = C.Merged(last, tail)
+    carried = [it for batch in merged.batches(entries=True) for it in batch]
+    assert any(type(data) is tuple for _, data, _ in carried)
+    again = C.decode(C.encode(C.build("s", "c", len(items) + len(tail), carried)))
+    want = C.merge(C.whole(C.decode(C.encode(C.build("s", "c", len(items), items)))), tail)
+    got = C.whole(again)
+    assert list(zip(got.subjects, got.data, got.seqs)) == want
+    assert again.shared and len(set(again.templates)) == len(again.templates)  # (a template once)
+
+
+def test_batches_let_the_entries_columns_go_as_they_are_handed_over():
+    items = mix(1)
+    ck = C.build("s", "c", len(items), items)
+    def plain(batches: Any) -> list[Any]:  # (an entry's template by its message: each `Merged` decodes its own)
+        return [(subject, (data[0].raw, *data[1:]) if type(data) is tuple else data, seq)
+                for batch in batches for subject, data, seq in batch]
+    want = plain(C.Merged(ck, []).batches(7, entries=True))
+    got = plain(C.Merged(ck, []).batches(7, release=True, entries=True))
+    assert got == want and any(type(data) is tuple for _, data, _ in got)
+    assert not any(ck.data) and set(ck.names) == set(ck.jobs) == set(ck.versions) == {None}
