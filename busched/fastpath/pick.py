@@ -118,6 +118,20 @@ def pick_window(ok: np.ndarray, idle: np.ndarray, total: np.ndarray, start: int,
     best = values[values.argmax()]
     if best != best:  # NaN: the per-task path scores node by node
         return None
-    tied = (values == best).nonzero()[0]
-    i = int(tied[0]) if len(tied) == 1 else int(tied[rng.randrange(len(tied))])
+    i = _tied(values == best, rng)
     return (start + (i if at is None else int(at[i]))) % size, n
+
+
+def _tied(tied: np.ndarray, rng: Any) -> int:
+    """``tied.nonzero()[0][rng.randrange(count)]`` (no draw when one is tied), without listing
+    every tied position when most are: the j-th tied one is at ``j`` plus the untied before it, so
+    within ``untied + 1`` places from ``j``."""
+    count = int(np.count_nonzero(tied))
+    if count == 1:
+        return int(tied.argmax())
+    j = rng.randrange(count)
+    untied = len(tied) - count
+    if untied >= count:
+        return int(tied.nonzero()[0][j])
+    before = int(np.count_nonzero(tied[:j]))  # tied positions before position j
+    return j + int(tied[j:j + untied + 1].nonzero()[0][j - before])
