@@ -10,18 +10,18 @@ passes over thousands of positions per task, and copies.
 
 Most walks of a sampled search find every row they look at passing (the cluster has room: only
 full or unsuitable nodes fail), so the rows found are one run ``start .. start + to_find``.
-`pick_window` checks exactly that (one count over the run) and then reads the run as slices (views,
-no positions, no copies); a run holding a failing row, or one that would wrap past the last row,
-takes `pick_arrays`.  It draws from the same random source the same one call on the same count,
-indexing the tied rows in the same (walk) order, so the row and the source's state after are
-`pick_arrays`' (tests/fastpath/test_pick_window.py, on random columns: ties, NaN, wrapping
-windows, windows wider than the passing rows, ``to_find`` the whole cluster).
+`pick_window` checks that with one count over the run and then reads ``idle`` and ``total`` as
+slices (views: no positions, no copies).  A run holding failing rows is widened by what it lacks
+until it holds ``to_find`` passing rows or every row (`_walked`; after `ROUNDS` widenings it takes
+`pick_arrays`); a run past the last row is two slices joined.  It draws from the same random source
+the same one call on the same count, indexing the tied rows in the same (walk) order, so the row and
+the source's state after are `pick_arrays`' (tests/fastpath/test_pick_window.py, on random columns:
+ties, NaN, wrapping windows, windows wider than the passing rows, ``to_find`` the whole cluster).
 
-A block summary of the columns (per 64 rows: passing, passing and idle, the best total and its
-ties), walked by whole blocks, was measured against this and left out: a window of 2,500 rows is
-one count and three slice passes here, which numpy does in a few microseconds, while the summary's
-walk is a dozen Python-level steps for the two partial blocks and the blocks between, plus its
-upkeep on every placement (docs/benchmarks.md, "Throughput at 50,000 nodes: the draw on one run").
+A block summary of the columns (per 64 rows: the best total and its ties, passing counts), walked by
+whole blocks between two partial ends, was measured against this and left out: its cheapest case
+took about twice `pick_window`'s instructions per draw with its upkeep (docs/benchmarks.md,
+"Throughput at 50,000 nodes: the draw on one run").
 """
 
 from __future__ import annotations
