@@ -20,7 +20,8 @@ per-task path from the same state.  The per-task path is the reference
 (tests/fastpath/test_batch_choice.py).  On a cluster small enough that every search looks at
 every node, a template keeps its vectors as Python lists and chooses from a `board.Board`,
 without the dozen numpy calls a choice on arrays makes (`pick_arrays`, its reference,
-tests/fastpath/test_board.py).
+tests/fastpath/test_board.py); on arrays, a walk whose rows all pass is read as slices
+(`pick.pick_window`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from busched.api.task import TaskInfo
 from busched.fastpath import rowcache, select
 from busched.fastpath.board import NAN, Board
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fits
+from busched.fastpath.pick import pick_arrays, pick_window
 
 __all__ = ["Local", "declare", "choose", "pick_arrays", "same_template", "KEPT"]
 
@@ -389,35 +391,10 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
                 return None  # no node found (the per-task path records the fit errors), or a NaN best
             return nodes[row], size
         ok, idle, total = t.arrays()
-        got = pick_arrays(ok, idle, total, start, to_find, ssn.rng)
+        got = pick_window(ok, idle, total, start, to_find, ssn.rng)
     except Exception:  # noqa: BLE001 - the per-task path calls the twins again and names the plugin
         _drop(arrays, t)
         return None
     if got is None:
         return None
     return nodes[got[0]], got[1]
-
-
-def pick_arrays(ok: np.ndarray, idle: np.ndarray, total: np.ndarray, start: int, to_find: int,
-                rng: Any) -> tuple[int, int] | None:
-    """The row chosen from a template's combined vectors and how many nodes the walk looked at:
-    the walk from ``start`` for ``to_find`` passing rows, the first non-empty gradient of those
-    found, the best total there, a draw from ``rng`` among the tied.  None (no draw made) when no
-    row passes or the best is NaN.  `board.Board.pick` gives the same without numpy calls."""
-    found, processed, _ = select.feasible_scan_array(ok, start, to_find, False)
-    if not len(found):
-        return None  # the per-task path records the fit errors
-    on_idle = idle[found]
-    k = int(np.count_nonzero(on_idle))
-    # the first non-empty gradient: fits idle, else fits only future idle (every node found does)
-    bucket = found if k == len(found) or not k else found[on_idle]
-    if len(bucket) == 1:
-        return int(bucket[0]), processed
-    values = total[bucket]
-    best = values[values.argmax()]
-    if best != best:  # NaN: the per-task path scores node by node
-        return None
-    tied = (values == best).nonzero()[0]
-    if len(tied) == 1:
-        return int(bucket[int(tied[0])]), processed
-    return int(bucket[int(tied[rng.randrange(len(tied))])]), processed
