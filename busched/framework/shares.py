@@ -285,11 +285,9 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                     scalars = a.scalars
                     if scalars:
                         ts, rs, es = t.scalars, t2.scalars, e.scalars
-                        for n, v in scalars.items():
+                        for n, v in scalars.items():  # (each map gets the names in the same order)
                             ts[n] = ts.get(n, 0.0) + v
-                        for n, v in scalars.items():
                             rs[n] = rs.get(n, 0.0) + v
-                        for n, v in scalars.items():
                             if v == GO_INFINITY or v > 0:
                                 es[n] = es.get(n, 0.0) + v
                 lumped.add(name)
