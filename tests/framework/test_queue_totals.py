@@ -20,6 +20,7 @@ import pytest
 from busched.api import settled
 from busched.api.job import JobInfo
 from busched.api.resource import GO_INFINITY, Resource
+from busched.api.shared import SharedResource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import lending_cold
 from busched.fastpath.templates import _Template
@@ -120,15 +121,20 @@ def test_cold_loop_certifies_as_summable(seed: int) -> None:
     ref = JobInfo(uid="ns/j", name="j", namespace="ns", queue="q", phase="Running")
     specs, templates, keys = {}, {}, []
     one = rng.choice(_PLACED) if rng.random() < 0.8 else rng.choice(list(TaskStatus))
+    known = [SharedResource.of(Resource(1.0, 1.0)) if rng.random() < 0.5 else None]
     for k in range(rng.randrange(1, 6)):
         r = _res(rng, rng.random() < 0.85)
+        if rng.random() < 0.5:  # (a request shared by tasks: looked at once while it is known whole)
+            r = SharedResource.of(r)
+        elif rng.random() < 0.3 and known[0] is not None:
+            r = known[0]
         status = one if rng.random() < 0.8 else rng.choice(list(TaskStatus))
         t = TaskInfo(uid=f"t{k}", name=f"t{k}", namespace="ns", job=job.uid, resreq=r, init_resreq=r, status=status)
         spec = object()
         specs[f"k{k}"], templates[f"k{k}"] = spec, _Template(spec, t)
         keys.append(f"k{k}")
         ref.add_task(t)
-    got = lending_cold._index_settled(job, keys, specs, templates, {}, None)
+    got = lending_cold._index_settled(job, keys, specs, templates, {}, None, known)
     assert got == settled.summable(ref) == settled.summable(job)
     assert [(s, list(ts)) for s, ts in job.status_index.items()] == [(s, list(ts)) for s, ts in ref.status_index.items()]
 
