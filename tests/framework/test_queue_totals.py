@@ -87,7 +87,6 @@ def test_first_queue_sum_is_the_task_by_task_sum(seed: int) -> None:
 def test_certified_jobs_are_summed_by_their_totals(monkeypatch: pytest.MonkeyPatch) -> None:
     """The path is taken: a queue of certified jobs adds no task; an uncertain job beside them (a
     fractional request) sends its queue back to the task-by-task sum, which still matches."""
-    rng = random.Random(5)
     jobs = []
     for i in range(30):
         job = JobInfo(uid=f"ns/j{i}", name=f"j{i}", namespace="ns", queue="q", phase="Running")
@@ -136,7 +135,8 @@ def test_cold_loop_certifies_as_summable(seed: int) -> None:
         ref.add_task(t)
     got = lending_cold._index_settled(job, keys, specs, templates, {}, None, known)
     assert got == settled.summable(ref) == settled.summable(job)
-    assert [(s, list(ts)) for s, ts in job.status_index.items()] == [(s, list(ts)) for s, ts in ref.status_index.items()]
+    assert [(s, list(ts)) for s, ts in job.status_index.items()] == \
+        [(s, list(ts)) for s, ts in ref.status_index.items()]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -199,7 +199,8 @@ def _settled_job(uid: str, memories: list[float], certify: bool) -> JobInfo:
     ([[2.0**52, 2.0**52], [1.0, 1.0]], "range"),
 ])
 def test_what_sends_a_queue_back_to_task_by_task(memories: list[list[float]], why: str) -> None:
-    jobs = [_settled_job(f"j{i}", m, certify=settled.summable(_settled_job("x", m, False))) for i, m in enumerate(memories)]
+    jobs = [_settled_job(f"j{i}", m, certify=settled.summable(_settled_job("x", m, False)))
+            for i, m in enumerate(memories)]
     lumped = shares.Usage()
     for j in jobs:
         if settled.WHOLE in j.derived:
