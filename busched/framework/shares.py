@@ -254,6 +254,11 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
     (`busched.fastpath.sums.Sum`, checked over every job once, at the first update); otherwise it is summed task
     by task again.  Shared: callers copy what they change.
+
+    The first sum adds a settled job the lending certified (`settled.WHOLE`: one allocated status,
+    whole requests not below zero) by its ``allocated`` rather than task by task: the same sum while
+    every addend of its queue is whole and the totals stay in a float's exact range, which is checked
+    per queue (else that queue is summed task by task again); tests/framework/test_queue_totals.py.
     """
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
         qs = _Queues()
