@@ -29,13 +29,47 @@ from typing import Any
 
 from busched.api import assemble, subjob
 from busched.api.job import JobInfo
-from busched.api.task import TaskInfo, TaskStatus
+from busched.api.task import TaskInfo, TaskStatus, allocated_status
 
-__all__ = ["SubJobsLater", "add_tasks_sub_jobs_later", "deferrable", "fill"]
+__all__ = ["SubJobsLater", "WHOLE", "add_tasks_sub_jobs_later", "deferrable", "fill", "summable", "whole_request"]
 
 # the slots' own descriptors (the subclass's properties hide them)
 _SLOT_SUB_JOBS: Any = vars(JobInfo)["sub_jobs"]
 _SLOT_TO_SUB: Any = vars(JobInfo)["task_to_sub_job"]
+
+
+class _WholeKey:
+    def __repr__(self) -> str:
+        return "settled.WHOLE"
+
+
+# The key, in a job's ``derived`` map, of its certificate that its totals may stand for its tasks
+# (`summable`): set by the lending as it assembles the job, dropped with the map at the job's first
+# change (busched.fastpath.memo's contract), read by busched.framework.shares.queue_usage.
+WHOLE: Any = _WholeKey()
+
+
+def whole_request(r: Any) -> bool:
+    """Every value of a request a whole number, not below zero (not NaN nor infinite): sums of such
+    values, while they stay within a float's exact range, are the same in any order."""
+    c, m = r.cpu, r.memory
+    if not (c % 1.0 == 0.0 and m % 1.0 == 0.0 and c >= 0.0 and m >= 0.0):  # (an int too; inf % 1 is NaN)
+        return False
+    for v in r.scalars.values():  # noqa: SIM110 - a loop, not all() (called per task)
+        if not (v % 1.0 == 0.0 and v >= 0.0):
+            return False
+    return True
+
+
+def summable(job: JobInfo) -> bool:
+    """Whether the job's ``allocated`` may stand for its tasks in a queue's sums: every task in one
+    allocated status (so ``allocated`` summed the very requests a walk of the index adds, in the
+    same order, the scalar names first seen in the same order) and every request whole
+    (`whole_request`).  The reference of what the lending's cold loop certifies inline."""
+    idx = job.status_index
+    if len(idx) != 1 or not allocated_status(next(iter(idx))):
+        return False
+    return all(whole_request(t.resreq) for t in job.tasks.values())
 
 
 def deferrable(job: JobInfo) -> bool:

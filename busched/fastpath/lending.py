@@ -150,6 +150,9 @@ class SharedMemo(TaskTemplates, NodeLending):
         # a cold lending (nothing assembled yet: a restart) in one loop per kind (busched.fastpath.lending_cold);
         # False: the reference, the one-object methods
         self.cold_bulk = True
+        # a settled job whose totals may stand for its tasks in the queues' sums certified so as it is
+        # assembled (busched.api.settled.summable); False: the reference, every queue summed task by task
+        self.job_totals = True
         self.assembled_jobs = 0  # how many jobs the last snapshot had to assemble (tests read it)
         self.assembled_nodes = 0
 
@@ -245,6 +248,8 @@ class SharedMemo(TaskTemplates, NodeLending):
             job.written = False
             if self.logged:
                 job.derived = {LOGGED: self._job_log}  # (its first write logs it: busched.api.outputs)
+            if direct and self.job_totals and settled.summable(job):
+                job.derived[settled.WHOLE] = True
             m = self._jobs[key] = _Job(spec, version, default_priority, job)
             self.assembled_jobs += 1
         else:

@@ -33,6 +33,7 @@ from busched.api.job import _PLACEABLE, JobInfo
 from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.outputs import LOGGED
 from busched.api.queue import PriorityClass
+from busched.api.shared import SharedResource
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_status
 from busched.fastpath.templates import _fresh_task, _Template
 
@@ -57,7 +58,9 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
     task_specs = cache.objects["task"]
     job_tasks, job_version, seq = cache.job_tasks, cache.job_version, cache.task_seq
     templates, job_templates, jobs_memo = memo._tasks, memo._job_templates, memo._jobs
-    lazy, logged, log = memo.lazy_sub_jobs, memo.logged, memo._job_log
+    lazy, logged, log, totals = memo.lazy_sub_jobs, memo.logged, memo._job_log, memo.job_totals
+    WHOLE = settled.WHOLE  # noqa: N806 - the module's key, in a local
+    known: list[Any] = [None]  # (`_index_settled`'s last shared request found whole)
     plain_classes = "" not in classes  # (`TaskTemplates._new_job`: the validation's job is usable)
     deferrable, later, add_tasks = settled.deferrable, settled.add_tasks_sub_jobs_later, assemble.add_tasks
     later_class, new_record, placeable = settled.SubJobsLater, object.__new__, _PLACEABLE
@@ -83,11 +86,13 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
             # a settled job (`settled.deferrable`, fresh): its templates indexed as they are taken
             # (`_index_settled`), its record made as `_Job` makes it, its volatility `unsettled`'s
             # last test (its phase is not Pending, it has no policy nor topology)
-            _index_settled(job, keys, task_specs, templates, classes, task_info)
+            whole = _index_settled(job, keys, task_specs, templates, classes, task_info, known) and totals
             job.__class__ = later_class
             job.written = False
             if logged:
-                job.derived = {LOGGED: log}
+                job.derived = {LOGGED: log, WHOLE: True} if whole else {LOGGED: log}
+            elif whole:
+                job.derived[WHOLE] = True
             m: Any = new_record(record)
             jobs_memo[key] = m
             m.spec, m.version, m.prio, m.job = spec, version, default_priority, job
@@ -124,6 +129,8 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
         job.written = False
         if logged:
             job.derived = {LOGGED: log}
+        if direct and totals and settled.summable(job):
+            job.derived[WHOLE] = True
         m = jobs_memo[key] = record(spec, version, default_priority, job)
         memo.assembled_jobs += 1
         if m.volatile:
@@ -143,16 +150,19 @@ def lend_jobs_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass], def
 
 
 def _index_settled(job: JobInfo, keys: Any, task_specs: dict[str, Any], templates: dict[str, _Template],
-                   classes: dict[str, PriorityClass], task_info: Any) -> None:
+                   classes: dict[str, PriorityClass], task_info: Any, known: list[Any]) -> bool:
     """A settled job's templates taken (each kept, or converted again, as `TaskTemplates._template`
     does) and indexed in one loop: `assemble.index_tasks` over the list the reference builds, each
-    task's sums added as it comes, so the same additions in the same order."""
+    task's sums added as it comes, so the same additions in the same order.  Returns
+    `settled.summable` of the job, checked as the requests are read (``known[0]``: the last shared
+    request found whole, which needs no look again)."""
     own, index = job.tasks, job.status_index
     total, alloc = job.total_request, job.allocated
     tc, tm_, ts = total.cpu, total.memory, total.scalars
     ac, am, as_ = alloc.cpu, alloc.memory, alloc.scalars
     best_effort = 0
     allocated = _ALLOCATED
+    whole, whole_request, shared = True, settled.whole_request, SharedResource
     for tkey in keys:
         tspec = task_specs[tkey]
         tm = templates.get(tkey)
@@ -169,6 +179,11 @@ def _index_settled(job: JobInfo, keys: Any, task_specs: dict[str, Any], template
             idx[uid] = t
         tc += req.cpu
         tm_ += req.memory
+        if whole and req is not known[0]:  # (most tasks hold one of a few shared requests)
+            if not whole_request(req):
+                whole = False
+            elif type(req) is shared:  # (never changed in place: known whole for the lending)
+                known[0] = req
         scalars = req.scalars
         if scalars:
             for n, v in scalars.items():
@@ -184,6 +199,7 @@ def _index_settled(job: JobInfo, keys: Any, task_specs: dict[str, Any], template
     total.cpu, total.memory = tc, tm_
     alloc.cpu, alloc.memory = ac, am
     job.pending_best_effort += best_effort
+    return whole and len(index) == 1 and next(iter(index)) in allocated
 
 
 def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) -> list[NodeInfo]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from busched.api import settled
 from busched.api.job import JobInfo, PodGroupPhase
 from busched.api.resource import CPU, GO_INFINITY, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskStatus, allocated_status
 from busched.fastpath.memo import Pairs
-from busched.fastpath.sums import Sum
+from busched.fastpath.sums import Sum, whole
 
 __all__ = ["Usage", "add_job_usage", "job_usage", "queue_usage", "share_of", "calculate_share",
            "calculate_share_reference"]
@@ -253,28 +254,66 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     (requests are whole milli-cpus, bytes and milli-units) and the scalar names line up
     (`busched.fastpath.sums.Sum`, checked over every job once, at the first update); otherwise it is summed task
     by task again.  Shared: callers copy what they change.
+
+    The first sum adds a settled job the lending certified (`settled.WHOLE`: one allocated status,
+    whole requests not below zero) by its ``allocated`` rather than task by task: the same sum while
+    every addend of its queue is whole and the totals stay in a float's exact range, which is checked
+    per queue (else that queue is summed task by task again); tests/framework/test_queue_totals.py.
     """
     def full(jobs: list[JobInfo]) -> tuple[_Queues, dict[str, Usage]]:
         qs = _Queues()
         exact: dict[str, Usage] = {}
+        lumped: set[str] = set()  # the queues a settled job's totals were added to for its tasks
+        others: dict[str, list[JobInfo]] = {}  # per queue, the jobs summed task by task
+        whole_key = settled.WHOLE
         for job in jobs:
-            q = exact.get(job.queue)
+            name = job.queue
+            q = exact.get(name)
             if q is None:
-                q = exact[job.queue] = Usage()
+                q = exact[name] = Usage()
             u = None
-            if job.written:
-                # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed
-                # later: its totals are kept now.  With at most one task each total gets one addition
-                # from it, so adding its totals is adding it task by task, to the bit.
-                u = job_usage(job)
-                if len(job.tasks) <= 1:
-                    for total, part in zip(q.parts(), u.parts()):
-                        total.add(part)
-                else:
-                    add_job_usage(q, job)
+            if not job.written and whole_key in job.derived:
+                if job.min_resources is not None:
+                    add_settled_usage(q, job)
+                else:  # (`add_settled_usage` written out for the most common job, no minimum)
+                    a = job.allocated
+                    c, m = a.cpu, a.memory
+                    t = q.allocated
+                    t.cpu += c
+                    t.memory += m
+                    t2 = q.request
+                    t2.cpu += c
+                    t2.memory += m
+                    e = q.elastic
+                    e.cpu += c if c > 0 else 0.0
+                    e.memory += m if m > 0 else 0.0
+                    scalars = a.scalars
+                    if scalars:
+                        ts, rs, es = t.scalars, t2.scalars, e.scalars
+                        for n, v in scalars.items():  # (each map gets the names in the same order)
+                            ts[n] = ts.get(n, 0.0) + v
+                            rs[n] = rs.get(n, 0.0) + v
+                            if v == GO_INFINITY or v > 0:
+                                es[n] = es.get(n, 0.0) + v
+                lumped.add(name)
             else:
-                add_job_usage(q, job)
-            qs.parts.append([job.queue, job, job.phase, u])
+                u = _add_one(q, job)
+                o = others.get(name)
+                if o is None:
+                    others[name] = [job]
+                else:
+                    o.append(job)
+            qs.parts.append([name, job, job.phase, u])
+        for name in lumped:
+            # a settled job's totals stood for its tasks: the very sum task by task gives while every
+            # addend is whole and the totals stay in a float's exact range; else the queue again
+            usage = exact[name]
+            if not (whole(usage.allocated) and whole(usage.request)
+                    and all(_whole_tasks(j) for j in others.get(name, ()))):
+                usage = exact[name] = Usage()
+                for entry in qs.parts:
+                    if entry[0] == name:
+                        _add_one(usage, entry[1])
         for name, usage in exact.items():
             sums = qs.sums[name] = [Sum() for _ in range(4)]
             for total, part in zip(sums, usage.parts()):
@@ -316,6 +355,53 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
 
     result: tuple[_Queues, dict[str, Usage]] = ssn.incremental("queue.usage", list(ssn.jobs.values()), full, update)
     return result[1]
+
+
+def add_settled_usage(attr: Any, job: JobInfo) -> None:
+    """`add_job_usage` for a job whose ``allocated`` may stand for its tasks (`settled.summable`):
+    its totals added once each rather than request by request, then its reserved and elastic parts
+    as there.  The same sum only while every addend of the queue's is whole (``queue_usage`` checks)."""
+    a = job.allocated
+    attr.allocated.add(a)
+    attr.request.add(a)
+    if job.min_resources is None:  # (as `add_job_usage`: nothing reserved, the allocated above zero)
+        e = attr.elastic
+        e.cpu += a.cpu if a.cpu > 0 else 0.0
+        e.memory += a.memory if a.memory > 0 else 0.0
+        if a.scalars:
+            es = e.scalars
+            for name, q in a.scalars.items():
+                if q == GO_INFINITY or q > 0:
+                    es[name] = es.get(name, 0.0) + q
+    else:
+        _add_reserved(attr, job, job.phase)
+
+
+def _add_one(q: Usage, job: JobInfo) -> Usage | None:
+    """One job into its queue's totals, task by task; a written job's own totals returned."""
+    if not job.written:
+        add_job_usage(q, job)
+        return None
+    # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed later:
+    # its totals are kept now.  With at most one task each total gets one addition from it, so
+    # adding its totals is adding it task by task, to the bit.
+    u = job_usage(job)
+    if len(job.tasks) <= 1:
+        for total, part in zip(q.parts(), u.parts()):
+            total.add(part)
+    else:
+        add_job_usage(q, job)
+    return u
+
+
+def _whole_tasks(job: JobInfo) -> bool:
+    """Every request a queue's allocated and requested sums take from the job whole (`settled.whole_request`)."""
+    for status, tasks in job.status_index.items():
+        if allocated_status(status) or status == TaskStatus.Pending:
+            for t in tasks.values():
+                if not settled.whole_request(t.resreq):
+                    return False
+    return True
 
 
 def _task_by_task(jobs: list[JobInfo]) -> dict[str, Usage]:

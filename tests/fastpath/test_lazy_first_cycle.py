@@ -1,5 +1,7 @@
 """A cold lending with settled jobs' sub-jobs filled in on first read (busched.api.settled) decides
-what the eager assembly decides (``SharedMemo.lazy_sub_jobs = False``, the reference).
+what the eager assembly decides (``SharedMemo.lazy_sub_jobs = False``, the reference), and so do
+settled jobs' totals standing for their tasks in the queues' first sums and drf's table in one loop
+(``SharedMemo.job_totals = False`` and ``DrfPlugin.bulk_open = False`` in the reference).
 
 Random clusters, with settled jobs of one to three running tasks (some preemptable, in both
 queues), go through rounds of changes; each round both caches lend and run a whole cycle, with
@@ -23,6 +25,7 @@ from busched.api import settled
 from busched.builtin import open_session
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.cycle import finish_cycle
+from busched.plugins.drf import DrfPlugin
 from tests.fastpath.test_kernels_snapshot import EVICTING, mutate, node_state, task_state
 from tests.kernel_cases import cache_of, random_cluster
 
@@ -92,6 +95,7 @@ def test_deferred_sub_jobs_decide_as_eager(seed: int, config: str) -> None:
     spec = _cluster(rng)
     lazy, eager = cache_of(spec), cache_of(spec)
     eager._memo.lazy_sub_jobs = False
+    eager._memo.job_totals = False  # (and the queues summed task by task, drf's table per job)
     cfg = load_config(config)
     lent = kept = 0
     for rnd in range(4):
@@ -99,7 +103,11 @@ def test_deferred_sub_jobs_decide_as_eager(seed: int, config: str) -> None:
         lent += sum(type(j) is settled.SubJobsLater for j in snap.jobs.values())
         a, opened_a = _cycle(snap, cfg, seed, f"c{rnd}")
         kept += sum(type(j) is settled.SubJobsLater for j in a.jobs.values())
-        b, opened_b = _cycle(eager.snapshot(), cfg, seed, f"c{rnd}")
+        DrfPlugin.bulk_open = False
+        try:
+            b, opened_b = _cycle(eager.snapshot(), cfg, seed, f"c{rnd}")
+        finally:
+            DrfPlugin.bulk_open = True
         assert opened_a == opened_b, f"round {rnd}: the session's views at open"
         assert _outcome(a) == _outcome(b), f"round {rnd}"
         state = rng.getstate()
