@@ -72,8 +72,12 @@ async def last_per_subject(nc: Any, js: Any, subject: str, timeout: float = 10.0
                              deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
                              inactive_threshold=30.0, mem_storage=True)
     try:  # (named: idempotent by config, the same consumer made again is the one there)
-        await ask("consumer.create", lambda: js.add_consumer(S.STATE_STREAM, config=cfg), detail=name)
-        await asyncio.wait_for(done.wait(), timeout)
+        made = await ask("consumer.create", lambda: js.add_consumer(S.STATE_STREAM, config=cfg), detail=name)
+        if not getattr(made, "num_pending", 1):
+            # nothing to deliver: the subjects the stream's info named were purged since (a scheduler's hygiene
+            # after a delete); waiting for a last message would wait the whole timeout
+            return out
+        await _until_delivered(js, name, done, out, timeout)
     finally:
         await unsubscribe_quietly(sub)
         try:  # one short ask: it goes by itself after inactive_threshold
@@ -81,6 +85,31 @@ async def last_per_subject(nc: Any, js: Any, subject: str, timeout: float = 10.0
         except Exception:  # noqa: BLE001
             pass
     return out
+
+
+async def _until_delivered(js: Any, name: str, done: asyncio.Event, out: list[Any], timeout: float) -> None:
+    """Wait until the last message says nothing is pending; a second without a message, ask the consumer: a
+    purge during the delivery (of messages not delivered yet) leaves no message saying so, and the consumer
+    then has nothing pending.  TimeoutError after ``timeout``, as before."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        seen = len(out)
+        left = deadline - loop.time()
+        if left <= 0:
+            raise asyncio.TimeoutError
+        try:
+            await asyncio.wait_for(done.wait(), min(1.0, left))
+            return
+        except asyncio.TimeoutError:
+            if len(out) != seen:
+                continue  # still arriving
+        try:
+            info = await ask("consumer.info", lambda: js.consumer_info(S.STATE_STREAM, name), ONCE, detail=name)
+        except Exception:  # noqa: BLE001 - cannot be told: wait on
+            continue
+        if not info.num_pending and len(out) == seen:
+            return
 
 
 async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) -> tuple[int, bytes] | None:
