@@ -81,11 +81,11 @@ def _walked(ok: np.ndarray, start: int, to_find: int) -> tuple[int, np.ndarray |
     if found == n:
         return n, None
     for _ in range(ROUNDS):
-        if found >= to_find or n == size:
-            return n, _run(ok, start, n).nonzero()[0]
         more = min(to_find - found, size - n)
         found += int(np.count_nonzero(_run(ok, start + n, more)))
         n += more
+        if found >= to_find or n == size:  # (the last widening's count read too)
+            return n, _run(ok, start, n).nonzero()[0]
     return None
 
 

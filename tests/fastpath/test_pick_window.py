@@ -126,3 +126,43 @@ def test_sampled_cycles_choose_as_the_per_task_path(monkeypatch, config, seed):
     assert fast["decisions"]
     assert fast == plain
     assert taken["slices"] > 10
+
+
+def test_the_last_widening_is_read() -> None:
+    """Four rows failing one after another: the fourth widening reaches the fifth passing row, and the run ends
+    there (before, its count was not looked at and the walk went to `pick_arrays` again)."""
+    from busched.fastpath import pick
+
+    ok = np.ones(100, dtype=bool)
+    ok[4:8] = False
+    walked = pick._walked(ok, 0, 5)
+    assert walked is not None and walked[0] == 9 and walked[1] is not None
+    assert walked[1].tolist() == [0, 1, 2, 3, 8]
+
+
+def test_the_tied_draw_is_the_nonzero_one_on_every_small_array() -> None:
+    """`_tied` (its faster branch included) against ``nonzero()[0][j]`` on every bool array up to length 10, with a
+    stand-in random source returning each j: the same row and the same single randrange call."""
+    import itertools
+
+    from busched.fastpath import pick
+
+    class _Rng:
+        def __init__(self, j: int) -> None:
+            self.j, self.calls = j, []
+
+        def randrange(self, n: int) -> int:
+            self.calls.append(n)
+            return self.j
+
+    for size in range(1, 11):
+        for bits in itertools.product((False, True), repeat=size):
+            tied = np.array(bits, dtype=bool)
+            where = tied.nonzero()[0]
+            for j in range(max(1, len(where))):
+                if not len(where):
+                    continue
+                rng = _Rng(j)
+                got = pick._tied(tied, rng)
+                assert got == int(where[j if len(where) > 1 else 0]), (bits, j)
+                assert rng.calls == ([len(where)] if len(where) > 1 else []), (bits, j)

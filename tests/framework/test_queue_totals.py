@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import types
+from typing import Any
 
 import pytest
 
@@ -137,6 +138,21 @@ def test_cold_loop_certifies_as_summable(seed: int) -> None:
     assert got == settled.summable(ref) == settled.summable(job)
     assert [(s, list(ts)) for s, ts in job.status_index.items()] == \
         [(s, list(ts)) for s, ts in ref.status_index.items()]
+
+
+def test_a_shared_request_not_whole_is_never_remembered_as_whole() -> None:
+    """The cold loop's ``known`` carries the last shared request found whole from one job to the next: a shared
+    request that is not whole, met first in one job, must still make the next job holding it not summable."""
+    odd = SharedResource.of(Resource(0.5, 1.0))
+    known: list[Any] = [None]
+    got = []
+    for name in ("a", "b"):
+        job = JobInfo(uid=f"ns/{name}", name=name, namespace="ns", queue="q", phase="Running")
+        t = TaskInfo(uid=f"{name}0", name=f"{name}0", namespace="ns", job=job.uid, resreq=odd, init_resreq=odd,
+                     status=TaskStatus.Running)
+        spec = object()
+        got.append(lending_cold._index_settled(job, ["k"], {"k": spec}, {"k": _Template(spec, t)}, {}, None, known))
+    assert got == [False, False] and known[0] is not odd
 
 
 @pytest.mark.parametrize("seed", range(20))
