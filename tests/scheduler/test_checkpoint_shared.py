@@ -295,3 +295,41 @@ def test_batches_let_the_entries_columns_go_as_they_are_handed_over():
     got = plain(C.Merged(ck, []).batches(7, release=True, entries=True))
     assert got == want and any(type(data) is tuple for _, data, _ in got)
     assert not any(ck.data) and set(ck.names) == set(ck.jobs) == set(ck.versions) == {None}
+
+
+def _big_template_checkpoint(size: int) -> C.Checkpoint:
+    """Two entries of one task template of ``size`` bytes (an annotation that long): over the message limit."""
+    tmpl = msgspec.json.encode({"type": "task.upsert", "task": {"name": "", "namespace": "t",
+                                                                "annotations": {"a": "v" * size}}})
+    return C.Checkpoint(stream=S.STATE_STREAM, created="c", seq=2, subjects=[S.state_subject("task", f"t/a-{i}")
+                                                                            for i in range(2)],
+                        seqs=[1, 2], data=[b"", b""], shared=[1, 1], templates=[tmpl], names=["a-0", "a-1"],
+                        jobs=["", ""], nodes=["", ""], phases=["Pending", "Pending"], versions=[1, 1])
+
+
+def test_a_template_over_the_message_limit_is_corrupt_and_never_decoded(monkeypatch):
+    """Format 1 refuses a message over the limit by its length, undecoded; a template longer than the limit (each of
+    its entries' messages longer still) makes the checkpoint corrupt, before anything decodes it."""
+    decoded: list[int] = []
+    real = m.decode
+    monkeypatch.setattr(m, "decode", lambda data, *a, **kw: decoded.append(len(data)) or real(data, *a, **kw))
+    ck = C.decode(C.encode(_big_template_checkpoint(1 << 20)))
+    with pytest.raises(C.CheckpointError, match="corrupt: a template of .* over the limit"):
+        C.Merged(ck, [], max_event_bytes=256 * 1024)
+    assert not decoded
+    # (a template within the limit is decoded, and used)
+    assert C.Merged(C.decode(C.encode(_big_template_checkpoint(1000))), [], max_event_bytes=256 * 1024).templates
+
+
+def test_the_writer_keeps_a_message_over_the_limit_whole():
+    """A message over the limit is never made a template (the reader would not use the checkpoint): kept whole."""
+    big = o.TaskSpec(name="", namespace="t", annotations={"a": "v" * 500})
+    items = [(S.state_subject("task", f"t/a-{i}"), _enc(m.upsert("task", msgspec.structs.replace(big, name=f"a-{i}"),
+                                                                 1)), i) for i in range(1, 4)]
+    small = [(S.state_subject("task", f"t/b-{i}"), _enc(m.upsert("task", o.TaskSpec(name=f"b-{i}", namespace="t"), 1)),
+              i) for i in range(4, 7)]
+    ck = C.build("s", "c", 6, items + small, max_event_bytes=400)
+    assert ck.shared == [0, 0, 0, 1, 1, 1] and all(len(t) <= 400 for t in ck.templates)
+    assert ck.data[:3] == [data for _, data, _ in items]
+    assert C.whole(ck).data == [data for _, data, _ in items + small]
+    assert C.build("s", "c", 6, items + small, max_event_bytes=1 << 20).shared == [1, 1, 1, 2, 2, 2]
