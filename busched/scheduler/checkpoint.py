@@ -145,9 +145,14 @@ class Merged:
         self.ck = ck
         # (format 2: its templates decoded and checked once; `CheckpointError` when one is not a task or job spec, or
         # is longer than the message limit: refused by its length, undecoded)
+        # (and the bytes its entries that fail their own checks may be rebuilt to, as messages for the live path to
+        # refuse: what the checkpoint holds, or 16 messages at the limit, so that a few KB of entries of one big
+        # template cannot stand for GB of messages; `restore_bulk` refuses the rest unbuilt)
         try:
-            self.templates = (shared_form.templates_of(ck.templates, max_event_bytes) if ck is not None and ck.shared
-                              else [])
+            budget = ([max(sum(map(len, ck.data)) + sum(map(len, ck.templates)) + sum(map(len, ck.names)),
+                           16 * max_event_bytes)] if ck is not None and ck.shared else None)
+            self.templates = (shared_form.templates_of(ck.templates, max_event_bytes, budget)
+                              if ck is not None and ck.shared else [])
         except shared_form.TemplateError as e:
             raise CheckpointError(str(e)) from None
         last: dict[str, tuple[int, bytes]] = {}

@@ -60,11 +60,14 @@ class Template:
     every entry of it goes the live path), whether an entry's conversion is a copy of it (``fast``: for a task,
     no field the conversion builds per task beyond the label maps), the size of its message with ``_FIELDS_BYTES``
     (``size``: an entry whose strings hold more than ``(limit - size) // 6`` characters in all is measured), and
-    the key prefix of its entries (``prefix``: the namespace and a slash), and ``copy``, the spec's copy."""
+    the key prefix of its entries (``prefix``: the namespace and a slash), ``copy``, the spec's copy, and ``budget``
+    (shared by a checkpoint's templates, or None: unbounded): ``[bytes]`` its entries that fail their own checks
+    may still be rebuilt as messages for the live path (`busched.scheduler.restore_bulk`)."""
 
-    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy", "raw")
+    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy", "raw", "budget")
 
-    def __init__(self, raw: bytes, limit: int = LIMIT) -> None:
+    def __init__(self, raw: bytes, limit: int = LIMIT, budget: list[int] | None = None) -> None:
+        self.budget = budget
         # (longer than the limit, every entry's message is longer still: the live path would refuse each by its
         # length, undecoded, and the writer never makes one; decoded, a few compressed KB could stand for a template
         # of many MB, decoded and converted with no bound)
@@ -102,10 +105,10 @@ class Template:
         self.prefix = f"{spec.namespace}/"
 
 
-def templates_of(raw: list[bytes], limit: int = LIMIT) -> list[Template]:
+def templates_of(raw: list[bytes], limit: int = LIMIT, budget: list[int] | None = None) -> list[Template]:
     """The checkpoint's templates decoded; `TemplateError` when one is not a task's or a job's, or is longer than
-    ``limit`` (the state messages' size limit)."""
-    return [Template(t, limit) for t in raw]
+    ``limit`` (the state messages' size limit); ``budget``: their shared rebuild budget (`Template`)."""
+    return [Template(t, limit, budget) for t in raw]
 
 
 def entry_data(templates: list[Template], shared: list[int], data: list[bytes], cols: tuple[list[Any], ...],

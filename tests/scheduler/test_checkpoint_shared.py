@@ -333,3 +333,28 @@ def test_the_writer_keeps_a_message_over_the_limit_whole():
     assert ck.data[:3] == [data for _, data, _ in items]
     assert C.whole(ck).data == [data for _, data, _ in items + small]
     assert C.build("s", "c", 6, items + small, max_event_bytes=1 << 20).shared == [1, 1, 1, 2, 2, 2]
+
+
+def test_entries_that_fail_their_own_checks_rebuild_no_more_than_the_checkpoint_holds(monkeypatch):
+    """One template just under the limit and many entries whose names do not match their subjects: each would be
+    rebuilt (`materialize`) and decoded again to be refused.  The bytes rebuilt for entries that fail their own
+    checks are bounded by what the checkpoint holds (or a floor of 16 messages at the limit); past that, an entry is
+    refused unbuilt (as corrupt), and every one is still refused, its history replayed after the catch-up."""
+    from busched.scheduler import SchedulerSettings
+    from busched.scheduler import checkpoint_shared as shared_form
+
+    n, size = 40, 200_000
+    tmpl = msgspec.json.encode({"type": "task.upsert", "task": {"name": "", "namespace": "t",
+                                                                "annotations": {"a": "v" * size}}})
+    subjects = [S.state_subject("task", f"t/a-{i}") for i in range(n)]
+    ck = C.Checkpoint(stream=S.STATE_STREAM, created="c", seq=n, subjects=subjects, seqs=list(range(1, n + 1)),
+                      data=[b""] * n, shared=[1] * n, templates=[tmpl], names=[f"b-{i}" for i in range(n)],
+                      jobs=[""] * n, nodes=[""] * n, phases=["Pending"] * n, versions=[1] * n)
+    built: list[int] = []
+    real = shared_form.materialize
+    monkeypatch.setattr(shared_form, "materialize", lambda e: built.append(len(b := real(e))) or b)
+    s = Scheduler(None, None, SchedulerSettings(require_heartbeat=False))  # type: ignore[arg-type]
+    for batch in C.Merged(C.decode(C.encode(ck)), []).batches(release=True, entries=True):
+        apply_restored(s.feed, batch)
+    assert sorted(s.feed.rejected_at_catchup) == sorted(subjects) and not s.specs["task"]
+    assert built and sum(built) <= 16 * s.settings.max_event_bytes + size + 1000 < n * size
