@@ -56,7 +56,7 @@ def jobs_alike(rng: random.Random, n: int = 30) -> list[tuple[str, bytes]]:
         if rng.random() < 0.3:
             field, values = rng.choice(_JOB_DIFFERENT)
             kw[field] = rng.choice(values)
-        name = f"s{j}" if rng.random() < 0.9 else f"s{j}-{'x' * 120}"  # (over 400 bytes, some)
+        name = f"s{j}" if rng.random() < 0.9 else f"s{j}-{'x' * 300}"  # (over the limit of 400 bytes, these)
         spec = o.JobSpec(name=name, namespace="t", **kw)
         subject = S.state_subject("job", f"t/{name}" if rng.random() < 0.95 else f"t/{name}z")  # (forged, some)
         out.append((subject, _enc(m.upsert("job", spec, 1))))
