@@ -264,6 +264,8 @@ def test_job_info_like_is_job_info(seed):
         assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]
         for f in ("tasks", "status_index", "allocated", "total_request", "nodes_fit_errors", "sub_jobs", "derived"):
             assert getattr(got, f) is not getattr(info, f)
+        for f in ("annotations", "labels", "task_min_available"):  # (each its own copy, or the shared empty map)
+            assert getattr(got, f) is not getattr(info, f) or not getattr(got, f)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -358,3 +360,64 @@ def test_entries_that_fail_their_own_checks_rebuild_no_more_than_the_checkpoint_
         apply_restored(s.feed, batch)
     assert sorted(s.feed.rejected_at_catchup) == sorted(subjects) and not s.specs["task"]
     assert built and sum(built) <= 16 * s.settings.max_event_bytes + size + 1000 < n * size
+
+
+def _shared_containers(objs: dict[str, Any], slots: tuple[str, ...]) -> set[tuple[str, str, str]]:
+    """``(field, key, other key)`` for every two objects whose field holds (or holds within it) one mutable container,
+    but for what every object may share: the shared empty maps and lists and a `SharedResource`."""
+    from busched.api.resource import Resource
+    from busched.api.shared import NO_LIST, NO_MAP, SPEC_NO_LIST, SPEC_NO_MAP, SharedResource
+
+    allowed = {id(NO_MAP), id(NO_LIST), id(SPEC_NO_MAP), id(SPEC_NO_LIST)}
+    owners: dict[tuple[str, int], set[str]] = {}
+
+    def walk(f: str, key: str, v: Any, depth: int) -> None:
+        if isinstance(v, SharedResource) or id(v) in allowed or depth > 4:
+            return
+        if isinstance(v, (dict, list, set, bytearray, Resource)):
+            owners.setdefault((f, id(v)), set()).add(key)
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(f, key, x, depth + 1)
+        elif isinstance(v, (list, tuple, set)):
+            for x in v:
+                walk(f, key, x, depth + 1)
+        elif hasattr(v, "__struct_fields__"):  # (a spec's struct within a conversion: its containers)
+            for name in v.__struct_fields__:
+                walk(f, key, getattr(v, name), depth + 1)
+
+    for key, obj in objs.items():
+        for f in slots:
+            walk(f, key, getattr(obj, f, None), 0)
+    return {(f, a, b) for (f, _), keys in owners.items() for a in keys for b in keys if a < b}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_shared_checkpoint_shares_no_container_the_live_path_does_not(seed):
+    """Entries are copies of their template's conversion: no two restored tasks or jobs may hold one mutable container
+    (a toleration's list, a label map, ...) unless the live path's, each built from its own message, do too."""
+    items = mix(seed)
+    # (and groups of replicas with each field whose conversion holds containers of its own, and jobs with maps)
+    for g, (field, value) in enumerate([("tolerations", [{"key": "k", "operator": "Exists"}]), ("images", ["img"]),
+                                        ("host_ports", [8080]), ("labels", {"a": "b"}),
+                                        ("annotations", {"x": "y"}), ("node_selector", {"zone": "a"})]):
+        for i in range(3):
+            spec = o.TaskSpec(name=f"g{g}-{i}", namespace="t", requests={"cpu": "1"}, **{field: value})
+            items.append((S.state_subject("task", f"t/g{g}-{i}"), _enc(m.upsert("task", spec, 1)), len(items) + 1))
+    for field, value in [("annotations", {"a": "b"}), ("labels", {"l": "v"}), ("min_task_member", {"w": 1})]:
+        for i in range(3):
+            job = o.JobSpec(name=f"{field}-{i}", namespace="t", min_member=1, **{field: value})
+            items.append((S.state_subject("job", f"t/{job.name}"), _enc(m.upsert("job", job, 1)), len(items) + 1))
+    one = C.Checkpoint(stream="s", created="c", seq=len(items), subjects=[it[0] for it in items],
+                       seqs=[it[2] for it in items], data=[it[1] for it in items])
+    two = C.decode(C.encode(C.build("s", "c", len(items), items)))
+    got, want = restored(two, [len(items)]), restored(one, [len(items)], live=True)
+
+    def tables(s: Scheduler) -> tuple[set[Any], set[Any]]:
+        memo = s.cache._memo
+        return (_shared_containers({k: t.task for k, t in memo._tasks.items()}, TaskInfo.__slots__),
+                _shared_containers({k: j for k, (_, j) in memo._job_templates.items()}, JobInfo.__slots__))
+
+    (got_tasks, got_jobs), (want_tasks, want_jobs) = tables(got), tables(want)
+    assert got_tasks <= want_tasks and got_jobs <= want_jobs
+    assert len(got.cache._memo._tasks) > 20
