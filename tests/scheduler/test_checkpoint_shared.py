@@ -97,9 +97,24 @@ def replicas(rng: random.Random, n: int = 40) -> list[tuple[str, bytes]]:
     return out
 
 
+def _not_canonical(data: bytes, how: int) -> bytes:
+    """The same message in bytes no busched publisher writes (a trailing space, the keys reordered, the default phase
+    given): the live path reads it as its canonical form, so a checkpoint must keep it whole, byte for byte."""
+    if how == 0:
+        return data + b" "
+    doc = msgspec.json.decode(data)
+    if how == 1:
+        return msgspec.json.encode({k: doc[k] for k in reversed(doc)})
+    body = doc.get("task") or doc.get("job")
+    body.setdefault("phase", "Pending")
+    return msgspec.json.encode(doc)
+
+
 def mix(seed: int) -> list[tuple[str, bytes, int]]:
     rng = random.Random(seed)
     msgs = _varied(rng, 60) + replicas(rng) + jobs_alike(rng)
+    # (every seventh replica or job in bytes of its own: not the canonical form)
+    msgs[60::7] = [(subject, _not_canonical(data, i % 3)) for i, (subject, data) in enumerate(msgs[60::7])]
     head, rest = msgs[:4], msgs[4:]
     rng.shuffle(rest)
     return [(subject, data, seq) for seq, (subject, data) in enumerate(head + rest, start=1)]
