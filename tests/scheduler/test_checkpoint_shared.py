@@ -31,7 +31,8 @@ _DIFFERENT: list[tuple[str, list[Any]]] = [
     ("node_selector", [{"zone": "a"}]), ("priority", [5, -3]), ("priority_class_name", ["high"]),
     ("requests", [{"cpu": "2"}, {"cpu": "lots"}, {}]), ("limits", [{"cpu": "2", "memory": "1Gi"}]),
     ("created", ["2026-01-01T00:00:00Z", 12.5, "yesterday"]), ("start_time", [3.0]),
-    ("status", ["Bound", "Releasing", "NoSuchStatus"]), ("deleting", [True]), ("phase", ["Succeeded", "Bogus"]),
+    ("status", ["Bound", "Releasing", "NoSuchStatus", "Pending"]),  # (Pending: on a node, no node_name)
+    ("deleting", [True]), ("phase", ["Succeeded", "Bogus"]),
     ("tolerations", [[{"key": "k", "operator": "Exists"}]]), ("images", [["img"]]),
     ("host_ports", [[8080]]), ("scheduling_gates", [["gate"]]), ("command", [["/bin/true"]]),
     ("nominated_node_name", ["n1"]), ("preemption_policy", ["Never"]), ("namespace", ["u"]),
@@ -436,3 +437,13 @@ def test_a_shared_checkpoint_shares_no_container_the_live_path_does_not(seed):
     (got_tasks, got_jobs), (want_tasks, want_jobs) = tables(got), tables(want)
     assert got_tasks <= want_tasks and got_jobs <= want_jobs
     assert len(got.cache._memo._tasks) > 20
+
+
+def test_a_task_its_spec_calls_pending_has_no_node_even_on_one():
+    """``status: Pending`` wins over phase and node: no ``node_name`` from the conversion, nor its copy."""
+    template = o.TaskSpec(name="", namespace="t", status="Pending", requests={"cpu": "1"})
+    info = build.task_info(template, {})
+    for node, phase in [("n1", "Running"), ("n1", "Pending"), ("", "Pending")]:
+        s = msgspec.structs.replace(template, name="a", job="j", node=node, phase=phase)
+        got = build_like.task_info_like(info, s)
+        assert got.node_name == build.task_info(s, {}).node_name == ""
