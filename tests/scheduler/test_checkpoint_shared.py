@@ -447,3 +447,19 @@ def test_a_task_its_spec_calls_pending_has_no_node_even_on_one():
         s = msgspec.structs.replace(template, name="a", job="j", node=node, phase=phase)
         got = build_like.task_info_like(info, s)
         assert got.node_name == build.task_info(s, {}).node_name == ""
+
+
+def test_the_fields_allowance_covers_the_worst_case():
+    """``_FIELDS_BYTES``: what an entry's fields add to its template's message beyond their characters (the keys and
+    quotes of the fields the template omits, the version's digits) at most, for a task and for a job."""
+    from busched.scheduler import checkpoint_shared as shared_form
+
+    top = 2**63 - 1
+    task = o.TaskSpec(name="", namespace="t", requests={"cpu": "1"})
+    base = len(m.encode(m.TaskUpsert(task=task)))
+    full = msgspec.structs.replace(task, name="a", job="b", node="c", phase="R")
+    task_extra = len(m.encode(m.TaskUpsert(task=full, version=top))) - base - 4
+    job = o.JobSpec(name="", namespace="t")
+    job_extra = len(m.encode(m.JobUpsert(job=msgspec.structs.replace(job, name="a"), version=top))) - \
+        len(m.encode(m.JobUpsert(job=job))) - 1
+    assert 0 < job_extra <= task_extra <= shared_form._FIELDS_BYTES
