@@ -463,3 +463,10 @@ def test_the_fields_allowance_covers_the_worst_case():
     job_extra = len(m.encode(m.JobUpsert(job=msgspec.structs.replace(job, name="a"), version=top))) - \
         len(m.encode(m.JobUpsert(job=job))) - 1
     assert 0 < job_extra <= task_extra <= shared_form._FIELDS_BYTES
+
+
+def test_the_scheduler_bounds_its_checkpoints_by_its_own_message_limit():
+    from busched.scheduler import SchedulerSettings
+
+    s = Scheduler(None, None, SchedulerSettings(require_heartbeat=False, max_event_bytes=400))  # type: ignore[arg-type]
+    assert s.checkpoint_settings.max_event_bytes == s.checkpoints.settings.max_event_bytes == 400
