@@ -122,7 +122,8 @@ class NodeSpec(_Spec):
 
 # (not tracked by the collector: a task spec holds decoded values only, never itself, so it can be
 # in no reference cycle; hundreds of thousands of specs are that many objects fewer for every full
-# collection, and 16 bytes each fewer)
+# collection, and 16 bytes each fewer).  The specs of a checkpoint's entries (busched.scheduler.checkpoint_shared)
+# are shallow copies of their template's: they share its dicts and lists, so nothing may change a spec in place.
 class TaskSpec(_Spec, gc=False):
     name: str
     namespace: str = "default"

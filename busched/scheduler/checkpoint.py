@@ -61,6 +61,9 @@ class CheckpointSettings:
     min_messages: int = 10_000  # ... and only once the stream has grown by this many messages
     max_bytes: int = 1 << 30  # a larger checkpoint (compressed) is not written
     read: bool = True  # start from a checkpoint when there is a usable one
+    # the state messages' size limit (the scheduler sets its ``max_event_bytes``): a longer message is kept whole,
+    # and a checkpoint with a longer template is corrupt (not used)
+    max_event_bytes: int = shared_form.LIMIT
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
@@ -137,11 +140,19 @@ class Merged:
     they are (`batches`), so a restart holds the checkpoint's messages once, shrinking as they are applied.
     The checkpoint's entries all come before the tail's (its sequence ends where the tail starts)."""
 
-    def __init__(self, ck: Checkpoint | None, tail: list[tuple[str, int, bytes]]) -> None:
+    def __init__(self, ck: Checkpoint | None, tail: list[tuple[str, int, bytes]], *,
+                 max_event_bytes: int = shared_form.LIMIT) -> None:
         self.ck = ck
-        # (format 2: its templates decoded and checked once; `CheckpointError` when one is not a task spec)
+        # (format 2: its templates decoded and checked once; `CheckpointError` when one is not a task or job spec, or
+        # is longer than the message limit: refused by its length, undecoded)
+        # (and the bytes its entries that fail their own checks may be rebuilt to, as messages for the live path to
+        # refuse: what the checkpoint holds, or 16 messages at the limit, so that a few KB of entries of one big
+        # template cannot stand for GB of messages; `restore_bulk` refuses the rest unbuilt)
         try:
-            self.templates = shared_form.templates_of(ck.templates) if ck is not None and ck.shared else []
+            budget = ([max(sum(map(len, ck.data)) + sum(map(len, ck.templates)) + sum(map(len, ck.names)),
+                           16 * max_event_bytes)] if ck is not None and ck.shared else None)
+            self.templates = (shared_form.templates_of(ck.templates, max_event_bytes, budget)
+                              if ck is not None and ck.shared else [])
         except shared_form.TemplateError as e:
             raise CheckpointError(str(e)) from None
         last: dict[str, tuple[int, bytes]] = {}
@@ -219,11 +230,13 @@ _EMPTY = [b""]
 _NONE: list[Any] = [None]
 
 
-def build(stream: str, created: str, seq: int, items: list[tuple[str, Any, int]]) -> Checkpoint:
+def build(stream: str, created: str, seq: int, items: list[tuple[str, Any, int]], *,
+          max_event_bytes: int = shared_form.LIMIT) -> Checkpoint:
     """The checkpoint (format 2) of ``items``, ``(subject, data, sequence)`` in stream order (``data`` a message,
-    or the entry of the last checkpoint's template it was handed as: `Merged.batches` with ``entries``)."""
+    or the entry of the last checkpoint's template it was handed as: `Merged.batches` with ``entries``); a message
+    over ``max_event_bytes`` is kept whole."""
     templates, shared, data, (names, jobs, nodes, phases, versions) = shared_form.share(
-        [(it[0], it[1] if type(it[1]) is tuple else bytes(it[1]), it[2]) for it in items])
+        [(it[0], it[1] if type(it[1]) is tuple else bytes(it[1]), it[2]) for it in items], max_event_bytes)
     return Checkpoint(stream=stream, created=created, seq=seq, subjects=[it[0] for it in items],
                       seqs=[it[2] for it in items], data=data, shared=shared, templates=templates, names=names,
                       jobs=jobs, nodes=nodes, phases=phases, versions=versions)
@@ -257,7 +270,8 @@ def unusable(ck: Checkpoint, facts: StreamFacts) -> str:
     return ""
 
 
-async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, int] | str:
+async def latest(bus: Any, facts: StreamFacts, max_bytes: int,
+                 max_event_bytes: int = shared_form.LIMIT) -> tuple[Merged, int] | str:
     """The last message per subject of the whole stream, from the stored checkpoint and the tail after it:
     ``(merged, sequence covered)``, or why the checkpoint cannot be used."""
     try:
@@ -278,7 +292,7 @@ async def latest(bus: Any, facts: StreamFacts, max_bytes: int) -> tuple[Merged, 
     # every message up to the stream's last when it was asked has been read (some may be gone: purged)
     covered = max(facts.last_seq, tail[-1][1] if tail else 0)
     try:
-        merged = Merged(ck, tail)
+        merged = Merged(ck, tail, max_event_bytes=max_event_bytes)
     except CheckpointError as e:
         return str(e)
     del ck, tail
@@ -311,7 +325,7 @@ async def restore(bus: Any, handler: Callable[[list[tuple[str, Any, int]]], None
     t0 = time.perf_counter()
     try:
         facts = await bus.checkpoint_facts()
-        got = await latest(bus, facts, settings.max_bytes)
+        got = await latest(bus, facts, settings.max_bytes, settings.max_event_bytes)
     except Exception as e:  # noqa: BLE001 - whatever went wrong, the full read is there
         got = f"failed ({type(e).__name__}: {e})"
     if isinstance(got, str):
@@ -359,7 +373,7 @@ class CheckpointWriter:
         facts = await self.bus.checkpoint_facts()
         if not force and facts.last_seq - self.written_seq < self.settings.min_messages:
             return 0
-        got = await latest(self.bus, facts, self.settings.max_bytes)
+        got = await latest(self.bus, facts, self.settings.max_bytes, self.settings.max_event_bytes)
         if isinstance(got, str):  # none usable: the last message of every subject, read afresh
             tail = await self.bus.checkpoint_read(0) if facts.messages else []
             covered = max((seq for _, seq, _ in tail), default=0)
@@ -371,7 +385,8 @@ class CheckpointWriter:
             covered = got[1]
             del got
         # (the tasks and jobs grouped by their templates, and the encoding, in a worker thread: a decode per message)
-        ck = await asyncio.to_thread(build, S.STATE_STREAM, facts.created, covered, items)
+        ck = await asyncio.to_thread(build, S.STATE_STREAM, facts.created, covered, items,
+                                     max_event_bytes=self.settings.max_event_bytes)
         del items
         blob = await asyncio.to_thread(encode, ck)
         if len(blob) > self.settings.max_bytes:

@@ -36,7 +36,7 @@ from busched.api.queue import PriorityClass
 from busched.bus import messages as m
 from busched.bus import subjects as S
 
-__all__ = ["Template", "TemplateError", "share", "templates_of", "entry_data", "materialize"]
+__all__ = ["Template", "TemplateError", "share", "templates_of", "entry_data", "materialize", "LIMIT"]
 
 _TASK_SUBJECTS = f"{S.STATE_PREFIX}.task."
 _JOB_SUBJECTS = f"{S.STATE_PREFIX}.job."
@@ -45,6 +45,9 @@ _NO_CLASSES: dict[str, PriorityClass] = {}
 # the most an entry's fields can add to its template's message beyond six bytes a character (a string escaped at
 # most 6 characters to one, ``\\u0000``): the keys and quotes of the fields a template omits, the version's digits
 _FIELDS_BYTES = 64
+# the state messages' size limit (`SchedulerSettings.max_event_bytes`'s default; the scheduler passes its own): a
+# message over it is never a template's entry, and a template over it makes the checkpoint corrupt, undecoded
+LIMIT = 256 * 1024
 
 
 class TemplateError(ValueError):
@@ -57,11 +60,19 @@ class Template:
     every entry of it goes the live path), whether an entry's conversion is a copy of it (``fast``: for a task,
     no field the conversion builds per task beyond the label maps), the size of its message with ``_FIELDS_BYTES``
     (``size``: an entry whose strings hold more than ``(limit - size) // 6`` characters in all is measured), and
-    the key prefix of its entries (``prefix``: the namespace and a slash), and ``copy``, the spec's copy."""
+    the key prefix of its entries (``prefix``: the namespace and a slash), ``copy``, the spec's copy, and ``budget``
+    (shared by a checkpoint's templates, or None: unbounded): ``[bytes]`` its entries that fail their own checks
+    may still be rebuilt as messages for the live path (`busched.scheduler.restore_bulk`)."""
 
-    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy", "raw")
+    __slots__ = ("kind", "spec", "info", "fast", "size", "prefix", "copy", "raw", "budget")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, limit: int = LIMIT, budget: list[int] | None = None) -> None:
+        self.budget = budget
+        # (longer than the limit, every entry's message is longer still: the live path would refuse each by its
+        # length, undecoded, and the writer never makes one; decoded, a few compressed KB could stand for a template
+        # of many MB, decoded and converted with no bound)
+        if len(raw) > limit:
+            raise TemplateError(f"corrupt: a template of {len(raw)} bytes, over the limit of {limit}")
         try:
             msg = m.decode(raw)
         except msgspec.DecodeError as e:
@@ -94,9 +105,10 @@ class Template:
         self.prefix = f"{spec.namespace}/"
 
 
-def templates_of(raw: list[bytes]) -> list[Template]:
-    """The checkpoint's templates decoded; `TemplateError` when one is not a task's or a job's."""
-    return [Template(t) for t in raw]
+def templates_of(raw: list[bytes], limit: int = LIMIT, budget: list[int] | None = None) -> list[Template]:
+    """The checkpoint's templates decoded; `TemplateError` when one is not a task's or a job's, or is longer than
+    ``limit`` (the state messages' size limit); ``budget``: their shared rebuild budget (`Template`)."""
+    return [Template(t, limit, budget) for t in raw]
 
 
 def entry_data(templates: list[Template], shared: list[int], data: list[bytes], cols: tuple[list[Any], ...],
@@ -132,12 +144,14 @@ def materialize(entry: tuple[Any, ...]) -> bytes:
     return _ENCODE(m.TaskUpsert(task=spec, version=version))
 
 
-def _form(subject: str, data: Any) -> tuple[bytes, tuple[Any, ...]] | None:
+def _form(subject: str, data: Any, limit: int) -> tuple[bytes, tuple[Any, ...]] | None:
     """A message's template (its message with the varying fields empty, version 0) and its own fields, when it is
-    a task or job upsert in its canonical encoding, or an entry of a checkpoint read (its template's and its own:
-    what it stands for is unchanged); else None (kept whole)."""
+    a task or job upsert in its canonical encoding within ``limit`` bytes, or an entry of a checkpoint read (its
+    template's and its own: what it stands for is unchanged); else None (kept whole)."""
     if type(data) is tuple:
         return data[0].raw, data[1:]
+    if len(data) > limit:  # (refused by its length, undecoded, as the live path does: its template could be too)
+        return None
     task = subject.startswith(_TASK_SUBJECTS)
     if not task and not subject.startswith(_JOB_SUBJECTS):
         return None
@@ -169,13 +183,15 @@ def _form(subject: str, data: Any) -> tuple[bytes, tuple[Any, ...]] | None:
     return None
 
 
-def share(items: list[tuple[str, Any, int]]) -> tuple[list[bytes], list[int], list[bytes], tuple[list[Any], ...]]:
+def share(items: list[tuple[str, Any, int]], limit: int = LIMIT
+          ) -> tuple[list[bytes], list[int], list[bytes], tuple[list[Any], ...]]:
     """The format-2 columns of a checkpoint of ``items`` (``(subject, data, seq)``): ``(templates, shared, data,
     (names, jobs, nodes, phases, versions))``.  A task or job message is an entry of a template when it decodes
     to an upsert of its kind, encodes back to its very bytes, and at least one other has the same template;
     every other message is kept whole.  An entry of a checkpoint read (a tuple, `entry_data`) stays an entry of its
-    template, or is kept whole when none other shares it.  (``shared`` is empty when no message is an entry.)"""
-    forms = [_form(subject, data) for subject, data, _ in items]
+    template, or is kept whole when none other shares it; a message over ``limit`` bytes is kept whole.  (``shared``
+    is empty when no message is an entry.)"""
+    forms = [_form(subject, data, limit) for subject, data, _ in items]
     count: dict[bytes, int] = {}
     for f in forms:
         if f is not None:

@@ -31,6 +31,7 @@ entry points and properties the replayer, the CLI and the tests use (``view``, `
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
@@ -187,7 +188,9 @@ class Scheduler(EntryPoints, Leadership, Cycles):
         self.election = Election(lease, shard=st.lease_key, on_elected=self._elected, on_role=self._role_changed,
                                  keeper=keeper)
         self._election_task: asyncio.Task[None] | None = None
-        self.checkpoints = checkpoint.CheckpointWriter(bus, st.checkpoint, lambda: bus.may_write(),
+        # (the checkpoint's templates bounded by the state messages' own size limit: checkpoint_shared)
+        self.checkpoint_settings = dataclasses.replace(st.checkpoint, max_event_bytes=st.max_event_bytes)
+        self.checkpoints = checkpoint.CheckpointWriter(bus, self.checkpoint_settings, lambda: bus.may_write(),
                                                        storage=st.streams.storage, replicas=st.streams.replicas)
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.restored: checkpoint.Restored | None = None  # what the start took from a checkpoint, if it did
@@ -214,7 +217,7 @@ class Scheduler(EntryPoints, Leadership, Cycles):
                 # its messages in bulk (busched.scheduler.restore_bulk): the same checks, without the live
                 # path's per-event bookkeeping
                 restored = await checkpoint.restore(self.bus, restore_bulk.restored_handler(self.feed),
-                                                    self.settings.checkpoint, entries=True)
+                                                    self.checkpoint_settings, entries=True)
             self.restored = restored
             if restored is not None:
                 self.checkpoints.written_seq = restored.seq  # the next is due once the stream has grown past it

@@ -206,9 +206,21 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
                         done += _flush(feed, run, ats, at_seqs)
                         n = freed = 0
                     if type(data) is tuple:  # (a template's entry: the message it stands for)
-                        data = materialize(data)
+                        # (one that fails its own checks is rebuilt within the checkpoint's budget only, and refused
+                        # unbuilt past it: a few bytes of entries must not stand for GB of messages to refuse)
+                        budget = data[0].budget
+                        own = budget is not None and _own_fault(subject, data, limit)
+                        if own and budget[0] <= 0:
+                            data = None
+                        else:
+                            data = materialize(data)
+                            if own:
+                                budget[0] -= len(data)
                     try:
-                        feed.handle_one(subject, data, seq)
+                        if data is None:
+                            _refuse_unbuilt(feed, subject, seq)
+                        else:
+                            feed.handle_one(subject, data, seq)
                     except Exception:  # noqa: BLE001 - one bad message must not stop the batch
                         log.exception("state message on %s (seq %d) failed", subject, seq)
                     base = cache.generation
@@ -257,6 +269,31 @@ def _flush(feed: StateFeed, run: NewObjects, ats: list[tuple[str, str]], at_seqs
     ats.clear()
     at_seqs.clear()
     return count
+
+
+def _own_fault(subject: str, entry: tuple[Any, ...], limit: int) -> bool:
+    """Whether a template's entry takes the live path for what it and its template hold, whatever the scheduler holds:
+    its template of another kind or refused, its key not its subject's, its phase unknown, or its message possibly
+    over the size limit (measured only by building it)."""
+    tmpl, name, job, node, phase, _ = entry
+    kind, key = S.parse_state_subject(subject)
+    if tmpl.kind != kind or tmpl.info is None or tmpl.prefix + name != key:
+        return True
+    if kind == "task":
+        return phase not in build.TASK_PHASES or 6 * (len(name) + len(job) + len(node) + len(phase)) > limit - tmpl.size
+    return 6 * len(name) > limit - tmpl.size
+
+
+def _refuse_unbuilt(feed: StateFeed, subject: str, seq: int) -> None:
+    """Refuse an entry that fails its own checks past the checkpoint's rebuild budget, as the live path refuses a
+    message (logged and counted, its object's history replayed after the catch-up), without building it."""
+    kind, key = S.parse_state_subject(subject)
+    feed.reject("malformed", kind, f"{kind} {key}: a checkpoint entry that fails its checks, past the bytes its "
+                                   f"checkpoint may be rebuilt to (subject {subject}, seq {seq})")
+    if not feed.table.caught_up:
+        feed.rejected_at_catchup[subject] = seq
+    if key in feed.specs.get(kind, ()):
+        feed.refused[(kind, key)] = feed.last_refusal
 
 
 class _PlainPathError(Exception):

@@ -31,7 +31,8 @@ _DIFFERENT: list[tuple[str, list[Any]]] = [
     ("node_selector", [{"zone": "a"}]), ("priority", [5, -3]), ("priority_class_name", ["high"]),
     ("requests", [{"cpu": "2"}, {"cpu": "lots"}, {}]), ("limits", [{"cpu": "2", "memory": "1Gi"}]),
     ("created", ["2026-01-01T00:00:00Z", 12.5, "yesterday"]), ("start_time", [3.0]),
-    ("status", ["Bound", "Releasing", "NoSuchStatus"]), ("deleting", [True]), ("phase", ["Succeeded", "Bogus"]),
+    ("status", ["Bound", "Releasing", "NoSuchStatus", "Pending"]),  # (Pending: on a node, no node_name)
+    ("deleting", [True]), ("phase", ["Succeeded", "Bogus"]),
     ("tolerations", [[{"key": "k", "operator": "Exists"}]]), ("images", [["img"]]),
     ("host_ports", [[8080]]), ("scheduling_gates", [["gate"]]), ("command", [["/bin/true"]]),
     ("nominated_node_name", ["n1"]), ("preemption_policy", ["Never"]), ("namespace", ["u"]),
@@ -56,7 +57,7 @@ def jobs_alike(rng: random.Random, n: int = 30) -> list[tuple[str, bytes]]:
         if rng.random() < 0.3:
             field, values = rng.choice(_JOB_DIFFERENT)
             kw[field] = rng.choice(values)
-        name = f"s{j}" if rng.random() < 0.9 else f"s{j}-{'x' * 120}"  # (over 400 bytes, some)
+        name = f"s{j}" if rng.random() < 0.9 else f"s{j}-{'x' * 300}"  # (over the limit of 400 bytes, these)
         spec = o.JobSpec(name=name, namespace="t", **kw)
         subject = S.state_subject("job", f"t/{name}" if rng.random() < 0.95 else f"t/{name}z")  # (forged, some)
         out.append((subject, _enc(m.upsert("job", spec, 1))))
@@ -97,9 +98,27 @@ def replicas(rng: random.Random, n: int = 40) -> list[tuple[str, bytes]]:
     return out
 
 
+def _not_canonical(data: bytes, how: int) -> bytes:
+    """The same message in bytes no busched publisher writes (a trailing space, the keys reordered, the default phase
+    given): the live path reads it as its canonical form, so a checkpoint must keep it whole, byte for byte."""
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return data
+    body = doc.get("task") or doc.get("job") if type(doc) is dict else None
+    if how == 0 or type(body) is not dict:
+        return data + b" "
+    if how == 1:
+        return msgspec.json.encode({k: doc[k] for k in reversed(doc)})
+    body.setdefault("phase", "Pending")
+    return msgspec.json.encode(doc)
+
+
 def mix(seed: int) -> list[tuple[str, bytes, int]]:
     rng = random.Random(seed)
     msgs = _varied(rng, 60) + replicas(rng) + jobs_alike(rng)
+    # (every seventh message from the sixtieth, replicas and jobs most, in bytes of its own: not the canonical form)
+    msgs[60::7] = [(subject, _not_canonical(data, i % 3)) for i, (subject, data) in enumerate(msgs[60::7])]
     head, rest = msgs[:4], msgs[4:]
     rng.shuffle(rest)
     return [(subject, data, seq) for seq, (subject, data) in enumerate(head + rest, start=1)]
@@ -264,6 +283,8 @@ def test_job_info_like_is_job_info(seed):
         assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]
         for f in ("tasks", "status_index", "allocated", "total_request", "nodes_fit_errors", "sub_jobs", "derived"):
             assert getattr(got, f) is not getattr(info, f)
+        for f in ("annotations", "labels", "task_min_available"):  # (each its own copy, or the shared empty map)
+            assert getattr(got, f) is not getattr(info, f) or not getattr(got, f)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -295,3 +316,160 @@ def test_batches_let_the_entries_columns_go_as_they_are_handed_over():
     got = plain(C.Merged(ck, []).batches(7, release=True, entries=True))
     assert got == want and any(type(data) is tuple for _, data, _ in got)
     assert not any(ck.data) and set(ck.names) == set(ck.jobs) == set(ck.versions) == {None}
+
+
+def _big_template_checkpoint(size: int) -> C.Checkpoint:
+    """Two entries of one task template of ``size`` bytes (an annotation that long): over the message limit."""
+    tmpl = msgspec.json.encode({"type": "task.upsert", "task": {"name": "", "namespace": "t",
+                                                                "annotations": {"a": "v" * size}}})
+    return C.Checkpoint(stream=S.STATE_STREAM, created="c", seq=2, subjects=[S.state_subject("task", f"t/a-{i}")
+                                                                            for i in range(2)],
+                        seqs=[1, 2], data=[b"", b""], shared=[1, 1], templates=[tmpl], names=["a-0", "a-1"],
+                        jobs=["", ""], nodes=["", ""], phases=["Pending", "Pending"], versions=[1, 1])
+
+
+def test_a_template_over_the_message_limit_is_corrupt_and_never_decoded(monkeypatch):
+    """Format 1 refuses a message over the limit by its length, undecoded; a template longer than the limit (each of
+    its entries' messages longer still) makes the checkpoint corrupt, before anything decodes it."""
+    decoded: list[int] = []
+    real = m.decode
+    monkeypatch.setattr(m, "decode", lambda data, *a, **kw: decoded.append(len(data)) or real(data, *a, **kw))
+    ck = C.decode(C.encode(_big_template_checkpoint(1 << 20)))
+    with pytest.raises(C.CheckpointError, match="corrupt: a template of .* over the limit"):
+        C.Merged(ck, [], max_event_bytes=256 * 1024)
+    assert not decoded
+    # (a template within the limit is decoded, and used)
+    assert C.Merged(C.decode(C.encode(_big_template_checkpoint(1000))), [], max_event_bytes=256 * 1024).templates
+
+
+def test_the_writer_keeps_a_message_over_the_limit_whole():
+    """A message over the limit is never made a template (the reader would not use the checkpoint): kept whole."""
+    big = o.TaskSpec(name="", namespace="t", annotations={"a": "v" * 500})
+    items = [(S.state_subject("task", f"t/a-{i}"), _enc(m.upsert("task", msgspec.structs.replace(big, name=f"a-{i}"),
+                                                                 1)), i) for i in range(1, 4)]
+    small = [(S.state_subject("task", f"t/b-{i}"), _enc(m.upsert("task", o.TaskSpec(name=f"b-{i}", namespace="t"), 1)),
+              i) for i in range(4, 7)]
+    ck = C.build("s", "c", 6, items + small, max_event_bytes=400)
+    assert ck.shared == [0, 0, 0, 1, 1, 1] and all(len(t) <= 400 for t in ck.templates)
+    assert ck.data[:3] == [data for _, data, _ in items]
+    assert C.whole(ck).data == [data for _, data, _ in items + small]
+    assert C.build("s", "c", 6, items + small, max_event_bytes=1 << 20).shared == [1, 1, 1, 2, 2, 2]
+
+
+def test_entries_that_fail_their_own_checks_rebuild_no_more_than_the_checkpoint_holds(monkeypatch):
+    """One template just under the limit and many entries whose names do not match their subjects: each would be
+    rebuilt (`materialize`) and decoded again to be refused.  The bytes rebuilt for entries that fail their own
+    checks are bounded by what the checkpoint holds (or a floor of 16 messages at the limit); past that, an entry is
+    refused unbuilt (as corrupt), and every one is still refused, its history replayed after the catch-up."""
+    from busched.scheduler import SchedulerSettings
+    from busched.scheduler import checkpoint_shared as shared_form
+
+    n, size = 40, 200_000
+    tmpl = msgspec.json.encode({"type": "task.upsert", "task": {"name": "", "namespace": "t",
+                                                                "annotations": {"a": "v" * size}}})
+    subjects = [S.state_subject("task", f"t/a-{i}") for i in range(n)]
+    ck = C.Checkpoint(stream=S.STATE_STREAM, created="c", seq=n, subjects=subjects, seqs=list(range(1, n + 1)),
+                      data=[b""] * n, shared=[1] * n, templates=[tmpl], names=[f"b-{i}" for i in range(n)],
+                      jobs=[""] * n, nodes=[""] * n, phases=["Pending"] * n, versions=[1] * n)
+    built: list[int] = []
+    real = shared_form.materialize
+    monkeypatch.setattr(shared_form, "materialize", lambda e: built.append(len(b := real(e))) or b)
+    s = Scheduler(None, None, SchedulerSettings(require_heartbeat=False))  # type: ignore[arg-type]
+    for batch in C.Merged(C.decode(C.encode(ck)), []).batches(release=True, entries=True):
+        apply_restored(s.feed, batch)
+    assert sorted(s.feed.rejected_at_catchup) == sorted(subjects) and not s.specs["task"]
+    assert built and sum(built) <= 16 * s.settings.max_event_bytes + size + 1000 < n * size
+
+
+def _shared_containers(objs: dict[str, Any], slots: tuple[str, ...]) -> set[tuple[str, str, str]]:
+    """``(field, key, other key)`` for every two objects whose field holds (or holds within it) one mutable container,
+    but for what every object may share: the shared empty maps and lists and a `SharedResource`."""
+    from busched.api.resource import Resource
+    from busched.api.shared import NO_LIST, NO_MAP, SPEC_NO_LIST, SPEC_NO_MAP, SharedResource
+
+    allowed = {id(NO_MAP), id(NO_LIST), id(SPEC_NO_MAP), id(SPEC_NO_LIST)}
+    owners: dict[tuple[str, int], set[str]] = {}
+
+    def walk(f: str, key: str, v: Any, depth: int) -> None:
+        if isinstance(v, SharedResource) or id(v) in allowed or depth > 4:
+            return
+        if isinstance(v, (dict, list, set, bytearray, Resource)):
+            owners.setdefault((f, id(v)), set()).add(key)
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(f, key, x, depth + 1)
+        elif isinstance(v, (list, tuple, set)):
+            for x in v:
+                walk(f, key, x, depth + 1)
+        elif hasattr(v, "__struct_fields__"):  # (a spec's struct within a conversion: its containers)
+            for name in v.__struct_fields__:
+                walk(f, key, getattr(v, name), depth + 1)
+
+    for key, obj in objs.items():
+        for f in slots:
+            walk(f, key, getattr(obj, f, None), 0)
+    return {(f, a, b) for (f, _), keys in owners.items() for a in keys for b in keys if a < b}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_shared_checkpoint_shares_no_container_the_live_path_does_not(seed):
+    """Entries are copies of their template's conversion: no two restored tasks or jobs may hold one mutable container
+    (a toleration's list, a label map, ...) unless the live path's, each built from its own message, do too."""
+    items = mix(seed)
+    # (and groups of replicas with each field whose conversion holds containers of its own, and jobs with maps)
+    for g, (field, value) in enumerate([("tolerations", [{"key": "k", "operator": "Exists"}]), ("images", ["img"]),
+                                        ("host_ports", [8080]), ("labels", {"a": "b"}),
+                                        ("annotations", {"x": "y"}), ("node_selector", {"zone": "a"})]):
+        for i in range(3):
+            spec = o.TaskSpec(name=f"g{g}-{i}", namespace="t", requests={"cpu": "1"}, **{field: value})
+            items.append((S.state_subject("task", f"t/g{g}-{i}"), _enc(m.upsert("task", spec, 1)), len(items) + 1))
+    for field, value in [("annotations", {"a": "b"}), ("labels", {"l": "v"}), ("min_task_member", {"w": 1})]:
+        for i in range(3):
+            job = o.JobSpec(name=f"{field}-{i}", namespace="t", min_member=1, **{field: value})
+            items.append((S.state_subject("job", f"t/{job.name}"), _enc(m.upsert("job", job, 1)), len(items) + 1))
+    one = C.Checkpoint(stream="s", created="c", seq=len(items), subjects=[it[0] for it in items],
+                       seqs=[it[2] for it in items], data=[it[1] for it in items])
+    two = C.decode(C.encode(C.build("s", "c", len(items), items)))
+    got, want = restored(two, [len(items)]), restored(one, [len(items)], live=True)
+
+    def tables(s: Scheduler) -> tuple[set[Any], set[Any]]:
+        memo = s.cache._memo
+        return (_shared_containers({k: t.task for k, t in memo._tasks.items()}, TaskInfo.__slots__),
+                _shared_containers({k: j for k, (_, j) in memo._job_templates.items()}, JobInfo.__slots__))
+
+    (got_tasks, got_jobs), (want_tasks, want_jobs) = tables(got), tables(want)
+    assert got_tasks <= want_tasks and got_jobs <= want_jobs
+    assert len(got.cache._memo._tasks) > 20
+
+
+def test_a_task_its_spec_calls_pending_has_no_node_even_on_one():
+    """``status: Pending`` wins over phase and node: no ``node_name`` from the conversion, nor its copy."""
+    template = o.TaskSpec(name="", namespace="t", status="Pending", requests={"cpu": "1"})
+    info = build.task_info(template, {})
+    for node, phase in [("n1", "Running"), ("n1", "Pending"), ("", "Pending")]:
+        s = msgspec.structs.replace(template, name="a", job="j", node=node, phase=phase)
+        got = build_like.task_info_like(info, s)
+        assert got.node_name == build.task_info(s, {}).node_name == ""
+
+
+def test_the_fields_allowance_covers_the_worst_case():
+    """``_FIELDS_BYTES``: what an entry's fields add to its template's message beyond their characters (the keys and
+    quotes of the fields the template omits, the version's digits) at most, for a task and for a job."""
+    from busched.scheduler import checkpoint_shared as shared_form
+
+    top = 2**63 - 1
+    task = o.TaskSpec(name="", namespace="t", requests={"cpu": "1"})
+    base = len(m.encode(m.TaskUpsert(task=task)))
+    full = msgspec.structs.replace(task, name="a", job="b", node="c", phase="R")
+    task_extra = len(m.encode(m.TaskUpsert(task=full, version=top))) - base - 4
+    job = o.JobSpec(name="", namespace="t")
+    job_extra = len(m.encode(m.JobUpsert(job=msgspec.structs.replace(job, name="a"), version=top))) - \
+        len(m.encode(m.JobUpsert(job=job))) - 1
+    assert 0 < job_extra <= task_extra <= shared_form._FIELDS_BYTES
+
+
+def test_the_scheduler_bounds_its_checkpoints_by_its_own_message_limit():
+    from busched.scheduler import SchedulerSettings
+
+    s = Scheduler(None, None, SchedulerSettings(require_heartbeat=False, max_event_bytes=400))  # type: ignore[arg-type]
+    assert s.checkpoint_settings.max_event_bytes == s.checkpoints.settings.max_event_bytes == 400
