@@ -285,6 +285,24 @@ def task_info(s: o.TaskSpec, priority_classes: dict[str, PriorityClass], default
     return t
 
 
+def empty_state(j: JobInfo) -> None:
+    """A new job's own state (no tasks yet, nothing allocated, no errors), as `JobInfo`'s defaults give it:
+    the conversions fill a bare object (`JobInfo.__new__`) and `build_like` copies."""
+    j.tasks = {}
+    j.status_index = {}
+    j.allocated = Resource()
+    j.total_request = Resource()
+    j.nodes_fit_errors = {}
+    j.job_fit_errors = ""
+    j.pending_best_effort = 0
+    j.sub_jobs = {}
+    j.task_to_sub_job = {}
+    j.min_sub_jobs = {}
+    j.allocated_hypernode = ""
+    j.written = False
+    j.derived = {}
+
+
 def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_priority: int = 0) -> JobInfo:
     if s.phase not in JOB_PHASES:
         raise SpecError(f"job {s.namespace}/{s.name}: phase: unknown phase {s.phase!r}")
@@ -322,19 +340,7 @@ def job_info(s: o.JobSpec, priority_classes: dict[str, PriorityClass], default_p
     j.has_podgroup = True
     v = s.created
     j.created = time_of(v, f"job {s.namespace}/{s.name}: created") if v is not None else 0.0
-    j.tasks = {}
-    j.status_index = {}
-    j.allocated = Resource()
-    j.total_request = Resource()
-    j.nodes_fit_errors = {}
-    j.job_fit_errors = ""
-    j.pending_best_effort = 0
-    j.sub_jobs = {}
-    j.task_to_sub_job = {}
-    j.min_sub_jobs = {}
-    j.allocated_hypernode = ""
-    j.written = False
-    j.derived = {}
+    empty_state(j)
     if s.network_topology is not None or s.sub_group_policy:
         subjob.init_job(j)  # (JobInfo.__post_init__: nothing to do without either)
     return j

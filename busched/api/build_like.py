@@ -12,7 +12,6 @@ from __future__ import annotations
 from busched.api import build
 from busched.api import objects as o
 from busched.api.job import JobInfo
-from busched.api.resource import Resource
 from busched.api.shared import NO_LIST, NO_MAP, one_name
 from busched.api.task import TaskInfo, TaskStatus, status_from_phase
 
@@ -71,17 +70,5 @@ def job_info_like(template: JobInfo, s: o.JobSpec) -> JobInfo:
     j.conditions = NO_LIST
     j.has_podgroup = True
     j.created = template.created
-    j.tasks = {}
-    j.status_index = {}
-    j.allocated = Resource()
-    j.total_request = Resource()
-    j.nodes_fit_errors = {}
-    j.job_fit_errors = ""
-    j.pending_best_effort = 0
-    j.sub_jobs = {}
-    j.task_to_sub_job = {}
-    j.min_sub_jobs = {}
-    j.allocated_hypernode = ""
-    j.written = False
-    j.derived = {}
+    build.empty_state(j)
     return j

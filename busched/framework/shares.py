@@ -108,14 +108,7 @@ def add_job_usage(attr: Any, job: JobInfo, phase: str | None = None) -> None:
                     r_s[n] = r_s.get(n, 0.0) + v
     alloc.cpu, alloc.memory, req.cpu, req.memory = ac, am, rc, rm
     if job.min_resources is None:  # `_add_reserved`: nothing reserved, elastic the allocated above zero
-        e, a = attr.elastic, job.allocated  # (``e.add(_above_zero(a))`` without the intermediate)
-        e.cpu += a.cpu if a.cpu > 0 else 0.0
-        e.memory += a.memory if a.memory > 0 else 0.0
-        if a.scalars:
-            es = e.scalars
-            for name, q in a.scalars.items():
-                if q == GO_INFINITY or q > 0:
-                    es[name] = es.get(name, 0.0) + q
+        _add_elastic(attr.elastic, job.allocated)
     else:
         _add_reserved(attr, job, phase)
 
@@ -357,6 +350,18 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
     return result[1]
 
 
+def _add_elastic(e: Resource, a: Resource) -> None:
+    """``e.add(_above_zero(a))`` without the intermediate: a job with nothing reserved is elastic by what it
+    holds above zero (an infinite scalar counted as is)."""
+    e.cpu += a.cpu if a.cpu > 0 else 0.0
+    e.memory += a.memory if a.memory > 0 else 0.0
+    if a.scalars:
+        es = e.scalars
+        for name, q in a.scalars.items():
+            if q == GO_INFINITY or q > 0:
+                es[name] = es.get(name, 0.0) + q
+
+
 def add_settled_usage(attr: Any, job: JobInfo) -> None:
     """`add_job_usage` for a job whose ``allocated`` may stand for its tasks (`settled.summable`):
     its totals added once each rather than request by request, then its reserved and elastic parts
@@ -365,14 +370,7 @@ def add_settled_usage(attr: Any, job: JobInfo) -> None:
     attr.allocated.add(a)
     attr.request.add(a)
     if job.min_resources is None:  # (as `add_job_usage`: nothing reserved, the allocated above zero)
-        e = attr.elastic
-        e.cpu += a.cpu if a.cpu > 0 else 0.0
-        e.memory += a.memory if a.memory > 0 else 0.0
-        if a.scalars:
-            es = e.scalars
-            for name, q in a.scalars.items():
-                if q == GO_INFINITY or q > 0:
-                    es[name] = es.get(name, 0.0) + q
+        _add_elastic(attr.elastic, a)
     else:
         _add_reserved(attr, job, job.phase)
 
