@@ -15,8 +15,8 @@ error) ends the asking at once; after the bound the last error is raised as befo
 
 Only requests whose repetition cannot change the outcome go through `ask`: reads (stream and consumer
 info, direct and message gets, key-value gets, a bucket's lookup), creations that are idempotent by their
-config (a stream, a durable or named consumer: the same config made again is the one already there), and
-a purge of one subject below a sequence.  A conditional write (a binding record's
+config (a stream, a durable or named consumer: the same config made again is the one already there).  A
+purge goes through `ask` once (`reads.PURGE`: counted, never asked again).  A conditional write (a binding record's
 ``Nats-Expected-Last-Subject-Sequence``, a lease's KV create/update on a revision) is never sent again
 here: its timeout is an unknown outcome, which its caller resolves by reading what the stream holds
 (docs/bus.md, "Asking again while a NATS cluster elects").
