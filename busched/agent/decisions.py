@@ -162,9 +162,19 @@ class Decider:
         if (key, b.attempt) in n.done or (held is not None and held.attempt >= b.attempt):
             return _Outcome(d, [])  # a redelivery, stopped before it came, or older than what we run
         if n.fenced(key, b.fence, b.epoch, b.shard):
-            log.warning("node %s: ignoring a bind of %s from an older writer (fence %d, epoch %d)", n.name, key,
+            # not run, and said so: the leader that took over may hold this bind's record as its own (written
+            # before its epoch) and, once this agent is past the decision's sequence, waits for its answer
+            log.warning("node %s: rejecting a bind of %s from an older writer (fence %d, epoch %d)", n.name, key,
                         b.fence, b.epoch)
-            return _Outcome(d, [])
+            why = f"a bind from an older writer (fence {b.fence}, epoch {b.epoch}): not run"
+
+            def stale() -> None:
+                n.remember(key, b.attempt, "rejected")
+                self.metrics.binds.labels("rejected").inc()
+
+            return _Outcome(d, [(S.result_subject(n.name, key), m.BindRejected(
+                version=self.version(), namespace=b.task.namespace, name=b.task.name, node=n.name,
+                attempt=b.attempt, reason=why, boot=self.boot))], commit=stale)
         if held is not None:
             # a newer attempt of a task we still run: the newer one wins
             if held.timer is not None:

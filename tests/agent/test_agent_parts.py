@@ -184,3 +184,26 @@ def test_an_agent_decides_its_next_batch_while_the_answers_of_the_last_are_on_th
         assert [h[0] for h in a.history] == ["bind", "bind", "reject"]
 
     asyncio.run(main())
+
+
+def test_a_bind_from_an_older_writer_is_answered_rejected_not_run():
+    """A deposed leader's bind that reaches the node after the new leader's (a NATS cluster's election delayed
+    it): not run, and answered, so the new leader, which holds its record and sees the agent past its
+    sequence, does not wait for it for ever (tests/faults/test_nats_cluster.py saw such a task stay Binding)."""
+    n = _node()
+    bus = FakeBus()
+    d, history = _decider(n, bus)
+    subj_new, new = _bind(n.name, "new", 1, fence=90)
+    new.epoch = 7
+    subj_old, old = _bind(n.name, "old", 1, fence=63)
+    old.epoch = 1
+    first, late = FakeDelivery(subj_new, new, seq=1), FakeDelivery(subj_old, old, seq=2)
+    asyncio.run(d.handle_batch([first]))
+    asyncio.run(d.handle_batch([late]))
+    assert late.acked and "t/old" not in n.tasks and "t/new" in n.tasks
+    subj, msg = bus.published[-1]
+    assert subj == S.result_subject(n.name, "t/old") and isinstance(msg, m.BindRejected)
+    assert (msg.name, msg.attempt, msg.boot) == ("old", 1, "b1") and "older writer" in msg.reason
+    again = FakeDelivery(subj_old, old, seq=3)  # a redelivery: answered once
+    asyncio.run(d.handle_batch([again]))
+    assert again.acked and len(bus.published) == 2
