@@ -217,7 +217,8 @@ async def delete_decision(js: Any, seq: int) -> bool | None:
     """Delete one decision (one its agent must no longer get): True deleted, False gone already (it can no
     longer be delivered), None when the outcome is unknown (unanswered, refused): it may still be delivered."""
     try:
-        return bool(await asyncio.wait_for(js.delete_msg(S.DECISION_STREAM, seq), DECISION_READ_TIMEOUT)) or None
+        return bool(await ask("msg.delete", lambda: js.delete_msg(S.DECISION_STREAM, seq), DECISION_READ,
+                              detail=str(seq))) or None
     except nats.js.errors.NotFoundError:
         return False
     except Exception as e:  # noqa: BLE001
