@@ -26,7 +26,10 @@ headers (a publish's message id, its expected sequence) is a data message like t
 subject this does not read (the longer form with a domain) switches the receiver off for good and
 from then on every message takes nats-py's path to the subscription's callback, after those already
 handed on, so the order holds.  A reset, whoever starts it (a gap seen here, nats-py's heartbeat
-check), moves the subscription to a new ``sid``: the route moves with it.
+check), moves the subscription to a new ``sid``: the route moves with it.  A reset before anything was
+handed on starts the new consumer where the first one started (its start sequence, or the last message
+of each subject): nats-py's own reset would start it from stream sequence 1 (its last sequence is still
+0) and replay the history a checkpoint had already covered.
 
 tests/bus/test_ordered.py checks the shape of nats-py's internals this relies on; `attach` returns
 None (and the subscription's callback keeps getting everything) when they are not there.
@@ -76,6 +79,8 @@ class OrderedReceiver:
         self._last: bytes | None = None  # the reply of the last data message handed on
         self._original: Callable[..., Awaitable[None]] | None = None
         self._reset = self._jsi.reset_ordered_consumer  # nats-py's, bound
+        cfg = getattr(self._jsi, "_ccreq", None)  # the first consumer's start, for a reset before any delivery
+        self._first = (cfg.deliver_policy, cfg.opt_start_seq) if cfg is not None else None
         self.off = False  # a reply subject not read here was seen: nats-py's path from then on
         self.stopped = False
         self.resets = 0
@@ -133,8 +138,17 @@ class OrderedReceiver:
         undirect(self._nc, self._sub._id)
         self._last = None
         self.resets += 1
+        first = self._first if self._jsi._sseq == 0 else None  # nothing handed on yet: start as the first did
+        if first is not None and first[1]:
+            sseq = max(sseq or 0, first[1])
         try:
-            return await self._reset(sseq)
+            done = await self._reset(sseq)
+            if first is not None and first[1] is None:
+                # nats-py set a start sequence (1) in the request its background task sends after this
+                # returns: the first consumer's policy (the last message of each subject) instead
+                self._jsi._ccreq.deliver_policy = first[0]
+                self._jsi._ccreq.opt_start_seq = None
+            return done
         finally:
             if not self.stopped and not self.off:
                 direct_raw(self._nc, self._sub._id, self)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import nats.js.api
 import nats.js.errors
 
 from busched.bus import Bus
@@ -145,6 +146,58 @@ async def test_a_lost_consumer_is_started_again_after_two_missed_heartbeats(nats
         await wait_until(lambda: len(got) >= 40, timeout=10)
         assert [q for _, _, q in got] == [a.seq for a in acks]
         assert w._sub._sub._pending_queue.qsize() == 0
+        await w.stop()
+    finally:
+        await bus.close()
+
+
+async def _lose_consumer(bus: Bus, w: Any) -> None:
+    """Delete the watch's consumer (no more messages nor heartbeats) and wait for nats-py's heartbeat check to
+    replace it."""
+    for _ in range(5):  # (a busy host may have replaced it already: heartbeats late; then its successor)
+        before = w._receiver.resets
+        try:
+            await bus.js.delete_consumer(S.STATE_STREAM, w._sub._consumer)
+            break
+        except nats.js.errors.NotFoundError:
+            await asyncio.sleep(0.5)
+    await wait_until(lambda: w._receiver.resets > before, timeout=10)
+
+
+async def test_a_reset_before_any_delivery_starts_where_the_first_consumer_started(nats_server) -> None:
+    # a restart's watch starts after its checkpoint; lost before its first message, nats-py's reset would
+    # start the new consumer at stream sequence 1 and replay everything the checkpoint covered
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.ensure_streams()
+        old = await bus.publish_all(_items(30, "a"))
+        got: list[tuple[str, bytes, int]] = []
+        w = await _watch(bus, got, start=old[-1].seq + 1, idle_heartbeat=0.3)
+        await _lose_consumer(bus, w)
+        acks = await bus.publish_all(_items(5, "b"))
+        await wait_until(lambda: len(got) >= 5, timeout=10)
+        await asyncio.sleep(0.3)
+        assert [q for _, _, q in got] == [a.seq for a in acks]  # none of the 30 before the start
+        await w.stop()
+    finally:
+        await bus.close()
+
+
+async def test_a_reset_before_any_delivery_keeps_the_last_per_subject_policy(nats_server) -> None:
+    bus = await Bus.connect(nats_server.url)
+    try:
+        await bus.ensure_streams()
+        await bus.publish_all(_items(10, "a"))
+        got: list[tuple[str, bytes, int]] = []
+        quiet = S.state_subject("task", "o/none") + ".>"  # nothing there yet: nothing delivered
+        w = await watch_state(bus.js, batch_handler=got.extend, subject=quiet, idle_heartbeat=0.3)
+        assert w._receiver is not None
+        old_consumer = w._sub._consumer
+        await _lose_consumer(bus, w)
+        await wait_until(lambda: w._sub._consumer != old_consumer, timeout=10)
+        info = await bus.js.consumer_info(S.STATE_STREAM, w._sub._consumer)
+        assert info.config.deliver_policy == nats.js.api.DeliverPolicy.LAST_PER_SUBJECT
+        assert not info.config.opt_start_seq
         await w.stop()
     finally:
         await bus.close()
