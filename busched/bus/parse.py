@@ -59,11 +59,17 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
     ps = nc._ps
     original = ps.parse
     stats = nc.stats
+    # a message still arriving: its buffer and the bytes it needs there, so a big payload that comes in many
+    # reads is not copied again at each read (only once it is all there)
+    waiting: list[Any] = [None, 0]
 
     async def parse(data: bytes = b"") -> None:
         buf = ps.buf
         if data:
             buf.extend(data)
+        if waiting[0] is buf and len(buf) < waiting[1] and ps.state == 1:
+            return  # (a reconnect meanwhile gives the parser a new buffer: then this does not apply)
+        waiting[0] = None
         while ps.state == 1 and buf:
             # the frames are cut from one copy of what is buffered, read by position: the buffer loses what was
             # read once, when reading stops or before an await (a slice each and a deletion each cost more)
@@ -106,6 +112,7 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                     body = end + 2
                     stop = body + size
                     if have < stop + 2:
+                        waiting[0], waiting[1] = buf, stop + 2 - pos  # (once the buffer lost what was read)
                         return  # the payload is still arriving: read again with the next bytes
                     subject = args[0]
                     if hsize:
