@@ -59,72 +59,101 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
     ps = nc._ps
     original = ps.parse
     stats = nc.stats
+    # a message still arriving: its buffer and the bytes it needs there, so a big payload that comes in many
+    # reads is not copied again at each read (only once it is all there)
+    waiting: list[Any] = [None, 0]
 
     async def parse(data: bytes = b"") -> None:
         buf = ps.buf
         if data:
             buf.extend(data)
+        if waiting[0] is buf and len(buf) < waiting[1] and ps.state == 1:
+            return  # (a reconnect meanwhile gives the parser a new buffer: then this does not apply)
+        waiting[0] = None
         while ps.state == 1 and buf:
-            if buf.startswith(_MSG):
-                start = 4
-            elif buf.startswith(_HMSG):
-                start = 5
-            else:
-                break
-            end = buf.find(_CRLF, 0, _MAX_LINE)
-            if end < 0:
-                if len(buf) >= _MAX_LINE:
-                    break  # nats-py's parse says what is wrong with it
-                return  # the line is still arriving
-            args = bytes(buf[start:end]).split()
-            # MSG <subject> <sid> [reply] <size>; HMSG <subject> <sid> [reply] <hsize> <size>: nats-py reads
-            # the numbers as (\d+) only; anything else (too few fields, a sign, an underscore) goes to its
-            # parse, which raises ProtocolError (the client reconnects at once)
-            n = len(args) - (start - 4)
-            if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit():
-                break
-            size = int(args[-1])
-            sid = int(args[1])
-            if start == 4:
-                hsize = 0
-            else:
-                if not args[-2].isdigit():
-                    break
-                hsize = int(args[-2])
-                if hsize > size:
-                    break
-            body = end + 2
-            stop = body + size
-            if len(buf) < stop + 2:
-                return  # the payload is still arriving: read again with the next bytes
-            subject = args[0]
-            reply = args[2] if n == 4 else b""
-            if hsize:
-                headers: bytes | None = bytes(buf[body:body + hsize])
-                payload = bytes(buf[body + hsize:stop])
-            else:
-                headers = None
-                payload = bytes(buf[body:stop])
-            del buf[:stop + 2]
-            handler = routes.get(sid)
-            if handler is not None and headers is None:
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += len(payload)
-                try:
-                    handler(subject, payload)
-                except Exception:  # noqa: BLE001 - never into the read loop: it would end the connection
-                    log.exception("handling a message on %r failed", subject)
-                continue
-            take = raw.get(sid) if handler is None else None
-            if take is not None:
-                try:
-                    later = take(sid, subject, reply, payload, headers)
-                    if later is not None:
-                        await later
-                except Exception:  # noqa: BLE001 - as above
-                    log.exception("handling a message on %r failed", subject)
-            else:
-                await nc._process_msg(sid, subject, reply, payload, headers)
+            # the frames are cut from one copy of what is buffered, read by position: the buffer loses what was
+            # read once, when reading stops or before an await (a slice each and a deletion each cost more)
+            view = bytes(buf)
+            have = len(view)
+            pos = 0
+            later: Any = None
+            try:
+                while pos < have:
+                    if view.startswith(_MSG, pos):
+                        start = pos + 4
+                        h = 0
+                    elif view.startswith(_HMSG, pos):
+                        start = pos + 5
+                        h = 1
+                    else:
+                        break
+                    end = view.find(_CRLF, pos, pos + _MAX_LINE)
+                    if end < 0:
+                        if have - pos >= _MAX_LINE:
+                            break  # nats-py's parse says what is wrong with it
+                        return  # the line is still arriving
+                    args = view[start:end].split()
+                    # MSG <subject> <sid> [reply] <size>; HMSG <subject> <sid> [reply] <hsize> <size>: nats-py
+                    # reads the numbers as (\d+) only; anything else (too few fields, a sign, an underscore) goes
+                    # to its parse, which raises ProtocolError (the client reconnects at once)
+                    n = len(args) - h
+                    if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit():
+                        break
+                    size = int(args[-1])
+                    sid = int(args[1])
+                    if h:
+                        if not args[-2].isdigit():
+                            break
+                        hsize = int(args[-2])
+                        if hsize > size:
+                            break
+                    else:
+                        hsize = 0
+                    body = end + 2
+                    stop = body + size
+                    if have < stop + 2:
+                        waiting[0], waiting[1] = buf, stop + 2 - pos  # (once the buffer lost what was read)
+                        return  # the payload is still arriving: read again with the next bytes
+                    subject = args[0]
+                    if hsize:
+                        headers: bytes | None = view[body:body + hsize]
+                        payload = view[body + hsize:stop]
+                    else:
+                        headers = None
+                        payload = view[body:stop]
+                    pos = stop + 2
+                    handler = routes.get(sid)
+                    if handler is not None and headers is None:
+                        stats["in_msgs"] += 1
+                        stats["in_bytes"] += size
+                        try:
+                            handler(subject, payload)
+                        except Exception:  # noqa: BLE001 - never into the read loop: it would end the connection
+                            log.exception("handling a message on %r failed", subject)
+                        continue
+                    reply = args[2] if n == 4 else b""
+                    take = raw.get(sid) if handler is None else None
+                    if take is not None:
+                        try:
+                            later = take(sid, subject, reply, payload, headers)
+                        except Exception:  # noqa: BLE001 - as above
+                            log.exception("handling a message on %r failed", subject)
+                            later = None
+                        if later is None:
+                            continue
+                    else:
+                        later = nc._process_msg(sid, subject, reply, payload, headers)
+                    break  # awaited below, once the buffer has lost what was read
+            finally:
+                del buf[:pos]
+            if later is None:
+                break  # not a message frame this reads, or a line nats-py refuses: its parse from here
+            try:
+                await later
+            except Exception:  # noqa: BLE001 - as above; nats-py's own processing raises into its read loop
+                if take is None:
+                    raise
+                log.exception("handling a message on %r failed", subject)
             buf = ps.buf  # (a reconnect meanwhile resets the parser)
         if buf:
             await original(b"")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from busched.api import build
 from busched.api import objects as o
@@ -64,6 +64,8 @@ class BindingFeed:
     fence_epoch: int
     fence_seq: int
     epochs: asyncio.Event
+    in_flight: dict[str, tuple[bytes, int, Binding]]
+    result_counters: dict[str, Any]
     # the table's methods these call
     release: Callable[..., None]
     stopped: Callable[[str, Binding, Result], None]
@@ -84,6 +86,23 @@ class BindingFeed:
             log.info("shard %s: leader epoch %d (%s) from stream sequence %d", shard, msg.epoch, msg.holder or "?",
                      seq)
         return "applied"
+
+    def own_echo(self, key: str, data: bytes, seq: int) -> bool:
+        """Whether ``data`` at ``seq`` on the task's binding subject is the echo of our own record still on its
+        way (`in_flight`): the very bytes we wrote for the attempt we hold, the epoch they carry not fenced.  Then
+        it is noted stored, as `apply_binding` does with our own record heard before its acknowledgement, without
+        decoding it again (the scheduler hears one echo a bind, mostly before the acknowledgement).  Anything else
+        (other bytes, another attempt, a fenced epoch) is False: decoded and judged as every record is."""
+        sent = self.in_flight.get(key)
+        if sent is None or seq <= 0 or not self.caught_up or not self.boot:
+            return False
+        sent_data, epoch, b = sent
+        # (our records carry our shard: an epoch older than the fence is a deposed leader's, `apply_binding`'s)
+        if (data != sent_data or self.bindings.get(key) is not b or epoch < self.fence_epoch
+                or len(data) > self.settings.max_event_bytes):
+            return False
+        self.record_stored(b, seq)
+        return True
 
     def apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str:
         cur = self.bindings.get(key)
@@ -187,7 +206,10 @@ class BindingFeed:
         if r.start_time is None and cur is not None and cur.attempt == r.attempt:
             r.start_time = cur.start_time  # an attempt's end keeps the start its Running said
         self.results[key] = r
-        self.metrics.bind_results.labels(what).inc()
+        counter = self.result_counters.get(what)
+        if counter is None:  # (a labelled child looked up once per answer kind: `labels` costs more than `inc`)
+            counter = self.result_counters[what] = self.metrics.bind_results.labels(what)
+        counter.inc()
         answered = what in ("accepted", "rejected") or (what == "Running" and (cur is None or cur.attempt != r.attempt))
         if answered and self.ready():
             self.metrics.bind_latency.observe(max(0.0, self.clock() - b.decided))

@@ -33,6 +33,16 @@ __all__ = ["BindingWrites"]
 
 log = logging.getLogger("busched.scheduler")
 
+_ENCODE = m.encode
+
+
+def _encoded(rec: m.BindingRecord) -> bytes | m.BindingRecord:
+    """The record's bytes; the record itself when it cannot be encoded (`publish_all` fails it, as before)."""
+    try:
+        return _ENCODE(rec)
+    except Exception:  # noqa: BLE001
+        return rec
+
 
 class BindingWrites:
     """The records and decisions `BindingTable` writes (see the module's docstring)."""
@@ -51,6 +61,7 @@ class BindingWrites:
     unpublished: set[str]
     max_rec_seq: int
     ledgers: NodeLedgers | None
+    in_flight: dict[str, tuple[bytes, int, Binding]]
 
     if TYPE_CHECKING:  # the table's method these call (`busched.scheduler.binding_feed`)
         def apply_binding(self, key: str, rec: m.BindingRecord, seq: int = 0) -> str: ...
@@ -64,8 +75,20 @@ class BindingWrites:
             acks = await self.ledgers.write(self.bus, [
                 (key, b.node, S.binding_subject(key), self.binding_record(key, b), b.rec_seq) for key, b in items])
         else:
-            acks = await self.bus.publish_all(
-                (S.binding_subject(key), self.binding_record(key, b), None, b.rec_seq) for key, b in items)
+            # encoded here, so the bytes are known until their acknowledgement (`in_flight`)
+            out = [(key, b, _encoded(self.binding_record(key, b))) for key, b in items]
+            in_flight, epoch = self.in_flight, self.epoch
+            for key, b, data in out:
+                if type(data) is bytes:
+                    in_flight[key] = (data, epoch, b)
+            try:
+                acks = await self.bus.publish_all(
+                    (S.binding_subject(key), data, None, b.rec_seq) for key, b, data in out)
+            finally:
+                for key, _, data in out:
+                    sent = in_flight.get(key)
+                    if sent is not None and sent[0] is data:
+                        del in_flight[key]
         stored: list[tuple[str, Binding]] = []
         failed: list[tuple[str, Binding, str]] = []
         lost: list[str] = []

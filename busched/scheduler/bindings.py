@@ -129,6 +129,11 @@ class BindingTable(BindingWrites, BindingFeed):
         # a sharded scheduler's node ledgers: its binding records go out with them, one atomic batch per node
         # (busched.scheduler.ledger); None: each record on its own, as always
         self.ledgers: NodeLedgers | None = None
+        # our binding records on their way, by task: the bytes written, the epoch they carry and the attempt they
+        # record, from their publish to their acknowledgement (`BindingWrites.write_records`), so their echo on
+        # the state feed, which mostly comes first, is known by its bytes (`BindingFeed.own_echo`)
+        self.in_flight: dict[str, tuple[bytes, int, Binding]] = {}
+        self.result_counters: dict[str, Any] = {}  # answer kind -> its child of ``metrics.bind_results``
 
     def forget(self, key: str) -> None:
         """A task is gone (deleted, its attempt known stopped): nothing of it is kept."""

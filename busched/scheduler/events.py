@@ -132,6 +132,8 @@ class StateFeed:
             b = self.table.bindings.get(key)
             if b is not None and 0 < seq <= b.rec_seq:
                 return "own"  # our own record, already acknowledged (or an older one)
+            if self.table.own_echo(key, data, seq):
+                return "own"  # our own record, before its acknowledgement: the bytes we wrote
         what = self.handle_decoded(subject, kind, key, data, seq)
         if what in REJECTIONS:
             if not self.table.caught_up:

@@ -149,3 +149,25 @@ async def test_the_installed_nats_py_is_one_parse_knows(nats_server) -> None:
         assert bus.nc.is_connected
     finally:
         await bus.close()
+
+
+async def test_a_big_message_arriving_in_many_reads_is_copied_once_it_is_all_there(monkeypatch) -> None:
+    """The frames are cut from one copy of the buffer (`bytes(buf)`): a payload of 2 MB that comes in 64 reads
+    (nats-py reads 32 KB at a time) is copied when it is all there, not at every read."""
+    import busched.bus.parse as parse_mod
+
+    copies: list[int] = []
+
+    def counted(x: Any = b"") -> bytes:
+        copies.append(len(x))
+        return builtins_bytes(x)
+
+    builtins_bytes = bytes
+    conn, got = _routed_conn()
+    monkeypatch.setattr(parse_mod, "bytes", counted, raising=False)
+    big = b"x" * (2 << 20)
+    data = b"MSG a.b 1 %d\r\n" % len(big) + big + b"\r\nMSG c 1 2\r\nhi\r\n"
+    await _feed(conn, data, list(range(32768, len(data), 32768)))
+    assert got == [("msg", 1, b"a.b", big), ("msg", 1, b"c", b"hi")]
+    assert len(copies) <= 3 and sum(copies) < 3 * len(data), (len(copies), sum(copies))
+    assert not conn._ps.buf

@@ -47,8 +47,9 @@ class FakeBus:
                 acks.append(Ack(error="wrong last sequence", conflict=True))
                 continue
             self.seq += 1
-            if mid is None:
-                self.records.append((subj, msg, expect[0] if expect else None))
+            if mid is None:  # (binding records come encoded: the table keeps their bytes until acknowledged)
+                self.records.append((subj, m.decode(msg) if isinstance(msg, bytes) else msg,
+                                     expect[0] if expect else None))
             else:
                 self.decisions.append((subj, msg, mid))
             acks.append(Ack(seq=self.seq))
