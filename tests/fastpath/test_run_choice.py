@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 
 import msgspec
+import numpy as np
 import pytest
 
 from busched.api import objects as o
@@ -135,3 +136,38 @@ def test_gangs_on_equal_nodes(monkeypatch, config, seed):
     rng = random.Random(7900 + seed)
     counts = both(monkeypatch, gang_cluster(rng, mixed=seed % 2 == 1), CONFIGS[config], seed)
     assert counts["chosen"] > 10
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_the_runs_refreshed_rows_are_the_vectors_computed_afresh(monkeypatch, config):
+    """After every choice the run made, its template's parts equal their twins computed afresh and its
+    board equals the parts combined afresh (`_Template._combine_all`): the one-pass refresh
+    (`runchoice._Refresh`) left what `update` and `_combine` would."""
+    real = runchoice.RunChoice.choose
+    checked = []
+
+    def choose(self, task):
+        got = real(self, task)
+        t = self.template
+        if got is None or t is None:
+            return got
+        for part in t.parts:
+            fresh = part.twin(*part.args)
+            if part.local.one is not None:
+                assert list(part.vec) == np.asarray(fresh, dtype=part.dtype).tolist()
+        board = t.board
+        t._combine_all(self.size)
+        fresh_board = t.board
+        t.board = board
+        assert (board.ok, board.idle, board.total, board.cls, board.count) == (
+            fresh_board.ok, fresh_board.idle, fresh_board.total, fresh_board.cls, fresh_board.count)
+        assert {c: {v: list(g) for v, g in gs.items()} for c, gs in enumerate(board.groups)} == {
+            c: {v: list(g) for v, g in gs.items()} for c, gs in enumerate(fresh_board.groups)}
+        checked.append(isinstance(self.refresh, runchoice._Refresh))
+        return got
+
+    monkeypatch.setattr(runchoice.RunChoice, "choose", choose)
+    rng = random.Random(8100)
+    spec = gang_cluster(rng, mixed=True)
+    run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(CONFIGS[config]), seed=1)
+    assert sum(checked) > 10  # the one-pass refresh really ran
