@@ -38,7 +38,7 @@ _CHOOSE = batch.choose
 class RunChoice:
     """One job turn's choices from kept templates (``open`` says whether the turn may use one)."""
 
-    __slots__ = ("ssn", "nodes", "fn", "size", "to_find", "arrays", "template", "refresh", "kept")
+    __slots__ = ("ssn", "nodes", "fn", "size", "to_find", "arrays", "template")
 
     def __init__(self, ssn: Any, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
                  to_find: int) -> None:
@@ -46,8 +46,6 @@ class RunChoice:
         self.size = len(nodes)
         self.arrays = ssn.arrays
         self.template: batch._Template | None = None
-        self.refresh: Callable[[int], None] = _update
-        self.kept: Any = None  # the session's kept templates (`batch._Kept`), once one was found
 
     @classmethod
     def open(cls, ssn: Any, nodes: Sequence[NodeInfo], fn: Callable[[TaskInfo, NodeInfo], None],
@@ -72,7 +70,7 @@ class RunChoice:
         t = self.template
         arrays = self.arrays
         if t is not None and (t.task is task or batch.same_template(t.task, task)):
-            self.kept.reused += 1  # (as `_template` counts a template found again)
+            arrays.cache[batch._KEY].reused += 1  # (as `_template` counts a template found again)
         else:
             self.template = None
             try:
@@ -82,15 +80,13 @@ class RunChoice:
             if t is None or t.declined or t.board is None:
                 return None
             self.template = t
-            self.kept = arrays.cache[batch._KEY]
-            self.refresh = _Refresh(t) if self.size >= 8 and not t.others else t.update
         try:
             for still in t.stills:
                 if not still():
                     batch._drop(arrays, t)
                     self.template = None
                     return None
-            self.refresh(self.size)
+            t.update(self.size)
             board = t.board
             if board is None or not board.answers(0, self.to_find):
                 self.template = None
@@ -103,59 +99,3 @@ class RunChoice:
         if row is None or row == NAN:
             return None  # no node found (the per-task path records the fit errors), or a NaN best
         return self.nodes[row]
-
-
-def _update(size: int) -> None:
-    raise AssertionError("no template")  # (a run's refresh before its first template: never called)
-
-
-class _Refresh:
-    """`_Template.update` then `_Template._combine` for a plain template whose every changing part
-    follows one log (no ``others``), on 8 or more nodes: the case where each log moved by one row,
-    to the same row (a task placed), refreshed and combined in one pass, with the same per-row
-    functions, casts, sums and `Board.set_row`; any other case through `update` itself."""
-
-    __slots__ = ("t", "groups")
-
-    def __init__(self, t: batch._Template) -> None:
-        self.t = t
-        # per log: the first member's position (every member of a group is at the same place) and
-        # the members (part, its position, its row function)
-        self.groups = [(log, members[0][1], members) for log, members in t.groups]
-
-    def __call__(self, size: int) -> None:
-        t = self.t
-        row = -1
-        moved = []
-        for log, first, members in self.groups:
-            n = len(log)
-            p = first[0]
-            if n == p:
-                continue
-            if n - p != 1 or (row != -1 and log[p] != row):
-                t.update(size)  # (several rows, or two logs on different rows)
-                return
-            row = log[p]
-            moved.append((n, members))
-        if row < 0:
-            return  # nothing logged since
-        for n, members in moved:
-            for part, pos, one in members:
-                pos[0] = n
-                part.vec[row] = part.cast(one(row))  # type: ignore[misc]  # (a plain part has its cast)
-        # _combine: the same reads, short-circuits and sums in the same order
-        ok = True
-        for part in t.preds:
-            ok = ok and bool(part.vec[row])
-        ok = ok and bool(t.future.vec[row])
-        total = None
-        for part in t.orders:
-            total = part.vec[row] if total is None else total + part.vec[row]
-        batch_total = None
-        for part in t.batches:
-            batch_total = part.vec[row] if batch_total is None else batch_total + part.vec[row]
-        if batch_total is not None:
-            total = batch_total if total is None else total + batch_total
-        board = t.board
-        assert board is not None
-        board.set_row(row, ok, t.idle.vec[row], 0.0 if total is None else float(total))

@@ -141,8 +141,8 @@ def test_gangs_on_equal_nodes(monkeypatch, config, seed):
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_the_runs_refreshed_rows_are_the_vectors_computed_afresh(monkeypatch, config):
     """After every choice the run made, its template's parts equal their twins computed afresh and its
-    board equals the parts combined afresh (`_Template._combine_all`): the one-pass refresh
-    (`runchoice._Refresh`) left what `update` and `_combine` would."""
+    board equals the parts combined afresh (`_Template._combine_all`): the rows the run refreshed
+    between its draws are what the per-task path would have found."""
     real = runchoice.RunChoice.choose
     checked = []
 
@@ -163,11 +163,11 @@ def test_the_runs_refreshed_rows_are_the_vectors_computed_afresh(monkeypatch, co
             fresh_board.ok, fresh_board.idle, fresh_board.total, fresh_board.cls, fresh_board.count)
         assert {c: {v: list(g) for v, g in gs.items()} for c, gs in enumerate(board.groups)} == {
             c: {v: list(g) for v, g in gs.items()} for c, gs in enumerate(fresh_board.groups)}
-        checked.append(isinstance(self.refresh, runchoice._Refresh))
+        checked.append(True)
         return got
 
     monkeypatch.setattr(runchoice.RunChoice, "choose", choose)
     rng = random.Random(8100)
     spec = gang_cluster(rng, mixed=True)
     run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(CONFIGS[config]), seed=1)
-    assert sum(checked) > 10  # the one-pass refresh really ran
+    assert len(checked) > 10  # the run really chose
