@@ -33,6 +33,7 @@ from busched.api.node import NodeAccountingError, NodeInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
+from busched.fastpath.runchoice import RunChoice
 from busched.framework import nodeselect, runs
 from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import KeyedQueue, PriorityQueue
@@ -163,14 +164,48 @@ class AllocateAction:
         """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None)."""
         ssn = self.ssn
         attempted = 0
+        # the turn's choices from kept templates without the per-task layers (kernels on, every node
+        # searched: busched.fastpath.runchoice); opened at the first task that reaches a choice
+        wanted = (ssn.fast is not None and nodes is ssn.node_list and runs.wanted(ssn)
+                  and ssn.shard.mode not in ("hard", "soft"))
+        run: RunChoice | None = None
+        found: list[NodeInfo] | str
         while not tasks.empty():
             task = tasks.pop()
             attempted += 1
             if not ssn.allocatable(queue, task):
                 continue
-            found = self.candidates_for(job, task, nodes, node_names, self.helper,
-                                        role_failed=job.task_has_fit_errors(task),
-                                        keep_going=job.need_continue_allocating, lazy=True)
+            role_failed = job.task_has_fit_errors(task)
+            if (wanted and not role_failed and not task.nominated_node_name
+                    and not (self.helper.enable_error_cache and task.role)):
+                # candidates_for's steps up to the choice, the choice from the run
+                try:
+                    ssn.pre_predicate_fn(task)
+                except FitError as e:
+                    found = self.pre_predicates_failed(job, task, nodes, e, job.need_continue_allocating)
+                else:
+                    if run is None:
+                        run = RunChoice.open(ssn, nodes, ssn.predicate_for_allocate,
+                                             nodeselect.num_feasible_nodes_to_find(len(nodes), self.helper.opts))
+                        wanted = run is not None
+                    node = run.choose(task) if run is not None else None
+                    if node is not None:
+                        try:
+                            self.place(stmt, task, node)
+                        except NodeAccountingError:
+                            continue
+                        if ssn.job_ready(job):
+                            return True
+                        continue
+                    if run is not None:
+                        run.forget()
+                    found = self.candidates_for(job, task, nodes, node_names, self.helper, role_failed=False,
+                                                keep_going=job.need_continue_allocating, lazy=True, checked=True)
+            else:
+                found = self.candidates_for(job, task, nodes, node_names, self.helper, role_failed=role_failed,
+                                            keep_going=job.need_continue_allocating, lazy=True)
+                if run is not None:
+                    run.forget()
             if found is SKIP:
                 continue
             if found is NO_FIT:
@@ -192,7 +227,7 @@ class AllocateAction:
 
     def candidates_for(self, job: JobInfo, task: TaskInfo, nodes: list[NodeInfo], node_names: Container[str],
                        helper: PredicateHelper, *, role_failed: bool, keep_going: Callable[[], bool],
-                       hypernode: str = "", lazy: bool = False) -> list[NodeInfo] | str:
+                       hypernode: str = "", lazy: bool = False, checked: bool = False) -> list[NodeInfo] | str:
         """The nodes ``task`` may go to (nominated node first), or SKIP (try the job's next task),
         STOP (pre-predicates failed and the turn ends) or NO_FIT (no node fits and the turn ends).
         Every failure is recorded in the job's fit errors.  Shared with topology allocation.
@@ -207,14 +242,11 @@ class AllocateAction:
             fe.set_error(f"Task {task.name} with role spec {task.role} has already predicated failed, skip")
             job.nodes_fit_errors[task.uid] = fe
             return SKIP
-        try:
-            ssn.pre_predicate_fn(task)
-        except FitError as e:
-            fe = FitErrors()
-            for n in nodes:
-                fe.set_node_error(n.name, e)
-            job.nodes_fit_errors[task.uid] = fe
-            return SKIP if keep_going() else STOP
+        if not checked:  # (checked: the caller ran the pre-predicates and they passed)
+            try:
+                ssn.pre_predicate_fn(task)
+            except FitError as e:
+                return self.pre_predicates_failed(job, task, nodes, e, keep_going)
         fit_errors: FitErrors | None = None
         nominated = task.nominated_node_name
         if nominated and nominated in node_names:
@@ -243,6 +275,16 @@ class AllocateAction:
             fit_errors.hypernode = hypernode  # type: ignore[attr-defined]
         job.nodes_fit_errors[task.uid] = fit_errors
         return SKIP if keep_going() else NO_FIT
+
+    @staticmethod
+    def pre_predicates_failed(job: JobInfo, task: TaskInfo, nodes: list[NodeInfo], e: FitError,
+                              keep_going: Callable[[], bool]) -> str:
+        """The pre-predicates' ``e`` recorded against every node: SKIP or STOP."""
+        fe = FitErrors()
+        for n in nodes:
+            fe.set_node_error(n.name, e)
+        job.nodes_fit_errors[task.uid] = fe
+        return SKIP if keep_going() else STOP
 
     def best_node(self, task: TaskInfo, nodes: list[NodeInfo]) -> NodeInfo | None:
         """Score in gradients: idle (in shard, then elsewhere), then future idle (same split)."""

@@ -1,0 +1,173 @@
+"""A job turn's choices from one template's kept vectors (busched.fastpath.runchoice) against the
+per-task path (`PredicateHelper.chosen_found` -> `batch.choose` -> `best_node`, task by task).
+
+Whole cycles on random clusters (random node sizes, gangs of random sizes of one template, single-task
+jobs of one shape, shaped templates with selectors, tolerations, images and GPUs, nodes that tie, the
+default, binpack-weighted and most-requested weights) run twice with the kernels on: as allocate runs
+them, and with the run switched off so every choice takes the per-task layers.  Every decision (in
+order, on the same node), the pipelined tasks, the phases, the fit errors, the rotated search start,
+the random source's state, every job's maps, sums and sub-jobs, and the handlers' state must be
+identical; the run must really have chosen; and the turns where it cannot (sampled searches on more
+than 100 nodes, templates the kept vectors decline, roles under the error cache, nominated nodes,
+pre-predicates that fail) must really have fallen back to the per-task path.
+"""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import numpy as np
+import pytest
+
+from busched.api import objects as o
+from busched.builtin import run_cycle
+from busched.fastpath import FastPathSettings, runchoice
+from busched.framework.config import load_config
+from tests.fastpath.test_batch_choice import with_replicas, with_shaped_replicas
+from tests.fastpath.test_kernels_select import CONFIGS, outcome
+from tests.framework.test_handler_runs import _handlers_state, _job_state
+from tests.kernel_cases import cache_of, random_cluster
+
+
+def run(spec: o.ClusterSpec, config: str, seed: int, on: bool, monkeypatch, counts: dict) -> dict:
+    real_open, real_choose = runchoice.RunChoice.open, runchoice.RunChoice.choose
+
+    def open_(cls, *a, **kw):
+        if not on:
+            return None  # every choice through the per-task layers
+        got = real_open.__func__(cls, *a, **kw)
+        counts["opened" if got is not None else "refused"] += 1
+        return got
+
+    def choose(self, task):
+        got = real_choose(self, task)
+        counts["chosen" if got is not None else "passed"] += 1
+        return got
+
+    monkeypatch.setattr(runchoice.RunChoice, "open", classmethod(open_))
+    monkeypatch.setattr(runchoice.RunChoice, "choose", choose)
+    ends: dict = {}
+
+    def before_close(ssn):
+        ends["handlers"] = _handlers_state(ssn)
+        ends["jobs"] = {u: _job_state(j) for u, j in sorted(ssn.jobs.items())}
+        ends["nodes"] = {n.name: (list(n.tasks), n.idle.cpu, n.idle.memory, sorted(n.idle.scalars.items()))
+                         for n in ssn.node_list}
+
+    ssn = run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(config), seed=seed,
+                    before_close=before_close)
+    got = outcome(ssn)
+    got["rng"] = ssn.rng.random()  # the same draws were made
+    got.update(ends)
+    return got
+
+
+def with_nominated(rng: random.Random, spec: o.ClusterSpec) -> o.ClusterSpec:
+    """Some replicas nominated to a node (the per-task path tries it first)."""
+    names = [n.name for n in spec.nodes]
+    tasks = [msgspec.structs.replace(t, nominated_node_name=rng.choice(names))
+             if t.job.startswith("rep") and rng.random() < 0.1 else t for t in spec.tasks]
+    return msgspec.structs.replace(spec, tasks=tasks)
+
+
+def both(monkeypatch, spec, config: str, seed: int) -> dict:
+    counts = {"opened": 0, "refused": 0, "chosen": 0, "passed": 0}
+    fast = run(spec, config, seed, True, monkeypatch, counts)
+    plain = run(spec, config, seed, False, monkeypatch, {"opened": 0, "refused": 0, "chosen": 0, "passed": 0})
+    assert fast["decisions"], "nothing placed: the comparison would be empty"
+    assert fast == plain
+    return counts
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("seed", range(6))
+def test_a_turns_run_chooses_as_the_per_task_path(monkeypatch, config, seed):
+    rng = random.Random(7700 + seed)
+    nodes = [40, 60, 100, 150, 30, 80][seed]
+    spec = with_replicas(rng, random_cluster(rng, nodes=nodes, fancy=seed % 3 != 2), sized=seed % 2 == 0)
+    if seed % 3 == 1:
+        spec = with_nominated(rng, spec)
+    counts = both(monkeypatch, spec, CONFIGS[config], seed)
+    if nodes > 100:
+        assert counts["chosen"] == 0 and counts["refused"] > 0  # sampled searches: the per-task path
+    elif seed % 3 != 2:
+        # fancy clusters (PreferNoSchedule taints, affinities): templates the kept vectors decline, the
+        # run passes every choice to the per-task path
+        assert counts["passed"] > 10
+    else:
+        assert counts["chosen"] > 10  # the run really chose
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("seed", range(3))
+def test_a_turns_run_chooses_as_the_per_task_path_for_shaped_templates(monkeypatch, config, seed):
+    """Selectors, tolerations, images and GPUs on tainted and cordoned nodes (some templates declined)."""
+    rng = random.Random(7800 + seed)
+    spec = with_shaped_replicas(rng, random_cluster(rng, nodes=[8, 40, 100][seed], fancy=True), sized=seed != 1)
+    counts = both(monkeypatch, spec, CONFIGS[config], seed)
+    assert counts["chosen"] > 10
+
+
+def gang_cluster(rng: random.Random, mixed: bool = False) -> o.ClusterSpec:
+    """`busched bench gang`'s shape, drawn: equal nodes (every choice a tie), gangs of one template
+    (``mixed``: each gang's tasks of two templates, interleaved in the turn)."""
+    n = rng.choice([10, 37, 100])
+    cpu = rng.choice(["8", "32"])
+    nodes = [o.NodeSpec(name=f"n{i:03d}", allocatable={"cpu": cpu, "memory": "256Gi", "pods": 110})
+             for i in range(n)]
+    jobs, tasks = [], []
+    for j in range(rng.randint(2, 6)):
+        size = rng.randint(1, 3 * n)
+        jobs.append(o.JobSpec(name=f"g{j}", namespace="ns", queue="default", min_member=rng.randint(1, size),
+                              phase="Inqueue"))
+        req = {"cpu": rng.choice(["1", "3"]), "memory": "16Gi"}
+        other = {"cpu": "2", "memory": rng.choice(["8Gi", "16Gi"])}
+        tasks.extend(o.TaskSpec(name=f"g{j}-{t}", namespace="ns", job=f"g{j}",
+                                requests=dict(other if mixed and rng.random() < 0.4 else req))
+                     for t in range(size))
+    return o.ClusterSpec(nodes=nodes, queues=[o.QueueSpec(name="default")], jobs=jobs, tasks=tasks)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("seed", range(4))
+def test_gangs_on_equal_nodes(monkeypatch, config, seed):
+    """Ties everywhere, gangs larger than the cluster holds (discarded turns), several per queue."""
+    rng = random.Random(7900 + seed)
+    counts = both(monkeypatch, gang_cluster(rng, mixed=seed % 2 == 1), CONFIGS[config], seed)
+    assert counts["chosen"] > 10
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_the_runs_refreshed_rows_are_the_vectors_computed_afresh(monkeypatch, config):
+    """After every choice the run made, its template's parts equal their twins computed afresh and its
+    board equals the parts combined afresh (`_Template._combine_all`): the rows the run refreshed
+    between its draws are what the per-task path would have found."""
+    real = runchoice.RunChoice.choose
+    checked = []
+
+    def choose(self, task):
+        got = real(self, task)
+        t = self.template
+        if got is None or t is None:
+            return got
+        for part in t.parts:
+            fresh = part.twin(*part.args)
+            if part.local.one is not None:
+                assert list(part.vec) == np.asarray(fresh, dtype=part.dtype).tolist()
+        board = t.board
+        t._combine_all(self.size)
+        fresh_board = t.board
+        t.board = board
+        assert (board.ok, board.idle, board.total, board.cls, board.count) == (
+            fresh_board.ok, fresh_board.idle, fresh_board.total, fresh_board.cls, fresh_board.count)
+        assert {c: {v: list(g) for v, g in gs.items()} for c, gs in enumerate(board.groups)} == {
+            c: {v: list(g) for v, g in gs.items()} for c, gs in enumerate(fresh_board.groups)}
+        checked.append(True)
+        return got
+
+    monkeypatch.setattr(runchoice.RunChoice, "choose", choose)
+    rng = random.Random(8100)
+    spec = gang_cluster(rng, mixed=True)
+    run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(CONFIGS[config]), seed=1)
+    assert len(checked) > 10  # the run really chose
