@@ -85,6 +85,7 @@ def task_infos_like(template: TaskInfo, specs: list[o.TaskSpec]) -> list[TaskInf
     labels, annotations, selector = first.labels, first.annotations, first.node_selector
     deleting, pending = first.deleting, TaskStatus.Pending
     statuses: dict[tuple[str, bool], TaskStatus] = {}
+    job_keys: dict[str, str] = {"": ""}  # (a job's key once per job: replicas of one job come together)
     out: list[TaskInfo] = []
     add = out.append
     for s in specs:
@@ -93,7 +94,10 @@ def task_infos_like(template: TaskInfo, specs: list[o.TaskSpec]) -> list[TaskInf
         t.uid = f"{ns}-{name}"
         t.name = name
         job = s.job
-        t.job = one_name(f"{ns}/{job}") if job else ""
+        key = job_keys.get(job)
+        if key is None:
+            key = job_keys[job] = one_name(f"{ns}/{job}")
+        t.job = key
         status = fixed
         if status is None:
             at = (s.phase, not node)
