@@ -120,7 +120,7 @@ def task_block(feed: Any, run: NewObjects, tmpl: Any, part: list[tuple[str, Any,
         return _NONE
     # (the specs as the one-by-one path sets them: the template's copy, its own fields, the names interned)
     copy, known = tmpl.copy, known_name
-    specs = []
+    specs: list[Any] = []
     add = specs.append
     for name, job, node, phase in zip(names, jobs, nodes, phases):
         s = copy()
@@ -219,7 +219,7 @@ def job_block(feed: Any, run: NewObjects, tmpl: Any, part: list[tuple[str, Any, 
     if not feed.seqs.keys().isdisjoint(at):
         return 0
     copy = tmpl.copy
-    specs = []
+    specs: list[Any] = []
     add = specs.append
     for name in names:
         j = copy()

@@ -37,8 +37,8 @@ def long_runs(rng: random.Random, gated: bool) -> list[tuple[str, bytes, int]]:
     out: list[tuple[str, bytes]] = [(S.state_subject("queue", "default"),
                                      _enc(m.upsert("queue", o.QueueSpec(name="default"), 1)))]
     for i in range(3):
-        node = o.NodeSpec(name=f"n{i}", allocatable={"cpu": "64", "memory": "64Gi", "pods": "110"})
-        out.append((S.state_subject("node", f"n{i}"), _enc(m.upsert("node", node, 1))))
+        host = o.NodeSpec(name=f"n{i}", allocatable={"cpu": "64", "memory": "64Gi", "pods": "110"})
+        out.append((S.state_subject("node", f"n{i}"), _enc(m.upsert("node", host, 1))))
     runs = rng.randint(2, 4)
     for t in range(runs):
         base: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}, "deleting": t == 0 and rng.random() < 0.6}
