@@ -35,6 +35,8 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 from typing import Any
 
 import msgspec
@@ -162,12 +164,15 @@ class Merged:
         self.keep: set[str] | None = None  # only these subjects (the stream's), when some were purged
 
     def __len__(self) -> int:
-        if self.keep is not None or self.ck is None:
+        if self.ck is None:
             return sum(1 for _ in self._subjects())
-        # (every entry of the checkpoint but those the tail replaces, each counted as often as it is there,
-        # and the tail's: as `_subjects` counts them, by C loops over hundreds of thousands of subjects)
+        # (the checkpoint's entries the tail does not replace and the stream holds, each as often as it is there, and
+        # the tail's: as `_subjects` counts them, by C loops over hundreds of thousands of subjects)
         over = {it[0] for it in self.tail}
-        subjects = self.ck.subjects
+        subjects, keep = self.ck.subjects, self.keep
+        if keep is not None:
+            allowed = keep.difference(over)
+            return sum(map(allowed.__contains__, subjects)) + sum(map(keep.__contains__, [it[0] for it in self.tail]))
         replaced = sum(map(over.__contains__, subjects)) if over else 0
         return len(subjects) - replaced + len(self.tail)
 
@@ -189,6 +194,8 @@ class Merged:
         `busched.scheduler.restore_bulk`) as its entry ``(template, name, job, node, phase, version)``."""
         over = {it[0] for it in self.tail}
         keep = self.keep
+        # (a checkpoint's subject handed over when the tail does not replace it and the stream holds it, by C loops)
+        allowed = keep.difference(over) if keep is not None else None
         out: list[tuple[str, Any, int]] = []
         ck = self.ck
         if ck is not None:
@@ -204,8 +211,10 @@ class Merged:
                     part = zip(subjects[i:j], got, seqs[i:j])
                 else:
                     part = zip(subjects[i:j], data[i:j], seqs[i:j])
-                if over or keep is not None:
-                    out.extend(it for it in part if it[0] not in over and (keep is None or it[0] in keep))
+                if allowed is not None:
+                    out.extend(compress(part, map(allowed.__contains__, subjects[i:j])))
+                elif over:
+                    out.extend(compress(part, map(not_, map(over.__contains__, subjects[i:j]))))
                 else:
                     out.extend(part)
                 if release:

@@ -43,9 +43,10 @@ from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.cache.inserts import NewObjects
 from busched.framework.cycle import paused_gc
-from busched.scheduler import checkpoint_shared
+from busched.scheduler import checkpoint_shared, restore_blocks
 from busched.scheduler.events import StateFeed
 from busched.scheduler.records import _DECODE, TERMINAL
+from busched.scheduler.restore_blocks import blocks, job_block, task_block
 
 __all__ = ["apply_restored", "restored_handler"]
 
@@ -99,132 +100,158 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
     done = 0
     with paused_gc():
         try:
-            for subject, data, seq in items:
-                try:
-                    # (the subject's kind and key as `subjects.parse_state_subject` reads them, for the two kinds
-                    # a checkpoint is made of and a key without escapes; any other goes the live path, which
-                    # parses it)
-                    if subject.startswith(task_at) and "%" not in subject:
-                        key = subject[n_task:].replace(".", "/")
-                        at = ("task", key)  # (the one kind string, not the subject's slice: one per object in seqs)
-                        if type(data) is tuple:
-                            # a format-2 checkpoint's task given by its template (busched.scheduler.checkpoint_shared):
-                            # its own fields checked as its message's would be (the size it may have, identity, phase),
-                            # the template's spec and conversion copied, those fields set (as ``__post_init__`` does)
-                            tmpl, name, job, node, phase, _ = data
-                            if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
-                                    or tmpl.kind != "task" or tmpl.info is None or tmpl.prefix + name != key
-                                    or phase not in phases
-                                    or 6 * (len(name) + len(job) + len(node) + len(phase)) > limit - tmpl.size):
-                                raise _PlainPathError
-                            spec = tmpl.copy()
-                            spec.name = name
-                            spec.job = known_name(job) or one_name(job)
-                            spec.node = known_name(node) or one_name(node)
-                            spec.phase = known_name(phase) or one_name(phase)
-                            held = spec
-                            if gated or (node and phase in terminal):
-                                held = effective_task(key, spec)
-                            if held is spec and tmpl.fast:
-                                info = task_info_like(tmpl.info, spec)
-                            else:
-                                info = task_info(held, _NO_CLASSES)
-                        else:
-                            if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
-                                    or len(data) > limit):
-                                raise _PlainPathError
-                            msg = decode(data)
-                            if type(msg) is not task_upsert:
-                                raise _PlainPathError
-                            spec = msg.task
-                            if f"{spec.namespace}/{spec.name}" != key:
-                                raise _PlainPathError
-                            # the effective object (`EffectiveObjects.effective_task`), asked only when it can
-                            # differ from the spec: a binding, a backoff, a suspended job (``gated``), a task ended
-                            # on its node
-                            held = spec
-                            if gated or (spec.node and spec.phase in terminal):
-                                held = effective_task(key, spec)
-                            info = task_info(held, _NO_CLASSES)  # validates: refused, it changed nothing
-                        n += 1
-                        v = base + n
-                        if held.job:
-                            touch(info.job)  # (the conversion's job key: the same text as namespace/job)
-                            touch_v(v)
-                            touch_task(key)
-                        node = held.node
-                        if node:
-                            place(node)
-                            place_v(v)
-                            place_key(key)
-                            if held.deleting or held.phase in terminal:  # (`unfit.frees_capacity` of a new task)
-                                freed += 1
-                        run_tasks[key] = held
-                        add_task_info(info)
-                        if held is not spec:
-                            run.specs[key] = spec
-                    elif subject.startswith(job_at) and "%" not in subject:
-                        key = subject[n_job:].replace(".", "/")
-                        at = ("job", key)
-                        if key in specs_job or key in run_jobs or key in cache_jobs or at in seqs or key in pg_status:
-                            raise _PlainPathError
-                        if type(data) is tuple:  # (a format-2 checkpoint's job given by its template, as a task's)
-                            tmpl, name = data[0], data[1]
-                            if (tmpl.kind != "job" or tmpl.info is None or tmpl.prefix + name != key
-                                    or 6 * len(name) > limit - tmpl.size or tmpl.spec.suspend != (key in suspended)):
-                                raise _PlainPathError
-                            job = tmpl.copy()
-                            job.name = name
-                            jinfo = job_info_like(tmpl.info, job)
-                        else:
-                            if len(data) > limit:
-                                raise _PlainPathError
-                            msg = decode(data)
-                            if type(msg) is not job_upsert:
-                                raise _PlainPathError
-                            job = msg.job
-                            if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
-                                raise _PlainPathError
-                            jinfo = job_info(job, _NO_CLASSES)  # validates
-                        n += 1
-                        touch(key)
-                        touch_v(base + n)
-                        touch_task(None)
-                        run_jobs[key] = job
-                        add_job_info(jinfo)
-                    else:
-                        raise _PlainPathError
-                    add_at(at)
-                    add_seq(seq)
-                except Exception:  # noqa: BLE001 - _PlainPathError, DecodeError, SpecError, or anything else
-                    # the run so far first (this message sees every earlier one applied), then the live path,
-                    # which refuses (and says why) or applies what the fast path does not; an unforeseen error in
-                    # the fast path's checks falls back too, as the live feed's handler logs one bad message and
-                    # goes on (a checkpoint is untrusted input at rest)
-                    if n:
-                        run.count, run.freed = n, freed
-                        done += _flush(feed, run, ats, at_seqs)
-                        n = freed = 0
-                    if type(data) is tuple:  # (a template's entry: the message it stands for)
-                        # (one that fails its own checks is rebuilt within the checkpoint's budget only, and refused
-                        # unbuilt past it: a few bytes of entries must not stand for GB of messages to refuse)
-                        budget = data[0].budget
-                        own = budget is not None and _own_fault(subject, data, limit)
-                        if own and budget[0] <= 0:
-                            data = None
-                        else:
-                            data = materialize(data)
-                            if own:
-                                budget[0] -= len(data)
+            todo = blocks(items)
+            todo.reverse()
+            while todo:
+                a, b, block = todo.pop()
+                if block is not None:
+                    # a block of one template's entries (busched.scheduler.restore_blocks): checked and added to the
+                    # run at once, or (any check failing) nothing changed and its halves tried in turn, down to
+                    # blocks too short for it, which take the one-by-one path below
                     try:
-                        if data is None:
-                            _refuse_unbuilt(feed, subject, seq)
+                        if block.kind == "task":
+                            got, got_freed = task_block(feed, run, block, items[a:b], base + n, ats, at_seqs,
+                                                             gated)
                         else:
-                            feed.handle_one(subject, data, seq)
-                    except Exception:  # noqa: BLE001 - one bad message must not stop the batch
-                        log.exception("state message on %s (seq %d) failed", subject, seq)
-                    base = cache.generation
-                    gated = bool(table.bindings or table.backoff_until or suspended)
+                            got, got_freed = job_block(feed, run, block, items[a:b], base + n, ats, at_seqs), 0
+                    except Exception:  # noqa: BLE001 - unforeseen: the one-by-one path checks each again
+                        log.exception("a block of checkpoint entries could not be applied at once")
+                        got = got_freed = 0
+                    if got:
+                        n += got
+                        freed += got_freed
+                        continue
+                    if b - a >= 2 * restore_blocks.SMALLEST:
+                        todo += ((a + b) // 2, b, block), (a, (a + b) // 2, block)
+                        continue
+                for subject, data, seq in items[a:b]:
+                    try:
+                        # (the subject's kind and key as `subjects.parse_state_subject` reads them, for the two kinds
+                        # a checkpoint is made of and a key without escapes; any other goes the live path, which
+                        # parses it)
+                        if subject.startswith(task_at) and "%" not in subject:
+                            key = subject[n_task:].replace(".", "/")
+                            at = ("task", key)  # (the one kind string, not the subject's slice: one per object in seqs)
+                            if type(data) is tuple:
+                                # a format-2 checkpoint's task given by its template (checkpoint_shared): its own
+                                # fields checked as its message's would be (the size it may have, identity, phase),
+                                # the template's spec and conversion copied, those fields set (as ``__post_init__``)
+                                tmpl, name, job, node, phase, _ = data
+                                if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
+                                        or tmpl.kind != "task" or tmpl.info is None or tmpl.prefix + name != key
+                                        or phase not in phases
+                                        or 6 * (len(name) + len(job) + len(node) + len(phase)) > limit - tmpl.size):
+                                    raise _PlainPathError
+                                spec = tmpl.copy()
+                                spec.name = name
+                                spec.job = known_name(job) or one_name(job)
+                                spec.node = known_name(node) or one_name(node)
+                                spec.phase = known_name(phase) or one_name(phase)
+                                held = spec
+                                if gated or (node and phase in terminal):
+                                    held = effective_task(key, spec)
+                                if held is spec and tmpl.fast:
+                                    info = task_info_like(tmpl.info, spec)
+                                else:
+                                    info = task_info(held, _NO_CLASSES)
+                            else:
+                                if (key in specs_task or key in run_tasks or key in cache_tasks or at in seqs
+                                        or len(data) > limit):
+                                    raise _PlainPathError
+                                msg = decode(data)
+                                if type(msg) is not task_upsert:
+                                    raise _PlainPathError
+                                spec = msg.task
+                                if f"{spec.namespace}/{spec.name}" != key:
+                                    raise _PlainPathError
+                                # the effective object (`EffectiveObjects.effective_task`), asked only when it can
+                                # differ from the spec: a binding, a backoff, a suspended job (``gated``), a task ended
+                                # on its node
+                                held = spec
+                                if gated or (spec.node and spec.phase in terminal):
+                                    held = effective_task(key, spec)
+                                info = task_info(held, _NO_CLASSES)  # validates: refused, it changed nothing
+                            n += 1
+                            v = base + n
+                            if held.job:
+                                touch(info.job)  # (the conversion's job key: the same text as namespace/job)
+                                touch_v(v)
+                                touch_task(key)
+                            node = held.node
+                            if node:
+                                place(node)
+                                place_v(v)
+                                place_key(key)
+                                if held.deleting or held.phase in terminal:  # (`unfit.frees_capacity` of a new task)
+                                    freed += 1
+                            run_tasks[key] = held
+                            add_task_info(info)
+                            if held is not spec:
+                                run.specs[key] = spec
+                        elif subject.startswith(job_at) and "%" not in subject:
+                            key = subject[n_job:].replace(".", "/")
+                            at = ("job", key)
+                            if (key in specs_job or key in run_jobs or key in cache_jobs or at in seqs
+                                    or key in pg_status):
+                                raise _PlainPathError
+                            if type(data) is tuple:  # (a format-2 checkpoint's job given by its template, as a task's)
+                                tmpl, name = data[0], data[1]
+                                if (tmpl.kind != "job" or tmpl.info is None or tmpl.prefix + name != key
+                                        or 6 * len(name) > limit - tmpl.size
+                                    or tmpl.spec.suspend != (key in suspended)):
+                                    raise _PlainPathError
+                                job = tmpl.copy()
+                                job.name = name
+                                jinfo = job_info_like(tmpl.info, job)
+                            else:
+                                if len(data) > limit:
+                                    raise _PlainPathError
+                                msg = decode(data)
+                                if type(msg) is not job_upsert:
+                                    raise _PlainPathError
+                                job = msg.job
+                                if f"{job.namespace}/{job.name}" != key or job.suspend != (key in suspended):
+                                    raise _PlainPathError
+                                jinfo = job_info(job, _NO_CLASSES)  # validates
+                            n += 1
+                            touch(key)
+                            touch_v(base + n)
+                            touch_task(None)
+                            run_jobs[key] = job
+                            add_job_info(jinfo)
+                        else:
+                            raise _PlainPathError
+                        add_at(at)
+                        add_seq(seq)
+                    except Exception:  # noqa: BLE001 - _PlainPathError, DecodeError, SpecError, or anything else
+                        # the run so far first (this message sees every earlier one applied), then the live path,
+                        # which refuses (and says why) or applies what the fast path does not; an unforeseen error in
+                        # the fast path's checks falls back too, as the live feed's handler logs one bad message and
+                        # goes on (a checkpoint is untrusted input at rest)
+                        if n:
+                            run.count, run.freed = n, freed
+                            done += _flush(feed, run, ats, at_seqs)
+                            n = freed = 0
+                        if type(data) is tuple:  # (a template's entry: the message it stands for)
+                            # (one that fails its own checks is rebuilt within the checkpoint's budget only, and refused
+                            # unbuilt past it: a few bytes of entries must not stand for GB of messages to refuse)
+                            budget = data[0].budget
+                            own = budget is not None and _own_fault(subject, data, limit)
+                            if own and budget[0] <= 0:
+                                data = None
+                            else:
+                                data = materialize(data)
+                                if own:
+                                    budget[0] -= len(data)
+                        try:
+                            if data is None:
+                                _refuse_unbuilt(feed, subject, seq)
+                            else:
+                                feed.handle_one(subject, data, seq)
+                        except Exception:  # noqa: BLE001 - one bad message must not stop the batch
+                            log.exception("state message on %s (seq %d) failed", subject, seq)
+                        base = cache.generation
+                        gated = bool(table.bindings or table.backoff_until or suspended)
             if n:
                 run.count, run.freed = n, freed
                 done += _flush(feed, run, ats, at_seqs)
