@@ -188,17 +188,19 @@ def _index_settled(job: JobInfo, keys: Any, task_specs: dict[str, Any], template
             elif type(req) is shared:  # (never changed in place: known whole for the lending)
                 known[0] = req
         scalars = req.scalars
-        if scalars:
-            for n, v in scalars.items():
-                ts[n] = ts.get(n, 0.0) + v
         if status in allocated:
             ac += req.cpu
             am += req.memory
+            if scalars:  # (both maps in one loop: each gets the same additions in the same order)
+                for n, v in scalars.items():
+                    ts[n] = ts.get(n, 0.0) + v
+                    as_[n] = as_.get(n, 0.0) + v
+        else:
             if scalars:
                 for n, v in scalars.items():
-                    as_[n] = as_.get(n, 0.0) + v
-        elif t.best_effort and status == _PENDING:
-            best_effort += 1
+                    ts[n] = ts.get(n, 0.0) + v
+            if t.best_effort and status == _PENDING:
+                best_effort += 1
     total.cpu, total.memory = tc, tm_
     alloc.cpu, alloc.memory = ac, am
     job.pending_best_effort += best_effort
@@ -325,11 +327,13 @@ def _copy_in(node: NodeInfo, tasks: list[TaskInfo]) -> None:
                 im -= req.memory
                 scalars = req.scalars
                 if scalars:
-                    if is_:
+                    if is_:  # (both maps in one loop: each gets the same changes in the same order)
                         for n, v in scalars.items():
                             is_[n] = is_.get(n, 0.0) - v
-                    for n, v in scalars.items():
-                        us[n] = us.get(n, 0.0) + v
+                            us[n] = us.get(n, 0.0) + v
+                    else:
+                        for n, v in scalars.items():
+                            us[n] = us.get(n, 0.0) + v
                 if s == _RELEASING:
                     releasing.add(req)
                 uc += req.cpu
