@@ -150,6 +150,9 @@ class SharedMemo(TaskTemplates, NodeLending):
         # a cold lending (nothing assembled yet: a restart) in one loop per kind (busched.fastpath.lending_cold);
         # False: the reference, the one-object methods
         self.cold_bulk = True
+        # the cold nodes loop takes every node's tasks from one pass over the tasks in their order
+        # (busched.fastpath.lending_cold._placed_by_node); False: the reference, a sort per node
+        self.one_pass_nodes = True
         # a settled job whose totals may stand for its tasks in the queues' sums certified so as it is
         # assembled (busched.api.settled.summable); False: the reference, every queue summed task by task
         self.job_totals = True

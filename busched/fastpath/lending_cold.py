@@ -19,7 +19,10 @@ a few microseconds of bytecode per object, so the calls and the lists between th
 of it): a settled job's templates are indexed as they are taken (`_index_settled`, no task list, no
 `add_tasks_sub_jobs_later` call) and its record is filled in place of `_Job.__init__`; a node's
 copies are made as they are accounted (`_copy_in`, no list of pairs; tests/fastpath/test_cold_copies.py
-compares it with ``node.add_task``).
+compares it with ``node.add_task``).  The nodes loop takes each node's tasks from one pass over the
+tasks in their order (`_placed_by_node`) instead of a sort by sequence and a look-up per task in each
+node: fewer reads of big maps (``SharedMemo.one_pass_nodes = False`` is the reference;
+tests/fastpath/test_cold_nodes_pass.py).
 """
 
 from __future__ import annotations
@@ -185,17 +188,19 @@ def _index_settled(job: JobInfo, keys: Any, task_specs: dict[str, Any], template
             elif type(req) is shared:  # (never changed in place: known whole for the lending)
                 known[0] = req
         scalars = req.scalars
-        if scalars:
-            for n, v in scalars.items():
-                ts[n] = ts.get(n, 0.0) + v
         if status in allocated:
             ac += req.cpu
             am += req.memory
+            if scalars:  # (both maps in one loop: each gets the same additions in the same order)
+                for n, v in scalars.items():
+                    ts[n] = ts.get(n, 0.0) + v
+                    as_[n] = as_.get(n, 0.0) + v
+        else:
             if scalars:
                 for n, v in scalars.items():
-                    as_[n] = as_.get(n, 0.0) + v
-        elif t.best_effort and status == _PENDING:
-            best_effort += 1
+                    ts[n] = ts.get(n, 0.0) + v
+            if t.best_effort and status == _PENDING:
+                best_effort += 1
     total.cpu, total.memory = tc, tm_
     alloc.cpu, alloc.memory = ac, am
     job.pending_best_effort += best_effort
@@ -213,6 +218,8 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
     templates, nodes_memo, listeners, node_templates = memo._tasks, memo._nodes, memo._listeners, memo._node_templates
     task_info, node_info, add_copies = build.task_info, build.node_info, assemble.add_copies
     completed = _COMPLETED
+    by_node, ended, redo = _placed_by_node(cache, templates) if memo.one_pass_nodes else ({}, {}, None)
+    no_tasks: list[TaskInfo] = []
     for name, spec in cache.objects["node"].items():
         if not spec.ready:
             continue
@@ -226,17 +233,20 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
         else:
             node = node_info(spec, index)
         keys: Any = node_tasks.get(name, ())
-        if len(keys) > 1:
-            keys = sorted(keys, key=seq.__getitem__)
-        placed: list[TaskInfo] = []
-        for tkey in keys:
-            tspec = task_specs[tkey]
-            tm = templates.get(tkey)  # (`TaskTemplates._template`)
-            if tm is None or tm.spec is not tspec or (tm.owner is not None and tm.owner.written):
-                tm = templates[tkey] = _Template(tspec, task_info(tspec, classes))
-            t = tm.task
-            if t.status not in completed:
-                placed.append(t)
+        placed: Any = by_node.get(name, no_tasks)
+        if redo is None or name in redo or len(placed) + ended.get(name, 0) != len(keys):
+            # (the pass off, a template to make again, or not the cache's index): task by task
+            if len(keys) > 1:
+                keys = sorted(keys, key=seq.__getitem__)
+            placed = []
+            for tkey in keys:
+                tspec = task_specs[tkey]
+                tm = templates.get(tkey)  # (`TaskTemplates._template`)
+                if tm is None or tm.spec is not tspec or (tm.owner is not None and tm.owner.written):
+                    tm = templates[tkey] = _Template(tspec, task_info(tspec, classes))
+                t = tm.task
+                if t.status not in completed:
+                    placed.append(t)
         if node.listeners or _BINDING in map(_STATUS, placed):
             add_copies(node, [(t, t.copy()) for t in placed])
         else:
@@ -249,6 +259,45 @@ def lend_nodes_cold(memo: Any, cache: Any, classes: dict[str, PriorityClass]) ->
     memo._lent_nodes = out
     memo._node_at = dict(zip([n.name for n in out], itertools.count()))
     return list(out)
+
+
+def _placed_by_node(cache: Any, templates: dict[str, _Template]
+                    ) -> tuple[dict[str, list[TaskInfo]], dict[str, int], set[str]]:
+    """For `lend_nodes_cold`: per node, the tasks its loop would place from their templates, in the
+    tasks' order (the cache's sequence), from one pass over the tasks instead of a sort and a look-up
+    per task in each node; per node how many of its tasks have ended (not placed); and the nodes
+    with a template to make again, which the loop does task by task as before (so it makes them in
+    the same order as ever: nothing is written here).  A node whose placed and ended tasks do not
+    add up to its tasks in the cache's index is done task by task too."""
+    task_specs, seq = cache.objects["task"], cache.task_seq
+    ranks = list(map(seq.__getitem__, task_specs))  # (in C)
+    if all(map(operator.lt, ranks, itertools.islice(ranks, 1, None))):
+        pairs: Any = task_specs.items()  # (the usual case: the tasks' map is in their order)
+    else:
+        order = sorted(task_specs, key=seq.__getitem__)
+        pairs = zip(order, map(task_specs.__getitem__, order))
+    by_node: dict[str, list[TaskInfo]] = {}
+    ended: dict[str, int] = {}
+    redo: set[str] = set()
+    completed = _COMPLETED
+    for tkey, tspec in pairs:
+        name = tspec.node
+        if not name:
+            continue
+        tm = templates.get(tkey)
+        if tm is None or tm.spec is not tspec or (tm.owner is not None and tm.owner.written):
+            redo.add(name)
+            continue
+        t = tm.task
+        if t.status in completed:
+            ended[name] = ended.get(name, 0) + 1
+            continue
+        b = by_node.get(name)
+        if b is None:
+            by_node[name] = [t]
+        else:
+            b.append(t)
+    return by_node, ended, redo
 
 
 def _copy_in(node: NodeInfo, tasks: list[TaskInfo]) -> None:
@@ -278,11 +327,13 @@ def _copy_in(node: NodeInfo, tasks: list[TaskInfo]) -> None:
                 im -= req.memory
                 scalars = req.scalars
                 if scalars:
-                    if is_:
+                    if is_:  # (both maps in one loop: each gets the same changes in the same order)
                         for n, v in scalars.items():
                             is_[n] = is_.get(n, 0.0) - v
-                    for n, v in scalars.items():
-                        us[n] = us.get(n, 0.0) + v
+                            us[n] = us.get(n, 0.0) + v
+                    else:
+                        for n, v in scalars.items():
+                            us[n] = us.get(n, 0.0) + v
                 if s == _RELEASING:
                     releasing.add(req)
                 uc += req.cpu
