@@ -70,12 +70,21 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
         if waiting[0] is buf and len(buf) < waiting[1] and ps.state == 1:
             return  # (a reconnect meanwhile gives the parser a new buffer: then this does not apply)
         waiting[0] = None
+        view = b""
+        viewed: Any = None  # the buffer ``view`` is a copy of
+        have = base = 0
         while ps.state == 1 and buf:
             # the frames are cut from one copy of what is buffered, read by position: the buffer loses what was
-            # read once, when reading stops or before an await (a slice each and a deletion each cost more)
-            view = bytes(buf)
-            have = len(view)
-            pos = 0
+            # read once, when reading stops or before an await (a slice each and a deletion each cost more).  After
+            # an await the same copy is read on from where it stopped (``base``: where the buffer now starts in it)
+            # while the buffer is still the rest of it; copied again only after a reset: else every frame nats-py
+            # processes would copy all that is still buffered after it again
+            if viewed is not buf or len(buf) != have - base:
+                view = bytes(buf)
+                viewed = buf
+                have = len(view)
+                base = 0
+            pos = base
             later: Any = None
             try:
                 while pos < have:
@@ -145,7 +154,8 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                         later = nc._process_msg(sid, subject, reply, payload, headers)
                     break  # awaited below, once the buffer has lost what was read
             finally:
-                del buf[:pos]
+                del buf[:pos - base]
+                base = pos
             if later is None:
                 break  # not a message frame this reads, or a line nats-py refuses: its parse from here
             try:

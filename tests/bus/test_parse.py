@@ -171,3 +171,29 @@ async def test_a_big_message_arriving_in_many_reads_is_copied_once_it_is_all_the
     assert got == [("msg", 1, b"a.b", big), ("msg", 1, b"c", b"hi")]
     assert len(copies) <= 3 and sum(copies) < 3 * len(data), (len(copies), sum(copies))
     assert not conn._ps.buf
+
+
+async def test_frames_nats_py_processes_in_32_kb_reads_are_copied_once_each(monkeypatch) -> None:
+    """A frame the parser does not route is awaited (nats-py's ``_process_msg``); reading on after it must not copy
+    what is still buffered again: small frames in 32 KB reads (nats-py's read size) were copied ~280 times each."""
+    import busched.bus.parse as parse_mod
+
+    copies: list[int] = []
+
+    def counted(x: Any = b"") -> bytes:
+        copies.append(len(x))
+        return builtins_bytes(x)
+
+    builtins_bytes = bytes
+    monkeypatch.setattr(parse_mod, "bytes", counted, raising=False)
+    for size in (20, 100, 400):
+        conn, got = _routed_conn()
+        frame = b"MSG dec.n1.bind.x 9 _INBOX.abc.1 %d\r\n" % size + b"x" * size + b"\r\n"
+        mixed = frame + b"MSG a 1 2\r\nhi\r\n"  # (one routed frame between them: read on at once, not awaited)
+        data = mixed * (8 * 32768 // len(mixed))
+        copies.clear()
+        await _feed(conn, data, list(range(32768, len(data), 32768)))
+        n = len(data) // len(mixed)
+        assert len(conn.calls) == n and len(got) == n
+        assert sum(copies) < 2 * len(data), (size, sum(copies) / len(data))
+        assert not conn._ps.buf
