@@ -27,6 +27,8 @@ __all__ = ["install", "usable"]
 _MSG = b"MSG "
 _HMSG = b"HMSG "
 _CRLF = b"\r\n"
+_DIGITS = b"0123456789"
+_SPACE_OR_DIGIT = b" \t\n\r\x0b\x0c0123456789"  # what may follow a CRLF that nats-py's \s+ crosses
 _MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE: a longer line is left to it (it raises)
 _INSTALLED = "_busched_parse"
 
@@ -101,12 +103,16 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                         if have - pos >= _MAX_LINE:
                             break  # nats-py's parse says what is wrong with it
                         return  # the line is still arriving
-                    args = view[start:end].split()
+                    line = view[start:end]
+                    args = line.split()
                     # MSG <subject> <sid> [reply] <size>; HMSG <subject> <sid> [reply] <hsize> <size>: nats-py
-                    # reads the numbers as (\d+) only; anything else (too few fields, a sign, an underscore) goes
-                    # to its parse, which raises ProtocolError (the client reconnects at once)
+                    # reads the numbers as (\d+) only, the size right before the CRLF, no CR or LF between a reply
+                    # and the size; anything else (too few fields, a sign, an underscore, a space before the CRLF,
+                    # a bare CR or LF) goes to its parse, which raises ProtocolError (the client reconnects at once)
+                    # or reads it as it does
                     n = len(args) - h
-                    if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit():
+                    if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit() \
+                            or view[end - 1] not in _DIGITS or b"\n" in line or b"\r" in line:
                         break
                     size = int(args[-1])
                     sid = int(args[1])
@@ -123,6 +129,8 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                     if have < stop + 2:
                         waiting[0], waiting[1] = buf, stop + 2 - pos  # (once the buffer lost what was read)
                         return  # the payload is still arriving: read again with the next bytes
+                    if h and n == 3 and view[body] in _SPACE_OR_DIGIT:
+                        break  # nats-py may read the line on across its CRLF (a reply, then these as the sizes)
                     subject = args[0]
                     if hsize:
                         headers: bytes | None = view[body:body + hsize]

@@ -122,7 +122,10 @@ async def test_a_message_split_anywhere_is_read_once_whole() -> None:
 
 @pytest.mark.parametrize("bad", [b"HMSG a\r\n", b"MSG \r\n", b"MSG a\r\n", b"MSG foo 1 -3\r\nhi\r\n",
                                  b"MSG foo 1 +2\r\nhi\r\n", b"MSG foo 1 1_0\r\nhi\r\n",
-                                 b"HMSG c 1 -1 2\r\nhi\r\n", b"HMSG c 1 +0 2\r\nhi\r\n"])
+                                 b"HMSG c 1 -1 2\r\nhi\r\n", b"HMSG c 1 +0 2\r\nhi\r\n",
+                                 # whitespace before the CRLF; a bare LF or CR between the reply and the size
+                                 b"MSG a 1 5 \r\nhello\r\n", b"MSG a 1 r\n5\r\nhello\r\n",
+                                 b"MSG a 1 r\r5\r\nhello\r\n", b"HMSG a 1 5 10 \r\nNATS/hello\r\n"])
 async def test_a_malformed_message_line_is_refused_as_nats_py_refuses_it(bad: bytes) -> None:
     """A short or signed control line raises what nats-py's parser raises (ProtocolError: the client reconnects at
     once), after the same messages; never a message of its own, nor an exception the read loop would die of."""
@@ -135,6 +138,30 @@ async def test_a_malformed_message_line_is_refused_as_nats_py_refuses_it(bad: by
         await _feed(ours, data, [])
     assert type(mine.value) is type(theirs.value), (mine.value, theirs.value)
     assert routed == [("msg", 1, b"a", b"hi")] and ours.calls == oracle.calls[1:]
+
+
+@pytest.mark.parametrize("odd", [b"HMSG a 2 0 2\r\n12\r\nMSG a 1 2\r\nhi\r\n", b"HMSG a 2 0 2\r\n \r\n12\r\n",
+                                 b"MSG a\n1 2\r\nhi\r\n", b"MSG a 1\r\n2\r\nhi\r\n", b"HMSG a 2 2 2\r\nhi\r\n"])
+async def test_an_odd_line_nats_py_reads_is_read_as_it_reads_it(odd: bytes) -> None:
+    """Lines no server sends that nats-py's regular expression still reads, some across their CRLF (a ``\\s+``
+    matches it: a header size and a size, then digits on the next line, are read as a reply, a header size and a
+    size): the same messages as nats-py's parser."""
+    data = b"MSG a 1 2\r\nhi\r\n" + odd + b"MSG b 3 2\r\nho\r\n"
+
+    async def raised(conn: _Conn) -> type | None:
+        try:
+            await _feed(conn, data, [])
+        except Exception as e:  # noqa: BLE001 - what nats-py raises (a ProtocolError) is compared below
+            return type(e)
+        return None
+
+    oracle = _Conn()
+    ours, routed = _routed_conn()
+    assert await raised(ours) is await raised(oracle)
+    assert routed == [("msg", 1, c[2], c[4]) if c[1] == 1 else c for c in oracle.calls
+                      if c[0] == "msg" and c[1] in (1, 2) and c[5] is None]
+    assert ours.calls == [c for c in oracle.calls if not (c[0] == "msg" and c[1] in (1, 2) and c[5] is None)]
+    assert ours._ps.buf == oracle._ps.buf and ours._ps.state == oracle._ps.state
 
 
 async def test_the_installed_nats_py_is_one_parse_knows(nats_server) -> None:
