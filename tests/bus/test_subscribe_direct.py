@@ -11,7 +11,7 @@ import socket
 from typing import Any
 
 from busched.bus import Bus
-from busched.bus.direct import direct_raw
+from busched.bus.direct import direct_raw, tables
 from tests.nats_fixture import wait_until
 
 
@@ -120,4 +120,32 @@ async def test_a_message_is_handled_after_what_came_before_it_on_the_wire(nats_s
         await wait_until(lambda: len(seen) == 2, what="both messages")
         assert seen == ["Succeeded", "Running"]
     finally:
+        await bus.close()
+
+
+async def test_the_route_goes_with_its_subscription(nats_server) -> None:
+    """A subscription dropped (agentcheck's probe unsubscribes) takes its route in the parser with it: else the route
+    (a closure holding the handler and the subscription) stays on the connection until it closes."""
+    bus, other = await Bus.connect(nats_server.url), await Bus.connect(nats_server.url)
+    try:
+        got: list[bytes] = []
+        sub = await bus.subscribe("busched.probe", lambda subject, data: got.append(data))
+        limited = await bus.subscribe("busched.limited", lambda subject, data: got.append(data))
+        raw = tables(bus.nc)
+        assert raw is not None and sub._id in raw[1] and limited._id in raw[1]
+        await sub.unsubscribe()
+        assert sub._id not in raw[1]
+        # one more message, then dropped: the route goes now, nats-py's own path counts it and drops the subscription
+        await limited.unsubscribe(1)
+        assert limited._id not in raw[1]
+        await _flushed(bus)
+        await other.nc.publish("busched.probe", b"late")
+        await other.nc.publish("busched.limited", b"last")
+        await other.nc.publish("busched.limited", b"beyond")
+        await other.nc.flush()
+        await wait_until(lambda: got == [b"last"], what="the last message")
+        await wait_until(lambda: limited._id not in bus.nc._subs, what="the limited subscription dropped")
+        assert got == [b"last"]
+    finally:
+        await other.close()
         await bus.close()
