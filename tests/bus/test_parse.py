@@ -224,3 +224,36 @@ async def test_frames_nats_py_processes_in_32_kb_reads_are_copied_once_each(monk
         assert len(conn.calls) == n and len(got) == n
         assert sum(copies) < 2 * len(data), (size, sum(copies) / len(data))
         assert not conn._ps.buf
+
+
+class _Resetting(_Conn):
+    """A connection whose processing of sid 9 resets the parser (as a reconnect does: a new buffer) and finds
+    ``fresh`` in the new buffer."""
+
+    fresh = b""
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+        await super()._process_msg(sid, subject, reply, data, headers)
+        if sid == 9:
+            self._ps.reset()
+            self._ps.buf.extend(self.fresh)
+
+
+async def test_after_a_reset_meanwhile_the_new_buffer_is_read_not_the_old_copy() -> None:
+    """The copy read on after an awaited frame belongs to the old buffer: a reset meanwhile (a reconnect) is read from
+    its new buffer, also when that holds as many bytes as were left in the old one."""
+    rest = b"MSG old 1 3\r\nold\r\n"
+    fresh = b"MSG new 1 3\r\nnew\r\n"
+    assert len(rest) == len(fresh)
+    data = b"MSG x 9 1\r\nx\r\n" + rest
+    oracle = _Resetting()
+    oracle.fresh = fresh
+    await _feed(oracle, data, [])
+    ours = _Resetting()
+    ours.fresh = fresh
+    routed: list[tuple[Any, ...]] = []
+    assert direct(ours, 1, lambda subject, payload: routed.append(("msg", 1, subject, payload)))
+    await _feed(ours, data, [])
+    assert ours.calls == [c for c in oracle.calls if c[1] != 1] and ours.calls[0][1] == 9
+    assert routed == [("msg", 1, c[2], c[4]) for c in oracle.calls if c[1] == 1] == [("msg", 1, b"new", b"new")]
+    assert not ours._ps.buf and not oracle._ps.buf
