@@ -28,7 +28,7 @@ from busched.bus import checkpoints, events, feeds, reads
 from busched.bus import lease as lease_mod
 from busched.bus import subjects as S
 from busched.bus.connect import NatsOptions, check_server_version
-from busched.bus.direct import direct_raw, undirect
+from busched.bus.direct import direct_subscription, undirect
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import DecisionFeed, Delivery, StateBatchHandler, StateHandler, StateWatch
 from busched.bus.messages import GetReply, GetRequest, Msg, decode, encode
@@ -367,7 +367,8 @@ class Bus:
     async def subscribe(self, subject: str, handler: Callable[[str, bytes], None]) -> Any:
         """Core NATS messages on ``subject`` to ``handler(subject, data)``, straight from the parser
         (`busched.bus.direct`; a scheduler hears a heartbeat per node a second), without nats-py's `Msg`, queue
-        and task each; in the order they come, those with headers too (the handler never sees headers)."""
+        and task each; in the order they come, those with headers too (the handler never sees headers); each
+        with ``loop.call_soon``, after what earlier messages scheduled so (`direct.direct_subscription`)."""
         async def cb(m: Any) -> None:  # (when the connection's parser is not one `busched.bus.direct` knows)
             try:
                 handler(m.subject, m.data)
@@ -375,16 +376,7 @@ class Bus:
                 log.exception("handler failed on %s", m.subject)
 
         sub = await self.nc.subscribe(subject, cb=cb, pending_msgs_limit=1_000_000)
-        sid, subs, stats = sub._id, self.nc._subs, self.nc.stats
-
-        def raw(_: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
-            stats["in_msgs"] += 1  # (what the handler raises the parser logs, as `cb` does)
-            stats["in_bytes"] += len(data)
-            if sid in subs:  # (as nats-py: none once the subscription is dropped, however it is dropped)
-                sub._received += 1
-                handler(subject.decode(), data)
-
-        direct_raw(self.nc, sid, raw)
+        direct_subscription(self.nc, sub, handler)
         self._subs.append(sub)
         return sub
 

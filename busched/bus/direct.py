@@ -24,6 +24,7 @@ where it says no, so a change there is seen).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -31,7 +32,7 @@ from typing import Any
 
 from busched.bus import parse
 
-__all__ = ["direct", "direct_raw", "undirect", "usable"]
+__all__ = ["direct", "direct_raw", "direct_subscription", "undirect", "usable"]
 
 log = logging.getLogger("busched.bus")
 
@@ -135,3 +136,46 @@ def undirect(nc: Any, sid: int) -> None:
     if routes is not None:
         routes.pop(sid, None)
         nc.__dict__[_RAW].pop(sid, None)
+
+
+def direct_subscription(nc: Any, sub: Any, handler: Callable[[str, bytes], None]) -> bool:
+    """Every message of nats-py subscription ``sub`` (`Bus.subscribe`'s) to ``handler(subject, data)`` from the
+    parser, headers or not (the handler never sees them), without a `Msg`, queue and task each; False (nothing
+    changed: its callback gets them) when not `usable`.
+
+    Each is handled with ``loop.call_soon``, not inside the parse: after what the messages before it on the wire
+    scheduled so (the state watch hands a read's records over with ``call_soon``), as through nats-py's queue and
+    task; else a heartbeat would be handled before records that came before it.  The route goes with the
+    subscription (its ``unsubscribe`` and ``drain`` remove it first), else it stays until the connection closes."""
+    sid, subs, stats = sub._id, nc._subs, nc.stats
+    soon = asyncio.get_running_loop().call_soon
+
+    def deliver(subject: bytes, data: bytes) -> None:
+        if sid in subs:  # (as nats-py: none once the subscription is dropped, however it is dropped)
+            try:
+                handler(subject.decode(), data)
+            except Exception:  # noqa: BLE001 - as nats-py's path: one message lost, never the loop's callback
+                log.exception("handler failed on %r", subject)
+
+    def raw(_: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        if sid in subs:
+            sub._received += 1
+            soon(deliver, subject, data)
+
+    if direct_raw(nc, sid, raw) is None:
+        return False
+    unsubscribe, drain = sub.unsubscribe, sub.drain
+
+    # with a limit, nats-py's own path counts the messages left and drops the subscription after the last
+    async def unsubscribe_too(limit: int = 0) -> None:
+        undirect(nc, sid)
+        await unsubscribe(limit)
+
+    async def drain_too() -> None:
+        undirect(nc, sid)
+        await drain()
+
+    sub.unsubscribe, sub.drain = unsubscribe_too, drain_too
+    return True

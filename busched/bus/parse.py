@@ -27,6 +27,8 @@ __all__ = ["install", "usable"]
 _MSG = b"MSG "
 _HMSG = b"HMSG "
 _CRLF = b"\r\n"
+_DIGITS = b"0123456789"
+_SPACE_OR_DIGIT = b" \t\n\r\x0b\x0c0123456789"  # what may follow a CRLF that nats-py's \s+ crosses
 _MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE: a longer line is left to it (it raises)
 _INSTALLED = "_busched_parse"
 
@@ -70,12 +72,21 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
         if waiting[0] is buf and len(buf) < waiting[1] and ps.state == 1:
             return  # (a reconnect meanwhile gives the parser a new buffer: then this does not apply)
         waiting[0] = None
+        view = b""
+        viewed: Any = None  # the buffer ``view`` is a copy of
+        have = base = 0
         while ps.state == 1 and buf:
             # the frames are cut from one copy of what is buffered, read by position: the buffer loses what was
-            # read once, when reading stops or before an await (a slice each and a deletion each cost more)
-            view = bytes(buf)
-            have = len(view)
-            pos = 0
+            # read once, when reading stops or before an await (a slice each and a deletion each cost more).  After
+            # an await the same copy is read on from where it stopped (``base``: where the buffer now starts in it)
+            # while the buffer is still the rest of it; copied again only after a reset: else every frame nats-py
+            # processes would copy all that is still buffered after it again
+            if viewed is not buf or len(buf) != have - base:
+                view = bytes(buf)
+                viewed = buf
+                have = len(view)
+                base = 0
+            pos = base
             later: Any = None
             try:
                 while pos < have:
@@ -92,12 +103,16 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                         if have - pos >= _MAX_LINE:
                             break  # nats-py's parse says what is wrong with it
                         return  # the line is still arriving
-                    args = view[start:end].split()
+                    line = view[start:end]
+                    args = line.split()
                     # MSG <subject> <sid> [reply] <size>; HMSG <subject> <sid> [reply] <hsize> <size>: nats-py
-                    # reads the numbers as (\d+) only; anything else (too few fields, a sign, an underscore) goes
-                    # to its parse, which raises ProtocolError (the client reconnects at once)
+                    # reads the numbers as (\d+) only, the size right before the CRLF, no CR or LF between a reply
+                    # and the size; anything else (too few fields, a sign, an underscore, a space before the CRLF,
+                    # a bare CR or LF) goes to its parse, which raises ProtocolError (the client reconnects at once)
+                    # or reads it as it does
                     n = len(args) - h
-                    if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit():
+                    if (n != 3 and n != 4) or not args[1].isdigit() or not args[-1].isdigit() \
+                            or view[end - 1] not in _DIGITS or b"\n" in line or b"\r" in line:
                         break
                     size = int(args[-1])
                     sid = int(args[1])
@@ -114,6 +129,8 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                     if have < stop + 2:
                         waiting[0], waiting[1] = buf, stop + 2 - pos  # (once the buffer lost what was read)
                         return  # the payload is still arriving: read again with the next bytes
+                    if h and n == 3 and view[body] in _SPACE_OR_DIGIT:
+                        break  # nats-py may read the line on across its CRLF (a reply, then these as the sizes)
                     subject = args[0]
                     if hsize:
                         headers: bytes | None = view[body:body + hsize]
@@ -145,7 +162,8 @@ def install(nc: Any, routes: dict[int, Callable[[bytes, bytes], None]], raw: dic
                         later = nc._process_msg(sid, subject, reply, payload, headers)
                     break  # awaited below, once the buffer has lost what was read
             finally:
-                del buf[:pos]
+                del buf[:pos - base]
+                base = pos
             if later is None:
                 break  # not a message frame this reads, or a line nats-py refuses: its parse from here
             try:

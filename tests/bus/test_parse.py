@@ -122,7 +122,10 @@ async def test_a_message_split_anywhere_is_read_once_whole() -> None:
 
 @pytest.mark.parametrize("bad", [b"HMSG a\r\n", b"MSG \r\n", b"MSG a\r\n", b"MSG foo 1 -3\r\nhi\r\n",
                                  b"MSG foo 1 +2\r\nhi\r\n", b"MSG foo 1 1_0\r\nhi\r\n",
-                                 b"HMSG c 1 -1 2\r\nhi\r\n", b"HMSG c 1 +0 2\r\nhi\r\n"])
+                                 b"HMSG c 1 -1 2\r\nhi\r\n", b"HMSG c 1 +0 2\r\nhi\r\n",
+                                 # whitespace before the CRLF; a bare LF or CR between the reply and the size
+                                 b"MSG a 1 5 \r\nhello\r\n", b"MSG a 1 r\n5\r\nhello\r\n",
+                                 b"MSG a 1 r\r5\r\nhello\r\n", b"HMSG a 1 5 10 \r\nNATS/hello\r\n"])
 async def test_a_malformed_message_line_is_refused_as_nats_py_refuses_it(bad: bytes) -> None:
     """A short or signed control line raises what nats-py's parser raises (ProtocolError: the client reconnects at
     once), after the same messages; never a message of its own, nor an exception the read loop would die of."""
@@ -135,6 +138,30 @@ async def test_a_malformed_message_line_is_refused_as_nats_py_refuses_it(bad: by
         await _feed(ours, data, [])
     assert type(mine.value) is type(theirs.value), (mine.value, theirs.value)
     assert routed == [("msg", 1, b"a", b"hi")] and ours.calls == oracle.calls[1:]
+
+
+@pytest.mark.parametrize("odd", [b"HMSG a 2 0 2\r\n12\r\nMSG a 1 2\r\nhi\r\n", b"HMSG a 2 0 2\r\n \r\n12\r\n",
+                                 b"MSG a\n1 2\r\nhi\r\n", b"MSG a 1\r\n2\r\nhi\r\n", b"HMSG a 2 2 2\r\nhi\r\n"])
+async def test_an_odd_line_nats_py_reads_is_read_as_it_reads_it(odd: bytes) -> None:
+    """Lines no server sends that nats-py's regular expression still reads, some across their CRLF (a ``\\s+``
+    matches it: a header size and a size, then digits on the next line, are read as a reply, a header size and a
+    size): the same messages as nats-py's parser."""
+    data = b"MSG a 1 2\r\nhi\r\n" + odd + b"MSG b 3 2\r\nho\r\n"
+
+    async def raised(conn: _Conn) -> type | None:
+        try:
+            await _feed(conn, data, [])
+        except Exception as e:  # noqa: BLE001 - what nats-py raises (a ProtocolError) is compared below
+            return type(e)
+        return None
+
+    oracle = _Conn()
+    ours, routed = _routed_conn()
+    assert await raised(ours) is await raised(oracle)
+    assert routed == [("msg", 1, c[2], c[4]) if c[1] == 1 else c for c in oracle.calls
+                      if c[0] == "msg" and c[1] in (1, 2) and c[5] is None]
+    assert ours.calls == [c for c in oracle.calls if not (c[0] == "msg" and c[1] in (1, 2) and c[5] is None)]
+    assert ours._ps.buf == oracle._ps.buf and ours._ps.state == oracle._ps.state
 
 
 async def test_the_installed_nats_py_is_one_parse_knows(nats_server) -> None:
@@ -171,3 +198,62 @@ async def test_a_big_message_arriving_in_many_reads_is_copied_once_it_is_all_the
     assert got == [("msg", 1, b"a.b", big), ("msg", 1, b"c", b"hi")]
     assert len(copies) <= 3 and sum(copies) < 3 * len(data), (len(copies), sum(copies))
     assert not conn._ps.buf
+
+
+async def test_frames_nats_py_processes_in_32_kb_reads_are_copied_once_each(monkeypatch) -> None:
+    """A frame the parser does not route is awaited (nats-py's ``_process_msg``); reading on after it must not copy
+    what is still buffered again: small frames in 32 KB reads (nats-py's read size) were copied ~280 times each."""
+    import busched.bus.parse as parse_mod
+
+    copies: list[int] = []
+
+    def counted(x: Any = b"") -> bytes:
+        copies.append(len(x))
+        return builtins_bytes(x)
+
+    builtins_bytes = bytes
+    monkeypatch.setattr(parse_mod, "bytes", counted, raising=False)
+    for size in (20, 100, 400):
+        conn, got = _routed_conn()
+        frame = b"MSG dec.n1.bind.x 9 _INBOX.abc.1 %d\r\n" % size + b"x" * size + b"\r\n"
+        mixed = frame + b"MSG a 1 2\r\nhi\r\n"  # (one routed frame between them: read on at once, not awaited)
+        data = mixed * (8 * 32768 // len(mixed))
+        copies.clear()
+        await _feed(conn, data, list(range(32768, len(data), 32768)))
+        n = len(data) // len(mixed)
+        assert len(conn.calls) == n and len(got) == n
+        assert sum(copies) < 2 * len(data), (size, sum(copies) / len(data))
+        assert not conn._ps.buf
+
+
+class _Resetting(_Conn):
+    """A connection whose processing of sid 9 resets the parser (as a reconnect does: a new buffer) and finds
+    ``fresh`` in the new buffer."""
+
+    fresh = b""
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+        await super()._process_msg(sid, subject, reply, data, headers)
+        if sid == 9:
+            self._ps.reset()
+            self._ps.buf.extend(self.fresh)
+
+
+async def test_after_a_reset_meanwhile_the_new_buffer_is_read_not_the_old_copy() -> None:
+    """The copy read on after an awaited frame belongs to the old buffer: a reset meanwhile (a reconnect) is read from
+    its new buffer, also when that holds as many bytes as were left in the old one."""
+    rest = b"MSG old 1 3\r\nold\r\n"
+    fresh = b"MSG new 1 3\r\nnew\r\n"
+    assert len(rest) == len(fresh)
+    data = b"MSG x 9 1\r\nx\r\n" + rest
+    oracle = _Resetting()
+    oracle.fresh = fresh
+    await _feed(oracle, data, [])
+    ours = _Resetting()
+    ours.fresh = fresh
+    routed: list[tuple[Any, ...]] = []
+    assert direct(ours, 1, lambda subject, payload: routed.append(("msg", 1, subject, payload)))
+    await _feed(ours, data, [])
+    assert ours.calls == [c for c in oracle.calls if c[1] != 1] and ours.calls[0][1] == 9
+    assert routed == [("msg", 1, c[2], c[4]) for c in oracle.calls if c[1] == 1] == [("msg", 1, b"new", b"new")]
+    assert not ours._ps.buf and not oracle._ps.buf
