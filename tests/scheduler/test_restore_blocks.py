@@ -117,11 +117,12 @@ class _Spy:
         monkeypatch.setattr(restore_bulk, "job_block", job)
 
 
-def _three(items: list[tuple[str, bytes, int]], sizes: list[int], monkeypatch: Any, smallest: int, largest: int
-           ) -> tuple[Any, Any, Any, _Spy]:
+def _three(items: list[tuple[str, bytes, int]], sizes: list[int], monkeypatch: Any, smallest: int, largest: int,
+           built_under: int = 400) -> tuple[Any, Any, Any, _Spy]:
     """The same format-2 checkpoint restored with blocks (of ``smallest`` to ``largest`` entries), without (every
-    entry one by one) and through the live path."""
-    ck = C.decode(C.encode(C.build("s", "c", len(items), items, max_event_bytes=400)))
+    entry one by one) and through the live path; ``built_under``: the writer's limit on a message's size (the
+    restart's is 400 bytes: a larger one forges entries the writer would never make)."""
+    ck = C.decode(C.encode(C.build("s", "c", max(q for *_, q in items), items, max_event_bytes=built_under)))
     assert ck.shared
     with monkeypatch.context() as mp:
         mp.setattr(RB, "SMALLEST", 10**9)
@@ -250,6 +251,11 @@ def test_job_infos_like_is_job_info_of_each(seed):
 
 def _planted(case: str) -> list[tuple[str, bytes, int]]:
     """40 replicas and 40 jobs of one shape each, with what ``case`` plants among them (a block must refuse it)."""
+    first: list[tuple[str, bytes, int]] = []
+    if case == "deleted-task":  # (forged: a delete at a later sequence read first; the replica after it is stale)
+        first.append((S.state_subject("task", "t/w19"), _enc(m.TaskDelete(version=1, namespace="t", name="w19")), 1000))
+    elif case == "deleted-job":
+        first.append((S.state_subject("job", "t/k19"), _enc(m.JobDelete(version=1, namespace="t", name="k19")), 1000))
     out: list[tuple[str, bytes]] = [(S.state_subject("node", "n0"), _enc(m.upsert("node", o.NodeSpec(
         name="n0", allocatable={"cpu": "64", "memory": "64Gi", "pods": "110"}), 1)))]
     if case == "podgroup":  # (statuses read before their jobs: a job's effective object is not its spec alone)
@@ -268,10 +274,10 @@ def _planted(case: str) -> list[tuple[str, bytes, int]]:
     for i in range(40):
         job = o.JobSpec(name=f"k{i}", namespace="t", min_member=1, suspend=case == "suspend")
         out.append((S.state_subject("job", f"t/k{i}"), _enc(m.upsert("job", job, 1))))
-    return [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
+    return first + [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
 
 
-@pytest.mark.parametrize("case", ["podgroup", "escaped", "suspend", "none"])
+@pytest.mark.parametrize("case", ["podgroup", "escaped", "suspend", "deleted-task", "deleted-job", "none"])
 def test_a_block_leaves_to_the_one_by_one_path_what_it_must(case, monkeypatch):
     items = _planted(case)
     blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256)
@@ -279,3 +285,5 @@ def test_a_block_leaves_to_the_one_by_one_path_what_it_must(case, monkeypatch):
     assert spy.taken >= 32 and bool(spy.left) == (case != "none")
     for key, spec in blocks.specs["task"].items():  # (the names interned as the decoder interns them)
         assert spec.job is one_name(spec.job) and spec.node is one_name(spec.node), key
+    if case.startswith("deleted"):  # (the replica older than the delete is stale: not restored)
+        assert "t/w19" not in blocks.specs["task"] if case == "deleted-task" else "t/k19" not in blocks.specs["job"]
