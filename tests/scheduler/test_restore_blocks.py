@@ -1,7 +1,8 @@
 """A block of one template's entries applied at once (busched.scheduler.restore_blocks) restores exactly what the
 entries one by one and the live path restore: oracles over long runs of replicas with every check's failure planted
 among them (forged, duplicated, known, oversized, bad and ended phases, suspended and podgroup-status jobs, gated
-tasks), the batch conversions against the one-object ones, and the cutting of a batch into blocks."""
+tasks, keys deleted at a later sequence, entries over the restart's size limit), the batch conversions against the
+one-object ones, and the cutting of a batch into blocks."""
 
 from __future__ import annotations
 
@@ -268,22 +269,32 @@ def _planted(case: str) -> list[tuple[str, bytes, int]]:
         if case == "escaped" and i == 9:  # a subject's escape taken for the name itself: forged
             name = "w9%2Ex"
             subject = f"{S.STATE_PREFIX}.task.t.{name}"
+        elif case == "oversized-task" and i == 39:  # (forged: a message over the restart's limit, last of its block)
+            name = f"w39{'x' * 500}"
+            subject = S.state_subject("task", f"t/{name}")
         spec = o.TaskSpec(name=name, namespace="t", job=f"k{i // 2}", node="n0", phase="Running",
                           requests={"cpu": "1"})
         out.append((subject, _enc(m.upsert("task", spec, 1))))
     for i in range(40):
-        job = o.JobSpec(name=f"k{i}", namespace="t", min_member=1, suspend=case == "suspend")
-        out.append((S.state_subject("job", f"t/k{i}"), _enc(m.upsert("job", job, 1))))
+        name = f"k39{'x' * 500}" if case == "oversized-job" and i == 39 else f"k{i}"
+        job = o.JobSpec(name=name, namespace="t", min_member=1, suspend=case == "suspend")
+        out.append((S.state_subject("job", f"t/{name}"), _enc(m.upsert("job", job, 1))))
     return first + [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
 
 
-@pytest.mark.parametrize("case", ["podgroup", "escaped", "suspend", "deleted-task", "deleted-job", "none"])
+@pytest.mark.parametrize("case", ["podgroup", "escaped", "suspend", "deleted-task", "deleted-job", "oversized-task",
+                                  "oversized-job", "none"])
 def test_a_block_leaves_to_the_one_by_one_path_what_it_must(case, monkeypatch):
     items = _planted(case)
-    blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256)
+    # (an oversized entry the writer would never make: the checkpoint written under a larger limit than the restart's)
+    built_under = 10**6 if case.startswith("oversized") else 400
+    blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256, built_under)
     _same(blocks, one, live)
     assert spy.taken >= 32 and bool(spy.left) == (case != "none")
     for key, spec in blocks.specs["task"].items():  # (the names interned as the decoder interns them)
         assert spec.job is one_name(spec.job) and spec.node is one_name(spec.node), key
     if case.startswith("deleted"):  # (the replica older than the delete is stale: not restored)
         assert "t/w19" not in blocks.specs["task"] if case == "deleted-task" else "t/k19" not in blocks.specs["job"]
+    if case.startswith("oversized"):  # (refused as oversized, as the live path refuses it)
+        kind = case.removeprefix("oversized-")
+        assert len(blocks.specs[kind]) == 39 and any("oversized" in name and n for name, n in counters(blocks))
