@@ -39,7 +39,7 @@ from busched.bus import subjects as S
 from busched.cache.inserts import NewObjects
 from busched.scheduler.records import TERMINAL
 
-__all__ = ["task_block", "job_block", "blocks", "SMALLEST", "LARGEST"]
+__all__ = ["task_block", "job_block", "blocks", "refused_whole", "SMALLEST", "LARGEST"]
 
 _TASK_AT = f"{S.STATE_PREFIX}.task."
 _JOB_AT = f"{S.STATE_PREFIX}.job."
@@ -82,6 +82,14 @@ def blocks(items: list[tuple[str, Any, int]]) -> list[tuple[int, int, Any]]:
     if loose < n:
         out.append((loose, n, None))
     return out
+
+
+def refused_whole(tmpl: Any) -> bool:
+    """Whether `task_block` or `job_block` refuses every block of ``tmpl`` for the template alone (not converted,
+    a task's not fast, a suspended job's): its halves would be refused too, the caller need not try them."""
+    if tmpl.kind == "task":
+        return tmpl.info is None or not tmpl.fast
+    return tmpl.kind != "job" or tmpl.info is None or bool(tmpl.spec.suspend)
 
 
 def _keys(part: list[tuple[str, Any, int]], at: str, prefix: str, names: tuple[str, ...]) -> list[str] | None:

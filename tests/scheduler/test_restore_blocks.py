@@ -302,3 +302,23 @@ def test_a_block_leaves_to_the_one_by_one_path_what_it_must(case, monkeypatch):
     if case.startswith("oversized"):  # (refused as oversized, as the live path refuses it)
         kind = case.removeprefix("oversized-")
         assert len(blocks.specs[kind]) == 39 and any("oversized" in name and n for name, n in counters(blocks))
+
+
+def test_a_block_its_template_alone_refuses_is_not_cut_in_halves(monkeypatch):
+    """A run of a task template that is not fast (tolerations) and one of a suspended job's: each block of them is
+    refused for its template alone, so it goes one by one at once (its halves would be refused the same), and
+    restores what the one-by-one and live paths restore."""
+    out: list[tuple[str, bytes]] = [(S.state_subject("node", "n0"), _enc(m.upsert("node", o.NodeSpec(
+        name="n0", allocatable={"cpu": "64", "memory": "64Gi", "pods": "110"}), 1)))]
+    for i in range(64):
+        spec = o.TaskSpec(name=f"w{i}", namespace="t", job=f"k{i}", node="n0", phase="Running", requests={"cpu": "1"},
+                          tolerations=[{"key": "k", "operator": "Exists"}])
+        out.append((S.state_subject("task", f"t/w{i}"), _enc(m.upsert("task", spec, 1))))
+    for i in range(64):
+        job = o.JobSpec(name=f"k{i}", namespace="t", min_member=1, suspend=True)
+        out.append((S.state_subject("job", f"t/k{i}"), _enc(m.upsert("job", job, 1))))
+    items = [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
+    blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256)
+    _same(blocks, one, live)
+    assert len(one.specs["task"]) == len(one.specs["job"]) == 64
+    assert spy.taken == 0 and spy.left == 2  # (one try a run: not 1 + 2 + 4 of 64, 32 and 16 entries)
