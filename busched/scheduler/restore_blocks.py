@@ -12,9 +12,11 @@ with a list, the longest of each column against the size the template leaves), t
 * a block takes this path only when every entry of it passes every check the one-by-one path makes, and nothing
   it reads differs between its entries but what the checks cover: the template (one object), the subject's kind
   and key against the entry's name, the key not held (the feed's specs, the run, the cache, the sequences, a
-  podgroup status, twice in the block), the phase, the size the message could reach, a job's suspension; a task
-  block, moreover, when no binding, backoff or suspension is held (``gated``: the one-by-one path then asks each
-  task's effective object) and no task ended on its node;
+  podgroup status, twice in the block), the phase, the size the message could reach, a job's suspension;
+* a task's effective object can differ from its spec (a binding, a backoff or a suspended job held: ``gated``; or
+  the task ended on its node, which its effective object drops): the block then asks for it as the one-by-one
+  path does (every task's when gated, else each ended task's on its node), converts each one that differs itself
+  and keeps its spec aside, as the one-by-one path; a conversion that refuses leaves the block to that path;
 * anything else leaves the block to the one-by-one path, which checks each entry again and hands any that fails
   to the live path: a block changes nothing before its last check has passed and its objects are all built, so
   falling back is exact (the tests compare both, and the live path, table by table).
@@ -37,7 +39,7 @@ from busched.bus import subjects as S
 from busched.cache.inserts import NewObjects
 from busched.scheduler.records import TERMINAL
 
-__all__ = ["task_block", "job_block", "blocks", "SMALLEST", "LARGEST"]
+__all__ = ["task_block", "job_block", "blocks", "refused_whole", "SMALLEST", "LARGEST"]
 
 _TASK_AT = f"{S.STATE_PREFIX}.task."
 _JOB_AT = f"{S.STATE_PREFIX}.job."
@@ -80,6 +82,14 @@ def blocks(items: list[tuple[str, Any, int]]) -> list[tuple[int, int, Any]]:
     if loose < n:
         out.append((loose, n, None))
     return out
+
+
+def refused_whole(tmpl: Any) -> bool:
+    """Whether `task_block` or `job_block` refuses every block of ``tmpl`` for the template alone (not converted,
+    a task's not fast, a suspended job's): its halves would be refused too, the caller need not try them."""
+    if tmpl.kind == "task":
+        return tmpl.info is None or not tmpl.fast
+    return tmpl.kind != "job" or tmpl.info is None or bool(tmpl.spec.suspend)
 
 
 def _keys(part: list[tuple[str, Any, int]], at: str, prefix: str, names: tuple[str, ...]) -> list[str] | None:

@@ -46,7 +46,7 @@ from busched.framework.cycle import paused_gc
 from busched.scheduler import checkpoint_shared, restore_blocks
 from busched.scheduler.events import StateFeed
 from busched.scheduler.records import _DECODE, TERMINAL
-from busched.scheduler.restore_blocks import blocks, job_block, task_block
+from busched.scheduler.restore_blocks import blocks, job_block, refused_whole, task_block
 
 __all__ = ["apply_restored", "restored_handler"]
 
@@ -107,7 +107,8 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
                 if block is not None:
                     # a block of one template's entries (busched.scheduler.restore_blocks): checked and added to the
                     # run at once, or (any check failing) nothing changed and its halves tried in turn, down to
-                    # blocks too short for it, which take the one-by-one path below
+                    # blocks too short for it, which take the one-by-one path below (at once when the template
+                    # alone refused it: every half would be refused the same)
                     try:
                         if block.kind == "task":
                             got, got_freed = task_block(feed, run, block, items[a:b], base + n, ats, at_seqs,
@@ -121,7 +122,7 @@ def apply_restored(feed: StateFeed, items: list[tuple[str, Any, int]]) -> int:
                         n += got
                         freed += got_freed
                         continue
-                    if b - a >= 2 * restore_blocks.SMALLEST:
+                    if b - a >= 2 * restore_blocks.SMALLEST and not refused_whole(block):
                         todo += ((a + b) // 2, b, block), (a, (a + b) // 2, block)
                         continue
                 for subject, data, seq in items[a:b]:

@@ -1,7 +1,8 @@
 """A block of one template's entries applied at once (busched.scheduler.restore_blocks) restores exactly what the
 entries one by one and the live path restore: oracles over long runs of replicas with every check's failure planted
 among them (forged, duplicated, known, oversized, bad and ended phases, suspended and podgroup-status jobs, gated
-tasks), the batch conversions against the one-object ones, and the cutting of a batch into blocks."""
+tasks, keys deleted at a later sequence, entries over the restart's size limit), the batch conversions against the
+one-object ones, and the cutting of a batch into blocks."""
 
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ from tests.scheduler.test_checkpoint import everything
 from tests.scheduler.test_checkpoint_shared import _DIFFERENT, _JOB_DIFFERENT, infos, mix, restored
 from tests.scheduler.test_restore_bulk import _enc, counters, ordered
 
-# a template's variations that keep its tasks on the block path (labels copied per task, a status or deletion for all)
+# a template's variations whose valid values keep its tasks on the block path (labels copied per task, a status or
+# deletion for all; the invalid ones, a bad quantity, time, status or priority, are refused by every path); not
+# tolerations: they make a template not fast (`Template.fast`), so a run of it never takes a block (_FALLS_BACK)
 _FAST = ("labels", "annotations", "node_selector", "priority", "limits", "created", "status", "deleting",
-         "tolerations", "requests", "priority_class_name")
+         "requests", "priority_class_name")
+_FALLS_BACK = ("tolerations",)
 
 
 def long_runs(rng: random.Random, gated: bool) -> list[tuple[str, bytes, int]]:
@@ -42,8 +46,9 @@ def long_runs(rng: random.Random, gated: bool) -> list[tuple[str, bytes, int]]:
     runs = rng.randint(2, 4)
     for t in range(runs):
         base: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}, "deleting": t == 0 and rng.random() < 0.6}
-        if rng.random() < 0.5:
-            field = rng.choice(_FAST)
+        roll = rng.random()
+        if roll < 0.6:  # (one run in ten of a template that is not fast: all of it one by one)
+            field = rng.choice(_FAST) if roll < 0.5 else rng.choice(_FALLS_BACK)
             base[field] = rng.choice(dict(_DIFFERENT)[field])
         size = rng.randint(10, 70)
         planted = set(rng.sample(range(1, size), rng.randint(1, 3)))  # (the entries failing a check: most blocks pass)
@@ -117,11 +122,12 @@ class _Spy:
         monkeypatch.setattr(restore_bulk, "job_block", job)
 
 
-def _three(items: list[tuple[str, bytes, int]], sizes: list[int], monkeypatch: Any, smallest: int, largest: int
-           ) -> tuple[Any, Any, Any, _Spy]:
+def _three(items: list[tuple[str, bytes, int]], sizes: list[int], monkeypatch: Any, smallest: int, largest: int,
+           built_under: int = 400) -> tuple[Any, Any, Any, _Spy]:
     """The same format-2 checkpoint restored with blocks (of ``smallest`` to ``largest`` entries), without (every
-    entry one by one) and through the live path."""
-    ck = C.decode(C.encode(C.build("s", "c", len(items), items, max_event_bytes=400)))
+    entry one by one) and through the live path; ``built_under``: the writer's limit on a message's size (the
+    restart's is 400 bytes: a larger one forges entries the writer would never make)."""
+    ck = C.decode(C.encode(C.build("s", "c", max(q for *_, q in items), items, max_event_bytes=built_under)))
     assert ck.shared
     with monkeypatch.context() as mp:
         mp.setattr(RB, "SMALLEST", 10**9)
@@ -250,6 +256,11 @@ def test_job_infos_like_is_job_info_of_each(seed):
 
 def _planted(case: str) -> list[tuple[str, bytes, int]]:
     """40 replicas and 40 jobs of one shape each, with what ``case`` plants among them (a block must refuse it)."""
+    first: list[tuple[str, bytes, int]] = []
+    if case == "deleted-task":  # (forged: a delete at a later sequence read first; the replica after it is stale)
+        first.append((S.state_subject("task", "t/w19"), _enc(m.TaskDelete(version=1, namespace="t", name="w19")), 1000))
+    elif case == "deleted-job":
+        first.append((S.state_subject("job", "t/k19"), _enc(m.JobDelete(version=1, namespace="t", name="k19")), 1000))
     out: list[tuple[str, bytes]] = [(S.state_subject("node", "n0"), _enc(m.upsert("node", o.NodeSpec(
         name="n0", allocatable={"cpu": "64", "memory": "64Gi", "pods": "110"}), 1)))]
     if case == "podgroup":  # (statuses read before their jobs: a job's effective object is not its spec alone)
@@ -262,20 +273,52 @@ def _planted(case: str) -> list[tuple[str, bytes, int]]:
         if case == "escaped" and i == 9:  # a subject's escape taken for the name itself: forged
             name = "w9%2Ex"
             subject = f"{S.STATE_PREFIX}.task.t.{name}"
+        elif case == "oversized-task" and i == 39:  # (forged: a message over the restart's limit, last of its block)
+            name = f"w39{'x' * 500}"
+            subject = S.state_subject("task", f"t/{name}")
         spec = o.TaskSpec(name=name, namespace="t", job=f"k{i // 2}", node="n0", phase="Running",
                           requests={"cpu": "1"})
         out.append((subject, _enc(m.upsert("task", spec, 1))))
     for i in range(40):
-        job = o.JobSpec(name=f"k{i}", namespace="t", min_member=1, suspend=case == "suspend")
-        out.append((S.state_subject("job", f"t/k{i}"), _enc(m.upsert("job", job, 1))))
-    return [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
+        name = f"k39{'x' * 500}" if case == "oversized-job" and i == 39 else f"k{i}"
+        job = o.JobSpec(name=name, namespace="t", min_member=1, suspend=case == "suspend")
+        out.append((S.state_subject("job", f"t/{name}"), _enc(m.upsert("job", job, 1))))
+    return first + [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
 
 
-@pytest.mark.parametrize("case", ["podgroup", "escaped", "suspend", "none"])
+@pytest.mark.parametrize("case", ["podgroup", "escaped", "suspend", "deleted-task", "deleted-job", "oversized-task",
+                                  "oversized-job", "none"])
 def test_a_block_leaves_to_the_one_by_one_path_what_it_must(case, monkeypatch):
     items = _planted(case)
-    blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256)
+    # (an oversized entry the writer would never make: the checkpoint written under a larger limit than the restart's)
+    built_under = 10**6 if case.startswith("oversized") else 400
+    blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256, built_under)
     _same(blocks, one, live)
     assert spy.taken >= 32 and bool(spy.left) == (case != "none")
     for key, spec in blocks.specs["task"].items():  # (the names interned as the decoder interns them)
         assert spec.job is one_name(spec.job) and spec.node is one_name(spec.node), key
+    if case.startswith("deleted"):  # (the replica older than the delete is stale: not restored)
+        assert "t/w19" not in blocks.specs["task"] if case == "deleted-task" else "t/k19" not in blocks.specs["job"]
+    if case.startswith("oversized"):  # (refused as oversized, as the live path refuses it)
+        kind = case.removeprefix("oversized-")
+        assert len(blocks.specs[kind]) == 39 and any("oversized" in name and n for name, n in counters(blocks))
+
+
+def test_a_block_its_template_alone_refuses_is_not_cut_in_halves(monkeypatch):
+    """A run of a task template that is not fast (tolerations) and one of a suspended job's: each block of them is
+    refused for its template alone, so it goes one by one at once (its halves would be refused the same), and
+    restores what the one-by-one and live paths restore."""
+    out: list[tuple[str, bytes]] = [(S.state_subject("node", "n0"), _enc(m.upsert("node", o.NodeSpec(
+        name="n0", allocatable={"cpu": "64", "memory": "64Gi", "pods": "110"}), 1)))]
+    for i in range(64):
+        spec = o.TaskSpec(name=f"w{i}", namespace="t", job=f"k{i}", node="n0", phase="Running", requests={"cpu": "1"},
+                          tolerations=[{"key": "k", "operator": "Exists"}])
+        out.append((S.state_subject("task", f"t/w{i}"), _enc(m.upsert("task", spec, 1))))
+    for i in range(64):
+        job = o.JobSpec(name=f"k{i}", namespace="t", min_member=1, suspend=True)
+        out.append((S.state_subject("job", f"t/k{i}"), _enc(m.upsert("job", job, 1))))
+    items = [(subject, data, seq) for seq, (subject, data) in enumerate(out, start=1)]
+    blocks, one, live, spy = _three(items, [len(items)], monkeypatch, 16, 256)
+    _same(blocks, one, live)
+    assert len(one.specs["task"]) == len(one.specs["job"]) == 64
+    assert spy.taken == 0 and spy.left == 2  # (one try a run: not 1 + 2 + 4 of 64, 32 and 16 entries)
