@@ -398,3 +398,9 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
     if got is None:
         return None
     return nodes[got[0]], got[1]
+
+
+# `choose` itself, whatever a test puts in its place later: `runchoice` tells a session choosing with it
+# from one choosing with a stand-in (a module-level copy there would capture the stand-in when runchoice
+# is first imported while a test's patch is in place)
+GENUINE_CHOOSE = choose

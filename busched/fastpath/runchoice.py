@@ -30,10 +30,6 @@ from busched.fastpath.board import NAN
 
 __all__ = ["RunChoice"]
 
-# the choice a run stands in for: a session whose fast path chooses otherwise (a test's stand-in for
-# `batch.choose`, say) gets no run, and every choice goes through its own
-_CHOOSE = batch.choose
-
 
 class RunChoice:
     """One job turn's choices from kept templates (``open`` says whether the turn may use one)."""
@@ -53,7 +49,9 @@ class RunChoice:
         """A run for a turn over ``nodes`` whose every search looks for ``to_find`` nodes, or None
         when its choices could not come from a board (a sampled search, nodes without their rows)."""
         size = len(nodes)
-        if ssn.fast.batch_choose is not _CHOOSE or not size or to_find < size or size > batch.PLAIN_MAX:
+        # the choice a run stands in for is `batch.choose` itself: a session whose fast path chooses
+        # otherwise (a test's stand-in) gets no run, and every choice goes through its own
+        if ssn.fast.batch_choose is not batch.GENUINE_CHOOSE or not size or to_find < size or size > batch.PLAIN_MAX:
             return None
         run = cls(ssn, nodes, fn, to_find)
         if run.arrays.rows_of(nodes) is not run.arrays.all_rows:

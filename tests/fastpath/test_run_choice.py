@@ -171,3 +171,31 @@ def test_the_runs_refreshed_rows_are_the_vectors_computed_afresh(monkeypatch, co
     spec = gang_cluster(rng, mixed=True)
     run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(CONFIGS[config]), seed=1)
     assert len(checked) > 10  # the run really chose
+
+
+def test_a_run_opens_only_for_the_genuine_choice_whatever_was_imported_first(monkeypatch):
+    """runchoice imported while a test's stand-in for `batch.choose` is in place (a test file run
+    alone patches it before anything imports allocate) must still tell the genuine choice from a
+    stand-in: a session choosing with the genuine one gets a run, one choosing with a stand-in none."""
+    import importlib.util
+
+    from busched.builtin import open_session
+    from busched.fastpath import batch
+
+    def stand_in(*a, **kw):
+        return None
+
+    monkeypatch.setattr(batch, "choose", stand_in)
+    spec = importlib.util.spec_from_file_location("runchoice_imported_under_a_stand_in", runchoice.__file__)
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)  # a first import under the stand-in (sys.modules untouched)
+    monkeypatch.undo()
+    rng = random.Random(8200)
+    cluster = gang_cluster(rng)
+    ssn = open_session(cache_of(cluster, FastPathSettings(kernels=True)).snapshot(),
+                       load_config(CONFIGS["default"]), seed=0)
+    nodes = ssn.node_list
+    assert ssn.fast.batch_choose is batch.choose
+    assert fresh.RunChoice.open(ssn, nodes, ssn.predicate_for_allocate, len(nodes)) is not None
+    ssn.fast.batch_choose = stand_in
+    assert fresh.RunChoice.open(ssn, nodes, ssn.predicate_for_allocate, len(nodes)) is None
