@@ -75,7 +75,10 @@ class RunChoice:
                 t = batch._template(self.ssn, arrays, task, self.nodes, self.fn, self.to_find)
             except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
                 return None
-            if t is None or t.declined or t.board is None:
+            if t is None:
+                return None
+            if t.declined or t.board is None:
+                self._pass(t)
                 return None
             self.template = t
         try:
@@ -88,6 +91,7 @@ class RunChoice:
             board = t.board
             if board is None or not board.answers(0, self.to_find):
                 self.template = None
+                self._pass(t)
                 return None
             row = board.pick(self.ssn.rng, 0)  # (draws last: nothing after it can fail)
         except Exception:  # noqa: BLE001 - the per-task path calls the twins again and names the plugin
@@ -95,5 +99,12 @@ class RunChoice:
             self.template = None
             return None
         if row is None or row == NAN:
+            self._pass(t)
             return None  # no node found (the per-task path records the fit errors), or a NaN best
         return self.nodes[row]
+
+    def _pass(self, t: batch._Template) -> None:
+        """Leave ``t``'s task to the per-task path, which finds ``t`` kept and counts it reused: the
+        run's own finding (or building) of it must not count as well, or templates used once would
+        look used twice and `batch`'s trial (`batch.TRIAL`) would never stop building them."""
+        self.arrays.cache[batch._KEY].reused -= 1

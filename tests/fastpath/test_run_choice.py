@@ -199,3 +199,42 @@ def test_a_run_opens_only_for_the_genuine_choice_whatever_was_imported_first(mon
     assert fresh.RunChoice.open(ssn, nodes, ssn.predicate_for_allocate, len(nodes)) is not None
     ssn.fast.batch_choose = stand_in
     assert fresh.RunChoice.open(ssn, nodes, ssn.predicate_for_allocate, len(nodes)) is None
+
+
+def one_use_templates(declined: bool, n: int = 100) -> o.ClusterSpec:
+    """One gang whose every task is a template of its own (its own annotation); ``declined``: some
+    nodes with PreferNoSchedule taints, which the kept vectors decline."""
+    taint = [{"key": "k", "value": "v", "effect": "PreferNoSchedule"}]
+    nodes = [o.NodeSpec(name=f"n{i:03d}", allocatable={"cpu": "64", "memory": "256Gi", "pods": 110},
+                        taints=taint if declined and i % 4 == 0 else [])
+             for i in range(12)]
+    jobs = [o.JobSpec(name="g", namespace="ns", queue="default", min_member=n, phase="Inqueue")]
+    tasks = [o.TaskSpec(name=f"g-{t}", namespace="ns", job="g", requests={"cpu": "1", "memory": "1Gi"},
+                        annotations={"idx": str(t)}) for t in range(n)]
+    return o.ClusterSpec(nodes=nodes, queues=[o.QueueSpec(name="default")], jobs=jobs, tasks=tasks)
+
+
+@pytest.mark.parametrize("declined", [True, False])
+def test_a_run_keeps_the_trial_count_of_one_use_templates(monkeypatch, declined):
+    """`batch`'s trial stops building templates after `batch.TRIAL` that were never used again; a
+    template the run found or built and then passed to the per-task path (declined, say) is found
+    there again, and must not count as reused twice: the templates built and reused are the run-off
+    path's."""
+    from busched.fastpath import batch
+
+    real_open = runchoice.RunChoice.open
+    ends = {}
+    for on in (True, False):
+        monkeypatch.setattr(runchoice.RunChoice, "open", real_open if on else classmethod(lambda cls, *a, **kw: None))
+
+        def before_close(ssn, on=on):
+            kept = ssn.arrays.cache.get(batch._KEY)
+            ends[on] = (kept.built, kept.reused)
+
+        ssn = run_cycle(cache_of(one_use_templates(declined), FastPathSettings(kernels=True)).snapshot(),
+                        load_config(CONFIGS["default"]), seed=1, before_close=before_close)
+        ends[on, "decisions"] = outcome(ssn)["decisions"]
+    assert ends[True, "decisions"] == ends[False, "decisions"] and ends[True, "decisions"]
+    assert ends[True] == ends[False]
+    if declined:
+        assert ends[False] == (batch.TRIAL, 0)  # the trial really stopped building
