@@ -30,7 +30,7 @@ from tests.framework.test_handler_runs import _handlers_state, _job_state
 from tests.kernel_cases import cache_of, random_cluster
 
 
-def run(spec: o.ClusterSpec, config: str, seed: int, on: bool, monkeypatch, counts: dict) -> dict:
+def run(spec: o.ClusterSpec, config: str, seed: int, on: bool, monkeypatch, counts: dict, prepare=None) -> dict:
     real_open, real_choose = runchoice.RunChoice.open, runchoice.RunChoice.choose
 
     def open_(cls, *a, **kw):
@@ -55,8 +55,10 @@ def run(spec: o.ClusterSpec, config: str, seed: int, on: bool, monkeypatch, coun
         ends["nodes"] = {n.name: (list(n.tasks), n.idle.cpu, n.idle.memory, sorted(n.idle.scalars.items()))
                          for n in ssn.node_list}
 
-    ssn = run_cycle(cache_of(spec, FastPathSettings(kernels=True)).snapshot(), load_config(config), seed=seed,
-                    before_close=before_close)
+    cache = cache_of(spec, FastPathSettings(kernels=True))
+    if prepare is not None:
+        prepare(cache)
+    ssn = run_cycle(cache.snapshot(), load_config(config), seed=seed, before_close=before_close)
     got = outcome(ssn)
     got["rng"] = ssn.rng.random()  # the same draws were made
     got.update(ends)
@@ -71,10 +73,11 @@ def with_nominated(rng: random.Random, spec: o.ClusterSpec) -> o.ClusterSpec:
     return msgspec.structs.replace(spec, tasks=tasks)
 
 
-def both(monkeypatch, spec, config: str, seed: int) -> dict:
+def both(monkeypatch, spec, config: str, seed: int, prepare=None) -> dict:
     counts = {"opened": 0, "refused": 0, "chosen": 0, "passed": 0}
-    fast = run(spec, config, seed, True, monkeypatch, counts)
-    plain = run(spec, config, seed, False, monkeypatch, {"opened": 0, "refused": 0, "chosen": 0, "passed": 0})
+    fast = run(spec, config, seed, True, monkeypatch, counts, prepare)
+    plain = run(spec, config, seed, False, monkeypatch, {"opened": 0, "refused": 0, "chosen": 0, "passed": 0},
+                prepare)
     assert fast["decisions"], "nothing placed: the comparison would be empty"
     assert fast == plain
     return counts
@@ -238,3 +241,25 @@ def test_a_run_keeps_the_trial_count_of_one_use_templates(monkeypatch, declined)
     assert ends[True] == ends[False]
     if declined:
         assert ends[False] == (batch.TRIAL, 0)  # the trial really stopped building
+
+
+def plain_gang(n_nodes: int, n_tasks: int, **task_fields) -> o.ClusterSpec:
+    """One gang of one template on equal plain nodes (every choice the run's to make)."""
+    nodes = [o.NodeSpec(name=f"n{i:03d}", allocatable={"cpu": str(4 + i % 5), "memory": "64Gi", "pods": 110})
+             for i in range(n_nodes)]
+    jobs = [o.JobSpec(name="a", namespace="ns", queue="default", min_member=n_tasks, phase="Inqueue")]
+    tasks = [o.TaskSpec(name=f"a-{t}", namespace="ns", job="a", requests={"cpu": "1", "memory": "1Gi"},
+                        labels={"app": "a"}, **task_fields) for t in range(n_tasks)]
+    return o.ClusterSpec(nodes=nodes, queues=[o.QueueSpec(name="default")], jobs=jobs, tasks=tasks)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("seed", range(2))
+def test_nominated_replicas_of_a_plain_template_take_the_per_task_path(monkeypatch, config, seed):
+    """A replica nominated to a node is tried there first by the per-task path; the run, which draws
+    from the whole board, must leave it alone while choosing for its plain siblings."""
+    spec = plain_gang(20, 12)
+    tasks = [msgspec.structs.replace(t, nominated_node_name="n007") if i % 3 == 1 else t
+             for i, t in enumerate(spec.tasks)]
+    counts = both(monkeypatch, msgspec.structs.replace(spec, tasks=tasks), CONFIGS[config], seed)
+    assert counts["chosen"] >= 4  # the run chose for the others
