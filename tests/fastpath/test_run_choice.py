@@ -263,3 +263,16 @@ def test_nominated_replicas_of_a_plain_template_take_the_per_task_path(monkeypat
              for i, t in enumerate(spec.tasks)]
     counts = both(monkeypatch, msgspec.structs.replace(spec, tasks=tasks), CONFIGS[config], seed)
     assert counts["chosen"] >= 4  # the run chose for the others
+
+
+@pytest.mark.parametrize("mode", ["soft", "hard"])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_sharded_scheduler_takes_the_per_task_path(monkeypatch, mode, seed):
+    """A scheduler with a node shard, soft (its own nodes first) or hard (only its own nodes), searches
+    other node lists than the board's: no run, and the same decisions as the per-task path."""
+    def shard(cache):
+        cache.own_shard = ("s1", mode)
+        cache.upsert("nodeShard", o.NodeShardSpec(name="s1", nodes_desired=["n003", "n004"]))
+
+    counts = both(monkeypatch, plain_gang(20, 10), CONFIGS["default"], seed, prepare=shard)
+    assert counts["chosen"] == 0
