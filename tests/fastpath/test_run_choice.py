@@ -243,11 +243,11 @@ def test_a_run_keeps_the_trial_count_of_one_use_templates(monkeypatch, declined)
         assert ends[False] == (batch.TRIAL, 0)  # the trial really stopped building
 
 
-def plain_gang(n_nodes: int, n_tasks: int, **task_fields) -> o.ClusterSpec:
+def plain_gang(n_nodes: int, n_tasks: int, min_member: int = 0, **task_fields) -> o.ClusterSpec:
     """One gang of one template on equal plain nodes (every choice the run's to make)."""
     nodes = [o.NodeSpec(name=f"n{i:03d}", allocatable={"cpu": str(4 + i % 5), "memory": "64Gi", "pods": 110})
              for i in range(n_nodes)]
-    jobs = [o.JobSpec(name="a", namespace="ns", queue="default", min_member=n_tasks, phase="Inqueue")]
+    jobs = [o.JobSpec(name="a", namespace="ns", queue="default", min_member=min_member or n_tasks, phase="Inqueue")]
     tasks = [o.TaskSpec(name=f"a-{t}", namespace="ns", job="a", requests={"cpu": "1", "memory": "1Gi"},
                         labels={"app": "a"}, **task_fields) for t in range(n_tasks)]
     return o.ClusterSpec(nodes=nodes, queues=[o.QueueSpec(name="default")], jobs=jobs, tasks=tasks)
@@ -276,3 +276,17 @@ def test_a_sharded_scheduler_takes_the_per_task_path(monkeypatch, mode, seed):
 
     counts = both(monkeypatch, plain_gang(20, 10), CONFIGS["default"], seed, prepare=shard)
     assert counts["chosen"] == 0
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_a_pre_predicate_failure_in_a_runs_turn_is_recorded_as_the_per_task_path_does(monkeypatch, config):
+    """A replica whose required node affinity leaves no node (two metadata.name fields that cannot
+    both hold) fails its pre-predicates in the middle of a run's turn: its fit errors and the job's
+    are the per-task path's, and the run goes on choosing for the rest."""
+    impossible = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]},
+                         {"key": "metadata.name", "operator": "In", "values": ["y"]}]}]}}}
+    spec = plain_gang(10, 8, min_member=7)
+    tasks = [msgspec.structs.replace(t, affinity=impossible) if i == 3 else t for i, t in enumerate(spec.tasks)]
+    counts = both(monkeypatch, msgspec.structs.replace(spec, tasks=tasks), CONFIGS[config], 0)
+    assert counts["chosen"] >= 3
