@@ -290,3 +290,34 @@ def test_a_pre_predicate_failure_in_a_runs_turn_is_recorded_as_the_per_task_path
     tasks = [msgspec.structs.replace(t, affinity=impossible) if i == 3 else t for i, t in enumerate(spec.tasks)]
     counts = both(monkeypatch, msgspec.structs.replace(spec, tasks=tasks), CONFIGS[config], 0)
     assert counts["chosen"] >= 3
+
+
+def test_a_row_function_that_raises_leaves_the_choice_to_the_per_task_path(monkeypatch):
+    """The node order's row function (`Local.one`, which refreshes a template's scores on the rows
+    placed on) raising in the run: the run drops the template and the per-task path decides, as it
+    does when `batch.choose` meets the same error; the cycle goes on, with the same decisions."""
+    from busched.fastpath import batch
+    from busched.fastpath import nodeorder as nodeorder_kernel
+
+    real_local = nodeorder_kernel.batch_node_order_local
+    calls = {"one": 0, "raised": 0}
+
+    def local(plugin, task, arrays):
+        got = real_local(plugin, task, arrays)
+        if got is None or got.one is None:
+            return got
+        real_one = got.one
+
+        def one(row):
+            calls["one"] += 1
+            if calls["one"] % 3 == 0:
+                calls["raised"] += 1
+                raise RuntimeError("a row function's error")
+            return real_one(row)
+
+        return batch.Local(got.logs, one, got.still)
+
+    monkeypatch.setattr(nodeorder_kernel, "batch_node_order_local", local)
+    spec = plain_gang(30, 40, min_member=10)
+    counts = both(monkeypatch, spec, CONFIGS["default"], 0)
+    assert calls["raised"] and counts["chosen"] > 5
