@@ -321,3 +321,29 @@ def test_a_row_function_that_raises_leaves_the_choice_to_the_per_task_path(monke
     spec = plain_gang(30, 40, min_member=10)
     counts = both(monkeypatch, spec, CONFIGS["default"], 0)
     assert calls["raised"] and counts["chosen"] > 5
+
+
+def test_a_nan_score_leaves_the_choice_to_the_per_task_path(monkeypatch):
+    """A node order whose refreshed score is NaN (`Local.one` answering NaN for the rows placed on):
+    the board's best is NaN, the run draws nothing and the per-task path (which scores node by node)
+    decides, as it does when `batch.choose` meets the NaN."""
+    from busched.fastpath import batch
+    from busched.fastpath import nodeorder as nodeorder_kernel
+
+    real_local = nodeorder_kernel.batch_node_order_local
+    nans = []
+
+    def local(plugin, task, arrays):
+        got = real_local(plugin, task, arrays)
+        if got is None or got.one is None:
+            return got
+
+        def one(row):
+            nans.append(row)
+            return float("nan")
+
+        return batch.Local(got.logs, one, got.still)
+
+    monkeypatch.setattr(nodeorder_kernel, "batch_node_order_local", local)
+    counts = both(monkeypatch, plain_gang(30, 40, min_member=10), CONFIGS["default"], 0)
+    assert nans and counts["passed"] > 0 and counts["chosen"] > 0, (len(nans), counts)
