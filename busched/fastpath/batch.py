@@ -400,7 +400,4 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
     return nodes[got[0]], got[1]
 
 
-# `choose` itself, whatever a test puts in its place later: `runchoice` tells a session choosing with it
-# from one choosing with a stand-in (a module-level copy there would capture the stand-in when runchoice
-# is first imported while a test's patch is in place)
-GENUINE_CHOOSE = choose
+GENUINE_CHOOSE = choose  # `choose` itself, whatever a test patches in later (runchoice compares with it)
