@@ -398,3 +398,6 @@ def choose(ssn: Any, task: TaskInfo, nodes: Sequence[NodeInfo], fn: Callable[[Ta
     if got is None:
         return None
     return nodes[got[0]], got[1]
+
+
+GENUINE_CHOOSE = choose  # `choose` itself, whatever a test patches in later (runchoice compares with it)

@@ -30,10 +30,6 @@ from busched.fastpath.board import NAN
 
 __all__ = ["RunChoice"]
 
-# the choice a run stands in for: a session whose fast path chooses otherwise (a test's stand-in for
-# `batch.choose`, say) gets no run, and every choice goes through its own
-_CHOOSE = batch.choose
-
 
 class RunChoice:
     """One job turn's choices from kept templates (``open`` says whether the turn may use one)."""
@@ -53,7 +49,9 @@ class RunChoice:
         """A run for a turn over ``nodes`` whose every search looks for ``to_find`` nodes, or None
         when its choices could not come from a board (a sampled search, nodes without their rows)."""
         size = len(nodes)
-        if ssn.fast.batch_choose is not _CHOOSE or not size or to_find < size or size > batch.PLAIN_MAX:
+        # the choice a run stands in for is `batch.choose` itself: a session whose fast path chooses
+        # otherwise (a test's stand-in) gets no run, and every choice goes through its own
+        if ssn.fast.batch_choose is not batch.GENUINE_CHOOSE or not size or to_find < size or size > batch.PLAIN_MAX:
             return None
         run = cls(ssn, nodes, fn, to_find)
         if run.arrays.rows_of(nodes) is not run.arrays.all_rows:
@@ -77,7 +75,10 @@ class RunChoice:
                 t = batch._template(self.ssn, arrays, task, self.nodes, self.fn, self.to_find)
             except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
                 return None
-            if t is None or t.declined or t.board is None:
+            if t is None:
+                return None
+            if t.declined or t.board is None:
+                self._pass(t)
                 return None
             self.template = t
         try:
@@ -90,6 +91,7 @@ class RunChoice:
             board = t.board
             if board is None or not board.answers(0, self.to_find):
                 self.template = None
+                self._pass(t)
                 return None
             row = board.pick(self.ssn.rng, 0)  # (draws last: nothing after it can fail)
         except Exception:  # noqa: BLE001 - the per-task path calls the twins again and names the plugin
@@ -97,5 +99,12 @@ class RunChoice:
             self.template = None
             return None
         if row is None or row == NAN:
+            self._pass(t)
             return None  # no node found (the per-task path records the fit errors), or a NaN best
         return self.nodes[row]
+
+    def _pass(self, t: batch._Template) -> None:
+        """Leave ``t``'s task to the per-task path, which finds ``t`` kept and counts it reused: the
+        run's own finding (or building) of it must not count as well, or templates used once would
+        look used twice and `batch`'s trial (`batch.TRIAL`) would never stop building them."""
+        self.arrays.cache[batch._KEY].reused -= 1
