@@ -1,0 +1,155 @@
+"""allocate's turns for a stream of single-task jobs in the one queue left: the same turns, less around them.
+
+A cluster filling with single-task jobs (a deployment's pods, a batch of one-pod jobs) gives allocate
+thousands of turns of one task each.  Allocate's loop pays, for every one of them, what is the same
+turn after turn: the queue pushed back and popped again, a statement, a handler run opened and
+flushed (drf told of one task and computing that job's share, proportion computing the queue's share
+again), a commit that asks which way to dispatch, and two calls' frames around the one task.
+
+Here those turns are taken one after another in one call, for as long as execute would take them
+the same way:
+
+- **Only this queue is live** (the queue heap empty once it was popped): execute would push it back
+  and pop it again at once, asking no queue order.  Nothing pushes another queue while the stream
+  runs, so the queue popped next is this one until the stream ends.
+- **The next job is known without the ordering run again**: the job queue is a `KeyedQueue` (keys
+  computed once, at the push; a single-task job is never pushed back, its queue is empty after its
+  turn), so the job execute would pop next is the one `peek` shows.  A job whose waiting tasks are
+  more than one, or that takes the topology path (``routes``), ends the stream *before* anything of
+  its turn is asked: execute takes it from the very state it would have reached.
+- **Per turn, in execute's order**: ``overused`` (an overused queue is dropped, as there), the pop,
+  the unfit memo, and the turn itself: the helper renewed when the last turn cached an error,
+  ``allocatable``, the candidates (the same `AllocateAction.candidates_for`, `best_node`, `place`),
+  ``job_ready`` after the placement and again when the turn ended otherwise, ``job_pipelined`` when
+  not ready, a discard, the memo remembered or forgotten, and the commit: the job's one bind
+  dispatched at once, as ``Statement.commit`` does.
+- **The handlers with a run form hear once per stream** (drf and proportion's shares,
+  busched.framework.runs): one `HandlerRun` for the whole stream, flushed before any other
+  statement operation (a pipeline, a discard flush it themselves), at the stream's end and on an
+  exception.  Those handlers keep shares that only job and queue *orderings* read; the stream asks
+  none (its job keys were computed before it, the queue is alone).  What the eager handlers keep
+  (proportion's queue allocated for ``allocatable`` and ``overused``, the pod view for the
+  predicates and the kept vectors) they hear at each placement, as before.
+
+The per-job path (`AllocateAction.allocate_tasks` from execute's loop) is the reference:
+tests/actions/test_allocate_stream.py runs whole cycles both ways on random clusters and job streams
+(templates, queues, priorities, infeasible tasks, ties) and compares every decision and the session's
+state after the cycle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from busched.actions import allocate_topology
+from busched.actions.util import NO_FIT
+from busched.api.job import JobInfo
+from busched.api.node import NodeAccountingError
+from busched.api.queue import QueueInfo
+from busched.fastpath import unfit
+from busched.framework import runs
+from busched.framework.nodeselect import PredicateHelper
+from busched.framework.pqueue import KeyedQueue, PriorityQueue
+from busched.framework.statement import ALLOCATE, Statement
+
+if TYPE_CHECKING:
+    from busched.actions.allocate import AllocateAction
+
+__all__ = ["takes", "stream"]
+
+
+def takes(action: AllocateAction, queues: Any, jobs: Any, tasks: Any) -> bool:
+    """Whether the job just popped (its waiting ``tasks``) starts a stream: kernels on (the handler
+    runs, `runs.wanted`), its queue the only one live, its jobs keyed, its one task waiting."""
+    from busched.actions.allocate import OneTask
+
+    return (action.stream_turns and type(tasks) is OneTask and queues.empty() and type(jobs) is KeyedQueue
+            and runs.wanted(action.ssn))
+
+
+def stream(action: AllocateAction, queue: QueueInfo, jobs: PriorityQueue[JobInfo] | KeyedQueue[JobInfo],
+           job: JobInfo | None,
+           tasks_by_job: dict[str, Any], memo: unfit.UnfitMemo | None) -> bool:
+    """Take ``job``'s turn (popped by execute, overused, routes and the memo asked) and the turns of
+    the single-task jobs that follow it in ``queue``.  Returns False when the queue was found
+    overused (execute drops it), True when execute is to push it back (its next job is not one of
+    the stream's, or it has none left)."""
+    from busched.actions.allocate import OneTask
+
+    assert isinstance(jobs, KeyedQueue)  # (`takes`)
+    ssn = action.ssn
+    nodes = ssn.node_list
+    run = runs.open_run(ssn)
+    stmt = Statement(ssn)  # one for the stream: each turn starts it empty
+    stmt.run = run
+    overused = ssn.overused
+    try:
+        while True:
+            if job is not None:
+                _turn(action, job, queue, tasks_by_job[job.uid], nodes, stmt, memo)
+            # execute's next round: the queue (alone) pushed back and popped, overused, the job, routes, memo
+            if jobs.empty():
+                return True
+            nxt = jobs.peek()
+            if type(tasks_by_job[nxt.uid]) is not OneTask or allocate_topology.routes(nxt):
+                return True  # execute takes it from here
+            if overused(queue):
+                return False
+            job = jobs.pop()
+            if memo is not None:
+                known = memo.still_unfit(job.uid)
+                if known is not None:
+                    job.nodes_fit_errors.update(known.fit_errors)
+                    memo.skipped += 1
+                    job = None
+    finally:
+        stmt.run = None
+        if run is not None:
+            run.flush()
+
+
+def _turn(action: AllocateAction, job: JobInfo, queue: QueueInfo, tasks: Any, nodes: list[Any],
+          stmt: Statement, memo: unfit.UnfitMemo | None) -> None:
+    """`AllocateAction.allocate_tasks` and execute's end of a turn, for a job whose one task waits."""
+    ssn = action.ssn
+    stmt.operations = []
+    if action.helper.cache or not action.reuse_helper:
+        action.helper = PredicateHelper(ssn, action.error_cache)
+    action.turn_unfit = False
+    ready: bool | None = None
+    task = tasks.pop()
+    if ssn.allocatable(queue, task):
+        found = action.candidates_for(job, task, nodes, ssn.nodes, action.helper,
+                                      role_failed=job.task_has_fit_errors(task),
+                                      keep_going=job.need_continue_allocating, lazy=True)
+        if found is NO_FIT:
+            action.turn_unfit = not action.pipelined_any and unfit.repeatable(task)  # (its first task)
+        if not isinstance(found, str):
+            best = action.best_node(task, found)
+            if best is not None:
+                try:
+                    action.place(stmt, task, best)
+                except NodeAccountingError:
+                    pass
+                else:
+                    if ssn.job_ready(job):
+                        ready = True
+    if ready is None:
+        ready = ssn.job_ready(job)
+    action.turn_ready = ready
+    kept = ready or ssn.job_pipelined(job)
+    if not kept:
+        stmt.discard()
+    if memo is not None:
+        if not kept and action.turn_unfit:
+            memo.remember(job.uid, job.nodes_fit_errors)
+        else:
+            memo.forget(job.uid)
+    if kept and ready:
+        # `Statement.commit` with the kernels on: each allocation dispatched (one job's, one by one as
+        # `runs.dispatch_run` does for a run of one); a pipelined task stays as it is
+        for op in stmt.operations:
+            op.task.last_status = None
+            if op.name == ALLOCATE:
+                ssn.dispatch(op.task)
+    stmt.operations = []
