@@ -46,10 +46,13 @@ from busched.actions.util import NO_FIT
 from busched.api.job import JobInfo
 from busched.api.node import NodeAccountingError
 from busched.api.queue import QueueInfo
+from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
 from busched.framework import runs
+from busched.framework.decision import Decision
 from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import KeyedQueue, PriorityQueue
+from busched.framework.session import Session
 from busched.framework.statement import ALLOCATE, Statement
 
 if TYPE_CHECKING:
@@ -151,5 +154,20 @@ def _turn(action: AllocateAction, job: JobInfo, queue: QueueInfo, tasks: Any, no
         for op in stmt.operations:
             op.task.last_status = None
             if op.name == ALLOCATE:
-                ssn.dispatch(op.task)
+                _dispatch(ssn, job, op.task)
     stmt.operations = []
+
+
+_BINDING = TaskStatus.Binding  # (an enum member read from its class costs a metaclass lookup)
+
+
+def _dispatch(ssn: Session, job: JobInfo, task: TaskInfo) -> None:
+    """`Session.dispatch` for a task of ``job`` (its session's job of that uid): the bind decision
+    (built positionally, as `runs.dispatch_run` builds it), the move to Binding, the node copy's status."""
+    ssn.decisions.append(Decision("bind", task.key, task.node_name, "", task.bind_annotations))
+    job.update_task_status(task, _BINDING)
+    node = ssn.nodes.get(task.node_name)
+    if node is not None:
+        held = node.tasks.get(task.uid)
+        if held is not None:
+            held.status = _BINDING
