@@ -13,10 +13,10 @@ the same way:
   and pop it again at once, asking no queue order.  Nothing pushes another queue while the stream
   runs, so the queue popped next is this one until the stream ends.
 - **The next job is known without the ordering run again**: the job queue is a `KeyedQueue` (keys
-  computed once, at the push; a single-task job is never pushed back, its queue is empty after its
-  turn), so the job execute would pop next is the one `peek` shows.  A job whose waiting tasks are
-  more than one, or that takes the topology path (``routes``), ends the stream *before* anything of
-  its turn is asked: execute takes it from the very state it would have reached.
+  computed once, at the push), and a turn of a job with one task waiting leaves it none, so execute
+  would not push it back: the job execute would pop next is the one `peek` shows.  A job with more
+  than one task waiting, or that takes the topology path (``routes``), ends the stream *before*
+  anything of its turn is asked: execute takes it from the very state it would have reached.
 - **Per turn, in execute's order**: ``overused`` (an overused queue is dropped, as there), the pop,
   the unfit memo, and the turn itself: the helper renewed when the last turn cached an error,
   ``allocatable``, the candidates (the same `AllocateAction.candidates_for`, `best_node`, `place`),
@@ -27,9 +27,9 @@ the same way:
   busched.framework.runs): one `HandlerRun` for the whole stream, flushed before any other
   statement operation (a pipeline, a discard flush it themselves), at the stream's end and on an
   exception.  Those handlers keep shares that only job and queue *orderings* read; the stream asks
-  none (its job keys were computed before it, the queue is alone).  What the eager handlers keep
-  (proportion's queue allocated for ``allocatable`` and ``overused``, the pod view for the
-  predicates and the kept vectors) they hear at each placement, as before.
+  none (every waiting job's key was computed at its push, before the stream; the queue is alone).
+  What the eager handlers keep (proportion's queue allocated for ``allocatable`` and ``overused``,
+  the pod view for the predicates and the kept vectors) they hear at each placement, as before.
 
 The per-job path (`AllocateAction.allocate_tasks` from execute's loop) is the reference:
 tests/actions/test_allocate_stream.py runs whole cycles both ways on random clusters and job streams
@@ -39,7 +39,7 @@ state after the cycle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from busched.actions import allocate_topology
 from busched.actions.util import NO_FIT
@@ -55,30 +55,24 @@ from busched.framework.pqueue import KeyedQueue, PriorityQueue
 from busched.framework.session import Session
 from busched.framework.statement import ALLOCATE, Statement
 
-if TYPE_CHECKING:
-    from busched.actions.allocate import AllocateAction
-
 __all__ = ["takes", "stream"]
 
 
-def takes(action: AllocateAction, queues: Any, jobs: Any, tasks: Any) -> bool:
+def takes(action: Any, queues: Any, jobs: Any, tasks: Any) -> bool:
     """Whether the job just popped (its waiting ``tasks``) starts a stream: kernels on (the handler
-    runs, `runs.wanted`), its queue the only one live, its jobs keyed, its one task waiting."""
-    from busched.actions.allocate import OneTask
-
-    return (action.stream_turns and type(tasks) is OneTask and queues.empty() and type(jobs) is KeyedQueue
+    runs, `runs.wanted`), its queue the only one live, its jobs keyed, one task waiting.  (``action``
+    is the `busched.actions.allocate.AllocateAction` running: not imported, it imports this.)"""
+    return (action.stream_turns and len(tasks) == 1 and queues.empty() and type(jobs) is KeyedQueue
             and runs.wanted(action.ssn))
 
 
-def stream(action: AllocateAction, queue: QueueInfo, jobs: PriorityQueue[JobInfo] | KeyedQueue[JobInfo],
+def stream(action: Any, queue: QueueInfo, jobs: PriorityQueue[JobInfo] | KeyedQueue[JobInfo],
            job: JobInfo | None,
            tasks_by_job: dict[str, Any], memo: unfit.UnfitMemo | None) -> bool:
     """Take ``job``'s turn (popped by execute, overused, routes and the memo asked) and the turns of
     the single-task jobs that follow it in ``queue``.  Returns False when the queue was found
     overused (execute drops it), True when execute is to push it back (its next job is not one of
     the stream's, or it has none left)."""
-    from busched.actions.allocate import OneTask
-
     assert isinstance(jobs, KeyedQueue)  # (`takes`)
     ssn = action.ssn
     nodes = ssn.node_list
@@ -94,7 +88,7 @@ def stream(action: AllocateAction, queue: QueueInfo, jobs: PriorityQueue[JobInfo
             if jobs.empty():
                 return True
             nxt = jobs.peek()
-            if type(tasks_by_job[nxt.uid]) is not OneTask or allocate_topology.routes(nxt):
+            if len(tasks_by_job[nxt.uid]) != 1 or allocate_topology.routes(nxt):
                 return True  # execute takes it from here
             if overused(queue):
                 return False
@@ -111,9 +105,10 @@ def stream(action: AllocateAction, queue: QueueInfo, jobs: PriorityQueue[JobInfo
             run.flush()
 
 
-def _turn(action: AllocateAction, job: JobInfo, queue: QueueInfo, tasks: Any, nodes: list[Any],
+def _turn(action: Any, job: JobInfo, queue: QueueInfo, tasks: Any, nodes: list[Any],
           stmt: Statement, memo: unfit.UnfitMemo | None) -> None:
-    """`AllocateAction.allocate_tasks` and execute's end of a turn, for a job whose one task waits."""
+    """`AllocateAction.allocate_tasks` and execute's end of a turn, for a job with one task waiting (its
+    ``tasks`` hold one: the turn pops it and leaves them empty, so execute would not push the job back)."""
     ssn = action.ssn
     stmt.operations = []
     if action.helper.cache or not action.reuse_helper:
