@@ -18,11 +18,11 @@ the same way:
   than one task waiting, or that takes the topology path (``routes``), ends the stream *before*
   anything of its turn is asked: execute takes it from the very state it would have reached.
 - **Per turn, in execute's order**: ``overused`` (an overused queue is dropped, as there), the pop,
-  the unfit memo, and the turn itself: the helper renewed when the last turn cached an error,
-  ``allocatable``, the candidates (the same `AllocateAction.candidates_for`, `best_node`, `place`),
-  ``job_ready`` after the placement and again when the turn ended otherwise, ``job_pipelined`` when
-  not ready, a discard, the memo remembered or forgotten, and the commit: the job's one bind
-  dispatched at once, as ``Statement.commit`` does.
+  the unfit memo, and the turn as `AllocateAction.allocate_tasks` makes it: the helper renewed when
+  the last turn cached an error, the turn itself (allocate's own `AllocateAction._turn`, whatever
+  it asks and however it chooses), ``job_ready`` again when the turn ended without it,
+  ``job_pipelined`` when not ready, a discard, the memo remembered or forgotten, and the commit: the
+  job's one bind dispatched at once, as ``Statement.commit`` does.
 - **The handlers with a run form hear once per stream** (drf and proportion's shares,
   busched.framework.runs): one `HandlerRun` for the whole stream, flushed before any other
   statement operation (a pipeline, a discard flush it themselves), at the stream's end and on an
@@ -42,9 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 from busched.actions import allocate_topology
-from busched.actions.util import NO_FIT
 from busched.api.job import JobInfo
-from busched.api.node import NodeAccountingError
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
@@ -114,24 +112,8 @@ def _turn(action: Any, job: JobInfo, queue: QueueInfo, tasks: Any, nodes: list[A
     if action.helper.cache or not action.reuse_helper:
         action.helper = PredicateHelper(ssn, action.error_cache)
     action.turn_unfit = False
-    ready: bool | None = None
-    task = tasks.pop()
-    if ssn.allocatable(queue, task):
-        found = action.candidates_for(job, task, nodes, ssn.nodes, action.helper,
-                                      role_failed=job.task_has_fit_errors(task),
-                                      keep_going=job.need_continue_allocating, lazy=True)
-        if found is NO_FIT:
-            action.turn_unfit = not action.pipelined_any and unfit.repeatable(task)  # (its first task)
-        if not isinstance(found, str):
-            best = action.best_node(task, found)
-            if best is not None:
-                try:
-                    action.place(stmt, task, best)
-                except NodeAccountingError:
-                    pass
-                else:
-                    if ssn.job_ready(job):
-                        ready = True
+    # the turn itself is allocate's own (`AllocateAction._turn`: the task's checks, its choice, its placing)
+    ready: bool | None = action._turn(job, queue, tasks, nodes, ssn.nodes, stmt)
     if ready is None:
         ready = ssn.job_ready(job)
     action.turn_ready = ready
