@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 
-from busched.actions import allocate_topology
+from busched.actions import allocate_stream, allocate_topology
 from busched.actions.util import NO_FIT, PREDICATE_ERROR_CACHE_KEY, SKIP, STOP, predicate_error_cache
 from busched.api.fit import FitError, FitErrors
 from busched.api.job import JobInfo, PodGroupPhase
@@ -45,6 +45,7 @@ class AllocateAction:
     name = "allocate"
     reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
     reuse_helper = True  # the last turn's predicate helper when it cached nothing (tests compare without)
+    stream_turns = True  # single-task jobs' turns one after another (allocate_stream; tests compare without)
 
     def execute(self, ssn: Session) -> None:
         self.ssn = ssn
@@ -117,6 +118,11 @@ class AllocateAction:
                     queues.push(queue)
                     continue
             tasks = tasks_by_job[job.uid]
+            if allocate_stream.takes(self, queues, jobs, tasks):
+                # this job's turn and its single-task successors' in this queue (busched.actions.allocate_stream)
+                if allocate_stream.stream(self, queue, jobs, job, tasks_by_job, memo):
+                    queues.push(queue)
+                continue
             stmt = self.allocate_tasks(job, queue, tasks, ssn.node_list)
             if memo is not None:
                 if stmt is None and self.turn_unfit:

@@ -101,6 +101,15 @@ class KeyedQueue(Generic[T]):
             return heapq.heappop(h)[1]
         return s.pop()[1]
 
+    def peek(self) -> T:
+        """The item `pop` would return next, left in the queue."""
+        if not self._sealed:
+            self._seal()
+        s, h = self._sorted, self._h
+        if h and (not s or h[0] < s[-1]):
+            return h[0][1]
+        return s[-1][1]
+
     def empty(self) -> bool:
         return not self._sorted and not self._h
 
