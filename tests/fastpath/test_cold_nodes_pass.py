@@ -4,8 +4,10 @@ cache's sequence, each looked up, its template kept or made again).
 
 Random clusters (`_odd_cluster`: ended, deleting, Binding tasks, tasks without a job or on a missing node)
 inserted as a restart does, then made harder for the pass: the cache's task map put out of the tasks'
-order (the pass sorts instead of reading the map in order), some templates dropped or handed to a
-written owner (their nodes go task by task, and make them again in the same order as the reference).
+order (the pass sorts instead of reading the map in order), some templates dropped, handed to a
+written owner, or left of an older spec (a task upserted naming a priority class: the cache keeps no new
+template for it, so the old one stays with the old spec); their nodes go task by task, and make them
+again in the same order as the reference.
 The whole snapshot and every record of the memo must be equal, and the pass's lists equal, node by
 node, to the reference's own loop for every node it takes.
 """
@@ -17,6 +19,7 @@ import random
 import msgspec
 import pytest
 
+from busched.api import objects as o
 from busched.api.task import TaskStatus
 from busched.fastpath import lending_cold
 from tests.fastpath.test_lending_cold import _lent, _memo_state, _odd_cluster, _restart_cache
@@ -31,7 +34,8 @@ def _with_ended(rng: random.Random, spec):  # noqa: ANN001, ANN202
     return msgspec.structs.replace(spec, tasks=tasks)
 
 
-def _harder(rng: random.Random, cache, shuffle: bool, drop: float, owned: float) -> set[str]:  # noqa: ANN001
+def _harder(rng: random.Random, cache, shuffle: bool, drop: float, owned: float,  # noqa: ANN001
+            stale: float = 0.0) -> set[str]:
     """The same changes to each cache when ``rng`` starts from the same state; the nodes of the tasks
     whose template is to be made again."""
     memo = cache._memo
@@ -41,10 +45,12 @@ def _harder(rng: random.Random, cache, shuffle: bool, drop: float, owned: float)
         rng.shuffle(items)
         cache.objects["task"].clear()
         cache.objects["task"].update(items)
+    if stale:
+        cache.upsert("priorityClass", o.PriorityClassSpec(name="high", value=1000))
     written = None
     for key in sorted(memo._tasks):
         r = rng.random()
-        if r < drop + owned:
+        if r < drop + owned + stale:
             changed.add(cache.objects["task"][key].node)
         if r < drop:
             del memo._tasks[key]
@@ -53,6 +59,9 @@ def _harder(rng: random.Random, cache, shuffle: bool, drop: float, owned: float)
                 written = next(iter(memo._job_templates.values()))[1]
                 written.written = True
             memo._tasks[key].owner = written
+        elif r < drop + owned + stale:  # the template stays, of the spec before this upsert
+            cache.upsert("task", msgspec.structs.replace(cache.objects["task"][key], priority_class_name="high"), key)
+            assert memo._tasks[key].spec is not cache.objects["task"][key]
     return changed - {""}
 
 
@@ -77,10 +86,11 @@ def test_one_pass_equals_the_per_node_loop(seed: int) -> None:
     spec = _with_ended(rng, _odd_cluster(rng))
     caches = _restart_cache(spec), _restart_cache(spec)
     shuffle, drop, owned = seed % 2 == 1, (0.0, 0.0, 0.05, 0.3)[seed // 2 % 4], 0.1 if seed % 5 == 4 else 0.0
+    stale = 0.1 if seed % 3 == 2 else 0.0
     state = rng.getstate()
     for c in caches:
         rng.setstate(state)
-        changed = _harder(rng, c, shuffle, drop, owned)
+        changed = _harder(rng, c, shuffle, drop, owned, stale)
     one, ref = caches
     ref._memo.one_pass_nodes = False
     by_node, ended, redo = lending_cold._placed_by_node(one, one._memo._tasks)  # (reads only)
