@@ -8,7 +8,9 @@ and pending jobs, so streams start, end at a job with more than one task, at the
 at an overused queue, and take turns that fail.  Decisions in order, podgroup phases, pipelined
 tasks, fit errors, conditions, the search's rotated start, the random source's state, drf's and
 proportion's state and every job's maps must be equal, over two cycles of one cache (the second
-reads the unfit memo the first left).  The first cycle also against the kernels off (the plain path).
+reads the unfit memo the first left), also without gang (jobs pushed back with tasks waiting, a
+higher-priority one then ahead of the job queue's sorted head).  The first cycle also against the
+kernels off (the plain path).
 Planted: a stream that skips `overused`, or flushes the handler run only when it ends and tells
 drf of nothing, is caught.
 """
@@ -24,7 +26,7 @@ from busched.actions import allocate, allocate_stream
 from busched.api import objects as o
 from busched.builtin import run_cycle
 from busched.fastpath import FastPathSettings
-from busched.framework.config import load_config
+from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.session import Session
 from tests.fastpath.test_kernels_select import CONFIGS, outcome
 from tests.framework.test_handler_runs import _handlers_state, _job_state
@@ -56,6 +58,11 @@ def with_stream(rng: random.Random, spec: o.ClusterSpec) -> o.ClusterSpec:
                                     node_selector=dict(selector), priority_class_name=pc))
     return msgspec.structs.replace(spec, jobs=jobs, tasks=tasks)
 
+
+# without gang a job with tasks still waiting after its turn is pushed back, and one of higher priority
+# then waits in the job queue's heap ahead of its sorted head: the stream's ``peek`` must show it
+STREAM_CONFIGS = dict(CONFIGS, nogang=DEFAULT_CONFIG.replace("  - name: gang\n    enablePreemptable: false\n", ""))
+assert STREAM_CONFIGS["nogang"] != DEFAULT_CONFIG
 
 ASKED = ("overused", "allocatable", "job_ready", "job_pipelined", "pre_predicate_fn")
 
@@ -122,24 +129,24 @@ def counted(monkeypatch) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("config", sorted(STREAM_CONFIGS))
 @pytest.mark.parametrize("seed", range(6))
 def test_a_stream_decides_as_the_per_job_path(monkeypatch, config, seed):
     spec = cluster(seed)
     with monkeypatch.context() as m:
-        now = run(spec, CONFIGS[config], seed, monkeypatch=m)
+        now = run(spec, STREAM_CONFIGS[config], seed, monkeypatch=m)
     assert now[0]["decisions"], "nothing placed: the comparison would be empty"
     with monkeypatch.context() as m:
         m.setattr(allocate.AllocateAction, "stream_turns", False)
         counts = counted(m)
-        before = run(spec, CONFIGS[config], seed, monkeypatch=m)
+        before = run(spec, STREAM_CONFIGS[config], seed, monkeypatch=m)
     assert counts["streams"] == 0
     assert now == before  # (with every check asked, in the same order, with the same answers)
     for one in now:
         one.pop("asked")
     # the first cycle against the kernels off (the second reads the unfit memo, a kernels-on shortcut
     # whose fit errors are the first cycle's, not counted afresh)
-    a, b = now[0], run(spec, CONFIGS[config], seed, kernels=False)[0]
+    a, b = now[0], run(spec, STREAM_CONFIGS[config], seed, kernels=False)[0]
     for k in ("handlers", "jobs"):  # (the plain path's plugin bookkeeping may be kept differently)
         a.pop(k)
         b.pop(k)
