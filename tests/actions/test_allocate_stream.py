@@ -224,3 +224,49 @@ def test_a_stream_stops_at_an_overused_queue(monkeypatch):
         bad = run(spec, CONFIGS["default"], 0, monkeypatch=m)
     assert bad != now
     assert [c[:-1] for c in bad[0]["asked"]] != [c[:-1] for c in now[0]["asked"]]
+
+
+def refused_cluster(nowhere_first: bool) -> o.ClusterSpec:
+    """One queue (q1, capability 3 cpu) whose first job's turn is a stream turn that ends neither
+    ready nor pipelined without a task found to fit nowhere: its one task asks 5 cpu, refused by
+    ``allocatable``.  With ``nowhere_first`` a job whose task fits nowhere (a selector no node has)
+    takes the first turn before it, leaving the action's ``turn_unfit`` set.  Single-task jobs of
+    1 cpu follow."""
+    nodes = [o.NodeSpec(name=f"node-{i}", allocatable={"cpu": "8", "memory": "32Gi", "pods": 8},
+                        labels={"zone": "a"}) for i in range(2)]
+    specs, tasks = [], []
+
+    def job(name: str, pc: str, cpu: str, selector: dict) -> None:
+        specs.append(o.JobSpec(name=name, namespace="ns", queue="q1", min_member=1, phase="Inqueue",
+                               priority_class_name=pc))
+        tasks.append(o.TaskSpec(name=f"{name}-0", namespace="ns", job=name, requests={"cpu": cpu, "memory": "1Gi"},
+                                node_selector=selector, priority_class_name=pc))
+
+    if nowhere_first:
+        job("nowhere", "top", "1", {"zone": "z"})
+    job("refused", "high", "5", {})
+    for j in range(4):
+        job(f"st{j:03d}", "", "1", {})
+    return o.ClusterSpec(nodes=nodes, tasks=tasks, jobs=specs, queues=[o.QueueSpec(name="q1", capability={"cpu": "3"})],
+                         priority_classes=[o.PriorityClassSpec(name="top", value=2000),
+                                           o.PriorityClassSpec(name="high", value=1000)])
+
+
+@pytest.mark.parametrize("nowhere_first", [False, True])
+def test_a_refused_stream_turn_clears_turn_unfit(monkeypatch, nowhere_first):
+    """A stream turn that is neither ready nor pipelined is remembered as unfit only when that turn
+    found its task to fit nowhere (`_turn` clears the action's ``turn_unfit`` first, as
+    `AllocateAction.allocate_tasks` does): as the action's first turn it must not read an unset
+    flag, after a turn that did find no fit it must not read that turn's.  Two cycles: the second
+    reads the unfit memo the first left, and must ask ``allocatable`` of the refused job again."""
+    spec = refused_cluster(nowhere_first)
+    counts = counted(monkeypatch)
+    with monkeypatch.context() as m:
+        now = run(spec, CONFIGS["default"], 0, monkeypatch=m)
+    assert counts["turns"] >= 4, counts  # the refused job's turn and the others' in streams
+    for one in now:
+        assert any(c[0] == "allocatable" and c[-1] is False for c in one["asked"])  # the refused job asked
+        assert len([d for d in one["decisions"] if d[0] == "bind"]) == 3  # q1's capability
+    with monkeypatch.context() as m:
+        m.setattr(allocate.AllocateAction, "stream_turns", False)
+        assert run(spec, CONFIGS["default"], 0, monkeypatch=m) == now
