@@ -94,6 +94,9 @@ def run(spec: o.ClusterSpec, config: str, seed: int, kernels: bool = True, monke
         def before_close(ssn, ends=ends):
             ends["handlers"] = _handlers_state(ssn)
             ends["jobs"] = {u: _job_state(j) for u, j in sorted(ssn.jobs.items())}
+            # what a discard left on each task (a commit clears it; gang's close reads it)
+            ends["last_status"] = sorted((t.key, str(t.last_status), t.last_node)
+                                         for j in ssn.jobs.values() for t in j.tasks.values())
 
         ssn = run_cycle(cache.snapshot(), load_config(config), seed=seed + cycle, before_close=before_close)
         one = outcome(ssn)
