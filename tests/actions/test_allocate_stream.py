@@ -22,7 +22,8 @@ import random
 import msgspec
 import pytest
 
-from busched.actions import allocate, allocate_stream
+from busched.actions import allocate, allocate_stream, allocate_topology
+from busched.api import k8s_specs
 from busched.api import objects as o
 from busched.builtin import run_cycle
 from busched.fastpath import FastPathSettings
@@ -273,3 +274,51 @@ def test_a_refused_stream_turn_clears_turn_unfit(monkeypatch, nowhere_first):
     with monkeypatch.context() as m:
         m.setattr(allocate.AllocateAction, "stream_turns", False)
         assert run(spec, CONFIGS["default"], 0, monkeypatch=m) == now
+
+
+def routed(spec: o.ClusterSpec, rng: random.Random) -> o.ClusterSpec:
+    """``spec`` with about one stream job in four (single-task and multi-task alike) taking the
+    topology path (`allocate_topology.routes`): a hard network topology or a sub-group policy."""
+    jobs = list(spec.jobs)
+    for i, j in enumerate(jobs):
+        if j.name.startswith("st") and rng.random() < 0.25:
+            if rng.random() < 0.5:
+                jobs[i] = msgspec.structs.replace(j, network_topology=k8s_specs.NetworkTopology(
+                    mode="hard", highest_tier_allowed=1))
+            else:
+                jobs[i] = msgspec.structs.replace(j, sub_group_policy=[
+                    k8s_specs.SubGroupPolicy(name="p", sub_group_size=1, match_label_keys=["r"])])
+    return msgspec.structs.replace(spec, jobs=jobs)
+
+
+def test_a_stream_ends_at_a_job_that_takes_the_topology_path(monkeypatch):
+    """A single-task job with a hard network topology or a sub-group policy is execute's (its turn
+    goes through `allocate_topology`): the stream ends before it, and the cycles decide as the per-job
+    path.  Across the seeds streams do end there, at single-task jobs."""
+    ended: list[int] = []  # the tasks of each job a stream ended at for its topology path
+    real_stream, real_routes = allocate_stream.stream, allocate_topology.routes
+    inside = [False]
+
+    def stream(*a, **kw):
+        inside[0] = True
+        try:
+            return real_stream(*a, **kw)
+        finally:
+            inside[0] = False
+
+    def routes(job):
+        got = real_routes(job)
+        if inside[0] and got:
+            ended.append(len(job.tasks))
+        return got
+
+    for seed in range(4):
+        spec = routed(cluster(seed), random.Random(seed))
+        with monkeypatch.context() as m:
+            m.setattr(allocate_stream, "stream", stream)
+            m.setattr(allocate_topology, "routes", routes)
+            now = run(spec, CONFIGS["default"], seed, monkeypatch=m)
+        with monkeypatch.context() as m:
+            m.setattr(allocate.AllocateAction, "stream_turns", False)
+            assert run(spec, CONFIGS["default"], seed, monkeypatch=m) == now, seed
+    assert 1 in ended, ended
