@@ -8,7 +8,9 @@ and pending jobs, so streams start, end at a job with more than one task, at the
 at an overused queue, and take turns that fail.  Decisions in order, podgroup phases, pipelined
 tasks, fit errors, conditions, the search's rotated start, the random source's state, drf's and
 proportion's state and every job's maps must be equal, over two cycles of one cache (the second
-reads the unfit memo the first left).  The first cycle also against the kernels off (the plain path).
+reads the unfit memo the first left), also without gang (jobs pushed back with tasks waiting, a
+higher-priority one then ahead of the job queue's sorted head).  The first cycle also against the
+kernels off (the plain path).
 Planted: a stream that skips `overused`, or flushes the handler run only when it ends and tells
 drf of nothing, is caught.
 """
@@ -20,11 +22,12 @@ import random
 import msgspec
 import pytest
 
-from busched.actions import allocate, allocate_stream
+from busched.actions import allocate, allocate_stream, allocate_topology
+from busched.api import k8s_specs
 from busched.api import objects as o
 from busched.builtin import run_cycle
 from busched.fastpath import FastPathSettings
-from busched.framework.config import load_config
+from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.session import Session
 from tests.fastpath.test_kernels_select import CONFIGS, outcome
 from tests.framework.test_handler_runs import _handlers_state, _job_state
@@ -57,6 +60,11 @@ def with_stream(rng: random.Random, spec: o.ClusterSpec) -> o.ClusterSpec:
     return msgspec.structs.replace(spec, jobs=jobs, tasks=tasks)
 
 
+# without gang a job with tasks still waiting after its turn is pushed back, and one of higher priority
+# then waits in the job queue's heap ahead of its sorted head: the stream's ``peek`` must show it
+STREAM_CONFIGS = dict(CONFIGS, nogang=DEFAULT_CONFIG.replace("  - name: gang\n    enablePreemptable: false\n", ""))
+assert STREAM_CONFIGS["nogang"] != DEFAULT_CONFIG
+
 ASKED = ("overused", "allocatable", "job_ready", "job_pipelined", "pre_predicate_fn")
 
 
@@ -87,6 +95,9 @@ def run(spec: o.ClusterSpec, config: str, seed: int, kernels: bool = True, monke
         def before_close(ssn, ends=ends):
             ends["handlers"] = _handlers_state(ssn)
             ends["jobs"] = {u: _job_state(j) for u, j in sorted(ssn.jobs.items())}
+            # what a discard left on each task (a commit clears it; gang's close reads it)
+            ends["last_status"] = sorted((t.key, str(t.last_status), t.last_node)
+                                         for j in ssn.jobs.values() for t in j.tasks.values())
 
         ssn = run_cycle(cache.snapshot(), load_config(config), seed=seed + cycle, before_close=before_close)
         one = outcome(ssn)
@@ -122,24 +133,24 @@ def counted(monkeypatch) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("config", sorted(STREAM_CONFIGS))
 @pytest.mark.parametrize("seed", range(6))
 def test_a_stream_decides_as_the_per_job_path(monkeypatch, config, seed):
     spec = cluster(seed)
     with monkeypatch.context() as m:
-        now = run(spec, CONFIGS[config], seed, monkeypatch=m)
+        now = run(spec, STREAM_CONFIGS[config], seed, monkeypatch=m)
     assert now[0]["decisions"], "nothing placed: the comparison would be empty"
     with monkeypatch.context() as m:
         m.setattr(allocate.AllocateAction, "stream_turns", False)
         counts = counted(m)
-        before = run(spec, CONFIGS[config], seed, monkeypatch=m)
+        before = run(spec, STREAM_CONFIGS[config], seed, monkeypatch=m)
     assert counts["streams"] == 0
     assert now == before  # (with every check asked, in the same order, with the same answers)
     for one in now:
         one.pop("asked")
     # the first cycle against the kernels off (the second reads the unfit memo, a kernels-on shortcut
     # whose fit errors are the first cycle's, not counted afresh)
-    a, b = now[0], run(spec, CONFIGS[config], seed, kernels=False)[0]
+    a, b = now[0], run(spec, STREAM_CONFIGS[config], seed, kernels=False)[0]
     for k in ("handlers", "jobs"):  # (the plain path's plugin bookkeeping may be kept differently)
         a.pop(k)
         b.pop(k)
@@ -217,3 +228,97 @@ def test_a_stream_stops_at_an_overused_queue(monkeypatch):
         bad = run(spec, CONFIGS["default"], 0, monkeypatch=m)
     assert bad != now
     assert [c[:-1] for c in bad[0]["asked"]] != [c[:-1] for c in now[0]["asked"]]
+
+
+def refused_cluster(nowhere_first: bool) -> o.ClusterSpec:
+    """One queue (q1, capability 3 cpu) whose first job's turn is a stream turn that ends neither
+    ready nor pipelined without a task found to fit nowhere: its one task asks 5 cpu, refused by
+    ``allocatable``.  With ``nowhere_first`` a job whose task fits nowhere (a selector no node has)
+    takes the first turn before it, leaving the action's ``turn_unfit`` set.  Single-task jobs of
+    1 cpu follow."""
+    nodes = [o.NodeSpec(name=f"node-{i}", allocatable={"cpu": "8", "memory": "32Gi", "pods": 8},
+                        labels={"zone": "a"}) for i in range(2)]
+    specs, tasks = [], []
+
+    def job(name: str, pc: str, cpu: str, selector: dict) -> None:
+        specs.append(o.JobSpec(name=name, namespace="ns", queue="q1", min_member=1, phase="Inqueue",
+                               priority_class_name=pc))
+        tasks.append(o.TaskSpec(name=f"{name}-0", namespace="ns", job=name, requests={"cpu": cpu, "memory": "1Gi"},
+                                node_selector=selector, priority_class_name=pc))
+
+    if nowhere_first:
+        job("nowhere", "top", "1", {"zone": "z"})
+    job("refused", "high", "5", {})
+    for j in range(4):
+        job(f"st{j:03d}", "", "1", {})
+    return o.ClusterSpec(nodes=nodes, tasks=tasks, jobs=specs, queues=[o.QueueSpec(name="q1", capability={"cpu": "3"})],
+                         priority_classes=[o.PriorityClassSpec(name="top", value=2000),
+                                           o.PriorityClassSpec(name="high", value=1000)])
+
+
+@pytest.mark.parametrize("nowhere_first", [False, True])
+def test_a_refused_stream_turn_clears_turn_unfit(monkeypatch, nowhere_first):
+    """A stream turn that is neither ready nor pipelined is remembered as unfit only when that turn
+    found its task to fit nowhere (`_turn` clears the action's ``turn_unfit`` first, as
+    `AllocateAction.allocate_tasks` does): as the action's first turn it must not read an unset
+    flag, after a turn that did find no fit it must not read that turn's.  Two cycles: the second
+    reads the unfit memo the first left, and must ask ``allocatable`` of the refused job again."""
+    spec = refused_cluster(nowhere_first)
+    counts = counted(monkeypatch)
+    with monkeypatch.context() as m:
+        now = run(spec, CONFIGS["default"], 0, monkeypatch=m)
+    assert counts["turns"] >= 4, counts  # the refused job's turn and the others' in streams
+    for one in now:
+        assert any(c[0] == "allocatable" and c[-1] is False for c in one["asked"])  # the refused job asked
+        assert len([d for d in one["decisions"] if d[0] == "bind"]) == 3  # q1's capability
+    with monkeypatch.context() as m:
+        m.setattr(allocate.AllocateAction, "stream_turns", False)
+        assert run(spec, CONFIGS["default"], 0, monkeypatch=m) == now
+
+
+def routed(spec: o.ClusterSpec, rng: random.Random) -> o.ClusterSpec:
+    """``spec`` with about one stream job in four (single-task and multi-task alike) taking the
+    topology path (`allocate_topology.routes`): a hard network topology or a sub-group policy."""
+    jobs = list(spec.jobs)
+    for i, j in enumerate(jobs):
+        if j.name.startswith("st") and rng.random() < 0.25:
+            if rng.random() < 0.5:
+                jobs[i] = msgspec.structs.replace(j, network_topology=k8s_specs.NetworkTopology(
+                    mode="hard", highest_tier_allowed=1))
+            else:
+                jobs[i] = msgspec.structs.replace(j, sub_group_policy=[
+                    k8s_specs.SubGroupPolicy(name="p", sub_group_size=1, match_label_keys=["r"])])
+    return msgspec.structs.replace(spec, jobs=jobs)
+
+
+def test_a_stream_ends_at_a_job_that_takes_the_topology_path(monkeypatch):
+    """A single-task job with a hard network topology or a sub-group policy is execute's (its turn
+    goes through `allocate_topology`): the stream ends before it, and the cycles decide as the per-job
+    path.  Across the seeds streams do end there, at single-task jobs."""
+    ended: list[int] = []  # the tasks of each job a stream ended at for its topology path
+    real_stream, real_routes = allocate_stream.stream, allocate_topology.routes
+    inside = [False]
+
+    def stream(*a, **kw):
+        inside[0] = True
+        try:
+            return real_stream(*a, **kw)
+        finally:
+            inside[0] = False
+
+    def routes(job):
+        got = real_routes(job)
+        if inside[0] and got:
+            ended.append(len(job.tasks))
+        return got
+
+    for seed in range(4):
+        spec = routed(cluster(seed), random.Random(seed))
+        with monkeypatch.context() as m:
+            m.setattr(allocate_stream, "stream", stream)
+            m.setattr(allocate_topology, "routes", routes)
+            now = run(spec, CONFIGS["default"], seed, monkeypatch=m)
+        with monkeypatch.context() as m:
+            m.setattr(allocate.AllocateAction, "stream_turns", False)
+            assert run(spec, CONFIGS["default"], seed, monkeypatch=m) == now, seed
+    assert 1 in ended, ended
