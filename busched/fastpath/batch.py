@@ -1,27 +1,24 @@
 """Allocate's choice for a run of tasks of one template, from vectors kept across the run.
 
-For every task it places, allocate searches (the predicates' batch twins, the fit on future idle,
-the walk from the rotating start), buckets the nodes found by idle, scores the bucket (the
-node-order twins, summed) and draws among the best.  Each twin keeps its own vector for the
-task's shape and refreshes only the node just placed on (`rowcache`), but every call still goes
-through the twin's preamble: what of the task it reads, which of its scorers apply, its keys.
-For a gang's replicas or a deployment's pods those answers are the same task after task.
+For every task it places, allocate searches (the predicates' batch twins, the fit on future idle, the walk
+from the rotating start), buckets the nodes found by idle, scores the bucket (the node-order twins, summed)
+and draws among the best.  Each twin keeps its own vector for the task's shape and refreshes only the node just
+placed on (`rowcache`), but every call still goes through the twin's preamble: what of the task it reads,
+which of its scorers apply, its keys. For a gang's replicas or a deployment's pods those answers are the same
+task after task.
 
-Here they are asked once per *template* (tasks whose every field a twin reads is equal): each
-twin that can (``row_local``, attached by its plugin with `declare`) says which change logs its
-answer follows, how to compute one node's value (its plugin's own per-node function, the one its
-kept vector is refreshed with) and what would end the declaration (``still``).  The first task
-of the template takes each twin's whole vector once; later tasks refresh the rows logged since
-with those per-node functions, sum the score vectors as `select.scores` does, walk and bucket
-as `select_run.gradients_found` does, and draw among the tied best with the session's random
-source as `select.pick_unless_nan` does.  Anything else (a twin without a declaration, a NaN
-score, no node found, a twin raising) answers None before any draw, and the caller takes the
-per-task path from the same state.  The per-task path is the reference
-(tests/fastpath/test_batch_choice.py).  On a cluster small enough that every search looks at
-every node, a template keeps its vectors as Python lists and chooses from a `board.Board`,
-without the dozen numpy calls a choice on arrays makes (`pick_arrays`, its reference,
-tests/fastpath/test_board.py); on arrays, a walk whose rows all pass is read as slices
-(`pick.pick_window`).
+Here they are asked once per *template* (tasks whose every field a twin reads is equal): each twin that can
+(``row_local``, attached by its plugin with `declare`) says which change logs its answer follows, how to
+compute one node's value (its plugin's own per-node function, the one its kept vector is refreshed with) and
+what would end the declaration (``still``).  The first task of the template takes each twin's whole vector
+once; later tasks refresh the rows logged since with those per-node functions, sum the score vectors as
+`select.scores` does, walk and bucket as `select_run.gradients_found` does, and draw among the tied best with
+the session's random source as `select.pick_unless_nan` does.  Anything else (a twin without a declaration, a
+NaN score, no node found, a twin raising) answers None before any draw, and the caller takes the per-task path
+from the same state.  The per-task path is the reference (tests/fastpath/test_batch_choice.py).  On a cluster
+small enough that every search looks at every node, a template keeps its vectors as Python lists and chooses
+from a `board.Board`, without the dozen numpy calls a choice on arrays makes (`pick_arrays`, its reference,
+tests/fastpath/test_board.py); on arrays, a walk whose rows all pass is read as slices (`pick.pick_window`).
 """
 
 from __future__ import annotations
