@@ -239,11 +239,10 @@ def test_columns_of_the_wrong_type_make_the_checkpoint_corrupt():
         C.decode(blob)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_task_info_like_is_task_info(seed):
-    """`build_like.task_info_like` of a template's conversion is `build.task_info` of the spec, every field."""
-    rng = random.Random(seed)
-    for _ in range(60):
+def task_templates(rng: random.Random, n: int) -> Any:
+    """Up to ``n`` random task templates (a spec without name, job, node or phase) with their conversions; those
+    `build.task_info` refuses are left out."""
+    for _ in range(n):
         kw: dict[str, Any] = {"requests": rng.choice([{"cpu": "1"}, {}, {"cpu": "2", "memory": "1Gi"}])}
         for field in ("labels", "annotations", "node_selector", "priority", "limits", "created", "status",
                       "deleting"):
@@ -251,9 +250,16 @@ def test_task_info_like_is_task_info(seed):
                 kw[field] = rng.choice(dict(_DIFFERENT)[field])
         template = o.TaskSpec(name="", namespace=rng.choice(["t", "u"]), **kw)
         try:
-            info = build.task_info(template, {})
+            yield template, build.task_info(template, {})
         except build.SpecError:
             continue
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_task_info_like_is_task_info(seed):
+    """`build_like.task_info_like` of a template's conversion is `build.task_info` of the spec, every field."""
+    rng = random.Random(seed)
+    for template, info in task_templates(rng, 60):
         for _ in range(5):
             s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}", job=rng.choice(["", "j"]),
                                         node=rng.choice(["", "n1"]), phase=rng.choice(sorted(build.TASK_PHASES)))

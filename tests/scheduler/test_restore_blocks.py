@@ -23,7 +23,7 @@ from busched.scheduler import checkpoint as C
 from busched.scheduler import restore_blocks as RB
 from busched.scheduler import restore_bulk
 from tests.scheduler.test_checkpoint import everything
-from tests.scheduler.test_checkpoint_shared import _DIFFERENT, _JOB_DIFFERENT, infos, mix, restored
+from tests.scheduler.test_checkpoint_shared import _DIFFERENT, _JOB_DIFFERENT, infos, mix, restored, task_templates
 from tests.scheduler.test_restore_bulk import _enc, counters, ordered
 
 # a template's variations whose valid values keep its tasks on the block path (labels copied per task, a status or
@@ -203,17 +203,7 @@ def test_task_infos_like_is_task_info_like_of_each(seed):
     """`build_like.task_infos_like` over a template's replicas gives `task_info_like` of each (and so `task_info`),
     every field, the label maps each its own."""
     rng = random.Random(seed)
-    for _ in range(40):
-        kw: dict[str, Any] = {"requests": rng.choice([{"cpu": "1"}, {}, {"cpu": "2", "memory": "1Gi"}])}
-        for field in ("labels", "annotations", "node_selector", "priority", "limits", "created", "status",
-                      "deleting"):
-            if rng.random() < 0.3:
-                kw[field] = rng.choice(dict(_DIFFERENT)[field])
-        template = o.TaskSpec(name="", namespace=rng.choice(["t", "u"]), **kw)
-        try:
-            info = build.task_info(template, {})
-        except build.SpecError:
-            continue
+    for template, info in task_templates(rng, 40):
         specs = [msgspec.structs.replace(template, name=f"x{i}", job=rng.choice(["", "j", "k"]),
                                          node=rng.choice(["", "n1", "n2"]), phase=rng.choice(sorted(build.TASK_PHASES)))
                  for i in range(rng.randint(1, 12))]
