@@ -182,6 +182,7 @@ class AllocateAction:
             if not ssn.allocatable(queue, task):
                 continue
             role_failed = job.task_has_fit_errors(task)
+            best: NodeInfo | None = None  # the run's choice, or the per-task path's below
             if (wanted and not role_failed and not task.nominated_node_name
                     and not (self.helper.enable_error_cache and task.role)):
                 # candidates_for's steps up to the choice, the choice from the run
@@ -194,35 +195,29 @@ class AllocateAction:
                         run = RunChoice.open(ssn, nodes, ssn.predicate_for_allocate,
                                              nodeselect.num_feasible_nodes_to_find(len(nodes), self.helper.opts))
                         wanted = run is not None
-                    node = run.choose(task) if run is not None else None
-                    if node is not None:
-                        try:
-                            self.place(stmt, task, node)
-                        except NodeAccountingError:
-                            continue
-                        if ssn.job_ready(job):
-                            return True
-                        continue
-                    if run is not None:
-                        run.forget()
-                    found = self.candidates_for(job, task, nodes, node_names, self.helper, role_failed=False,
-                                                keep_going=job.need_continue_allocating, lazy=True, checked=True)
+                    best = run.choose(task) if run is not None else None
+                    if best is None:
+                        if run is not None:
+                            run.forget()
+                        found = self.candidates_for(job, task, nodes, node_names, self.helper, role_failed=False,
+                                                    keep_going=job.need_continue_allocating, lazy=True,
+                                                    checked=True)
             else:
                 found = self.candidates_for(job, task, nodes, node_names, self.helper, role_failed=role_failed,
                                             keep_going=job.need_continue_allocating, lazy=True)
                 if run is not None:
                     run.forget()
-            if found is SKIP:
-                continue
-            if found is NO_FIT:
-                self.turn_unfit = (attempted == 1 and nodes is ssn.node_list and not self.pipelined_any
-                                   and unfit.repeatable(task))
-            if isinstance(found, str):
-                break
-            candidates = found
-            best = self.best_node(task, candidates)
             if best is None:
-                continue
+                if found is SKIP:
+                    continue
+                if found is NO_FIT:
+                    self.turn_unfit = (attempted == 1 and nodes is ssn.node_list and not self.pipelined_any
+                                       and unfit.repeatable(task))
+                if isinstance(found, str):
+                    break
+                best = self.best_node(task, found)
+                if best is None:
+                    continue
             try:
                 self.place(stmt, task, best)
             except NodeAccountingError:
