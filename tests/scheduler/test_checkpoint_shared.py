@@ -269,21 +269,27 @@ def test_task_info_like_is_task_info(seed):
                 assert getattr(got, f) is not getattr(info, f) or not getattr(got, f)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_job_info_like_is_job_info(seed):
-    """`build_like.job_info_like` of a template's conversion is `build.job_info` of the spec, every field, its
-    containers each its own."""
-    rng = random.Random(seed)
-    for _ in range(60):
+def job_templates(rng: random.Random, n: int) -> Any:
+    """Up to ``n`` random job templates (a spec without name) with their conversions; those `build.job_info`
+    refuses are left out."""
+    for _ in range(n):
         kw: dict[str, Any] = {}
         for field, values in _JOB_DIFFERENT:
             if rng.random() < 0.2:
                 kw[field] = rng.choice(values)
         template = o.JobSpec(name="", namespace="t", **kw)
         try:
-            info = build.job_info(template, {})
+            yield template, build.job_info(template, {})
         except build.SpecError:
             continue
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_job_info_like_is_job_info(seed):
+    """`build_like.job_info_like` of a template's conversion is `build.job_info` of the spec, every field, its
+    containers each its own."""
+    rng = random.Random(seed)
+    for template, info in job_templates(rng, 60):
         s = msgspec.structs.replace(template, name=f"x{rng.randint(0, 9)}")
         want, got = build.job_info(s, {}), build_like.job_info_like(info, s)
         assert [getattr(got, f) for f in JobInfo.__slots__] == [getattr(want, f) for f in JobInfo.__slots__]

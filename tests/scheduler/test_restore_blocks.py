@@ -23,7 +23,15 @@ from busched.scheduler import checkpoint as C
 from busched.scheduler import restore_blocks as RB
 from busched.scheduler import restore_bulk
 from tests.scheduler.test_checkpoint import everything
-from tests.scheduler.test_checkpoint_shared import _DIFFERENT, _JOB_DIFFERENT, infos, mix, restored, task_templates
+from tests.scheduler.test_checkpoint_shared import (
+    _DIFFERENT,
+    _JOB_DIFFERENT,
+    infos,
+    job_templates,
+    mix,
+    restored,
+    task_templates,
+)
 from tests.scheduler.test_restore_bulk import _enc, counters, ordered
 
 # a template's variations whose valid values keep its tasks on the block path (labels copied per task, a status or
@@ -221,16 +229,7 @@ def test_task_infos_like_is_task_info_like_of_each(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_job_infos_like_is_job_info_of_each(seed):
     rng = random.Random(seed)
-    for _ in range(40):
-        kw: dict[str, Any] = {}
-        for field, values in _JOB_DIFFERENT:
-            if rng.random() < 0.2:
-                kw[field] = rng.choice(values)
-        template = o.JobSpec(name="", namespace="t", **kw)
-        try:
-            info = build.job_info(template, {})
-        except build.SpecError:
-            continue
+    for template, info in job_templates(rng, 40):
         specs = [msgspec.structs.replace(template, name=f"x{i}") for i in range(rng.randint(1, 6))]
         got = build_like.job_infos_like(info, specs)
         for j, s in zip(got, specs, strict=True):
