@@ -12,10 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from busched.actions import ACTIONS
 from busched.api.objects import ClusterSpec
 from busched.bench.driver import apply_decisions
 from busched.builtin import close_session, open_session
-from busched.actions import ACTIONS
 from busched.cache.cache import Cache
 from busched.framework import phase
 from busched.framework.config import DEFAULT_CONFIG, load_config
