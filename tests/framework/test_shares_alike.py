@@ -1,6 +1,7 @@
-"""`shares.usage_alike` (one-task pending jobs' totals shared by the jobs made alike) against
-`job_usage` (each job its own): the same totals to the bit, scalar order included, and the same queue
-sums through `_add_one`, over random written jobs of which many are alike."""
+"""`shares.usage_alike` (one-task pending jobs' totals shared by the jobs made alike, only the requested
+total added when the others are zeros) against `job_usage` (each job its own, all four added): the
+same totals to the bit, scalar order included, and the same queue sums through `_add_one`, over
+random written jobs of which many are alike."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_usage_alike_matches_job_usage(seed: int) -> None:
         assert u is not None and p is not None
         assert _state(u) == _state(p) == _state(shares.job_usage(job))
         assert _state(fast) == _state(plain)
-        if u in alike.values() and len(alike) == before:
+        if len(alike) == before and any(u is v[0] for v in alike.values()):
             shared += 1
     assert shared > 20  # (the shapes recur: the shared path was taken)
     assert any(r.cpu or r.scalars for r in fast.parts())
