@@ -258,6 +258,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
         exact: dict[str, Usage] = {}
         lumped: set[str] = set()  # the queues a settled job's totals were added to for its tasks
         others: dict[str, list[JobInfo]] = {}  # per queue, the jobs summed task by task
+        alike: dict[tuple[Any, ...], tuple[Usage, bool]] = {}  # written one-task jobs' totals, by shape
         whole_key = settled.WHOLE
         for job in jobs:
             name = job.queue
@@ -290,7 +291,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                                 es[n] = es.get(n, 0.0) + v
                 lumped.add(name)
             else:
-                u = _add_one(q, job)
+                u = _add_one(q, job, alike)
                 o = others.get(name)
                 if o is None:
                     others[name] = [job]
@@ -306,7 +307,7 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
                 usage = exact[name] = Usage()
                 for entry in qs.parts:
                     if entry[0] == name:
-                        _add_one(usage, entry[1])
+                        _add_one(usage, entry[1], alike)
         for name, usage in exact.items():
             sums = qs.sums[name] = [Sum() for _ in range(4)]
             for total, part in zip(sums, usage.parts()):
@@ -375,21 +376,84 @@ def add_settled_usage(attr: Any, job: JobInfo) -> None:
         _add_reserved(attr, job, job.phase)
 
 
-def _add_one(q: Usage, job: JobInfo) -> Usage | None:
-    """One job into its queue's totals, task by task; a written job's own totals returned."""
+def _add_one(q: Usage, job: JobInfo, alike: dict[tuple[Any, ...], tuple[Usage, bool]] | None = None
+             ) -> Usage | None:
+    """One job into its queue's totals, task by task; a written job's own totals returned.  ``alike``:
+    one-task jobs' totals by what they are made of (`usage_alike`); None: the reference, each its own."""
     if not job.written:
         add_job_usage(q, job)
         return None
     # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed later:
     # its totals are kept now.  With at most one task each total gets one addition from it, so
     # adding its totals is adding it task by task, to the bit.
-    u = job_usage(job)
+    if alike is None:
+        u, requested_only = job_usage(job), False
+    else:
+        u, requested_only = usage_alike(job, alike)
     if len(job.tasks) <= 1:
-        for total, part in zip(q.parts(), u.parts()):
-            total.add(part)
+        if requested_only:
+            # the other three totals are zeros with no scalar: adding one leaves a total as it is (a
+            # total summed from +0.0 is never -0.0, and x + 0.0 == x for any other x)
+            t, p = q.request, u.request
+            t.cpu += p.cpu
+            t.memory += p.memory
+            if p.scalars:
+                ts = t.scalars
+                for n, v in p.scalars.items():
+                    ts[n] = ts.get(n, 0.0) + v
+        else:
+            _add_usage(q, u)
     else:
         add_job_usage(q, job)
     return u
+
+
+def _add_usage(q: Usage, u: Usage) -> None:
+    """``total.add(part)`` for the four totals, written out (`Resource.add`'s very additions)."""
+    for t, p in ((q.allocated, u.allocated), (q.request, u.request), (q.inqueue, u.inqueue),
+                 (q.elastic, u.elastic)):
+        t.cpu += p.cpu
+        t.memory += p.memory
+        if p.scalars:
+            ts = t.scalars
+            for n, v in p.scalars.items():
+                ts[n] = ts.get(n, 0.0) + v
+
+
+def _nothing(r: Resource) -> bool:
+    return r.cpu == 0 and r.memory == 0 and not r.scalars
+
+
+def usage_alike(job: JobInfo, alike: dict[tuple[Any, ...], tuple[Usage, bool]]) -> tuple[Usage, bool]:
+    """``job_usage(job)`` for a written job, shared with the jobs made alike, and whether its totals
+    but the requested one are zeros with no scalar (False when not known).
+
+    A written job of one pending task and no minimum has totals that are a function of that task's
+    request and of the job's allocated (`add_job_usage`: the request added to the requested total,
+    nothing reserved, the allocated above zero elastic): 10,000 arriving jobs of one template are a
+    handful of shapes, so their totals are computed once per shape and shared (a `Usage` in the
+    queues' parts is only read: `_Queues`, `busched.fastpath.sums.Sum`).  Any other job gets its own
+    (the arriving jobs are the pending ones: no other status is looked for).
+    tests/framework/test_shares_alike.py compares with `job_usage` on random jobs."""
+    idx = job.status_index
+    if len(idx) != 1 or job.min_resources is not None:
+        return job_usage(job), False
+    for status, tasks in idx.items():
+        if len(tasks) != 1 or status is not TaskStatus.Pending:
+            return job_usage(job), False
+        for t in tasks.values():
+            r, a = t.resreq, job.allocated
+            if r.scalars or a.scalars:
+                key: tuple[Any, ...] = (r.cpu, r.memory, a.cpu, a.memory,
+                                        tuple(r.scalars.items()), tuple(a.scalars.items()))
+            else:
+                key = (r.cpu, r.memory, a.cpu, a.memory)
+            got = alike.get(key)
+            if got is None:
+                u = job_usage(job)
+                got = alike[key] = (u, _nothing(u.allocated) and _nothing(u.inqueue) and _nothing(u.elastic))
+            return got
+    return job_usage(job), False  # (not reached: one status)
 
 
 def _whole_tasks(job: JobInfo) -> bool:

@@ -102,7 +102,8 @@ def _attrs_of(jobs: list[JobInfo], key: Any, same: dict[tuple[Any, ...], _Attr],
     untouched jobs of one allocated status holding the same allocation, else ``attr_of(job)``;
     kept in the job's ``derived`` map as `busched.fastpath.memo.job_value` keeps it."""
     out: dict[str, _Attr] = {}
-    allocated, missing = _ALLOCATED, _MISSING
+    allocated, missing, pending = _ALLOCATED, _MISSING, TaskStatus.Pending
+    waiting: _Attr | None = None  # the attr of a job holding nothing, shared by all such jobs
     for j in jobs:
         d = j.derived
         v = d.get(key, missing)
@@ -114,6 +115,13 @@ def _attrs_of(jobs: list[JobInfo], key: Any, same: dict[tuple[Any, ...], _Attr],
                 v = same.get(k)
                 if v is None:
                     v = same[k] = attr_of(j)
+            elif len(idx) == 1 and next(iter(idx)) is pending:
+                # only pending tasks (an arriving job): ``attr_of`` sums no task, so its attr is the
+                # share of nothing, the same for every such job (shared attrs are copied before they
+                # change: `_private`); tests/plugins/test_drf_waiting.py
+                if waiting is None:
+                    waiting = attr_of(j)
+                v = waiting
             else:
                 v = attr_of(j)
             d[key] = v

@@ -27,6 +27,9 @@ class GangPlugin:
     name = "gang"
     reads_arguments = ()  # every argument it reads (busched.framework.arguments)
     reads_clock = False
+    # a ready job whose conditions were none but (maybe) Scheduled gets the list every quiet job gets, at
+    # close (`_close_job`); False: the reference, `set_condition` builds each its own
+    shared_scheduled = True
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         self.arguments = Arguments.of(arguments)
@@ -90,6 +93,7 @@ class GangPlugin:
         scheduled = {"type": "Scheduled", "status": "True", "transitionID": ssn.uid,
                      "reason": "tasks in gang are ready to be scheduled", "message": ""}
         only_scheduled = [scheduled]
+        only = only_scheduled if self.shared_scheduled else None  # (for the jobs `_close_job` finds ready)
         # quiet: lent, ready, and with no condition but (maybe) Scheduled as lent; kept while the
         # jobs are the same (busched.fastpath.memo), so such a job just gets the new list
         quiet, others = ssn.split("gang.quiet", list(ssn.jobs.values()), _is_quiet)
@@ -108,12 +112,16 @@ class GangPlugin:
                 job.conditions = only_scheduled
             for job, conds in written:
                 job.conditions = conds
-                self._close_job(ssn, job, scheduled)
+                self._close_job(ssn, job, scheduled, only)
         for job in others.values():
-            self._close_job(ssn, job, scheduled)
+            self._close_job(ssn, job, scheduled, only)
 
     @staticmethod
-    def _close_job(ssn: Session, job: JobInfo, scheduled: dict[str, Any]) -> None:
+    def _close_job(ssn: Session, job: JobInfo, scheduled: dict[str, Any],
+                   only_scheduled: list[dict[str, Any]] | None = None) -> None:
+        """``only_scheduled``: the list ``[scheduled]``, which a ready job with no condition but (maybe)
+        Scheduled gets as it is (what `set_condition` would build anew: the condition replaced or
+        appended); None: the reference, a list of its own."""
         if not job.tasks:
             return
         if not job.is_ready():
@@ -126,6 +134,10 @@ class GangPlugin:
                    f"{fit_error_message(job)}")
             set_condition(job, {"type": "Unschedulable", "status": "True", "transitionID": ssn.uid,
                                 "reason": NOT_ENOUGH_RESOURCES, "message": msg})
+        elif only_scheduled is not None and (not job.conditions or (
+                len(job.conditions) == 1 and job.conditions[0].get("type") == "Scheduled")):
+            job.conditions = only_scheduled
+            output_changed(job)
         else:
             set_condition(job, scheduled)
 
