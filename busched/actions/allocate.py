@@ -46,6 +46,7 @@ class AllocateAction:
     reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
     reuse_helper = True  # the last turn's predicate helper when it cached nothing (tests compare without)
     stream_turns = True  # single-task jobs' turns one after another (allocate_stream; tests compare without)
+    stream_choice = True  # a stream's choices from a template held across its turns (streamchoice; ditto)
 
     def execute(self, ssn: Session) -> None:
         self.ssn = ssn
@@ -166,15 +167,22 @@ class AllocateAction:
         return None
 
     def _turn(self, job: JobInfo, queue: QueueInfo, tasks: TaskQueue, nodes: list[NodeInfo],
-              node_names: Container[str], stmt: Statement) -> bool | None:
-        """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None)."""
+              node_names: Container[str], stmt: Statement, streamed: bool = False,
+              held: RunChoice | None = None) -> bool | None:
+        """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None).
+        ``streamed``: a turn of a stream (`allocate_stream`), whose choice is ``held`` across its turns
+        (a `RunChoice`, or a `busched.fastpath.streamchoice.StreamChoice` for sampled searches; None:
+        the stream has none, every task takes the per-task path)."""
         ssn = self.ssn
         attempted = 0
         # the turn's choices from kept templates without the per-task layers (kernels on, every node
         # searched: busched.fastpath.runchoice); opened at the first task that reaches a choice
-        wanted = (ssn.fast is not None and nodes is ssn.node_list and runs.wanted(ssn)
-                  and ssn.shard.mode not in ("hard", "soft"))
-        run: RunChoice | None = None
+        run: RunChoice | None = held  # (a stream opened it with the checks below)
+        if streamed:
+            wanted = run is not None
+        else:
+            wanted = (ssn.fast is not None and nodes is ssn.node_list and runs.wanted(ssn)
+                      and ssn.shard.mode not in ("hard", "soft"))
         found: list[NodeInfo] | str
         while not tasks.empty():
             task = tasks.pop()
