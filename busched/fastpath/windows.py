@@ -11,11 +11,12 @@ of them in other windows) have changed.
 
 `Windows` keeps, per window start, what `pick_window` finds there when every row of the window
 passes and fits idle (its first gradient is the whole window): the best total and the tied rows in
-walk order.  The template's combined rows log every change (`Windows.changed`, from
-`batch._Template._combine`; a whole recombination forgets every window), and a window seen again
-takes the rows logged since: a row that no longer passes, no longer fits idle or has a NaN total
-forgets the window; a row above the best becomes the only tied one; one equal to it joins the tied;
-a tied one below it leaves them (none left: the window is looked at afresh).  The draw is
+walk order.  The template's combined rows tell it of every change (`Windows.changed`, from
+`batch._Template._combine`; a whole recombination forgets every window), and each kept window that
+holds the row (found by bisecting the kept starts: the windows are all ``n`` rows long) takes it at
+once: a row that no longer passes, no longer fits idle or has a NaN total forgets the window; a row
+above the best becomes the only tied one; one equal to it joins the tied; a tied one below it
+leaves them (none left: the window is forgotten, and looked at afresh when walked again).  The draw is
 `pick._tied`'s: none when one row is tied, else ``rng.randrange(count)`` indexing the tied rows in
 walk order.  Anything else (a window with failing rows or rows fitting only future idle, a NaN best,
 a one-row window) is `pick_window`'s to answer, as before.
@@ -28,7 +29,7 @@ streamchoice) that asks it is compared with the per-task path on whole cycles.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right, insort
 from typing import Any
 
 import numpy as np
@@ -37,83 +38,61 @@ from busched.fastpath.pick import _run, pick_window
 
 __all__ = ["Windows"]
 
-LOG_MAX = 4096  # rows logged before every window is forgotten (and the log emptied)
-
-
 class _Window:
-    """One window's best total and its tied rows (offsets from the start, ascending: walk order),
-    and where in the log it was last brought up to date."""
+    """One window's best total and its tied rows (offsets from the start, ascending: walk order)."""
 
-    __slots__ = ("pos", "n", "best", "tied")
+    __slots__ = ("best", "tied")
 
-    def __init__(self, pos: int, n: int, best: float, tied: list[int]) -> None:
-        self.pos, self.n, self.best, self.tied = pos, n, best, tied
+    def __init__(self, best: float, tied: list[int]) -> None:
+        self.best, self.tied = best, tied
 
 
 class Windows:
-    """A template's kept windows (by start) and the log of its changed rows."""
+    """A template's kept windows: by start, their starts in order, and the length and the number of
+    rows they were taken with (another length or number forgets them all)."""
 
-    __slots__ = ("log", "at")
+    __slots__ = ("at", "starts", "n", "size")
 
     def __init__(self) -> None:
-        self.log: list[tuple[int, bool, bool, float]] = []  # (row, passes, fits idle, total), in order
         self.at: dict[int, _Window] = {}
-
-    def changed(self, r: int, ok: bool, idle: bool, total: float) -> None:
-        """Row ``r`` of the template's columns now holds these values."""
-        self.log.append((r, ok, idle, total))
+        self.starts: list[int] = []  # the keys of ``at``, ascending
+        self.n = self.size = 0
 
     def reset(self) -> None:
         """Every row may have changed: every window is looked at afresh."""
-        self.log = []
         self.at = {}
+        self.starts = []
 
-    def pick(self, ok: np.ndarray, idle: np.ndarray, total: np.ndarray, start: int, to_find: int,
-             rng: Any) -> tuple[int, int] | None:
-        """`pick_window`'s answer (and draw) for these columns."""
-        size = len(ok)
-        n = min(to_find, size)
-        w = self.at.get(start)
-        if w is not None and w.n == n and self._caught_up(w, start, size):
-            return self._draw(w, start, size, rng)
-        if n < 2 or not 0 <= start < size:
-            return pick_window(ok, idle, total, start, to_find, rng)
-        # every row of the window passes and fits idle: the whole window is the bucket
-        if (int(np.count_nonzero(_run(ok, start, n))) != n
-                or int(np.count_nonzero(_run(idle, start, n))) != n):
-            self.at.pop(start, None)
-            return pick_window(ok, idle, total, start, to_find, rng)
-        values = _run(total, start, n)
-        best = values[values.argmax()]
-        if best != best:  # NaN: the per-task path scores node by node
-            self.at.pop(start, None)
-            return None
-        if len(self.log) >= LOG_MAX:
-            self.reset()
-        w = self.at[start] = _Window(len(self.log), n, float(best), (values == best).nonzero()[0].tolist())
-        return self._draw(w, start, size, rng)
+    def _forget(self, start: int) -> None:
+        del self.at[start]
+        starts = self.starts
+        del starts[bisect_left(starts, start)]
 
-    def _caught_up(self, w: _Window, start: int, size: int) -> bool:
-        """Take the rows logged since ``w`` was last brought up to date; False when the window must
-        be looked at afresh (`pick` then replaces or drops it)."""
-        log = self.log
-        end = len(log)
-        if w.pos == end:
-            return bool(w.tied)
-        n, best, tied = w.n, w.best, w.tied
-        for i in range(w.pos, end):
-            r, ok, idle, value = log[i]
+    def changed(self, r: int, ok: bool, idle: bool, total: float) -> None:
+        """Row ``r`` of the template's columns now holds these values: the kept windows holding it
+        take it (those whose start is at most ``n - 1`` rows before it, wrapping)."""
+        starts = self.starts
+        if not starts:
+            return
+        size = self.size
+        lo = r - self.n + 1
+        if lo >= 0:
+            holding = starts[bisect_left(starts, lo):bisect_right(starts, r)]
+        else:  # (the windows that wrap past the last row, too)
+            holding = starts[:bisect_right(starts, r)] + starts[bisect_left(starts, lo + size):]
+        for start in holding:
+            if not (ok and idle) or total != total:
+                self._forget(start)
+                continue
+            w = self.at[start]
             d = r - start
             if d < 0:
                 d += size
-            if d >= n:
-                continue
-            if not (ok and idle) or value != value:
-                return False
-            if value > best:
-                best = value
-                tied = [d]
-            elif value == best:
+            tied = w.tied
+            if total > w.best:
+                w.best = total
+                w.tied = [d]
+            elif total == w.best:
                 at = bisect_left(tied, d)
                 if at == len(tied) or tied[at] != d:
                     tied.insert(at, d)
@@ -121,13 +100,38 @@ class Windows:
                 at = bisect_left(tied, d)
                 if at < len(tied) and tied[at] == d:
                     del tied[at]
-        w.pos, w.best, w.tied = end, best, tied
-        return bool(tied)
+                    if not tied:
+                        self._forget(start)
 
-    @staticmethod
-    def _draw(w: _Window, start: int, size: int, rng: Any) -> tuple[int, int]:
+    def pick(self, ok: np.ndarray, idle: np.ndarray, total: np.ndarray, start: int, to_find: int,
+             rng: Any) -> tuple[int, int] | None:
+        """`pick_window`'s answer (and draw) for these columns."""
+        size = len(ok)
+        n = min(to_find, size)
+        w = self.at.get(start)
+        if w is not None and n == self.n and size == self.size:
+            tied = w.tied
+            k = len(tied)
+            d = tied[0] if k == 1 else tied[rng.randrange(k)]  # (`pick._tied`'s draw)
+            r = start + d
+            return (r - size if r >= size else r), n
+        if n < 2 or not 0 <= start < size:
+            return pick_window(ok, idle, total, start, to_find, rng)
+        if n != self.n or size != self.size:
+            self.reset()
+            self.n, self.size = n, size
+        # every row of the window passes and fits idle: the whole window is the bucket
+        if (int(np.count_nonzero(_run(ok, start, n))) != n
+                or int(np.count_nonzero(_run(idle, start, n))) != n):
+            return pick_window(ok, idle, total, start, to_find, rng)
+        values = _run(total, start, n)
+        best = values[values.argmax()]
+        if best != best:  # NaN: the per-task path scores node by node
+            return None
+        w = self.at[start] = _Window(float(best), (values == best).nonzero()[0].tolist())
+        insort(self.starts, start)
         tied = w.tied
         k = len(tied)
         d = tied[0] if k == 1 else tied[rng.randrange(k)]
         r = start + d
-        return (r - size if r >= size else r), w.n
+        return (r - size if r >= size else r), n
