@@ -271,10 +271,11 @@ class _Template:
         if self.board is not None:
             self.board.set_row(r, ok, self.idle.vec[r], 0.0 if total is None else float(total))
         else:
+            value = 0.0 if total is None else total
             self.ok[r] = ok
-            self.total[r] = 0.0 if total is None else total
-            if self.windows is not None:  # (the values as the columns hold them)
-                self.windows.changed(r, self.ok.item(r), self.idle.vec.item(r), self.total.item(r))
+            self.total[r] = value
+            if self.windows is not None:  # (the values as the columns hold them: a float64 is float's double)
+                self.windows.changed(r, ok, self.idle.vec.item(r), float(value))
 
     def update(self, size: int) -> None:
         """Bring the kept vectors up to date with the rows logged since.  A log with one row
