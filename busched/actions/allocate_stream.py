@@ -23,6 +23,12 @@ the same way:
   it asks and however it chooses), ``job_ready`` again when the turn ended without it,
   ``job_pipelined`` when not ready, a discard, the memo remembered or forgotten, and the commit: the
   job's one bind dispatched at once, as ``Statement.commit`` does.
+- **One choice held across the stream's turns** (`_choice`): where allocate's turn would open a
+  `busched.fastpath.runchoice.RunChoice` (the kernels on, the whole node list, no shard), the stream
+  opens one for all its turns, and on a sampled search (a cluster of more than 100 nodes) a
+  `busched.fastpath.streamchoice.StreamChoice`, which keeps the template and the walk's windows
+  between turns; each turn passes it to allocate's `_turn` (``held``), which forgets its template
+  whenever the per-task path ran, as within a job's turn.
 - **The handlers with a run form hear once per stream** (drf and proportion's shares,
   busched.framework.runs): one `HandlerRun` for the whole stream, flushed before any other
   statement operation (a pipeline, a discard flush it themselves), at the stream's end and on an

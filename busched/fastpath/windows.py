@@ -16,8 +16,8 @@ walk order.  The template's combined rows tell it of every change (`Windows.chan
 holds the row (found by bisecting the kept starts: the windows are all ``n`` rows long) takes it at
 once: a row that no longer passes, no longer fits idle or has a NaN total forgets the window; a row
 above the best becomes the only tied one; one equal to it joins the tied; a tied one below it
-leaves them (none left: the window is forgotten, and looked at afresh when walked again).  The draw is
-`pick._tied`'s: none when one row is tied, else ``rng.randrange(count)`` indexing the tied rows in
+leaves them (none left: the window is forgotten, and looked at afresh when walked again).  The
+draw is `pick._tied`'s: none when one row is tied, else ``rng.randrange(count)`` indexing the tied rows in
 walk order.  Anything else (a window with failing rows or rows fitting only future idle, a NaN best,
 a one-row window) is `pick_window`'s to answer, as before.
 
@@ -37,6 +37,7 @@ import numpy as np
 from busched.fastpath.pick import _run, pick_window
 
 __all__ = ["Windows"]
+
 
 class _Window:
     """One window's best total and its tied rows (offsets from the start, ascending: walk order)."""
