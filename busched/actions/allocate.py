@@ -62,18 +62,19 @@ class AllocateAction:
         self.helper = PredicateHelper(ssn, self.error_cache)
         jobs_by_queue: dict[str, JobQueue] = {}
         tasks_by_job: dict[str, TaskQueue] = {}
+        pending, known, job_valid = TaskStatus.Pending, ssn.queues, ssn.job_valid  # (read once: one job each)
         for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 if ssn.enqueue_enabled:
                     continue
                 job.phase = PodGroupPhase.Inqueue
-            if job.queue not in ssn.queues:
+            if job.queue not in known:
                 continue
-            waiting = [t for t in job.tasks_in(TaskStatus.Pending)
+            waiting = [t for t in job.tasks_in(pending)
                        if not (t.sch_gated or t.resreq.is_empty())]  # gated tasks wait; BestEffort: backfill's
             if not waiting:
                 continue  # nothing to place (most jobs of a busy cluster): no validity check needed
-            vr = ssn.job_valid(job)
+            vr = job_valid(job)
             if vr is not None and not vr.passed:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
