@@ -62,13 +62,13 @@ class AllocateAction:
         self.helper = PredicateHelper(ssn, self.error_cache)
         jobs_by_queue: dict[str, JobQueue] = {}
         tasks_by_job: dict[str, TaskQueue] = {}
-        pending, known, job_valid = TaskStatus.Pending, ssn.queues, ssn.job_valid  # (read once: one job each)
+        pending, session_queues, job_valid = TaskStatus.Pending, ssn.queues, ssn.job_valid  # (read once: one job each)
         for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 if ssn.enqueue_enabled:
                     continue
                 job.phase = PodGroupPhase.Inqueue
-            if job.queue not in known:
+            if job.queue not in session_queues:
                 continue
             waiting = [t for t in job.tasks_in(pending)
                        if not (t.sch_gated or t.resreq.is_empty())]  # gated tasks wait; BestEffort: backfill's
