@@ -46,6 +46,7 @@ class AllocateAction:
     reads_arguments = (PREDICATE_ERROR_CACHE_KEY,)
     reuse_helper = True  # the last turn's predicate helper when it cached nothing (tests compare without)
     stream_turns = True  # single-task jobs' turns one after another (allocate_stream; tests compare without)
+    stream_choice = True  # a stream's choices from a template held across its turns (streamchoice; ditto)
 
     def execute(self, ssn: Session) -> None:
         self.ssn = ssn
@@ -61,18 +62,19 @@ class AllocateAction:
         self.helper = PredicateHelper(ssn, self.error_cache)
         jobs_by_queue: dict[str, JobQueue] = {}
         tasks_by_job: dict[str, TaskQueue] = {}
+        pending, session_queues, job_valid = TaskStatus.Pending, ssn.queues, ssn.job_valid  # (read once: one job each)
         for job in ssn.unsettled_jobs:  # the others have no task to place (busched.api.job.unsettled)
             if job.is_pending():
                 if ssn.enqueue_enabled:
                     continue
                 job.phase = PodGroupPhase.Inqueue
-            if job.queue not in ssn.queues:
+            if job.queue not in session_queues:
                 continue
-            waiting = [t for t in job.tasks_in(TaskStatus.Pending)
+            waiting = [t for t in job.tasks_in(pending)
                        if not (t.sch_gated or t.resreq.is_empty())]  # gated tasks wait; BestEffort: backfill's
             if not waiting:
                 continue  # nothing to place (most jobs of a busy cluster): no validity check needed
-            vr = ssn.job_valid(job)
+            vr = job_valid(job)
             if vr is not None and not vr.passed:
                 continue
             if not ssn.topology.ready and job.contains_network_topology():
@@ -166,15 +168,22 @@ class AllocateAction:
         return None
 
     def _turn(self, job: JobInfo, queue: QueueInfo, tasks: TaskQueue, nodes: list[NodeInfo],
-              node_names: Container[str], stmt: Statement) -> bool | None:
-        """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None)."""
+              node_names: Container[str], stmt: Statement, streamed: bool = False,
+              held: RunChoice | None = None) -> bool | None:
+        """Place the job's tasks until it is ready (True) or its tasks or nodes run out (None).
+        ``streamed``: a turn of a stream (`allocate_stream`), whose choice is ``held`` across its turns
+        (a `RunChoice`, or a `busched.fastpath.streamchoice.StreamChoice` for sampled searches; None:
+        the stream has none, every task takes the per-task path)."""
         ssn = self.ssn
         attempted = 0
         # the turn's choices from kept templates without the per-task layers (kernels on, every node
         # searched: busched.fastpath.runchoice); opened at the first task that reaches a choice
-        wanted = (ssn.fast is not None and nodes is ssn.node_list and runs.wanted(ssn)
-                  and ssn.shard.mode not in ("hard", "soft"))
-        run: RunChoice | None = None
+        run: RunChoice | None = held  # (a stream opened it with the checks below)
+        if streamed:
+            wanted = run is not None
+        else:
+            wanted = (ssn.fast is not None and nodes is ssn.node_list and runs.wanted(ssn)
+                      and ssn.shard.mode not in ("hard", "soft"))
         found: list[NodeInfo] | str
         while not tasks.empty():
             task = tasks.pop()

@@ -23,6 +23,12 @@ the same way:
   it asks and however it chooses), ``job_ready`` again when the turn ended without it,
   ``job_pipelined`` when not ready, a discard, the memo remembered or forgotten, and the commit: the
   job's one bind dispatched at once, as ``Statement.commit`` does.
+- **One choice held across the stream's turns** (`_choice`): where allocate's turn would open a
+  `busched.fastpath.runchoice.RunChoice` (the kernels on, the whole node list, no shard), the stream
+  opens one for all its turns, and on a sampled search (a cluster of more than 100 nodes) a
+  `busched.fastpath.streamchoice.StreamChoice`, which keeps the template and the walk's windows
+  between turns; each turn passes it to allocate's `_turn` (``held``), which forgets its template
+  whenever the per-task path ran, as within a job's turn.
 - **The handlers with a run form hear once per stream** (drf and proportion's shares,
   busched.framework.runs): one `HandlerRun` for the whole stream, flushed before any other
   statement operation (a pipeline, a discard flush it themselves), at the stream's end and on an
@@ -46,7 +52,9 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import unfit
-from busched.framework import runs
+from busched.fastpath.runchoice import RunChoice
+from busched.fastpath.streamchoice import StreamChoice
+from busched.framework import nodeselect, runs
 from busched.framework.decision import Decision
 from busched.framework.nodeselect import PredicateHelper
 from busched.framework.pqueue import KeyedQueue, PriorityQueue
@@ -78,10 +86,11 @@ def stream(action: Any, queue: QueueInfo, jobs: PriorityQueue[JobInfo] | KeyedQu
     stmt = Statement(ssn)  # one for the stream: each turn starts it empty
     stmt.run = run
     overused = ssn.overused
+    held = _choice(action, nodes)
     try:
         while True:
             if job is not None:
-                _turn(action, job, queue, tasks_by_job[job.uid], nodes, stmt, memo)
+                _turn(action, job, queue, tasks_by_job[job.uid], nodes, stmt, memo, held)
             # execute's next round: the queue (alone) pushed back and popped, overused, the job, routes, memo
             if jobs.empty():
                 return True
@@ -103,8 +112,21 @@ def stream(action: Any, queue: QueueInfo, jobs: PriorityQueue[JobInfo] | KeyedQu
             run.flush()
 
 
+def _choice(action: Any, nodes: list[Any]) -> RunChoice | None:
+    """The stream's choice, held across its turns, where allocate's turn would open a `RunChoice`
+    (the session's whole node list, no shard): that `RunChoice` when every node is searched, a
+    `StreamChoice` (busched.fastpath.streamchoice) when the searches are sampled; None: each task
+    takes the per-task path."""
+    ssn = action.ssn
+    if not action.stream_choice or ssn.shard.mode in ("hard", "soft"):
+        return None
+    to_find = nodeselect.num_feasible_nodes_to_find(len(nodes), action.helper.opts)
+    kind = StreamChoice if to_find < len(nodes) else RunChoice
+    return kind.open(ssn, nodes, ssn.predicate_for_allocate, to_find)
+
+
 def _turn(action: Any, job: JobInfo, queue: QueueInfo, tasks: Any, nodes: list[Any],
-          stmt: Statement, memo: unfit.UnfitMemo | None) -> None:
+          stmt: Statement, memo: unfit.UnfitMemo | None, held: RunChoice | None) -> None:
     """`AllocateAction.allocate_tasks` and execute's end of a turn, for a job with one task waiting (its
     ``tasks`` hold one: the turn pops it and leaves them empty, so execute would not push the job back)."""
     ssn = action.ssn
@@ -113,7 +135,7 @@ def _turn(action: Any, job: JobInfo, queue: QueueInfo, tasks: Any, nodes: list[A
         action.helper = PredicateHelper(ssn, action.error_cache)
     action.turn_unfit = False
     # the turn itself is allocate's own (`AllocateAction._turn`: the task's checks, its choice, its placing)
-    ready: bool | None = action._turn(job, queue, tasks, nodes, ssn.nodes, stmt)
+    ready: bool | None = action._turn(job, queue, tasks, nodes, ssn.nodes, stmt, True, held)
     if ready is None:
         ready = ssn.job_ready(job)
     action.turn_ready = ready

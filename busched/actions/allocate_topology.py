@@ -69,7 +69,15 @@ Saved = list[tuple[str, TaskInfo, str, str, bool]]  # Statement.save() output
 
 
 def routes(job: JobInfo) -> bool:
-    """Does this job take the topology path?"""
+    """Does this job take the topology path?  (``job.contains_hard_topology() or
+    job.contains_sub_job_policy()``; for a job with neither a network topology nor sub-group policies,
+    most jobs, asked of every job allocate pops, the first is its sub-jobs' and the second False.)"""
+    if job.network_topology is None and not job.subgroup_policy:
+        hard = sjm.hard_topology
+        for sj in job.sub_jobs.values():  # noqa: SIM110 - a generator's frame costs more than the job's one sub-job
+            if sj.network_topology is not None and hard(sj.network_topology)[0]:
+                return True
+        return False
     return job.contains_hard_topology() or job.contains_sub_job_policy()
 
 

@@ -180,13 +180,14 @@ class _Template:
     combination as a `board.Board`, which chooses without numpy calls."""
 
     __slots__ = ("task", "declined", "preds", "orders", "batches", "stills", "future", "idle", "parts", "ok",
-                 "total", "plain", "board", "groups", "others")
+                 "total", "plain", "board", "groups", "others", "windows")
 
     def __init__(self, task: TaskInfo) -> None:
         self.task = task
         self.declined = True
         self.plain = False
         self.board: Board | None = None
+        self.windows: Any = None  # a stream's kept windows (busched.fastpath.windows), told of changed rows
         self.preds: list[_Part] = []
         self.orders: list[_Part] = []
         self.batches: list[_Part] = []
@@ -250,6 +251,8 @@ class _Template:
             self.board = Board(ok.tolist(), list(self.idle.vec), total.tolist())
         else:
             self.ok, self.total = ok, total
+            if self.windows is not None:
+                self.windows.reset()
 
     def _combine(self, r: int) -> None:
         """Row ``r`` of `ok` and `total`, from the parts' rows, combined as `_combine_all` does."""
@@ -268,8 +271,11 @@ class _Template:
         if self.board is not None:
             self.board.set_row(r, ok, self.idle.vec[r], 0.0 if total is None else float(total))
         else:
+            value = 0.0 if total is None else total
             self.ok[r] = ok
-            self.total[r] = 0.0 if total is None else total
+            self.total[r] = value
+            if self.windows is not None:  # (the values as the columns hold them: a float64 is float's double)
+                self.windows.changed(r, ok, self.idle.vec.item(r), float(value))
 
     def update(self, size: int) -> None:
         """Bring the kept vectors up to date with the rows logged since.  A log with one row

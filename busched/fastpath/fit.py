@@ -168,20 +168,33 @@ class NodeArrays:
                 self.future[:, j] = (self.idle[:, j] + rel) - pip
 
     def _fill(self, i: int, n: NodeInfo) -> None:
-        put = self._put
-        idle = n.idle
-        put(self.idle, i, idle)
-        put(self.used, i, n.used)
+        # `_put` of idle and used written out (every task placed refills its node's row)
+        idle, used = n.idle, n.used
+        m = self.idle
+        m[i, 0] = idle.cpu
+        m[i, 1] = idle.memory
+        scalar_columns = self._scalar_columns
+        if scalar_columns:
+            get = idle.scalars.get
+            for s, j in scalar_columns:
+                m[i, j] = get(s, 0.0)
+        m = self.used
+        m[i, 0] = used.cpu
+        m[i, 1] = used.memory
+        if scalar_columns:
+            get = used.scalars.get
+            for s, j in scalar_columns:
+                m[i, j] = get(s, 0.0)
         plain = _plain_future(n)
         if plain is None:
-            put(self.future, i, n.future_idle())
+            self._put(self.future, i, n.future_idle())
             return
-        # every task placed refills its node's row: no future idle Resource built for most nodes
+        # no future idle Resource built for most nodes
         future = self.future
         future[i, 0], future[i, 1] = plain
-        if self._scalar_columns:
+        if scalar_columns:
             get = idle.scalars.get
-            for s, j in self._scalar_columns:
+            for s, j in scalar_columns:
                 future[i, j] = get(s, 0.0)
 
     def column(self, matrix: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:

@@ -96,9 +96,18 @@ class PodViewArrays:
         """``task`` was put on ``node``; ``part``: its (cpu, memory, non-zero cpu, non-zero memory,
         scalars) as `k8s.pod_requests` and `k8s.non_zero_requests` give them, when the view read them."""
         i = self.arrays.row.get(node)
-        if i is not None:
+        if i is None:
+            return
+        if part is None or not self.k8s_parts or part[4]:
             self._add(i, task, part)
-            self.log.append(i)
+        else:  # `_add` for a pod of cpu and memory only (most pods), written out
+            self._contrib[task.uid] = part
+            self.count[i] += 1
+            self.cpu[i] += part[0]
+            self.mem[i] += part[1]
+            self.nz_cpu[i] += part[2]
+            self.nz_mem[i] += part[3]
+        self.log.append(i)
 
     def pod_removed(self, node: str, task: Any) -> None:
         i = self.arrays.row.get(node)
