@@ -14,13 +14,18 @@ import msgspec
 
 from busched.api.limits import LabelKey
 
-__all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations"]
+__all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations", "MAX_BIND_ANNOTATIONS",
+           "MAX_BIND_ANNOTATION_VALUE"]
 
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
-# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices")
-BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=4096)]], msgspec.Meta(max_length=32)]
+# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices"); a bind
+# whose record would break these is never written (`busched.scheduler.write_bounds`)
+MAX_BIND_ANNOTATIONS = 32
+MAX_BIND_ANNOTATION_VALUE = 4096
+BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=MAX_BIND_ANNOTATION_VALUE)]],
+                            msgspec.Meta(max_length=MAX_BIND_ANNOTATIONS)]
 
 
 class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
