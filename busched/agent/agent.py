@@ -56,6 +56,7 @@ from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, DecisionFeed, Delivery, StreamSettings
+from busched.bus.wire import cut
 from busched.metrics import AgentMetrics
 
 __all__ = ["Agent", "Reject", "HeldTask", "AgentNode", "DURATION_KEY"]
@@ -199,7 +200,7 @@ class Agent:
             held.start_time = self.wall_clock()
         ns, name = task.split("/", 1)
         msg = m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt,
-                                 phase=phase, reason=reason, exit_code=exit_code, boot=boot or self.boot,
+                                 phase=phase, reason=cut(reason), exit_code=exit_code, boot=boot or self.boot,
                                  start_time=held.start_time if phase == "Running" else None)
         # the same id on every copy: one the stream stored although its acknowledgement was lost is not stored twice
         msg_id = f"phase.{self.boot}.{node}.{task}.{held.attempt}.{msg.version}"

@@ -15,7 +15,7 @@ import msgspec
 from busched.api.limits import LabelKey
 
 __all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations", "MAX_BIND_ANNOTATIONS",
-           "MAX_BIND_ANNOTATION_VALUE"]
+           "MAX_BIND_ANNOTATION_VALUE", "MAX_REASON", "cut"]
 
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -26,6 +26,18 @@ MAX_BIND_ANNOTATIONS = 32
 MAX_BIND_ANNOTATION_VALUE = 4096
 BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=MAX_BIND_ANNOTATION_VALUE)]],
                             msgspec.Meta(max_length=MAX_BIND_ANNOTATIONS)]
+
+# a reason or message a producer writes into a record, a result or a status (a binding record's reason, a
+# bind.rejected's, a task.phase's, a podgroup condition's): a longer one is cut (`cut`).  The fields' types do not
+# say it (a reader must still take what older producers wrote); what they do bound is a state message's size
+# (256 KiB, ``SchedulerSettings.max_event_bytes``), which a reason passed on from an agent to a record, with a
+# prefix, or several conditions' messages would otherwise pass: readers would refuse the whole message
+MAX_REASON = 4096
+
+
+def cut(text: str, limit: int = MAX_REASON) -> str:
+    """``text``, or its first ``limit`` - 3 characters and "..." when it is longer than ``limit``."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from busched.api import limits
 from busched.bus import messages as m
-from busched.bus.wire import MAX_BIND_ANNOTATION_VALUE, MAX_BIND_ANNOTATIONS
+from busched.bus.wire import MAX_BIND_ANNOTATION_VALUE, MAX_BIND_ANNOTATIONS, MAX_REASON
 
 if TYPE_CHECKING:
     from busched.scheduler.records import Binding, CycleReport
@@ -79,10 +79,13 @@ def bind_problem(key: str, annotations: dict[str, str], spec_annotations: dict[s
         if size > limits.MAX_ANNOTATIONS_BYTES:
             return "task.annotations", (f"{size} characters in all with the task's own, more than "
                                         f"{limits.MAX_ANNOTATIONS_BYTES}")
-    if 6 * (chars + len(key)) + _RECORD_OVERHEAD > max_event_bytes:
+    # (room kept for the reason its later records may carry with the same annotations: an evicting one's)
+    room = max_event_bytes - 6 * MAX_REASON
+    if 6 * (chars + len(key)) + _RECORD_OVERHEAD > room:
         size = record_size()
-        if size > max_event_bytes:
-            return "size", f"a binding record of {size} bytes, more than {max_event_bytes}"
+        if size > room:
+            return "size", (f"a binding record of {size} bytes, more than {room} (the state stream's limit, "
+                            f"{max_event_bytes}, less room for a reason)")
     return None
 
 

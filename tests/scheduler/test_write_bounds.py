@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from busched.api import build
 from busched.api import objects as o
 from busched.bus import messages as m
+from busched.bus.wire import MAX_REASON
 from busched.scheduler.records import CycleReport
 from busched.scheduler.sched_events import EventRecorder, EventSettings
 from busched.scheduler.write_bounds import bind_problem
@@ -118,9 +119,11 @@ def _cases(draw: st.DrawFn) -> tuple[dict[str, str], dict[str, str]]:
 
 def _readers_accept(key: str, ann: dict[str, str], spec: o.TaskSpec) -> bool:
     """What the readers do: the state feed decodes the record (size, then types), the agent the decision, and a
-    scheduler's cache validates the task as bound (`busched.api.build.validate`)."""
+    scheduler's cache validates the task as bound (`busched.api.build.validate`).  The record is the largest the
+    attempt may have: evicting, with the longest reason a producer writes (6 bytes a character in JSON)."""
     ns, name = key.split("/", 1)
-    data = m.encode(m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann, writer="me"))
+    data = m.encode(m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann, writer="me",
+                                    state="evicting", reason="\x01" * MAX_REASON, stop="evict"))
     merged = msgspec.structs.replace(spec, annotations={**spec.annotations, **ann})
     try:
         if len(data) > _LIMIT:
