@@ -173,7 +173,7 @@ class EventRecorder:
     def _scheduled(self, report: Any) -> None:
         for task, node in report.binds:  # not a decision the loop dropped (the task deleted meanwhile ...)
             self.add("task", task, "Normal", "Scheduled", f"Successfully assigned {task} to {node}", report.now)
-        for task, node, why in report.failed_binds:  # (Volcano's Bind: taskUnschedulable with its error)
+        for task, node, why in getattr(report, "failed_binds", ()):  # (Volcano's Bind: taskUnschedulable, its error)
             self.add("task", task, "Warning", "FailedScheduling", f"failed to bind to node {node}: {why}", report.now)
 
     def _unschedulable(self, ssn: Any, now: float) -> dict[str, int]:
