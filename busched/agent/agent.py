@@ -74,6 +74,8 @@ class Agent:
                  executor: Executor | None = None, grace: float = 30.0, concurrency: int = 4,
                  streams: StreamSettings | None = None, usage: UsageSource | None = None,
                  usage_interval: float = agent_usage.INTERVAL, wall_clock: Callable[[], float] = time.time) -> None:
+        if not 0 < heartbeat_interval <= 3600:  # what a heartbeat's readers take (NodeHeartbeat.interval)
+            raise ValueError(f"heartbeat_interval: over 0 and at most 3600 seconds, not {heartbeat_interval}")
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))

@@ -199,3 +199,24 @@ def test_scheduling_events_pass_their_readers(name_len: int, message: str, reaso
     rec.add("queue", "q" * name_len, "Warning", "Overused", message, 1.0)
     for k, s in rec.series.items():
         assert decodes(rec.event(k, s))
+
+
+# -- the agent's heartbeats ------------------------------------------------------------------------------------------
+def test_an_agent_is_not_made_with_a_heartbeat_interval_its_readers_refuse() -> None:
+    """`NodeHeartbeat.interval` is over 0 and at most 3600: an agent beating slower would never be heard."""
+    import argparse
+
+    import pytest
+
+    from busched.cli.agent import _interval
+
+    spec = fleet_nodes(1)[0]
+    for bad in (0.0, 3601.0, -1.0):
+        with pytest.raises(ValueError, match="heartbeat_interval"):
+            Agent(None, [spec], consume=False, register=False, heartbeat_interval=bad)  # type: ignore[arg-type]
+        with pytest.raises(argparse.ArgumentTypeError):
+            _interval(str(bad))
+    assert _interval("3600") == 3600.0
+    hb = m.NodeHeartbeat(node=spec.name, interval=Agent(None, [spec], consume=False, register=False,  # type: ignore
+                                                        heartbeat_interval=3600).heartbeat_interval)
+    assert state_reader_takes(hb)
