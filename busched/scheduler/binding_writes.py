@@ -243,7 +243,7 @@ class BindingWrites:
     def binding_record(self, key: str, b: Binding) -> m.BindingRecord:
         ns, name = key.split("/", 1)
         reason = b.reason if b.state in ("released", "failed", "done") else b.evict_reason
-        if len(reason) > MAX_REASON:  # (an agent's reason, passed on with a prefix: busched.bus.wire.MAX_REASON)
+        if reason and len(reason) > MAX_REASON:  # (an agent's, passed on with a prefix: busched.bus.wire)
             reason = cut(reason)
         return m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
                                state=b.state, reason=reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
