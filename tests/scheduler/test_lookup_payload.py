@@ -20,7 +20,7 @@ async def test_a_describe_larger_than_the_bus_carries_is_an_error_reply(tmp_path
     srv.start(timeout=10)
     h = Harness(srv.url)
     try:
-        sched = await h.scheduler(exclusion_ttl=0.05, max_attempts=100, backoff_max=0.1)
+        await h.scheduler(exclusion_ttl=0.05, max_attempts=100, backoff_max=0.1)
         refused: list[int] = []
 
         def on_bind(node: str, bind: m.BindDecision) -> None:
