@@ -207,9 +207,13 @@ class Queries:
             page = self.with_specs(req.kind, page)
         nxt = req.offset + limit if req.offset + limit < len(items) else None
         reply = m.encode(m.GetReply(kind=req.kind, items=page, next=nxt))
-        while len(reply) > self.max_payload() - 1024 and len(page) > 1:
+        limit = self.max_payload() - 1024
+        while len(reply) > limit and len(page) > 1:
             page = page[: len(page) // 2]
             reply = m.encode(m.GetReply(kind=req.kind, items=page, next=req.offset + len(page)))
+        if len(reply) > limit:  # one object alone: said, rather than sent for the bus to refuse and the asker to wait
+            return m.encode(m.GetReply(kind=req.kind, error=f"get {req.kind}: the object at {req.offset} alone is "
+                                                            f"{len(reply)} bytes, more than the bus carries ({limit})"))
         return reply
 
     # == one object by name: get, describe, explain ====================================================================
