@@ -3,12 +3,12 @@
 A bind carries what the session added to its task's annotations (the devices deviceshare gave it:
 ``volcano.sh/vgpu-ids-new`` ... , `busched.plugins.deviceshare`).  Its readers hold those to bounds: the
 binding record's ``annotations`` (`busched.bus.wire.BindAnnotations`: at most 32 keys, label-key keys,
-values of at most 4,096 characters) and the record's size (``SchedulerSettings.max_event_bytes``, less room
-for the longest reason a later record of the attempt, an evicting one, carries with the same annotations:
-`busched.bus.wire.MAX_REASON`) for the state feed of every scheduler (this one after a restart, a standby) and `busched get`; the task's
-annotations with the bind's merged in (at most 1,024 keys, 256 KiB of keys and values:
-`busched.api.limits`) for the agent that decodes the bind decision and for the scheduler's own cache,
-which validates the task it holds as bound.  A vGPU assignment for a task taking very many cards, or
+values of at most 4,096 characters) and the record's size (``SchedulerSettings.max_event_bytes``, less
+room for the longest reason a later record of the attempt, an evicting one, carries with the same
+annotations: `busched.bus.wire.MAX_REASON`) for the state feed of every scheduler (this one after a
+restart, a standby) and `busched get`; the task's annotations with the bind's merged in (at most 1,024
+keys, 256 KiB of keys and values: `busched.api.limits`) for the agent that decodes the bind decision and
+for the scheduler's own cache, which validates the task it holds as bound.  A vGPU assignment for a task taking very many cards, or
 cards whose register names are long, passes 4,096 characters; written, such a record would be refused
 by every reader but the scheduler that wrote it (which knows its own echo by its bytes): the task stuck,
 or held differently by different readers.
