@@ -8,10 +8,10 @@ room for the longest reason a later record of the attempt, an evicting one, carr
 annotations: `busched.bus.wire.MAX_REASON`) for the state feed of every scheduler (this one after a
 restart, a standby) and `busched get`; the task's annotations with the bind's merged in (at most 1,024
 keys, 256 KiB of keys and values: `busched.api.limits`) for the agent that decodes the bind decision and
-for the scheduler's own cache, which validates the task it holds as bound.  A vGPU assignment for a task taking very many cards, or
-cards whose register names are long, passes 4,096 characters; written, such a record would be refused
-by every reader but the scheduler that wrote it (which knows its own echo by its bytes): the task stuck,
-or held differently by different readers.
+for the scheduler's own cache, which validates the task it holds as bound.  A vGPU assignment for a task
+taking very many cards, or cards whose register names are long, passes 4,096 characters; written, such a
+record would be refused by every reader but the scheduler that wrote it (which knows its own echo by its
+bytes): the task stuck, or held differently by different readers.
 
 So a bind whose record or decision would not pass is never written.  It fails as a failed bind does
 (Volcano's ``Bind`` failing at the API server: ``taskUnschedulable`` with "failed to bind to node ...",
