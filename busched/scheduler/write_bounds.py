@@ -121,6 +121,7 @@ def refuse_unwritable(table: Any, todo: list[tuple[str, Binding]], report: Cycle
         log.warning("bind %s -> %s (attempt %d) not written: its %s would be refused by its readers (%s); the "
                     "task goes back to Pending", key, b.node, b.attempt, field, why)
         report.failed_binds.append((key, b.node, f"{field}: {why}"))
+        report.released.append((key, "invalid"))  # (the cycle's log line and record count it)
         if table.bindings.get(key) is b:
             table.release(key, f"bind to {b.node} not written: {field}: {why}", "invalid", exclude=True,
                           backoff=True)

@@ -40,6 +40,7 @@ async def test_an_oversized_assignment_is_not_written_and_the_bind_fails_while_t
     assert f"annotations.{IDS}: 7200 characters, more than 4096" in b.reason
     assert KEY in w.table.backoff_until and "n1" in w.table.excluded[KEY]
     assert report.failed_binds == [(KEY, "n1", f"annotations.{IDS}: 7200 characters, more than 4096")]
+    assert report.released == [(KEY, "invalid")]
     # its released record (written at the next flush) is one its readers take, and carries no annotations
     rec, _ = w.outbox["busched.state.binding.t.a"]
     assert isinstance(rec, m.BindingRecord) and rec.state == "released" and rec.annotations == {}
