@@ -220,3 +220,33 @@ def test_an_agent_is_not_made_with_a_heartbeat_interval_its_readers_refuse() -> 
     hb = m.NodeHeartbeat(node=spec.name, interval=Agent(None, [spec], consume=False, register=False,  # type: ignore
                                                         heartbeat_interval=3600).heartbeat_interval)
     assert state_reader_takes(hb)
+
+
+# -- what `busched apply` publishes ------------------------------------------------------------------------------------
+@_SETTINGS
+@given(tolerations=st.sampled_from([0, 100, 240, 300, 1024]), value=st.sampled_from([0, 500, 1000]))
+def test_busched_apply_publishes_only_messages_the_scheduler_takes(tolerations: int, value: int) -> None:
+    """A spec valid in every field can still make a message over the state stream's limit (1,024 tolerations of
+    1,024 characters are 1 MiB): `check_cluster` refuses the file then, as the scheduler would refuse the message."""
+    import pytest
+
+    from busched.api import k8s_specs as k
+    from busched.bus.apply import ClusterFileError, check_cluster
+
+    task = o.TaskSpec(name="a", namespace="t", tolerations=[k.Toleration(key=f"k{i}", operator="Equal",
+                                                                         value="v" * value)
+                                                            for i in range(tolerations)])
+    cluster = o.ClusterSpec(tasks=[task])
+    taken = state_reader_takes(m.upsert("task", msgspec_replace_created(task), 2**63 - 1))
+    if taken:
+        check_cluster(cluster)
+    else:
+        with pytest.raises(ClusterFileError, match=r"task t/a: its message would be \d+ bytes, more than the 262144"):
+            check_cluster(cluster)
+
+
+def msgspec_replace_created(task: o.TaskSpec) -> o.TaskSpec:
+    """The task as `busched apply` publishes it: with a creation time (`busched.bus.apply.with_created`)."""
+    import msgspec
+
+    return msgspec.structs.replace(task, created="2026-03-01T10:30:00.123456Z")
