@@ -250,3 +250,25 @@ def msgspec_replace_created(task: o.TaskSpec) -> o.TaskSpec:
     import msgspec
 
     return msgspec.structs.replace(task, created="2026-03-01T10:30:00.123456Z")
+
+
+@_SETTINGS
+@given(cards=st.sampled_from([1, 100, 4000]), ctrl=st.sampled_from([0, 10]))
+def test_an_agent_registers_only_nodes_the_scheduler_takes(cards: int, ctrl: int) -> None:
+    """A valid node's message can pass 256 KiB (its annotations are bounded in characters, and a control
+    character takes 6 bytes in JSON): the agent is not made with such a node (`register=False`: another
+    registers it, and the agent does not check)."""
+    import pytest
+
+    from busched.api import build
+
+    spec = o.NodeSpec(name="gpu-0", allocatable={"cpu": "8", "memory": "8Gi"}, annotations={
+        "volcano.sh/node-vgpu-register": "".join(f"GPU-{i:06d},10,1000,NVIDIA-Tesla-V100{chr(1) * ctrl},true,"
+                                                 "hami-core:" for i in range(cards))})
+    build.validate("node", spec)  # (valid in every field)
+    if state_reader_takes(m.upsert("node", spec, 2**63 - 1)):
+        Agent(None, [spec], consume=False)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(ValueError, match=r"cannot register node gpu-0: its node.upsert would be \d+ bytes"):
+            Agent(None, [spec], consume=False)  # type: ignore[arg-type]
+    Agent(None, [spec], consume=False, register=False)  # type: ignore[arg-type]
