@@ -44,6 +44,10 @@ class SchedulerMetrics:
         self.releases = Counter("busched_task_releases_total",
                                 "Tasks sent back to Pending (rejected, lease, node_lost, evicted, stale)",
                                 ["reason"], registry=r)
+        self.writes_refused = Counter("busched_writes_refused_total",
+                                      "Records not written because their readers would refuse them (the bind "
+                                      "fails: busched.scheduler.write_bounds), by message and field",
+                                      ["message", "field"], registry=r)
         self.bind_latency = Histogram("busched_bind_latency_seconds", "From bind decision to the agent's answer",
                                       buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30), registry=r)
         self.tasks = Gauge("busched_tasks", "Tasks by status", ["status"], registry=r)

@@ -50,12 +50,14 @@ from busched.agent.executor import Executor, Launcher, TaskRun, recover_runs
 from busched.agent.heartbeat import Heartbeat, UsageSource
 from busched.agent.logs import LogReader, serve_logs
 from busched.agent.node import AgentNode, HeldTask
+from busched.api import build
 from busched.api.objects import NodeSpec, NodeUsageSpec
 from busched.api.resource import Resource
 from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, DecisionFeed, Delivery, StreamSettings
+from busched.bus.wire import MAX_STATE_MESSAGE, cut
 from busched.metrics import AgentMetrics
 
 __all__ = ["Agent", "Reject", "HeldTask", "AgentNode", "DURATION_KEY"]
@@ -63,6 +65,20 @@ __all__ = ["Agent", "Reject", "HeldTask", "AgentNode", "DURATION_KEY"]
 log = logging.getLogger("busched.agent")
 
 ANSWER_WINDOW = 4  # batches of answers in flight while the next batches are read and decided
+
+
+def _registrable(spec: NodeSpec) -> None:
+    """A node the agent registers is one the scheduler takes (`busched.api.build.validate`, and a ``node.upsert``
+    within the state stream's limit); ValueError naming why, else the node would never be known to it while its
+    heartbeats come for nothing."""
+    try:
+        build.validate("node", spec)
+    except build.SpecError as e:
+        raise ValueError(f"cannot register: {e}") from None
+    size = len(m.encode(m.upsert("node", spec, 2**63 - 1)))
+    if size > MAX_STATE_MESSAGE:
+        raise ValueError(f"cannot register node {spec.name}: its node.upsert would be {size} bytes, more than the "
+                         f"{MAX_STATE_MESSAGE} a scheduler takes")
 
 
 class Agent:
@@ -73,6 +89,11 @@ class Agent:
                  executor: Executor | None = None, grace: float = 30.0, concurrency: int = 4,
                  streams: StreamSettings | None = None, usage: UsageSource | None = None,
                  usage_interval: float = agent_usage.INTERVAL, wall_clock: Callable[[], float] = time.time) -> None:
+        if not 0 < heartbeat_interval <= 3600:  # what a heartbeat's readers take (NodeHeartbeat.interval)
+            raise ValueError(f"heartbeat_interval: over 0 and at most 3600 seconds, not {heartbeat_interval}")
+        if register:
+            for spec in nodes:
+                _registrable(spec)
         self.bus = bus
         self.nodes: dict[str, AgentNode] = {
             n.name: AgentNode(n, Resource.from_list(n.allocatable, field=f"node {n.name}: allocatable"))
@@ -199,7 +220,7 @@ class Agent:
             held.start_time = self.wall_clock()
         ns, name = task.split("/", 1)
         msg = m.TaskPhaseChanged(version=self._version(), namespace=ns, name=name, node=node, attempt=held.attempt,
-                                 phase=phase, reason=reason, exit_code=exit_code, boot=boot or self.boot,
+                                 phase=phase, reason=cut(reason), exit_code=exit_code, boot=boot or self.boot,
                                  start_time=held.start_time if phase == "Running" else None)
         # the same id on every copy: one the stream stored although its acknowledgement was lost is not stored twice
         msg_id = f"phase.{self.boot}.{node}.{task}.{held.attempt}.{msg.version}"

@@ -26,6 +26,7 @@ from busched.api.resource import Resource
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus, Delivery
+from busched.bus.wire import cut
 from busched.metrics import AgentMetrics
 
 __all__ = ["Decider", "Reject", "DURATION_KEY", "BindCallback", "EvictCallback", "Launch", "Halt"]
@@ -203,6 +204,8 @@ class Decider:
             except Reject as e:
                 reason = str(e) or "rejected"
         if reason is not None:
+            reason = cut(reason)  # (an on_bind's reason may be anything: busched.bus.wire.MAX_REASON)
+
             def rejected() -> None:
                 n.remember(key, b.attempt, "rejected")
                 self.history.append(("reject", n.name, key, b.attempt))
@@ -268,7 +271,7 @@ class Decider:
         self.metrics.evicts.inc()
         return _Outcome(d, [(S.result_subject(n.name, key), m.TaskPhaseChanged(
             version=self.version(), namespace=e.namespace, name=e.name, node=n.name, attempt=attempt,
-            phase="Failed", reason=f"Evicted: {e.reason}" if held is not None else "Evicted: not running here",
+            phase="Failed", reason=cut(f"Evicted: {e.reason}") if held is not None else "Evicted: not running here",
             boot=self.boot))])
 
 

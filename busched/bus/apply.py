@@ -23,6 +23,7 @@ from busched.bus import edit
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.client import Bus
+from busched.bus.wire import MAX_STATE_MESSAGE
 
 __all__ = ["load_cluster", "without_status", "load_cluster_file", "check_cluster", "cluster_events", "apply_cluster",
            "ClusterFileError",
@@ -85,6 +86,9 @@ def load_cluster_file(path: str | Path, text: bytes | None = None) -> ClusterSpe
     return load_cluster(doc, str(path))
 
 
+_CREATED_ROOM = 64  # ``"created":"2026-03-01T10:30:00.123456Z",`` at most
+
+
 def check_cluster(cluster: ClusterSpec, where: str = "cluster") -> None:
     """Every object as the scheduler will check it (`busched.api.build.validate`); raises
     `ClusterFileError` with the first refusal, so that a file with one bad object publishes none."""
@@ -94,6 +98,13 @@ def check_cluster(cluster: ClusterSpec, where: str = "cluster") -> None:
                 build.validate(kind, spec)
             except build.SpecError as e:
                 raise ClusterFileError(f"{where}: {e}") from None
+            # what it publishes must be a message the scheduler takes: a valid spec can still be larger (its
+            # annotations are bounded to 256 KiB, its lists to 1,024 items of 1,024 characters); the version
+            # and the creation time `with_created` may add are counted at their widest
+            size = len(m.encode(m.upsert(kind, spec, 2**63 - 1))) + _CREATED_ROOM
+            if size > MAX_STATE_MESSAGE:
+                raise ClusterFileError(f"{where}: {kind} {m.spec_key(spec)}: its message would be {size} bytes, "
+                                       f"more than the {MAX_STATE_MESSAGE} a scheduler takes")
 
 
 def cluster_events(cluster: ClusterSpec, *, delete: bool = False,

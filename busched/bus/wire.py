@@ -14,13 +14,33 @@ import msgspec
 
 from busched.api.limits import LabelKey
 
-__all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations"]
+__all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations", "MAX_BIND_ANNOTATIONS",
+           "MAX_BIND_ANNOTATION_VALUE", "MAX_REASON", "MAX_STATE_MESSAGE", "cut"]
 
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
-# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices")
-BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=4096)]], msgspec.Meta(max_length=32)]
+# what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices"); a bind
+# whose record would break these is never written (`busched.scheduler.write_bounds`)
+MAX_BIND_ANNOTATIONS = 32
+MAX_BIND_ANNOTATION_VALUE = 4096
+BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_length=MAX_BIND_ANNOTATION_VALUE)]],
+                            msgspec.Meta(max_length=MAX_BIND_ANNOTATIONS)]
+
+# a reason or message a producer writes into a record, a result or a status (a binding record's reason, a
+# bind.rejected's, a task.phase's, a podgroup condition's): a longer one is cut (`cut`).  The fields' types do not
+# say it (a reader must still take what older producers wrote); what they do bound is a state message's size
+# (256 KiB, ``SchedulerSettings.max_event_bytes``), which a reason passed on from an agent to a record, with a
+# prefix, or several conditions' messages would otherwise pass: readers would refuse the whole message
+MAX_REASON = 4096
+# the largest state message a scheduler takes by default (``SchedulerSettings.max_event_bytes``): a larger one is
+# refused as oversized, so `busched apply` refuses to publish one (`busched.bus.apply.check_cluster`)
+MAX_STATE_MESSAGE = 256 * 1024
+
+
+def cut(text: str, limit: int = MAX_REASON) -> str:
+    """``text``, or its first ``limit`` - 3 characters and "..." when it is longer than ``limit``."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Msg(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):

@@ -14,6 +14,15 @@ from busched.cli.common import add_log_argument, add_replicas_argument, run_unti
 log = logging.getLogger("busched.agent")
 
 
+def _interval(text: str) -> float:
+    """A heartbeat interval: what a heartbeat's readers take (`busched.bus.messages.NodeHeartbeat`), else every
+    heartbeat would be refused and the nodes never alive."""
+    v = float(text)
+    if not 0 < v <= 3600:
+        raise argparse.ArgumentTypeError(f"a heartbeat interval is over 0 and at most 3600 seconds: {text}")
+    return v
+
+
 def add_fleet_arguments(p: argparse.ArgumentParser, *, nodes: int = 1) -> None:
     g = p.add_argument_group("simulated nodes")
     g.add_argument("--nodes", type=int, default=nodes, help="how many nodes (default %(default)s)")
@@ -27,7 +36,8 @@ def add_fleet_arguments(p: argparse.ArgumentParser, *, nodes: int = 1) -> None:
     g.add_argument("--duration", type=float, default=None,
                    help="seconds a task runs before Succeeded (default: until evicted; the task annotation "
                         "busched.io/duration overrides)")
-    g.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds (default %(default)s)")
+    g.add_argument("--heartbeat", type=_interval, default=1.0,
+                   help="heartbeat interval in seconds, over 0 and at most 3600 (default %(default)s)")
     g.add_argument("--no-capacity-check", action="store_true",
                    help="accept binds even when the node has no room left")
 

@@ -22,6 +22,7 @@ import msgspec
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.bus.wire import MAX_REASON, cut
 from busched.metrics import SchedulerMetrics
 from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.records import Binding, SchedulerSettings
@@ -241,9 +242,11 @@ class BindingWrites:
 
     def binding_record(self, key: str, b: Binding) -> m.BindingRecord:
         ns, name = key.split("/", 1)
+        reason = b.reason if b.state in ("released", "failed", "done") else b.evict_reason
+        if reason and len(reason) > MAX_REASON:  # (an agent's, passed on with a prefix: busched.bus.wire)
+            reason = cut(reason)
         return m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
-                               state=b.state, reason=b.reason if b.state in ("released", "failed", "done")
-                               else b.evict_reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
+                               state=b.state, reason=reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
                                outcome=b.outcome, exit_code=b.exit_code,
                                stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch,
                                shard=self.settings.shard, annotations=b.annotations if b.live else {})

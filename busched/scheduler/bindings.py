@@ -54,6 +54,7 @@ from busched.scheduler.records import (
     Result,
     SchedulerSettings,
 )
+from busched.scheduler.write_bounds import refuse_unwritable
 
 log = logging.getLogger("busched.scheduler")
 
@@ -189,6 +190,7 @@ class BindingTable(BindingWrites, BindingFeed):
         added to ``sending``, for the caller to await) as soon as its binding records are acknowledged, while
         the next chunk's records are being written, so the first agents start long before the last record of
         a big cycle is stored."""
+        todo = refuse_unwritable(self, todo, report)  # what its readers would refuse is not written
         for i in range(0, len(todo), WRITE_AHEAD_CHUNK):
             ready = await self.record_binds(todo[i:i + WRITE_AHEAD_CHUNK])
             if ready:

@@ -26,8 +26,30 @@ from typing import Any, Protocol
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.publish import MAX_BATCH, Ack
+from busched.bus.wire import cut
 
 __all__ = ["NodeLedgers", "BatchBus"]
+
+# what a ledger message's readers take (`busched.bus.messages.NodeLedger`, and the state stream's 256 KiB): a
+# ledger they refuse is never heard (`NodeLedgers.heard`), and every later write on the node's ledger would lose
+# its condition.  ``tasks`` is informational: keys longer than its bound are cut, and it names the tasks of a
+# batch only up to 32 Ki characters in all (999 long keys would pass 256 KiB)
+_MAX_NAME = 253
+_MAX_TASK = 600
+_TASKS_CHARS = 32 * 1024
+
+
+def _tasks(keys: list[str]) -> list[str]:
+    out: list[str] = []
+    total = 0
+    for key in keys:
+        if len(key) > _MAX_TASK:
+            key = cut(key, _MAX_TASK)
+        total += len(key)
+        if total > _TASKS_CHARS:
+            break
+        out.append(key)
+    return out
 
 
 class BatchBus(Protocol):
@@ -42,8 +64,9 @@ class NodeLedgers:
     """The node ledgers of one sharded scheduler (``shard``: its NodeShard's name; ``writer``: its boot)."""
 
     def __init__(self, shard: str, writer: str) -> None:
-        self.shard = shard
-        self.writer = writer
+        # (informational in the ledger message, and bounded there: cut to what its readers take)
+        self.shard = cut(shard, _MAX_NAME)
+        self.writer = cut(writer, _MAX_NAME)
         self.seen: dict[str, int] = {}  # node -> the last ledger sequence known (heard on the feed or acknowledged)
         self.view: dict[str, int] = {}  # node -> the ledger sequence the current cycle's snapshot stands on
         self.lost = 0  # batches refused because a node's ledger had moved (or a task's record), for tests and logs
@@ -162,7 +185,7 @@ class NodeLedgers:
             for node, idx in batch:
                 msgs += [(items[i][2], items[i][3], items[i][4]) for i in idx]
                 msgs.append((S.ledger_subject(node), m.NodeLedger(node=node, writer=self.writer, shard=self.shard,
-                                                                  tasks=[items[i][0] for i in idx]),
+                                                                  tasks=_tasks([items[i][0] for i in idx])),
                              self.view.get(node, 0)))
             messages.append(msgs)
         shared: list[tuple[str, list[int]]] = []

@@ -19,6 +19,7 @@ from busched.api.objects import BUILTIN_DEFAULT_QUEUE
 from busched.api.task import TaskStatus
 from busched.bus import messages as m
 from busched.bus.resources import resource_list
+from busched.bus.wire import cut
 from busched.scheduler import events_log, explain, references
 from busched.scheduler.records import TERMINAL, Binding, NodeLive, Result, _field_error
 
@@ -206,9 +207,13 @@ class Queries:
             page = self.with_specs(req.kind, page)
         nxt = req.offset + limit if req.offset + limit < len(items) else None
         reply = m.encode(m.GetReply(kind=req.kind, items=page, next=nxt))
-        while len(reply) > self.max_payload() - 1024 and len(page) > 1:
+        limit = self.max_payload() - 1024
+        while len(reply) > limit and len(page) > 1:
             page = page[: len(page) // 2]
             reply = m.encode(m.GetReply(kind=req.kind, items=page, next=req.offset + len(page)))
+        if len(reply) > limit:  # one object alone: said, rather than sent for the bus to refuse and the asker to wait
+            return m.encode(m.GetReply(kind=req.kind, error=f"get {req.kind}: the object at {req.offset} alone is "
+                                                            f"{len(reply)} bytes, more than the bus carries ({limit})"))
         return reply
 
     # == one object by name: get, describe, explain ====================================================================
@@ -231,7 +236,12 @@ class Queries:
             return m.encode(m.GetReply(kind=req.kind, error=str(e.args[0]) if e.args else "not found"))
         except ValueError as e:
             return m.encode(m.GetReply(kind=req.kind, error=str(e)))
-        return m.encode(m.GetReply(kind=req.kind, items=[item]))
+        reply = m.encode(m.GetReply(kind=req.kind, items=[item]))
+        limit = self.max_payload() - 1024
+        if len(reply) > limit:  # (the bus would not carry it: the asker would wait for nothing until it gives up)
+            return m.encode(m.GetReply(kind=req.kind, error=f"{req.op} {cut(req.name, 300)}: the answer, {len(reply)} "
+                                                            f"bytes, is more than the bus carries ({limit})"))
+        return reply
 
     def with_specs(self, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The rows, each with its object's spec as applied under ``spec`` (what `busched get -o yaml` prints

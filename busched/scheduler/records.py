@@ -155,6 +155,8 @@ class CycleReport:
     binds: list[tuple[str, str]] = field(default_factory=list)
     evicts: list[tuple[str, str]] = field(default_factory=list)
     released: list[tuple[str, str]] = field(default_factory=list)
+    # binds not written, as their readers would refuse them (busched.scheduler.write_bounds): task, node, why
+    failed_binds: list[tuple[str, str, str]] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
     skipped: bool = False  # nothing could have changed since the last cycle, which decided nothing

@@ -3,7 +3,9 @@
 From every cycle that ran, `EventRecorder` makes Kubernetes-style events (docs/bus.md, "Scheduling
 events"), with Volcano's reasons and messages:
 
-* a task bound: ``Scheduled`` (Normal), "Successfully assigned ns/name to node";
+* a task bound: ``Scheduled`` (Normal), "Successfully assigned ns/name to node"; a bind not written as its
+  readers would refuse it (`busched.scheduler.write_bounds`): ``FailedScheduling`` (Warning), "failed to bind
+  to node n: <field>: <why>" (Volcano's bind error);
 * a task of a job the session could not make ready, still Pending: ``FailedScheduling`` (Warning), its own
   fit errors aggregated over the nodes ("0/4 nodes are unavailable: 4 Insufficient cpu."), else its job's
   (Volcano's ``taskUnschedulable`` from ``RecordJobStatusEvent``), else the gang plugin's message (a job
@@ -171,6 +173,8 @@ class EventRecorder:
     def _scheduled(self, report: Any) -> None:
         for task, node in report.binds:  # not a decision the loop dropped (the task deleted meanwhile ...)
             self.add("task", task, "Normal", "Scheduled", f"Successfully assigned {task} to {node}", report.now)
+        for task, node, why in getattr(report, "failed_binds", ()):  # (Volcano's Bind: taskUnschedulable, its error)
+            self.add("task", task, "Warning", "FailedScheduling", f"failed to bind to node {node}: {why}", report.now)
 
     def _unschedulable(self, ssn: Any, now: float) -> dict[str, int]:
         """FailedScheduling for the Pending tasks of the jobs the session could not place (and Unschedulable

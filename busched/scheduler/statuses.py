@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
+from busched.bus.wire import cut
 
 log = logging.getLogger("busched.scheduler")
 
@@ -139,8 +140,9 @@ class PodGroupStatuses(StatusOutbox):
             raw = job.conditions
             if job.phase == cur_phase and _same_conditions(raw, cur_conds):
                 continue
+            # (reasons and messages cut: busched.bus.wire.MAX_REASON; `_same_conditions` compares them cut)
             conds = [m.Condition(type=str(c.get("type", "")), status=str(c.get("status", "")),
-                                 reason=str(c.get("reason", "")), message=str(c.get("message", "")),
+                                 reason=cut(str(c.get("reason", ""))), message=cut(str(c.get("message", ""))),
                                  transition_id=str(c.get("transitionID", "")))
                      for c in raw]
             now = now or time.time()
@@ -165,7 +167,9 @@ def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> boo
     if len(raw) != len(conds):
         return False
     for c, x in zip(raw, conds):
-        if (str(c.get("type", "")) != x.type or str(c.get("status", "")) != x.status
-                or str(c.get("reason", "")) != x.reason or str(c.get("message", "")) != x.message):
+        if str(c.get("type", "")) != x.type or str(c.get("status", "")) != x.status:
+            return False
+        reason, message = str(c.get("reason", "")), str(c.get("message", ""))
+        if (reason != x.reason and cut(reason) != x.reason) or (message != x.message and cut(message) != x.message):
             return False
     return True

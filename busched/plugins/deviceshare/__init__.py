@@ -8,6 +8,9 @@ bookkeeping from the tasks on it (the cards their annotations name) and keeps it
 session's allocate and deallocate events: an allocated or pipelined task is given its cards and the
 annotations that name them (``volcano.sh/gpu-index``, ``volcano.sh/vgpu-ids-new`` ...) go out with its
 bind (``TaskInfo.bind_annotations``); a task taken back (an undone allocation, an eviction) frees them.
+What a bind may carry is bounded (at most 32 keys, values of at most 4,096 characters: a vGPU assignment of
+very many cards, or of cards with long register names, is longer); the bound is checked where the bind is
+written, not here (`busched.scheduler.write_bounds` says why): a bind over it fails as a failed bind does.
 (Volcano does this bookkeeping in its predicates plugin's event handlers; here it lives with the devices.)
 
 Predicate: a task that asks for an enabled kind of device must have its cards on the node

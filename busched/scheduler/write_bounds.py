@@ -1,0 +1,128 @@
+"""What the scheduler writes, its own readers accept: a bind whose record or decision they would refuse is failed.
+
+A bind carries what the session added to its task's annotations (the devices deviceshare gave it:
+``volcano.sh/vgpu-ids-new`` ... , `busched.plugins.deviceshare`).  Its readers hold those to bounds: the
+binding record's ``annotations`` (`busched.bus.wire.BindAnnotations`: at most 32 keys, label-key keys,
+values of at most 4,096 characters) and the record's size (``SchedulerSettings.max_event_bytes``, less
+room for the longest reason a later record of the attempt, an evicting one, carries with the same
+annotations: `busched.bus.wire.MAX_REASON`) for the state feed of every scheduler (this one after a
+restart, a standby) and `busched get`; the task's annotations with the bind's merged in (at most 1,024
+keys, 256 KiB of keys and values: `busched.api.limits`) for the agent that decodes the bind decision and
+for the scheduler's own cache, which validates the task it holds as bound.  A vGPU assignment for a task
+taking very many cards, or cards whose register names are long, passes 4,096 characters; written, such a
+record would be refused by every reader but the scheduler that wrote it (which knows its own echo by its
+bytes): the task stuck, or held differently by different readers.
+
+So a bind whose record or decision would not pass is never written.  It fails as a failed bind does
+(Volcano's ``Bind`` failing at the API server: ``taskUnschedulable`` with "failed to bind to node ...",
+the devices' ``PreBindRollBack``, ``resyncTask``): `refuse_unwritable` releases it
+(`BindingTable.release`, kind ``invalid``: the task back to Pending with a backoff, kept off that node for
+a while, Failed after ``max_attempts`` such failures in a row, its released record naming why), counts
+it in ``busched_writes_refused_total{message="binding", field=...}``, logs it and puts it in the cycle's
+report, from which a ``FailedScheduling`` event naming the task, the node and the field is made
+(`busched.scheduler.sched_events`).  No record and no decision of it is written, so no agent ever sees
+it; its devices are free at the next session, which accounts only the tasks bound on each node.
+
+Where: here, at the write path (`BindingTable.write_ahead`, which every bind goes through, after the
+session and while it streams binds), not in the deviceshare plugin.  Only here is everything known that
+the readers check: every plugin's annotations as they finally are (a deallocation drops keys), merged
+with the task's own, and the record's encoded size.  It is also where Volcano fails such a bind: its
+device ``Allocate`` fails an allocation only when the cards do not fit (or the node lock is held), never
+for the length of what it returns; annotations too large are refused by the API server when the bind is
+written, and the bind fails.  Refusing the node in the plugin's predicate would make a decision Volcano
+does not make (and busched's allocate events cannot fail an allocation: a `DeviceError` there is only
+logged).  The cost for a bind without annotations is one truth test of an empty dict (the e2e bench's
+binds have none: 0.05 ms for its 5,000); with annotations, a few ``len`` over at most 32 small strings,
+and an encoding only when they could make the record too large.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from busched.api import limits
+from busched.bus import messages as m
+from busched.bus.wire import MAX_BIND_ANNOTATION_VALUE, MAX_BIND_ANNOTATIONS, MAX_REASON
+
+if TYPE_CHECKING:
+    from busched.scheduler.records import Binding, CycleReport
+
+__all__ = ["bind_problem", "refuse_unwritable"]
+
+log = logging.getLogger("busched.scheduler")
+
+# JSON writes a character in at most 6 bytes (``\\u001f``); a record's fields but its annotations and its
+# task's name take far less than this
+_RECORD_OVERHEAD = 2048
+
+
+def bind_problem(key: str, annotations: dict[str, str], spec_annotations: dict[str, str], max_event_bytes: int,
+                 record_size: Callable[[], int]) -> tuple[str, str] | None:
+    """Why a bind of task ``key`` adding ``annotations`` to the task's (``spec_annotations``) cannot be written:
+    (the field, what breaks its bound), or None when its readers accept it.  ``record_size``: the binding
+    record's encoded size, called only when the annotations could make it larger than ``max_event_bytes``."""
+    n = len(annotations)
+    if n > MAX_BIND_ANNOTATIONS:
+        return "annotations", f"{n} keys, more than the {MAX_BIND_ANNOTATIONS} a bind may add"
+    chars = 0
+    for k, v in annotations.items():
+        if len(k) > limits.MAX_LABEL_KEY:
+            return "annotations", f"a key of {len(k)} characters, more than {limits.MAX_LABEL_KEY}"
+        if len(v) > MAX_BIND_ANNOTATION_VALUE:
+            return f"annotations.{k}", f"{len(v)} characters, more than {MAX_BIND_ANNOTATION_VALUE}"
+        chars += len(k) + len(v)
+    if spec_annotations:
+        merged = {**spec_annotations, **annotations}
+        if len(merged) > limits.MAX_ITEMS:
+            return "task.annotations", (f"{len(merged)} keys with the task's own, more than {limits.MAX_ITEMS}")
+        size = sum(map(len, merged)) + sum(map(len, merged.values()))
+        if size > limits.MAX_ANNOTATIONS_BYTES:
+            return "task.annotations", (f"{size} characters in all with the task's own, more than "
+                                        f"{limits.MAX_ANNOTATIONS_BYTES}")
+    # (room kept for the reason its later records may carry with the same annotations: an evicting one's)
+    room = max_event_bytes - 6 * MAX_REASON
+    if 6 * (chars + len(key)) + _RECORD_OVERHEAD > room:
+        size = record_size()
+        if size > room:
+            return "size", (f"a binding record of {size} bytes, more than {room} (the state stream's limit, "
+                            f"{max_event_bytes}, less room for a reason)")
+    return None
+
+
+def _record_size(table: Any, key: str, b: Binding) -> Callable[[], int]:
+    return lambda: len(m.encode(table.binding_record(key, b)))
+
+
+def refuse_unwritable(table: Any, todo: list[tuple[str, Binding]], report: CycleReport) -> list[tuple[str, Binding]]:
+    """``todo`` (new attempts of `BindingTable.take_binds`, not yet recorded) without the binds whose record or
+    decision its readers would refuse (`bind_problem`); those are failed as the module's docstring says.
+    ``todo`` itself when none is (always when none adds annotations)."""
+    bad: list[tuple[str, Binding, str, str]] | None = None
+    specs = table.task_specs
+    limit = table.settings.max_event_bytes
+    for key, b in todo:
+        if b.annotations:
+            spec = specs.get(key)
+            found = bind_problem(key, b.annotations, spec.annotations if spec is not None else {}, limit,
+                                 _record_size(table, key, b))
+            if found is not None:
+                if bad is None:
+                    bad = []
+                bad.append((key, b, *found))
+    if bad is None:
+        return todo
+    refused = set()
+    for key, b, field, why in bad:
+        refused.add(key)
+        table.metrics.writes_refused.labels("binding", field if field.startswith("task.")
+                                            else field.split(".", 1)[0]).inc()
+        log.warning("bind %s -> %s (attempt %d) not written: its %s would be refused by its readers (%s); the "
+                    "task goes back to Pending", key, b.node, b.attempt, field, why)
+        report.failed_binds.append((key, b.node, f"{field}: {why}"))
+        report.released.append((key, "invalid"))  # (the cycle's log line and record count it)
+        if table.bindings.get(key) is b:
+            table.release(key, f"bind to {b.node} not written: {field}: {why}", "invalid", exclude=True,
+                          backoff=True)
+    return [(key, b) for key, b in todo if key not in refused]

@@ -1,0 +1,155 @@
+"""A bind whose record or decision its readers would refuse is never written, and fails as a failed bind does
+(busched.scheduler.write_bounds); `bind_problem` agrees with the readers' own decoders on random inputs."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from busched.api import build
+from busched.api import objects as o
+from busched.bus import messages as m
+from busched.bus.wire import MAX_REASON
+from busched.scheduler.records import CycleReport
+from busched.scheduler.sched_events import EventRecorder, EventSettings
+from busched.scheduler.write_bounds import bind_problem
+from tests.scheduler.test_binding_table import KEY, Decision, World
+
+IDS = "volcano.sh/vgpu-ids-new"
+
+
+def _records(w: World) -> list[m.BindingRecord]:
+    return [r for _, r, _ in w.bus.records]
+
+
+async def test_an_oversized_assignment_is_not_written_and_the_bind_fails_while_the_others_bind() -> None:
+    w = World()
+    w.tasks["t/b"] = o.TaskSpec(name="b", namespace="t", job="j")
+    big = {IDS: "GPU-0123456789abcdef,NVIDIA,1000,10:" * 200}  # 7,200 characters: more than 4,096
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(KEY, "n1", annotations=big),
+                                 Decision("t/b", "n1", annotations={IDS: "GPU-0,NVIDIA,1000,10:"})], report)
+    # the other bound: its record and its decision written
+    assert [(r.name, r.state) for r in _records(w)] == [("b", "binding")]
+    assert [subj.rsplit(".", 1)[1] for subj, _, _ in w.bus.decisions] == ["b"]
+    assert report.binds == [("t/b", "n1")]
+    # the oversized one: no record of its bind, no decision; back to Pending with a backoff, off that node a while
+    b = w.table.bindings[KEY]
+    assert b.state == "released" and b.attempt == 1
+    assert f"annotations.{IDS}: 7200 characters, more than 4096" in b.reason
+    assert KEY in w.table.backoff_until and "n1" in w.table.excluded[KEY]
+    assert report.failed_binds == [(KEY, "n1", f"annotations.{IDS}: 7200 characters, more than 4096")]
+    assert report.released == [(KEY, "invalid")]
+    # its released record (written at the next flush) is one its readers take, and carries no annotations
+    rec, _ = w.outbox["busched.state.binding.t.a"]
+    assert isinstance(rec, m.BindingRecord) and rec.state == "released" and rec.annotations == {}
+    assert m.decode(m.encode(rec)) == rec
+    metrics = w.table.metrics
+    assert metrics.writes_refused.labels("binding", "annotations")._value.get() == 1
+    assert metrics.releases.labels("invalid")._value.get() == 1
+
+
+async def test_a_bind_failed_so_max_attempts_times_is_failed() -> None:
+    w = World(max_attempts=2)
+    big = {f"k{i}": "x" for i in range(40)}  # 40 keys: more than 32
+    for _ in range(2):
+        w.table.backoff_until.clear()
+        await w.table.publish_binds([Decision(KEY, "n1", annotations=big)], CycleReport(1))
+    b = w.table.bindings[KEY]
+    assert b.state == "failed" and "40 keys, more than the 32 a bind may add" in b.reason
+    assert w.bus.records == [] and w.bus.decisions == []
+
+
+async def test_the_task_annotations_merged_are_bounded_too() -> None:
+    w = World()
+    w.tasks[KEY] = o.TaskSpec(name="a", namespace="t", job="j", annotations={f"a{i}": "" for i in range(1024)})
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(KEY, "n1", annotations={IDS: "GPU-0,NVIDIA,1,1:"})], report)
+    assert w.bus.records == [] and report.failed_binds[0][2].startswith("task.annotations: 1025 keys")
+    assert w.table.metrics.writes_refused.labels("binding", "task.annotations")._value.get() == 1
+
+
+def test_a_failed_bind_is_a_failed_scheduling_event() -> None:
+    published: list[m.Event] = []
+    rec = EventRecorder(EventSettings(), lambda items: None, boot=lambda: "me", on_error=lambda: None)
+    rec.publish_due = lambda now: published.extend(rec.event(k, s) for k, s in rec.series.items())  # type: ignore
+    report = CycleReport(1, now=5.0)
+    report.failed_binds.append((KEY, "n1", "annotations.x: 5000 characters, more than 4096"))
+    rec.record_binds(report)
+    assert [(e.involved_object.name, e.event_type, e.reason, e.message) for e in published] == [
+        ("a", "Warning", "FailedScheduling", "failed to bind to node n1: annotations.x: 5000 characters, more "
+                                             "than 4096")]
+
+
+# -- the check against the readers' decoders, on random inputs near every bound ------------------------------------
+_LIMIT = 256 * 1024
+
+
+def _text(prefix: str, length: int, char: str = "v") -> str:
+    return (prefix + char * length)[:length] if length >= len(prefix) else prefix
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[dict[str, str], dict[str, str]]:
+    """(the bind's annotations, the task's own): key counts, key lengths, value lengths, the merged count and size
+    and the record's size each drawn at, under and over its bound; values of control characters take 6 bytes a
+    character in JSON."""
+    n = draw(st.sampled_from([0, 1, 2, 10, 11, 31, 32, 33]))
+    lengths = [4095, 4096] if draw(st.booleans()) else [0, 20, 4096]  # values mostly long, or mixed
+    char = draw(st.sampled_from(["v", "\x01", "mixed"]))
+    ann = {}
+    for i in range(n):
+        key = _text(f"{i}-", draw(st.sampled_from([3, 40, 316, 317])), "k")
+        ann[key] = _text("", draw(st.sampled_from(lengths)), draw(st.sampled_from(["v", "\x01"])) if char == "mixed"
+                         else char)
+    if ann and draw(st.booleans()):  # one key or one value over its bound
+        k = draw(st.sampled_from(sorted(ann)))
+        if draw(st.booleans()):
+            ann[_text(k + "-", 318, "k")] = ann.pop(k)
+        else:
+            ann[k] = "v" * 4097
+    chars = sum(map(len, ann)) + sum(map(len, ann.values()))
+    own_n = draw(st.sampled_from([0, 5, 1023 - n, 1024 - n, 1025 - n]))
+    own = {f"own{i}": "" for i in range(max(0, own_n))}
+    if draw(st.booleans()):  # the merged size at its bound, one under or one over
+        room = 256 * 1024 - chars - sum(map(len, own)) - 3
+        own["big"] = "s" * max(0, room + draw(st.sampled_from([-1, 0, 1])))
+    return ann, own
+
+
+def _readers_accept(key: str, ann: dict[str, str], spec: o.TaskSpec) -> bool:
+    """What the readers do: the state feed decodes the record (size, then types), the agent the decision, and a
+    scheduler's cache validates the task as bound (`busched.api.build.validate`).  The record is the largest the
+    attempt may have: evicting, with the longest reason a producer writes (6 bytes a character in JSON)."""
+    ns, name = key.split("/", 1)
+    data = m.encode(m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann, writer="me",
+                                    state="evicting", reason="\x01" * MAX_REASON, stop="evict"))
+    merged = msgspec.structs.replace(spec, annotations={**spec.annotations, **ann})
+    try:
+        if len(data) > _LIMIT:
+            return False
+        m.decode(data)
+        m.decode(m.encode(m.BindDecision(node="n1", attempt=1, task=merged)))
+        build.validate("task", merged)
+    except (m.DecodeError, build.SpecError):
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=_cases())
+def test_bind_problem_is_what_the_readers_refuse(case: tuple[dict[str, str], dict[str, str]]) -> None:
+    ann, own = case
+    spec = o.TaskSpec(name="a", namespace="t", annotations=own)
+    # (a task whose own annotations already break their bounds never reaches a bind: the state feed refuses it)
+    if len(own) > 1024 or sum(map(len, own)) + sum(map(len, own.values())) > 256 * 1024:
+        return
+    ns, name = KEY.split("/")
+
+    def size() -> int:
+        return len(m.encode(m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann,
+                                            writer="me")))
+
+    found = bind_problem(KEY, ann, own, _LIMIT, size)
+    assert (found is None) == _readers_accept(KEY, ann, spec), found
