@@ -21,7 +21,9 @@ a failed cycle stay bound: each was a complete decision once appended.
 cannot look while the session holds it.  With the default 5 ms switch interval it was kept out for the
 whole of a 5,000-bind session all the same (a 20 ms wait for I/O returned after 0.26-0.28 s, the thread
 asleep on the GIL, not waiting for a CPU; `busched bench e2e --stages`' ``loop``), so on a quiet machine
-no record went out before the actions ended.  So the session hands the GIL over itself: every `HANDOFF`
+no record went out before the actions ended.  So the session can hand the GIL over itself (off by
+default, `HANDOFF` 0: on a 2-core machine the overlap also puts nats-server and the agents beside the
+session on the cores, and this pass could not tell on its loaded machine which way it goes): every `HANDOFF`
 decisions it appends (`_Watched`, the session's list as `opened` sees it) it wakes the loop and waits
 `PAUSE` seconds of the loop's time, at most `HANDOFF_WAIT` (the loop may be busy), for the loop to
 take what was decided and write it (a look then takes every new decision: the session is paused).  The
@@ -47,7 +49,10 @@ log = logging.getLogger("busched.scheduler")
 
 POLL = 0.02  # seconds between two looks at the session's decisions while it places
 MIN_CHUNK = 200  # decisions gathered before a chunk goes out while the session adds more (fewer once it pauses)
-HANDOFF = 500  # decisions the session appends between two hand-offs of the GIL to the loop
+# decisions the session appends between two hand-offs of the GIL to the loop; 0: none.  Off until measured on a
+# quiet machine: on this pass's loaded one the hand-offs were inside the noise (docs/benchmarks.md, eighth stop);
+# 500 is what was measured
+HANDOFF = 0
 PAUSE = 0.002  # seconds the session waits at a hand-off once the loop runs (it takes and writes meanwhile)
 HANDOFF_WAIT = 0.1  # at most this long in all: a loop busy elsewhere does not hold the session up
 
@@ -94,10 +99,11 @@ class BindStream:
 
     def opened(self, ssn: Any) -> None:
         """Called in the session's thread as it opens (`run_actions`' ``opened``): its list of decisions,
-        empty yet, becomes one that hands off (`_Watched`), and the session is followed."""
-        watched = _Watched(ssn.decisions)
-        watched._stream, watched._next = self, HANDOFF
-        ssn.decisions = watched
+        empty yet, becomes one that hands off (`_Watched`, when `HANDOFF` is set), and the session is followed."""
+        if HANDOFF > 0:
+            watched = _Watched(ssn.decisions)
+            watched._stream, watched._next = self, HANDOFF
+            ssn.decisions = watched
         self.ssn = ssn
 
     def handoff(self) -> None:

@@ -134,9 +134,9 @@ async def test_a_failed_session_s_binds_all_go_out_even_those_the_stream_had_not
 
 
 async def test_the_session_hands_the_loop_its_binds_as_it_appends_them(harness, monkeypatch):
-    """Hand-offs (busched.scheduler.bind_stream): every `HANDOFF` decisions the session appends it wakes the
-    loop and waits, so its binds are written (record, then decision) before its next action even when the
-    loop would not have looked on its own (its timer 30 s away: the GIL held, as on a quiet machine)."""
+    """Hand-offs (busched.scheduler.bind_stream, off by default): every `HANDOFF` decisions the session appends
+    it wakes the loop and waits, so its binds are written (record, then decision) before its next action even
+    when the loop would not have looked on its own (its timer 30 s away: the GIL held, as on a quiet machine)."""
     from busched.scheduler import bind_stream
 
     monkeypatch.setattr(bind_stream, "POLL", 30.0)
