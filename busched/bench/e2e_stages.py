@@ -8,15 +8,19 @@ from its first publish to its last acknowledgement), the decisions, and the stat
 as they are ingested (the agents' results among them).  Every time is wall-clock seconds from the
 publisher's first publish (the bench's clock), or seconds spent.  CPU is read from
 ``/proc/<pid>/stat`` (user + system) at that first publish and at the end, for the scheduler's
-process, nats-server and each agent; the publisher reports its own.
+process, nats-server and each agent; the publisher reports its own.  The event loop's own thread: its CPU,
+and how long it was kept from running while it was due (`busched.bench.e2e_loop`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+from busched.bench.e2e_loop import LoopStalls
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -53,6 +57,7 @@ class Stages:
         self._stats = getattr(getattr(sched.bus, "nc", None), "stats", None)  # the connection's message counts
         self.msgs0: tuple[int, int] = (0, 0)
         self.msgs1: tuple[int, int] | None = None
+        self.loop = LoopStalls(asyncio.get_running_loop())  # (built in the scheduler's event loop)
         self._wrap(sched)
 
     def _wrap(self, sched: Any) -> None:
@@ -149,10 +154,12 @@ class Stages:
         self.t0 = t0
         self.cpu0 = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         self.msgs0 = self._msgs()
+        self.loop.start()
 
     def stop(self) -> None:
         """The clock stops (every task heard Running): the message counts are read here."""
         self.msgs1 = self._msgs()
+        self.loop.stop()
 
     def report(self, publisher_cpu: float | None, publisher_cpu_at_start: float | None = None) -> dict[str, Any]:
         t0 = self.t0
@@ -201,4 +208,6 @@ class Stages:
             "events": span(self.events),
             # the messages the scheduler's connection received and sent while the clock ran
             "scheduler_msgs": {"in": msgs[0] - self.msgs0[0], "out": msgs[1] - self.msgs0[1]},
+            # the event loop's thread: its CPU, and how long it was kept from running (busched.bench.e2e_loop)
+            "loop": self.loop.report(t0, [(s, e) for part, s, e in self.session if part == "run_actions"]),
         }

@@ -177,3 +177,8 @@ def test_e2e_stages_say_where_the_time_went(capsys):
     # the scheduler's connection sent every record and decision (framed or not) and received their acknowledgements,
     # the echo of its records and the results
     assert s["scheduler_msgs"]["out"] >= 40 and s["scheduler_msgs"]["in"] >= 80, s
+    # the event loop's thread (busched.bench.e2e_loop): its CPU within the process's, its stalls within the run
+    lp = s["loop"]
+    assert 0 < lp["cpu_s"] <= s["cpu_s"]["scheduler"] + 0.02 and lp["runqueue_s"] is not None, lp
+    assert 0 <= lp["stalled_in_actions_s"] <= lp["stalled_s"] and lp["stalls"] >= 0, lp
+    assert lp["longest_stall"] is None or 0 <= lp["longest_stall"][0] <= r["seconds"], lp

@@ -131,3 +131,46 @@ async def test_a_failed_session_s_binds_all_go_out_even_those_the_stream_had_not
         assert not (await sched.run_once(force=True)).binds  # nothing placed again
     finally:
         await sched.stop()
+
+
+async def test_the_session_hands_the_loop_its_binds_as_it_appends_them(harness, monkeypatch):
+    """Hand-offs (busched.scheduler.bind_stream, off by default): every `HANDOFF` decisions the session appends
+    it wakes the loop and waits, so its binds are written (record, then decision) before its next action even
+    when the loop would not have looked on its own (its timer 30 s away: the GIL held, as on a quiet machine)."""
+    from busched.scheduler import bind_stream
+
+    monkeypatch.setattr(bind_stream, "POLL", 30.0)
+    monkeypatch.setattr(bind_stream, "HANDOFF", 1)
+    monkeypatch.setattr(bind_stream, "PAUSE", 0.5)  # (the loop's time at each hand-off: plenty for both writes)
+    keys = [f"p/j{i}-0" for i in range(3)]
+    seen: list[list[bool]] = []
+    holder: list[Scheduler] = []
+
+    class Look:
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def execute(self, ssn: object) -> None:  # in the session's thread, right after allocate
+            table = holder[0].bindings
+            seen.append([k in table and table[k].published and table[k].rec_seq > 0 for k in keys])
+
+    gate = Gate()
+    gate.open.set()
+    bus = await harness.bus()
+    await bus.ensure_streams()
+    agent = await harness.agent(fleet_nodes(2, cpu="4", memory="8Gi"))
+    sched = Scheduler(await harness.bus(), load_config(HOLD_CONFIG.replace("allocate, hold", "allocate, look")),
+                      SchedulerSettings(**FAST), actions=ACTIONS.with_entries({"look": Look}))
+    holder.append(sched)
+    await sched.start(timeout=10)
+    try:
+        await wait_until(lambda: sum(lv.state == "alive" for lv in sched.live.values()) == 2, what="agents alive")
+        await apply_cluster(bus, jobs(3))
+        await wait_until(lambda: len(sched.specs["task"]) == 3, what="jobs known")
+        report = await sched.run_once(force=True)
+        assert not report.error and sorted(k for k, _ in report.binds) == keys, report
+        assert seen == [[True, True, True]], seen  # all three written and decided before the next action began
+        await wait_until(lambda: sum(len(t) for t in agent.running().values()) == 3, what="tasks running")
+        assert all(sched.bindings[k].attempt == 1 for k in keys)  # each once
+    finally:
+        await sched.stop()
