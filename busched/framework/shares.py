@@ -258,7 +258,8 @@ def queue_usage(ssn: Any) -> dict[str, Usage]:
         exact: dict[str, Usage] = {}
         lumped: set[str] = set()  # the queues a settled job's totals were added to for its tasks
         others: dict[str, list[JobInfo]] = {}  # per queue, the jobs summed task by task
-        alike: dict[tuple[Any, ...], tuple[Usage, bool]] = {}  # written one-task jobs' totals, by shape
+        # written one-task jobs' totals, by shape (`usage_alike`); PLAIN_ALIKE: each its own, `Resource.add`
+        alike: dict[tuple[Any, ...], tuple[Usage, bool]] | None = None if PLAIN_ALIKE else {}
         whole_key = settled.WHOLE
         for job in jobs:
             name = job.queue
@@ -376,6 +377,11 @@ def add_settled_usage(attr: Any, job: JobInfo) -> None:
         _add_reserved(attr, job, job.phase)
 
 
+PLAIN_ALIKE = False
+"""True: `queue_usage` gives each written job its own totals, added through `Resource.add` (the
+reference `usage_alike` and `_add_usage` are tested against, tests/framework/test_shares_alike.py)."""
+
+
 def _add_one(q: Usage, job: JobInfo, alike: dict[tuple[Any, ...], tuple[Usage, bool]] | None = None
              ) -> Usage | None:
     """One job into its queue's totals, task by task; a written job's own totals returned.  ``alike``:
@@ -386,10 +392,15 @@ def _add_one(q: Usage, job: JobInfo, alike: dict[tuple[Any, ...], tuple[Usage, b
     # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed later:
     # its totals are kept now.  With at most one task each total gets one addition from it, so
     # adding its totals is adding it task by task, to the bit.
-    if alike is None:
-        u, requested_only = job_usage(job), False
-    else:
-        u, requested_only = usage_alike(job, alike)
+    if alike is None:  # the reference: the job's own totals, added through `Resource.add`
+        u = job_usage(job)
+        if len(job.tasks) <= 1:
+            for total, part in zip(q.parts(), u.parts()):
+                total.add(part)
+        else:
+            add_job_usage(q, job)
+        return u
+    u, requested_only = usage_alike(job, alike)
     if len(job.tasks) <= 1:
         if requested_only:
             # the other three totals are zeros with no scalar: adding one leaves a total as it is (a

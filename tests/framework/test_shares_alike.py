@@ -6,6 +6,7 @@ random written jobs of which many are alike."""
 from __future__ import annotations
 
 import random
+import types
 
 import pytest
 
@@ -41,7 +42,8 @@ def _job(rng: random.Random, i: int) -> JobInfo:
 
 
 def _state(u: shares.Usage) -> list:
-    return [(r.cpu, r.memory, list(r.scalars.items())) for r in u.parts()]
+    """Every float by its repr: -0.0 and +0.0 told apart, as the bits are."""
+    return [(repr(r.cpu), repr(r.memory), [(n, repr(v)) for n, v in r.scalars.items()]) for r in u.parts()]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -78,5 +80,39 @@ def test_usages_shared_are_not_changed_by_the_sums() -> None:
         jobs.append(job)
     us = [shares._add_one(q, j, alike) for j in jobs]
     assert all(u is us[0] for u in us)
-    assert _state(us[0]) == [(0.0, 0.0, []), (1000.0, 2.0**30, [("pods", 1.0)]), (0.0, 0.0, []), (0.0, 0.0, [])]
-    assert _state(q)[1] == (5000.0, 5 * 2.0**30, [("pods", 5.0)])
+    zero = ("0.0", "0.0", [])
+    assert _state(us[0]) == [zero, ("1000.0", repr(2.0**30), [("pods", "1.0")]), zero, zero]
+    assert _state(q)[1] == ("5000.0", repr(5 * 2.0**30), [("pods", "5.0")])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_add_one_against_task_by_task(seed: int) -> None:
+    """The shared totals and `_add_usage`'s written-out additions against the task-by-task reference
+    (`add_job_usage_plain`, `Resource.add` per task), which neither goes through."""
+    rng = random.Random(seed)
+    alike: dict = {}
+    fast, ref = shares.Usage(), shares.Usage()
+    for i in range(200):
+        job = _job(rng, i)
+        shares._add_one(fast, job, alike)
+        shares.add_job_usage_plain(ref, job)
+        assert _state(fast) == _state(ref)
+
+
+def _first_sum(jobs: list[JobInfo]) -> dict[str, shares.Usage]:
+    ssn = types.SimpleNamespace(jobs={j.uid: j for j in jobs}, incremental=lambda key, objs, full, update: full(objs))
+    return shares.queue_usage(ssn)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_queue_usage_alike_against_plain(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first open's queue totals with the shapes shared, and with ``PLAIN_ALIKE`` (each job its own,
+    `Resource.add`), over several queues: the same to the bit, and the task-by-task sum's."""
+    rng = random.Random(seed)
+    jobs = [_job(rng, i) for i in range(rng.randrange(1, 150))]
+    for job in jobs:
+        job.queue = rng.choice(("q0", "q1", "q2"))
+    fast = {q: _state(u) for q, u in _first_sum(jobs).items()}
+    monkeypatch.setattr(shares, "PLAIN_ALIKE", True)
+    plain = {q: _state(u) for q, u in _first_sum(jobs).items()}
+    assert fast == plain == {q: _state(u) for q, u in shares._task_by_task(jobs).items()}
