@@ -265,19 +265,7 @@ class JobInfo(GangCounts):
         if self.derived:
             outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
             self.derived = {}
-        r = t.resreq
-        if r.scalars:
-            total, allocated = self.total_request, self.allocated
-            take_request(total, allocated, r, prev in _ALLOCATED)
-        else:
-            rc, rm = r.cpu, r.memory
-            total = self.total_request
-            total.cpu = total.cpu - rc + rc
-            total.memory = total.memory - rm + rm
-            if prev in _ALLOCATED:
-                allocated = self.allocated
-                allocated.cpu -= rc
-                allocated.memory -= rm
+        _sole_sums(self.total_request, self.allocated, t.resreq, prev in _ALLOCATED, status in _ALLOCATED)
         del idx[uid]
         del index[prev]
         if t.best_effort and prev == _PENDING:
@@ -288,13 +276,6 @@ class JobInfo(GangCounts):
         # (the job's and the sub-job's task maps, and the task -> sub-job map: one entry, the same after)
         stasks[uid] = t
         index[status] = {uid: t}
-        now = status in _ALLOCATED
-        if r.scalars:
-            put_request(total, allocated, r, now)
-        elif now:
-            allocated = self.allocated
-            allocated.cpu += rc
-            allocated.memory += rm
         if t.best_effort and status == _PENDING:
             self.pending_best_effort += 1
         sindex[status] = {uid: t}
@@ -356,6 +337,51 @@ def unsettled(job: JobInfo) -> bool:
     if job.subgroup_policy or job.network_topology is not None:
         return True
     return not _PLACEABLE.isdisjoint(job.status_index)
+
+
+def _sole_sums(total: Resource, allocated: Resource, r: Resource, was: bool, now: bool) -> None:
+    """`take_request` then `put_request` (``was``: the old status counted as allocated, ``now``: the new
+    one does), as one: each sum gets the same subtraction then addition in the same order (a scalar
+    name first seen where `put_request` would first see it), so the floats are bit for bit theirs.
+    `JobInfo._move_sole`'s sums (tests/api/test_move_sole.py compares them with `_move`'s)."""
+    rc, rm, rs = r.cpu, r.memory, r.scalars
+    total.cpu = total.cpu - rc + rc
+    total.memory = total.memory - rm + rm
+    if rs:
+        have = total.scalars
+        if have:
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) - v + v
+        else:  # (take_request skips an empty map)
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
+    if was:
+        if now:
+            allocated.cpu = allocated.cpu - rc + rc
+            allocated.memory = allocated.memory - rm + rm
+            if rs:
+                have = allocated.scalars
+                if have:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) - v + v
+                else:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) + v
+        else:
+            allocated.cpu -= rc
+            allocated.memory -= rm
+            if rs:
+                have = allocated.scalars
+                if have:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) - v
+    elif now:
+        allocated.cpu += rc
+        allocated.memory += rm
+        if rs:
+            have = allocated.scalars
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
 
 
 def take_request(total: Resource, allocated: Resource, r: Resource, counted: bool) -> None:
