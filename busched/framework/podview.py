@@ -25,8 +25,9 @@ from typing import Any, TypeVar, overload
 import numpy as np
 
 from busched.api import k8s
-from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, PODS, non_zero_requests, pod_requests
+from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests
 from busched.api.node import NodeInfo
+from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.memo import Pairs, node_value
 from busched.framework.podsums import sum_pods
@@ -146,8 +147,9 @@ class SessionPods:
         if s is None and not listeners:
             return
         r = task.resreq
-        sc = r.scalars
-        if sc and (len(sc) != 1 or PODS not in sc):
+        rs = r.scalars
+        sc: dict[str, int]
+        if rs and (len(rs) != 1 or PODS not in rs):
             c, m, sc = pod_requests(task)
         else:  # `pod_requests` of a pod without scalars but its count
             c, m, sc = int(r.cpu), int(r.memory), {}

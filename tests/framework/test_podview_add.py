@@ -6,8 +6,6 @@ the same kept sums, and tell their listeners the same things in the same order."
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from busched.api.resource import Resource
