@@ -15,6 +15,10 @@ from busched.api.task import TaskInfo, TaskStatus, allocated_status, completed_s
 __all__ = ["GangCounts"]
 
 _READY = (TaskStatus.Bound, TaskStatus.Binding, TaskStatus.Running, TaskStatus.Allocated, TaskStatus.Succeeded)
+_READY_SET = frozenset(_READY)
+# the statuses `valid_task_num` counts: the allocated ones, Succeeded, Pipelined, Pending
+_VALID = frozenset(s for s in TaskStatus if allocated_status(s)) | {TaskStatus.Succeeded, TaskStatus.Pipelined,
+                                                                    TaskStatus.Pending}
 
 
 class GangCounts:
@@ -42,6 +46,16 @@ class GangCounts:
 
     # -- gang arithmetic -----------------------------------------------------------
     def ready_task_num(self) -> int:
+        # the index's own entries walked (a job's index holds a status or two, `_READY` five): the
+        # same count as `ready_task_num_plain`, the reference (tests/api/test_gang_counts_ready.py)
+        n = 0
+        for s, ts in self.status_index.items():
+            if s in _READY_SET:
+                n += len(ts)
+        return n
+
+    def ready_task_num_plain(self) -> int:
+        """`ready_task_num` as Volcano's ReadyTaskNum reads: each ready status asked of the index."""
         n = 0
         idx = self.status_index
         for s in _READY:
@@ -60,6 +74,15 @@ class GangCounts:
         return sum(len(ts) for s, ts in self.status_index.items() if allocated_status(s))
 
     def valid_task_num(self) -> int:
+        # (a loop over the index with one set: gang's job_valid asks it of every job allocate sets up;
+        # `valid_task_num_plain` is the reference, tests/api/test_gang_counts_ready.py)
+        n = 0
+        for s, ts in self.status_index.items():
+            if s in _VALID:
+                n += len(ts)
+        return n
+
+    def valid_task_num_plain(self) -> int:
         return sum(len(ts) for s, ts in self.status_index.items()
                    if allocated_status(s) or s in (TaskStatus.Succeeded, TaskStatus.Pipelined, TaskStatus.Pending))
 

@@ -181,8 +181,12 @@ class JobInfo(GangCounts):
         subjob.delete_task_from_sub_job(self, old)
 
     def update_task_status(self, t: TaskInfo, status: TaskStatus) -> None:
-        if not self.subgroup_policy and self.tasks.get(t.uid) is t:
-            self._move(t, status)
+        tasks = self.tasks
+        if not self.subgroup_policy and tasks.get(t.uid) is t:
+            if len(tasks) == 1:
+                self._move_sole(t, status)
+            else:
+                self._move(t, status)
             return
         if t.uid in self.tasks:
             self.delete_task(t)
@@ -230,6 +234,53 @@ class JobInfo(GangCounts):
         sj = subjob.default_sub_job(self)
         sj.add_task(t)
         to_sub[uid] = sj.uid
+
+    def _move_sole(self, t: TaskInfo, status: TaskStatus) -> None:
+        """`_move` for a job whose one task is ``t`` (a single-task job: every task allocate places in a
+        stream of them moves twice, Pending -> Allocated -> Binding), with its index, its default
+        sub-job's and the task -> sub-job map each holding that task alone (else `_move`).  Taking the
+        one task out and putting it back leaves a one-entry map as it was, so only what changes is
+        written: the status keys (the old status's map emptied, as `_move` leaves it, a new one for the
+        new status), the sums (the same subtraction then addition, in the same order: the floats come
+        out bit for bit as there), the BestEffort count and the sub-job's priority.  `_move` is the
+        reference (tests/api/test_move_sole.py compares the two on random jobs)."""
+        uid = t.uid
+        prev = t.status
+        index = self.status_index
+        idx = index.get(prev)
+        juid = self.uid
+        to_sub = self.task_to_sub_job
+        sj = self.sub_jobs.get(juid)
+        if (idx is None or len(index) != 1 or len(idx) != 1 or uid not in idx or sj is None
+                or len(to_sub) != 1 or to_sub.get(uid) != juid):
+            self._move(t, status)
+            return
+        stasks, sindex = sj.tasks, sj.status_index
+        sidx = sindex.get(prev)
+        if len(stasks) != 1 or uid not in stasks or sidx is None or len(sindex) != 1 or len(sidx) != 1 \
+                or uid not in sidx:
+            self._move(t, status)
+            return
+        self.written = True
+        if self.derived:
+            outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
+            self.derived = {}
+        _sole_sums(self.total_request, self.allocated, t.resreq, prev in _ALLOCATED, status in _ALLOCATED)
+        del idx[uid]
+        del index[prev]
+        if t.best_effort and prev == _PENDING:
+            self.pending_best_effort -= 1
+        del sidx[uid]
+        del sindex[prev]
+        t.status = status
+        # (the job's and the sub-job's task maps, and the task -> sub-job map: one entry, the same after)
+        stasks[uid] = t
+        index[status] = {uid: t}
+        if t.best_effort and status == _PENDING:
+            self.pending_best_effort += 1
+        sindex[status] = {uid: t}
+        if t.priority > sj.priority:
+            sj.priority = t.priority
 
     # -- sub-jobs and network topology (busched.api.subjob) ----------------------------
     def contains_sub_job_policy(self) -> bool:
@@ -286,6 +337,51 @@ def unsettled(job: JobInfo) -> bool:
     if job.subgroup_policy or job.network_topology is not None:
         return True
     return not _PLACEABLE.isdisjoint(job.status_index)
+
+
+def _sole_sums(total: Resource, allocated: Resource, r: Resource, was: bool, now: bool) -> None:
+    """`take_request` then `put_request` (``was``: the old status counted as allocated, ``now``: the new
+    one does), as one: each sum gets the same subtraction then addition in the same order (a scalar
+    name first seen where `put_request` would first see it), so the floats are bit for bit theirs.
+    `JobInfo._move_sole`'s sums (tests/api/test_move_sole.py compares them with `_move`'s)."""
+    rc, rm, rs = r.cpu, r.memory, r.scalars
+    total.cpu = total.cpu - rc + rc
+    total.memory = total.memory - rm + rm
+    if rs:
+        have = total.scalars
+        if have:
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) - v + v
+        else:  # (take_request skips an empty map)
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
+    if was:
+        if now:
+            allocated.cpu = allocated.cpu - rc + rc
+            allocated.memory = allocated.memory - rm + rm
+            if rs:
+                have = allocated.scalars
+                if have:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) - v + v
+                else:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) + v
+        else:
+            allocated.cpu -= rc
+            allocated.memory -= rm
+            if rs:
+                have = allocated.scalars
+                if have:
+                    for n, v in rs.items():
+                        have[n] = have.get(n, 0.0) - v
+    elif now:
+        allocated.cpu += rc
+        allocated.memory += rm
+        if rs:
+            have = allocated.scalars
+            for n, v in rs.items():
+                have[n] = have.get(n, 0.0) + v
 
 
 def take_request(total: Resource, allocated: Resource, r: Resource, counted: bool) -> None:

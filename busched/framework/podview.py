@@ -27,6 +27,7 @@ import numpy as np
 from busched.api import k8s
 from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests, pod_requests
 from busched.api.node import NodeInfo
+from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.memo import Pairs, node_value
 from busched.framework.podsums import sum_pods
@@ -120,6 +121,51 @@ class SessionPods:
         return self.pods.get(node, {})
 
     def add(self, task: TaskInfo) -> None:
+        """``task`` is on its node now (the predicates plugin's allocate handler: every task allocate
+        places comes here).  `add_plain` written out for a pod the view does not hold yet: the node's
+        map found with one lookup (a node the view changed is one it opened), its copy made in place,
+        the pod's part read as `pod_requests` reads it for a pod of cpu, memory and at most a pod
+        count; anything else is `add_plain`'s (tests/framework/test_podview_add.py compares the two)."""
+        node = task.node_name
+        pods = self.pods
+        own = pods._own.get(node)
+        uid = task.uid
+        moved = self._moved
+        if own is None:
+            held = pods.opened.get(node)
+            if held is None or uid in held or uid in moved:
+                self.add_plain(task)
+                return
+            own = pods._own[node] = dict(held)  # (`_Pods.own`)
+        elif uid in own or uid in moved:
+            self.add_plain(task)
+            return
+        own[uid] = task
+        moved[uid] = node
+        s = self._sums.get(node)
+        listeners = self.listeners
+        if s is None and not listeners:
+            return
+        r = task.resreq
+        rs = r.scalars
+        sc: dict[str, int]
+        if rs and (len(rs) != 1 or PODS not in rs):
+            c, m, sc = pod_requests(task)
+        else:  # `pod_requests` of a pod without scalars but its count
+            c, m, sc = int(r.cpu), int(r.memory), {}
+        part = (c, m, c or DEFAULT_MILLI_CPU, m or DEFAULT_MEMORY, sc)
+        if s is not None:
+            scalars = s[4]
+            if sc:
+                scalars = dict(scalars)
+                for k, v in sc.items():
+                    scalars[k] = scalars.get(k, 0) + v
+            self._sums[node] = (s[0] + c, s[1] + m, s[2] + part[2], s[3] + part[3], scalars)
+        for ls in listeners:
+            ls.pod_added(node, task, part)
+
+    def add_plain(self, task: TaskInfo) -> None:
+        """`add`'s reference: any pod, whether the view holds it already or not."""
         node = task.node_name
         pods = self.pods
         if node not in pods.opened:  # (``node not in self.pods``)
