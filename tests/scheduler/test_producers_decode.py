@@ -16,6 +16,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -135,7 +137,7 @@ def test_the_agents_answers_pass_the_state_feed(reason: str) -> None:
 
 # -- podgroup statuses -----------------------------------------------------------------------------------------------
 @_SETTINGS
-@given(message=reasons(), n=st.sampled_from([1, 2, 8, 40]))
+@given(message=reasons(), n=st.sampled_from([1, 2, 8, 40, 300]))
 def test_podgroup_statuses_pass_the_state_feed(message: str, n: int) -> None:
     """A gang message carries the first task's fit error, which may quote the task's annotations (a vGPU UUID
     constraint): as long as a task spec can be; a job spec's own conditions come along."""
@@ -150,8 +152,7 @@ def test_podgroup_statuses_pass_the_state_feed(message: str, n: int) -> None:
     statuses.queue = lambda subject, st: queued.append(st)  # type: ignore[method-assign]
     asyncio.run(statuses.collect(SimpleNamespace(jobs={"t/j": job})))
     assert len(queued) == 1
-    if n <= 8:  # (a podgroup has one condition of each of its few types)
-        assert state_reader_takes(queued[0]), len(m.encode(queued[0]))
+    assert state_reader_takes(queued[0]), len(m.encode(queued[0]))
     # and the same conditions again are no change (they are compared as written)
     queued.clear()
     asyncio.run(statuses.collect(SimpleNamespace(jobs={"t/j": job})))
@@ -272,3 +273,67 @@ def test_an_agent_registers_only_nodes_the_scheduler_takes(cards: int, ctrl: int
         with pytest.raises(ValueError, match=r"cannot register node gpu-0: its node.upsert would be \d+ bytes"):
             Agent(None, [spec], consume=False)  # type: ignore[arg-type]
     Agent(None, [spec], consume=False, register=False)  # type: ignore[arg-type]
+
+
+def _collect(job: Any, limit: int | None = None, spec: o.JobSpec | None = None) -> tuple[PodGroupStatuses, list[Any]]:
+    settings = SimpleNamespace(status_interval=1.0) if limit is None else SchedulerSettings(max_event_bytes=limit)
+    queued: list[m.PodGroupStatus] = []
+    statuses = PodGroupStatuses(settings, lambda: 0.0, None,  # type: ignore[arg-type]
+                                job_specs={"t/j": spec or o.JobSpec(name="j", namespace="t")},
+                                next_version=lambda: 1, refresh_job=lambda key: None, on_error=lambda: None)
+    statuses.queue = lambda subject, st: queued.append(st)  # type: ignore[method-assign]
+    asyncio.run(statuses.collect(SimpleNamespace(jobs={"t/j": job})))
+    return statuses, queued
+
+
+def test_the_status_of_a_job_apply_accepts_passes_the_state_feed() -> None:
+    # a job spec `busched apply` publishes (every field valid, its message under 256 KiB): each condition of its
+    # status gains a lastTransitionTime, 281,988 bytes in all
+    from busched.api import build
+    from busched.api import k8s_specs as k
+    from busched.bus.apply import check_cluster
+    spec = o.JobSpec(name="j", namespace="t", conditions=[
+        k.JobCondition(type=f"C{i}", status="True", reason="r", message="m" * 200) for i in range(1000)])
+    check_cluster(o.ClusterSpec(jobs=[spec]))
+    job = build.job_info(spec, {})
+    job.has_podgroup = True
+    job.phase = "Pending"
+    _, queued = _collect(job, spec=spec)
+    assert len(queued) == 1
+    assert state_reader_takes(queued[0]), len(m.encode(queued[0]))
+
+
+@pytest.mark.parametrize("limit", [2_000, 30_000, 64 * 1024, 256 * 1024])
+def test_a_status_over_the_limit_keeps_the_schedulers_conditions_and_the_first_others(limit: int) -> None:
+    own = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": "\x01" * 5000,
+           "transitionID": "s1"}
+    others = [{"type": f"C{i}", "status": "True", "reason": "r", "message": "m" * 300, "transitionID": ""}
+              for i in range(1000)]
+    conds = [*others[:3], own, *others[3:]]
+    job = SimpleNamespace(has_podgroup=True, conditions=conds, phase="Pending")
+    statuses, queued = _collect(job, limit)
+    (st,) = queued
+    data = m.encode(st)
+    assert len(data) <= limit and m.decode(data) == st
+    kept = [c.type for c in st.conditions]
+    # the scheduler's own kept in its place (unless it alone passes the limit), the others kept in order from the
+    # first while they fit
+    assert ("Unschedulable" in kept) == (limit > 6 * 4096)
+    n = len(kept) - ("Unschedulable" in kept)
+    assert [t for t in kept if t != "Unschedulable"] == [f"C{i}" for i in range(n)]
+    if limit > 6 * 4096:
+        assert kept.index("Unschedulable") == min(3, n)
+        # one more would not fit: the status keeps as much as it can
+        assert n < 1000
+        nxt = next(c for c in st.conditions if c.type == "C0")
+        more = msgspec.structs.replace(st, conditions=[*st.conditions, msgspec.structs.replace(nxt, type=f"C{n}")])
+        assert len(m.encode(more)) > limit
+    # and the same conditions again are no change (no status rewritten every cycle)
+    queued.clear()
+    asyncio.run(statuses.collect(SimpleNamespace(jobs={"t/j": job})))
+    assert queued == []
+    # nor the conditions as the status kept them (what the cache gives the next session)
+    job.conditions = [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                       "transitionID": c.transition_id} for c in st.conditions]
+    asyncio.run(statuses.collect(SimpleNamespace(jobs={"t/j": job})))
+    assert queued == []
