@@ -29,6 +29,7 @@ from busched.api.resource import Resource
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.publish import Ack
+from busched.bus.wire import MAX_REASON
 from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.records import CycleReport, SchedulerSettings
 from busched.scheduler.sched_events import EventRecorder, EventSettings
@@ -109,14 +110,20 @@ def test_the_agents_answers_pass_the_state_feed(reason: str) -> None:
     bus = AgentBus()
     d, _ = _decider(n, bus, on_bind=lambda node, b: reason or None)
     asyncio.run(d.handle_batch([FakeDelivery(*_bind(n.name, "j-0", 1), seq=1)]))
-    # an evict whose reason is long (passed on as the Failed phase's)
+    # an evict of a task the agent runs, whose reason is long (passed on as the Failed phase's)
+    d, _ = _decider(n, bus)
     subj, bind = _bind(n.name, "j-1", 1)
     ev = m.EvictDecision(namespace="t", name="j-1", node=n.name, attempt=1, reason=reason)
     asyncio.run(d.handle_batch([FakeDelivery(subj, bind, seq=2),
                                 FakeDelivery(S.decision_subject(n.name, "evict", "t/j-1"), ev, seq=3)]))
+    evicted = [msg for _, msg in bus.published if isinstance(msg, m.TaskPhaseChanged) and msg.name == "j-1"
+               and msg.phase == "Failed"]
+    assert [msg.reason[:9] for msg in evicted] == ["Evicted: "]
     assert bus.published
     for _, msg in bus.published:
         assert state_reader_takes(msg), (type(msg).__name__, len(m.encode(msg)))
+        # (a reason its producer writes is cut: busched.bus.wire.MAX_REASON)
+        assert len(getattr(msg, "reason", "")) <= MAX_REASON, (type(msg).__name__, len(msg.reason))
 
     # a phase the agent's owner reports (`Agent.report_phase`: the SDK's), with the reason it gives
     class Bus:
@@ -162,8 +169,9 @@ def test_podgroup_statuses_pass_the_state_feed(message: str, n: int) -> None:
 # -- node ledgers ----------------------------------------------------------------------------------------------------
 @_SETTINGS
 @given(name_len=st.sampled_from([1, 253, 254, 600, 601, 3000]), writer_len=st.sampled_from([1, 253, 254, 400]),
-       count=st.sampled_from([1, 999, 1000, 1500]))
-def test_node_ledgers_pass_the_state_feed(name_len: int, writer_len: int, count: int) -> None:
+       count=st.sampled_from([1, 999, 1000, 1500]), char=st.sampled_from(["x", "\x01", "é"]))
+def test_node_ledgers_pass_the_state_feed(name_len: int, writer_len: int, count: int, char: str) -> None:
+    # (keys of control characters take 6 bytes a character in JSON)
     batches: list[Any] = []
 
     class Bus:
@@ -177,7 +185,7 @@ def test_node_ledgers_pass_the_state_feed(name_len: int, writer_len: int, count:
 
     ledgers = NodeLedgers("s" * writer_len, "w" * writer_len)
     ledgers.snapshot_taken()
-    items = [(f"t/{'x' * name_len}{i}", "n1", f"busched.state.binding.t.{i}",
+    items = [(f"t/{char * name_len}{i}", "n1", f"busched.state.binding.t.{i}",
               m.BindingRecord(namespace="t", name=str(i), attempt=1, node="n1"), 0) for i in range(count)]
     asyncio.run(ledgers.write(Bus(), items))  # type: ignore[arg-type]
     found = [msg for b in batches for _, msg, _ in b if isinstance(msg, m.NodeLedger)]
@@ -246,6 +254,29 @@ def test_busched_apply_publishes_only_messages_the_scheduler_takes(tolerations: 
             check_cluster(cluster)
 
 
+@pytest.mark.parametrize("short", [1, 30, 64, 100])
+def test_busched_apply_counts_the_creation_time_it_adds(short: int) -> None:
+    """A task whose message is ``short`` bytes under the limit as written in the file, and over it once `busched
+    apply` stamps its creation time (`with_created`): refused before anything is published.  (The room kept for it
+    is 64 bytes, its widest with a comma: a little more than it takes.)"""
+    from busched.bus.apply import ClusterFileError, check_cluster, cluster_events, with_created
+
+    def task(n: int) -> o.TaskSpec:
+        return o.TaskSpec(name="a", namespace="t", annotations={"a": "v" * n})
+
+    base = len(m.encode(m.upsert("task", task(0), 2**63 - 1)))
+    spec = task(LIMIT - short - base)
+    assert len(m.encode(m.upsert("task", spec, 2**63 - 1))) == LIMIT - short
+    cluster = o.ClusterSpec(tasks=[spec])
+    ((_, published),) = cluster_events(with_created(cluster, 1.8e9), version=2**63 - 1)
+    if not state_reader_takes(published):
+        with pytest.raises(ClusterFileError, match=r"task t/a: its message would be \d+ bytes, more than the 262144"):
+            check_cluster(cluster)
+    else:
+        assert short >= 64  # (the cases here: over the limit with its creation time, or 64 bytes to spare)
+        check_cluster(cluster)
+
+
 def msgspec_replace_created(task: o.TaskSpec) -> o.TaskSpec:
     """The task as `busched apply` publishes it: with a creation time (`busched.bus.apply.with_created`)."""
     import msgspec
@@ -273,6 +304,15 @@ def test_an_agent_registers_only_nodes_the_scheduler_takes(cards: int, ctrl: int
         with pytest.raises(ValueError, match=r"cannot register node gpu-0: its node.upsert would be \d+ bytes"):
             Agent(None, [spec], consume=False)  # type: ignore[arg-type]
     Agent(None, [spec], consume=False, register=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field, spec", [
+    ("allocatable.cpu", o.NodeSpec(name="n1", allocatable={"cpu": "-1"})),
+    ("annotations", o.NodeSpec(name="n1", annotations={"a": "x" * (256 * 1024)}))])
+def test_an_agent_is_not_made_with_a_node_the_scheduler_refuses(field: str, spec: o.NodeSpec) -> None:
+    # the scheduler's validation (`busched.api.build.validate`), before anything else of the agent, names the field
+    with pytest.raises(ValueError, match=rf"^cannot register: node n1: {field}"):
+        Agent(None, [spec], consume=False)  # type: ignore[arg-type]
 
 
 def _collect(job: Any, limit: int | None = None, spec: o.JobSpec | None = None) -> tuple[PodGroupStatuses, list[Any]]:
