@@ -208,3 +208,20 @@ def test_every_record_with_a_reason_is_cut_to_what_its_readers_take(limit: int) 
     # a short one is kept whole
     rec = w.table.binding_record(KEY, Binding(attempt=3, node="n1", state="released", reason="node n1 lost"))
     assert rec.reason == "node n1 lost"
+
+
+def test_a_failed_session_whose_stream_had_only_refused_binds_still_makes_their_events(monkeypatch) -> None:
+    # (busched.scheduler.cycles: a session that fails after the bind stream wrote its binds; here every one refused)
+    from types import SimpleNamespace
+
+    from busched.metrics import SchedulerMetrics
+    from busched.scheduler import cycles
+
+    monkeypatch.setattr(cycles.overview, "note", lambda sched, report: None)
+    recorded: list[CycleReport] = []
+    sched = SimpleNamespace(metrics=SchedulerMetrics(), cycle=1, _gate=SimpleNamespace(done=lambda *a: None),
+                            sched_events=SimpleNamespace(record_binds=recorded.append))
+    report = CycleReport(1)
+    report.failed_binds.append((KEY, "n1", "size: a binding record of 30000 bytes"))
+    cycles.Cycles._failed(sched, report, RuntimeError("the session fails"))  # type: ignore[arg-type]
+    assert recorded == [report] and report.error == "RuntimeError: the session fails"
