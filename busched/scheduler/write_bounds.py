@@ -148,14 +148,14 @@ def refuse_unwritable(table: Any, todo: list[tuple[str, Binding]], report: Cycle
         return todo
     refused = set()
     for key, b, field, why in bad:
-        refused.add(key)
+        refused.add(key)  # (not written either way)
+        if table.bindings.get(key) is not b:
+            continue  # an attempt the table no longer holds: nothing of it to fail, count or report
         table.metrics.writes_refused.labels("binding", field if field.startswith("task.")
                                             else field.split(".", 1)[0]).inc()
         log.warning("bind %s -> %s (attempt %d) not written: its %s would be refused by its readers (%s); the "
                     "task goes back to Pending", key, b.node, b.attempt, field, why)
         report.failed_binds.append((key, b.node, f"{field}: {why}"))
         report.released.append((key, "invalid"))  # (the cycle's log line and record count it)
-        if table.bindings.get(key) is b:
-            table.release(key, f"bind to {b.node} not written: {field}: {why}", "invalid", exclude=True,
-                          backoff=True)
+        table.release(key, f"bind to {b.node} not written: {field}: {why}", "invalid", exclude=True, backoff=True)
     return [(key, b) for key, b in todo if key not in refused]

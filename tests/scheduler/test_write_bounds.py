@@ -225,3 +225,17 @@ def test_a_failed_session_whose_stream_had_only_refused_binds_still_makes_their_
     report.failed_binds.append((KEY, "n1", "size: a binding record of 30000 bytes"))
     cycles.Cycles._failed(sched, report, RuntimeError("the session fails"))  # type: ignore[arg-type]
     assert recorded == [report] and report.error == "RuntimeError: the session fails"
+
+
+def test_a_refused_attempt_no_longer_the_tasks_is_neither_counted_nor_reported() -> None:
+    # (refuse_unwritable: an attempt the table no longer holds, a later one in its place: only the current counts)
+    from busched.scheduler.write_bounds import refuse_unwritable
+
+    w = World()
+    stale = Binding(attempt=1, node="n1", annotations={f"k{i}": "x" for i in range(40)})
+    w.table.bindings[KEY] = Binding(attempt=2, node="n2")
+    report = CycleReport(1)
+    assert refuse_unwritable(w.table, [(KEY, stale)], report) == []  # (not written either way)
+    assert report.failed_binds == [] and report.released == []
+    assert w.table.metrics.writes_refused.labels("binding", "annotations")._value.get() == 0
+    assert w.table.bindings[KEY].attempt == 2 and w.table.bindings[KEY].state != "released"
