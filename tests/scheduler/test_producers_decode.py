@@ -377,3 +377,23 @@ def test_a_status_over_the_limit_keeps_the_schedulers_conditions_and_the_first_o
                        "transitionID": c.transition_id} for c in st.conditions]
     asyncio.run(statuses.collect(SimpleNamespace(jobs={"t/j": job})))
     assert queued == []
+
+
+# -- an agent's boot -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("msg", [
+    m.BindAccepted(namespace="t", name="a", node="n1", attempt=1),
+    m.BindRejected(namespace="t", name="a", node="n1", attempt=1, reason="no"),
+    m.TaskPhaseChanged(namespace="t", name="a", node="n1", attempt=1, phase="Running"),
+    m.NodeHeartbeat(node="n1"),
+    m.BindingRecord(namespace="t", name="a", attempt=1, node="n1")])
+def test_a_boot_longer_than_its_bound_is_refused_where_it_is_decoded(msg: m.Msg) -> None:
+    """A binding record passes an agent's boot on (`busched.scheduler.write_bounds` keeps room for it: MAX_BOOT):
+    a third-party agent's longer boot is refused at the edge, naming the field, not copied into records."""
+    import msgspec
+
+    from busched.bus.wire import MAX_BOOT
+
+    ok = msgspec.structs.replace(msg, boot="b" * MAX_BOOT)  # type: ignore[type-var]
+    assert m.decode(m.encode(ok)) == ok
+    with pytest.raises(m.DecodeError, match=r"\$\.boot"):
+        m.decode(m.encode(msgspec.structs.replace(msg, boot="b" * (MAX_BOOT + 1))))  # type: ignore[type-var]
