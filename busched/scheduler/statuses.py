@@ -184,6 +184,9 @@ class PodGroupStatuses(StatusOutbox):
             changed.append(st)
             self.queue(S.podgroup_subject(uid), st)
             self.refresh_job(uid)
+        if self.whole:  # (a deleted job's: rare, only jobs whose status could not keep all its conditions)
+            for uid in [uid for uid in self.whole if uid not in ssn.jobs]:
+                del self.whole[uid]
         return changed
 
 

@@ -397,3 +397,13 @@ def test_a_boot_longer_than_its_bound_is_refused_where_it_is_decoded(msg: m.Msg)
     assert m.decode(m.encode(ok)) == ok
     with pytest.raises(m.DecodeError, match=r"\$\.boot"):
         m.decode(m.encode(msgspec.structs.replace(msg, boot="b" * (MAX_BOOT + 1))))  # type: ignore[type-var]
+
+
+def test_the_whole_conditions_of_a_deleted_job_are_not_kept() -> None:
+    conds = [{"type": f"C{i}", "status": "True", "reason": "r", "message": "m" * 300, "transitionID": ""}
+             for i in range(1000)]
+    job = SimpleNamespace(has_podgroup=True, conditions=conds, phase="Pending")
+    statuses, queued = _collect(job)
+    assert len(queued[0].conditions) < 1000 and "t/j" in statuses.whole
+    asyncio.run(statuses.collect(SimpleNamespace(jobs={})))  # (the job deleted: the session has it no more)
+    assert statuses.whole == {}
