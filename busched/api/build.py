@@ -145,6 +145,9 @@ def node_usage(u: o.NodeUsageSpec | None, where: str) -> NodeUsage | None:
 
 
 def node_info(s: o.NodeSpec, index: int = 0) -> NodeInfo:
+    if len(s.name) > limits.MAX_NODE_NAME:
+        raise SpecError(f"node {s.name[:limits.MAX_NODE_NAME - 3]}...: name: {len(s.name)} characters, more than "
+                        f"{limits.MAX_NODE_NAME} (a DNS subdomain)")
     where = f"node {s.name}"
     if s.annotations:
         _check_annotations(s.annotations, where)

@@ -98,7 +98,7 @@ from busched.bus.state_events import (
     upsert as upsert,
 )
 from busched.bus.wire import BindAnnotations as BindAnnotations
-from busched.bus.wire import Count, Msg, ShardName
+from busched.bus.wire import Boot, Count, Msg, ShardName
 from busched.bus.wire import Version as Version
 
 __all__ = [
@@ -138,7 +138,7 @@ class BindingRecord(Msg, tag="binding"):
     reason: str = ""
     backoff: float = 0.0
     decided_at: float = 0.0  # unix seconds, informational only
-    boot: str = ""  # the agent incarnation that took this attempt, once known
+    boot: Boot = ""  # the agent incarnation that took this attempt, once known
     stop: str = ""  # why an evicting attempt is stopped: evict | lease | restart | deleted | node
     writer: str = ""  # the scheduler instance that wrote the record
     epoch: Count = 0  # the writer's epoch (leader elections); a record of an older epoch is ignored
@@ -229,7 +229,7 @@ class BindAccepted(Msg, tag="bind.accepted"):
     name: str
     node: str
     attempt: Count
-    boot: str = ""  # the agent's incarnation
+    boot: Boot = ""  # the agent's incarnation (MAX_BOOT characters at most)
 
 
 class BindRejected(Msg, tag="bind.rejected"):
@@ -238,7 +238,7 @@ class BindRejected(Msg, tag="bind.rejected"):
     node: str
     attempt: Count
     reason: str = ""
-    boot: str = ""
+    boot: Boot = ""
 
 
 class TaskPhaseChanged(Msg, tag="task.phase"):
@@ -251,7 +251,7 @@ class TaskPhaseChanged(Msg, tag="task.phase"):
     phase: str
     reason: str = ""
     exit_code: Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)] | None = None
-    boot: str = ""
+    boot: Boot = ""
     # with Running: when the task started, as the agent saw it (the pod's startTime; cdp's cooldown and
     # the usage plugin's shadow load count from it); RFC 3339 or epoch seconds
     start_time: Timestamp | None = None
@@ -267,7 +267,7 @@ class NodeHeartbeat(Msg, tag="node.heartbeat"):
     """
 
     node: str
-    boot: str = ""
+    boot: Boot = ""
     seq: Count = 0
     interval: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
     holding: dict[str, Count] = {}

@@ -14,8 +14,8 @@ import msgspec
 
 from busched.api.limits import LabelKey
 
-__all__ = ["Msg", "Version", "Count", "ShardName", "BindAnnotations", "MAX_BIND_ANNOTATIONS",
-           "MAX_BIND_ANNOTATION_VALUE", "MAX_REASON", "MAX_STATE_MESSAGE", "cut"]
+__all__ = ["Msg", "Version", "Count", "ShardName", "Boot", "BindAnnotations", "MAX_BIND_ANNOTATIONS",
+           "MAX_BIND_ANNOTATION_VALUE", "MAX_BOOT", "MAX_REASON", "MAX_STATE_MESSAGE", "cut"]
 
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -33,6 +33,10 @@ BindAnnotations = Annotated[dict[LabelKey, Annotated[str, msgspec.Meta(max_lengt
 # (256 KiB, ``SchedulerSettings.max_event_bytes``), which a reason passed on from an agent to a record, with a
 # prefix, or several conditions' messages would otherwise pass: readers would refuse the whole message
 MAX_REASON = 4096
+# an agent's boot (its incarnation: 12 hex digits), which its results and heartbeats name and a binding record
+# passes on (`busched.scheduler.write_bounds` keeps room for it): a longer one is refused where it is decoded
+MAX_BOOT = 253
+Boot = Annotated[str, msgspec.Meta(max_length=MAX_BOOT)]
 # the largest state message a scheduler takes by default (``SchedulerSettings.max_event_bytes``): a larger one is
 # refused as oversized, so `busched apply` refuses to publish one (`busched.bus.apply.check_cluster`)
 MAX_STATE_MESSAGE = 256 * 1024

@@ -26,6 +26,7 @@ from busched.bus.wire import MAX_REASON, cut
 from busched.metrics import SchedulerMetrics
 from busched.scheduler.ledger import NodeLedgers
 from busched.scheduler.records import Binding, SchedulerSettings
+from busched.scheduler.write_bounds import fit_reason, may_pass
 
 if TYPE_CHECKING:
     from busched.scheduler.bindings import DecisionBus
@@ -245,8 +246,12 @@ class BindingWrites:
         reason = b.reason if b.state in ("released", "failed", "done") else b.evict_reason
         if reason and len(reason) > MAX_REASON:  # (an agent's, passed on with a prefix: busched.bus.wire)
             reason = cut(reason)
-        return m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
-                               state=b.state, reason=reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
-                               outcome=b.outcome, exit_code=b.exit_code,
-                               stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch,
-                               shard=self.settings.shard, annotations=b.annotations if b.live else {})
+        rec = m.BindingRecord(version=b.version, namespace=ns, name=name, attempt=b.attempt, node=b.node,
+                              state=b.state, reason=reason, backoff=b.backoff, decided_at=time.time(), boot=b.boot,
+                              outcome=b.outcome, exit_code=b.exit_code,
+                              stop=b.stop if b.state == "evicting" else "", writer=self.boot, epoch=self.epoch,
+                              shard=self.settings.shard, annotations=b.annotations if b.live else {})
+        if reason and may_pass(key, b, reason, self.boot, self.settings.max_event_bytes):
+            # (cut to what its readers take: a smaller limit, a long reason; busched.scheduler.write_bounds)
+            rec = fit_reason(rec, self.settings.max_event_bytes)
+        return rec

@@ -214,7 +214,8 @@ class Cycles:
         self.metrics.cycle_errors.inc()
         log.exception("cycle %d: session failed", self.cycle)
         report.error = f"{type(e).__name__}: {e}"
-        if report.binds:  # written while it placed (busched.scheduler.bind_stream): they are news all the same
+        if report.binds or report.failed_binds:  # written (or refused: busched.scheduler.write_bounds) while it
+            # placed (busched.scheduler.bind_stream): they are news all the same
             self.sched_events.record_binds(report)
         overview.note(self, report)
         self._gate.done(_NO_SESSION, 0, 1)  # due again

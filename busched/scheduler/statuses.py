@@ -26,12 +26,23 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+import msgspec
+
+from busched.api import limits
 from busched.api import objects as o
 from busched.bus import messages as m
 from busched.bus import subjects as S
-from busched.bus.wire import cut
+from busched.bus.wire import MAX_REASON, MAX_STATE_MESSAGE, cut
 
 log = logging.getLogger("busched.scheduler")
+
+# the conditions the scheduler itself writes (Volcano's ``PodGroupScheduled``, ``PodGroupUnschedulableType``): a
+# status over the limit keeps them (`fit_conditions`)
+OWN_CONDITIONS = frozenset({"Scheduled", "Unschedulable"})
+# the most a condition takes in a status (its reason and message cut to MAX_REASON, its type, status and transition
+# id short strings, 6 bytes a character in JSON, its field names and lastTransitionTime), and the rest of a status
+_CONDITION_MOST = 6 * (2 * MAX_REASON + 3 * limits.MAX_STRING) + 128
+_STATUS_MOST = 6 * (2 * 253) + 256
 
 # publish_all: (subject, message, message id) each -> one acknowledgement each (``.ok``)
 Publish = Callable[[Iterable[tuple[str, m.Msg, str | None]]], Awaitable[list[Any]]]
@@ -113,6 +124,9 @@ class PodGroupStatuses(StatusOutbox):
         self.next_version = next_version
         self.refresh_job = refresh_job
         self.recorded: dict[str, m.PodGroupStatus] = {}  # job key -> its last status
+        # job key -> the conditions its last status was made from, when it could not keep them all (`fit_conditions`)
+        self.whole: dict[str, list[m.Condition]] = {}
+        self.limit: int = getattr(settings, "max_event_bytes", MAX_STATE_MESSAGE)
 
     async def collect(self, ssn: Any, slice_seconds: float = 0.005) -> list[m.PodGroupStatus]:
         """Queue a ``podgroup.status`` for every job whose phase or conditions changed (and only those),
@@ -138,7 +152,8 @@ class PodGroupStatuses(StatusOutbox):
             else:
                 cur_phase, cur_conds = spec.phase, []
             raw = job.conditions
-            if job.phase == cur_phase and _same_conditions(raw, cur_conds):
+            if job.phase == cur_phase and (_same_conditions(raw, cur_conds) or (
+                    uid in self.whole and _same_conditions(raw, self.whole[uid]))):
                 continue
             # (reasons and messages cut: busched.bus.wire.MAX_REASON; `_same_conditions` compares them cut)
             conds = [m.Condition(type=str(c.get("type", "")), status=str(c.get("status", "")),
@@ -153,12 +168,25 @@ class PodGroupStatuses(StatusOutbox):
                                           else now)
             st = m.PodGroupStatus(version=self.next_version(), namespace=spec.namespace, name=spec.name,
                                   phase=job.phase, conditions=conds)
+            if self.whole:
+                self.whole.pop(uid, None)
+            if len(conds) * _CONDITION_MOST + _STATUS_MOST > self.limit:  # (a status of a few conditions: never)
+                fitted = fit_conditions(st, self.limit)
+                if fitted is not st:
+                    log.warning("job %s: its podgroup status keeps %d of its %d conditions, the others would take it "
+                                "past the state stream's limit (%d bytes)", uid, len(fitted.conditions), len(conds),
+                                self.limit)
+                    self.whole[uid] = conds
+                    st = fitted
             if cur_phase != job.phase:
                 log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
             pgs[uid] = st
             changed.append(st)
             self.queue(S.podgroup_subject(uid), st)
             self.refresh_job(uid)
+        if self.whole:  # (a deleted job's: rare, only jobs whose status could not keep all its conditions)
+            for uid in [uid for uid in self.whole if uid not in ssn.jobs]:
+                del self.whole[uid]
         return changed
 
 
@@ -173,3 +201,33 @@ def _same_conditions(raw: list[dict[str, Any]], conds: list[m.Condition]) -> boo
         if (reason != x.reason and cut(reason) != x.reason) or (message != x.message and cut(message) != x.message):
             return False
     return True
+
+
+def fit_conditions(st: m.PodGroupStatus, limit: int) -> m.PodGroupStatus:
+    """``st``, or, when its encoding is longer than ``limit`` bytes, ``st`` with the conditions it cannot hold
+    dropped: the others' (a job spec's own, carried over) from the last, then, only if those alone do not make it
+    fit, the scheduler's own (`OWN_CONDITIONS`) from the last; the order of those kept is unchanged.
+
+    Why here: cutting each condition's message (MAX_REASON) bounds a condition, not a status; a job may carry as
+    many conditions as its spec's message holds (1,000 of 200 characters pass `busched apply`), and each gains a
+    lastTransitionTime.  Volcano would fail the status update at the API server and retry it every cycle; a
+    status the state feed refuses would leave every reader (a standby, a restart, `busched get`) with the last
+    one.  So the producer bounds what it writes, deterministically, keeping what the scheduler decides with (its
+    Unschedulable and Scheduled conditions: `busched.framework.phase`) and the spec's conditions in order while
+    they fit.  The cache's job takes the status's conditions, so the next session starts from those kept."""
+    size = len(m.encode(st))
+    if size <= limit:
+        return st
+    conds = st.conditions
+    order = [i for i in range(len(conds) - 1, -1, -1) if conds[i].type not in OWN_CONDITIONS]
+    order += [i for i in range(len(conds) - 1, -1, -1) if conds[i].type in OWN_CONDITIONS]
+    dropped = set()
+    for i in order:
+        if size <= limit:
+            break
+        dropped.add(i)
+        size -= len(_ENCODE(conds[i])) + 1  # (and its comma: the last dropped has none, but empties the field)
+    return msgspec.structs.replace(st, conditions=[c for i, c in enumerate(conds) if i not in dropped])
+
+
+_ENCODE = msgspec.json.Encoder().encode

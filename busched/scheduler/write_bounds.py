@@ -1,17 +1,17 @@
 """What the scheduler writes, its own readers accept: a bind whose record or decision they would refuse is failed.
 
 A bind carries what the session added to its task's annotations (the devices deviceshare gave it:
-``volcano.sh/vgpu-ids-new`` ... , `busched.plugins.deviceshare`).  Its readers hold those to bounds: the
-binding record's ``annotations`` (`busched.bus.wire.BindAnnotations`: at most 32 keys, label-key keys,
-values of at most 4,096 characters) and the record's size (``SchedulerSettings.max_event_bytes``, less
-room for the longest reason a later record of the attempt, an evicting one, carries with the same
-annotations: `busched.bus.wire.MAX_REASON`) for the state feed of every scheduler (this one after a
-restart, a standby) and `busched get`; the task's annotations with the bind's merged in (at most 1,024
-keys, 256 KiB of keys and values: `busched.api.limits`) for the agent that decodes the bind decision and
-for the scheduler's own cache, which validates the task it holds as bound.  A vGPU assignment for a task
-taking very many cards, or cards whose register names are long, passes 4,096 characters; written, such a
-record would be refused by every reader but the scheduler that wrote it (which knows its own echo by its
-bytes): the task stuck, or held differently by different readers.
+``volcano.sh/vgpu-ids-new`` ... , `busched.plugins.deviceshare`). Its readers hold those to bounds: the
+binding record's ``annotations`` (`busched.bus.wire.BindAnnotations`: at most 32 keys, label-key keys, values
+of at most 4,096 characters) and the record's size (``SchedulerSettings.max_event_bytes``, less what a later
+record of the attempt, an evicting one, adds with the same annotations: its state and stop, a longer version,
+the agent's boot; not its reason, which `fit_reason` cuts to what fits, as it does every record's) for the
+state feed of every scheduler (this one after a restart, a standby) and `busched get`; the task's annotations
+with the bind's merged in (at most 1,024 keys, 256 KiB of keys and values: `busched.api.limits`) for the agent
+that decodes the bind decision and for the scheduler's own cache, which validates the task it holds as bound.
+A vGPU assignment for a task taking very many cards, or cards whose register names are long, passes 4,096
+characters; written, such a record would be refused by every reader but the scheduler that wrote it (which
+knows its own echo by its bytes): the task stuck, or held differently by different readers.
 
 So a bind whose record or decision would not pass is never written.  It fails as a failed bind does
 (Volcano's ``Bind`` failing at the API server: ``taskUnschedulable`` with "failed to bind to node ...",
@@ -42,20 +42,27 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from busched.api import limits
 from busched.bus import messages as m
-from busched.bus.wire import MAX_BIND_ANNOTATION_VALUE, MAX_BIND_ANNOTATIONS, MAX_REASON
+from busched.bus.wire import MAX_BIND_ANNOTATION_VALUE, MAX_BIND_ANNOTATIONS, MAX_BOOT
 
 if TYPE_CHECKING:
     from busched.scheduler.records import Binding, CycleReport
 
-__all__ = ["bind_problem", "refuse_unwritable"]
+__all__ = ["LATER", "bind_problem", "fit_reason", "refuse_unwritable"]
 
 log = logging.getLogger("busched.scheduler")
 
 # JSON writes a character in at most 6 bytes (``\\u001f``); a record's fields but its annotations and its
 # task's name take far less than this
 _RECORD_OVERHEAD = 2048
+# what a later record of an attempt (an evicting one: released, failed and done records carry no annotations) adds
+# to its binding record, but its reason (`fit_reason`): its state and stop, a version up to 2**63 - 1, a
+# decided_at written longer, the agent's boot (6 bytes a character in JSON)
+LATER = (len('"state":"evicting","stop":"restart","version":9223372036854775807,"boot":"",') + 24
+         + 6 * MAX_BOOT)
 
 
 def bind_problem(key: str, annotations: dict[str, str], spec_annotations: dict[str, str], max_event_bytes: int,
@@ -81,14 +88,40 @@ def bind_problem(key: str, annotations: dict[str, str], spec_annotations: dict[s
         if size > limits.MAX_ANNOTATIONS_BYTES:
             return "task.annotations", (f"{size} characters in all with the task's own, more than "
                                         f"{limits.MAX_ANNOTATIONS_BYTES}")
-    # (room kept for the reason its later records may carry with the same annotations: an evicting one's)
-    room = max_event_bytes - 6 * MAX_REASON
-    if 6 * (chars + len(key)) + _RECORD_OVERHEAD > room:
+    # (a later record keeps its annotations and may add LATER bytes; its reason is cut to what fits)
+    if 6 * (chars + len(key)) + _RECORD_OVERHEAD + LATER > max_event_bytes:
         size = record_size()
-        if size > room:
-            return "size", (f"a binding record of {size} bytes, more than {room} (the state stream's limit, "
-                            f"{max_event_bytes}, less room for a reason)")
+        if size + LATER > max_event_bytes:
+            return "size", (f"a binding record of {size} bytes, with the {LATER} a later record of the attempt may "
+                            f"add, more than the state stream's limit, {max_event_bytes}")
     return None
+
+
+def fit_reason(rec: m.BindingRecord, limit: int) -> m.BindingRecord:
+    """``rec``, or, when its encoding is longer than ``limit`` bytes, ``rec`` with its reason cut (to its first
+    characters and "...") to the longest that keeps it within ``limit``; with no reason when none does.  A reason
+    is informational (an agent's, passed on, or the scheduler's own): cutting it keeps the record one its readers
+    take, whatever the stream's limit (`busched run --max-event-bytes`)."""
+    if len(m.encode(rec)) <= limit or not rec.reason:
+        return rec
+    reason = rec.reason
+    lo, hi = -1, len(reason) - 1  # the longest prefix that fits, -1 for none ("...": the prefix of 0 characters)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(m.encode(msgspec.structs.replace(rec, reason=reason[:mid] + "..."))) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return msgspec.structs.replace(rec, reason=reason[:lo] + "..." if lo >= 0 else "")
+
+
+def may_pass(key: str, b: Binding, reason: str, writer: str, limit: int) -> bool:
+    """Whether the record of ``b`` with ``reason`` could be longer than ``limit`` bytes (6 bytes a character):
+    only then is it encoded to be measured (`fit_reason`)."""
+    chars = len(reason) + len(key) + len(b.node) + len(b.boot) + len(writer)
+    if b.annotations:
+        chars += sum(map(len, b.annotations)) + sum(map(len, b.annotations.values()))
+    return 6 * chars + _RECORD_OVERHEAD > limit
 
 
 def _record_size(table: Any, key: str, b: Binding) -> Callable[[], int]:
@@ -115,14 +148,14 @@ def refuse_unwritable(table: Any, todo: list[tuple[str, Binding]], report: Cycle
         return todo
     refused = set()
     for key, b, field, why in bad:
-        refused.add(key)
+        refused.add(key)  # (not written either way)
+        if table.bindings.get(key) is not b:
+            continue  # an attempt the table no longer holds: nothing of it to fail, count or report
         table.metrics.writes_refused.labels("binding", field if field.startswith("task.")
                                             else field.split(".", 1)[0]).inc()
         log.warning("bind %s -> %s (attempt %d) not written: its %s would be refused by its readers (%s); the "
                     "task goes back to Pending", key, b.node, b.attempt, field, why)
         report.failed_binds.append((key, b.node, f"{field}: {why}"))
         report.released.append((key, "invalid"))  # (the cycle's log line and record count it)
-        if table.bindings.get(key) is b:
-            table.release(key, f"bind to {b.node} not written: {field}: {why}", "invalid", exclude=True,
-                          backoff=True)
+        table.release(key, f"bind to {b.node} not written: {field}: {why}", "invalid", exclude=True, backoff=True)
     return [(key, b) for key, b in todo if key not in refused]

@@ -109,6 +109,8 @@ BAD_OBJECTS = [
      "task bad/t: annotations: "),
     ("node", NodeSpec(name="n", allocatable={"cpu": "-8"}), 'node n: allocatable.cpu: must not be negative (got "-8")'),
     ("node", NodeSpec(name="n", capacity={"pods": -1}), "node n: capacity.pods: must not be negative (got -1)"),
+    # (Kubernetes: a node's name is a DNS subdomain, 253 characters; a node ledger names its node, and refuses more)
+    ("node", NodeSpec(name="n" * 254), f"node {'n' * 250}...: name: 254 characters, more than 253"),
     ("job", JobSpec(name="j", namespace="bad", min_resources={"cpu": "-1"}),
      'job bad/j: minResources.cpu: must not be negative (got "-1")'),
     ("queue", QueueSpec(name="q", capability={"memory": "-1Gi"}),
@@ -130,6 +132,7 @@ def test_bounds_themselves_are_accepted() -> None:
     build.validate("task", TaskSpec(name="t", requests={"cpu": "10000000", "memory": 2**62, "pods": 0},
                                     priority=2**31 - 1))
     build.validate("node", NodeSpec(name="n", allocatable={"cpu": 0, "memory": "4Ei"}))
+    build.validate("node", NodeSpec(name="n" * 253))
     build.validate("queue", msgspec.convert({"name": "q", "weight": 2**31 - 1}, QueueSpec))
 
 

@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import time
+
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from busched.api import build
 from busched.api import objects as o
 from busched.bus import messages as m
-from busched.bus.wire import MAX_REASON
-from busched.scheduler.records import CycleReport
+from busched.bus.wire import MAX_BOOT, MAX_REASON
+from busched.scheduler.records import Binding, CycleReport
 from busched.scheduler.sched_events import EventRecorder, EventSettings
-from busched.scheduler.write_bounds import bind_problem
+from busched.scheduler.write_bounds import bind_problem, fit_reason
 from tests.scheduler.test_binding_table import KEY, Decision, World
 
 IDS = "volcano.sh/vgpu-ids-new"
@@ -118,28 +121,33 @@ def _cases(draw: st.DrawFn) -> tuple[dict[str, str], dict[str, str]]:
     return ann, own
 
 
-def _readers_accept(key: str, ann: dict[str, str], spec: o.TaskSpec) -> bool:
+def _readers_accept(key: str, ann: dict[str, str], spec: o.TaskSpec, limit: int) -> tuple[bool, int]:
     """What the readers do: the state feed decodes the record (size, then types), the agent the decision, and a
     scheduler's cache validates the task as bound (`busched.api.build.validate`).  The record is the largest the
-    attempt may have: evicting, with the longest reason a producer writes (6 bytes a character in JSON)."""
+    attempt may have: evicting, with the longest reason a producer writes (6 bytes a character in JSON) cut by the
+    producer to what fits (`fit_reason`), the longest version and the agent's boot at its bound.  And the bytes
+    to spare under ``limit`` of that record without its reason."""
     ns, name = key.split("/", 1)
-    data = m.encode(m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann, writer="me",
-                                    state="evicting", reason="\x01" * MAX_REASON, stop="evict"))
+    later = m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann, writer="me",
+                            state="evicting", reason="\x01" * MAX_REASON, stop="restart", version=2**63 - 1,
+                            boot="\x01" * MAX_BOOT, decided_at=time.time())
+    spare = limit - len(m.encode(msgspec.structs.replace(later, reason="")))
+    data = m.encode(fit_reason(later, limit))
     merged = msgspec.structs.replace(spec, annotations={**spec.annotations, **ann})
     try:
-        if len(data) > _LIMIT:
-            return False
+        if len(data) > limit:
+            return False, spare
         m.decode(data)
         m.decode(m.encode(m.BindDecision(node="n1", attempt=1, task=merged)))
         build.validate("task", merged)
     except (m.DecodeError, build.SpecError):
-        return False
-    return True
+        return False, spare
+    return True, spare
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(case=_cases())
-def test_bind_problem_is_what_the_readers_refuse(case: tuple[dict[str, str], dict[str, str]]) -> None:
+@given(case=_cases(), limit=st.sampled_from([400, 20_000, 32 * 1024, 64 * 1024, _LIMIT]))
+def test_bind_problem_is_what_the_readers_refuse(case: tuple[dict[str, str], dict[str, str]], limit: int) -> None:
     ann, own = case
     spec = o.TaskSpec(name="a", namespace="t", annotations=own)
     # (a task whose own annotations already break their bounds never reaches a bind: the state feed refuses it)
@@ -147,9 +155,87 @@ def test_bind_problem_is_what_the_readers_refuse(case: tuple[dict[str, str], dic
         return
     ns, name = KEY.split("/")
 
-    def size() -> int:
+    def size() -> int:  # (the binding record as the table writes it)
         return len(m.encode(m.BindingRecord(namespace=ns, name=name, attempt=1, node="n1", annotations=ann,
-                                            writer="me")))
+                                            writer="me", version=1, decided_at=time.time())))
 
-    found = bind_problem(KEY, ann, own, _LIMIT, size)
-    assert (found is None) == _readers_accept(KEY, ann, spec), found
+    found = bind_problem(KEY, ann, own, limit, size)
+    accept, spare = _readers_accept(KEY, ann, spec, limit)
+    if found is None:
+        assert accept, (limit, spare)
+    else:  # refused: its readers would refuse it, or its later record would have next to no room for a reason
+        assert not accept or (found[0] == "size" and spare < 64), (found, limit, spare)
+
+
+# -- a smaller ``max_event_bytes`` (`busched run --max-event-bytes`): what its readers take is written ----------------
+async def test_a_one_card_bind_is_written_under_20_000_bytes() -> None:
+    # its record is ~300 bytes; room kept for a reason of 6 x 4,096 bytes made every such bind fail below ~26 KiB
+    w = World(max_event_bytes=20_000)
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(KEY, "n1", annotations={"volcano.sh/gpu-index": "0"})], report)
+    assert report.failed_binds == [], report.failed_binds
+    assert [(r.name, r.state) for r in _records(w)] == [("a", "binding")]
+
+
+async def test_an_assignment_its_readers_take_is_written_under_32_kib() -> None:
+    w = World(max_event_bytes=32 * 1024)
+    ann = {IDS: "a" * 4000, "volcano.sh/vgpu-ids-x": "b" * 4000}
+    report = CycleReport(1)
+    await w.table.publish_binds([Decision(KEY, "n1", annotations=ann)], report)
+    assert report.failed_binds == [], report.failed_binds
+    # its evicting record, with the longest reason, is cut to what its readers take
+    await w.table.publish_evicts([Decision(KEY, "n1", kind="evict", reason="\x01" * 10_000)], CycleReport(2))
+    rec = _records(w)[-1]
+    assert rec.state == "evicting" and rec.annotations == ann and rec.reason.endswith("...")
+    assert len(m.encode(rec)) <= 32 * 1024
+
+
+@pytest.mark.parametrize("limit", [400, 20_000, 32 * 1024, 64 * 1024])
+def test_every_record_with_a_reason_is_cut_to_what_its_readers_take(limit: int) -> None:
+    # a released record passes on an agent's reason (4,096 characters, 6 bytes each in JSON): at a smaller limit
+    # its reason is cut further, so that the record is one its readers take
+    w = World(max_event_bytes=limit)
+    for state, reason in [("released", "\x01" * MAX_REASON), ("failed", "é" * 5000), ("released", "r" * 4096)]:
+        b = Binding(attempt=3, node="n1", state=state, reason=reason, version=12)
+        rec = w.table.binding_record(KEY, b)
+        data = m.encode(rec)
+        assert len(data) <= limit, (state, len(data))
+        assert m.decode(data) == rec
+        assert rec.reason in ("", reason[:MAX_REASON]) or (rec.reason.endswith("...")
+                                                            and reason.startswith(rec.reason[:-3]))
+        if len(data) < limit - 6:  # (cut to the longest that fits)
+            assert rec.reason == reason[:MAX_REASON] or rec.reason == reason[:MAX_REASON - 3] + "..."
+    # a short one is kept whole
+    rec = w.table.binding_record(KEY, Binding(attempt=3, node="n1", state="released", reason="node n1 lost"))
+    assert rec.reason == "node n1 lost"
+
+
+def test_a_failed_session_whose_stream_had_only_refused_binds_still_makes_their_events(monkeypatch) -> None:
+    # (busched.scheduler.cycles: a session that fails after the bind stream wrote its binds; here every one refused)
+    from types import SimpleNamespace
+
+    from busched.metrics import SchedulerMetrics
+    from busched.scheduler import cycles
+
+    monkeypatch.setattr(cycles.overview, "note", lambda sched, report: None)
+    recorded: list[CycleReport] = []
+    sched = SimpleNamespace(metrics=SchedulerMetrics(), cycle=1, _gate=SimpleNamespace(done=lambda *a: None),
+                            sched_events=SimpleNamespace(record_binds=recorded.append))
+    report = CycleReport(1)
+    report.failed_binds.append((KEY, "n1", "size: a binding record of 30000 bytes"))
+    cycles.Cycles._failed(sched, report, RuntimeError("the session fails"))  # type: ignore[arg-type]
+    assert recorded == [report] and report.error == "RuntimeError: the session fails"
+
+
+def test_a_refused_attempt_no_longer_the_tasks_is_neither_counted_nor_reported() -> None:
+    # (refuse_unwritable: an attempt the table no longer holds, a later one in its place: only the current counts)
+    from busched.scheduler.write_bounds import refuse_unwritable
+
+    w = World()
+    stale = Binding(attempt=1, node="n1", annotations={f"k{i}": "x" for i in range(40)})
+    w.table.bindings[KEY] = Binding(attempt=2, node="n2")
+    report = CycleReport(1)
+    assert refuse_unwritable(w.table, [(KEY, stale)], report) == []  # (not written either way)
+    assert report.failed_binds == [] and report.released == []
+    assert w.table.metrics.writes_refused.labels("binding", "annotations")._value.get() == 0
+    assert w.table.bindings[KEY].attempt == 2 and w.table.bindings[KEY].state != "released"
