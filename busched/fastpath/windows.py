@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from busched.fastpath.pick import _run, pick_window
+from busched.fastpath.pick import _run, _tied, pick_window
 
 __all__ = ["Windows"]
 
@@ -49,15 +49,18 @@ class _Window:
 
 
 class Windows:
-    """A template's kept windows: by start, their starts in order, and the length and the number of
-    rows they were taken with (another length or number forgets them all)."""
+    """A template's kept windows: by start, their starts in order, the length and the number of
+    rows they were taken with (another length or number forgets them all), and when each start
+    was last walked (``seen``, by pick count: a window is kept only for a start walked again
+    within ``cap`` picks, and at most ``cap`` of them, the least recently walked dropped)."""
 
-    __slots__ = ("at", "starts", "n", "size")
+    __slots__ = ("at", "starts", "n", "size", "cap", "seen", "tick")
 
     def __init__(self) -> None:
         self.at: dict[int, _Window] = {}
         self.starts: list[int] = []  # the keys of ``at``, ascending
-        self.n = self.size = 0
+        self.n = self.size = self.cap = self.tick = 0
+        self.seen: dict[int, int] = {}  # start -> the pick that last walked it
 
     def reset(self) -> None:
         """Every row may have changed: every window is looked at afresh."""
@@ -109,8 +112,10 @@ class Windows:
         """`pick_window`'s answer (and draw) for these columns."""
         size = len(ok)
         n = min(to_find, size)
+        tick = self.tick = self.tick + 1
         w = self.at.get(start)
         if w is not None and n == self.n and size == self.size:
+            self.seen[start] = tick
             tied = w.tied
             k = len(tied)
             d = tied[0] if k == 1 else tied[rng.randrange(k)]  # (`pick._tied`'s draw)
@@ -120,7 +125,12 @@ class Windows:
             return pick_window(ok, idle, total, start, to_find, rng)
         if n != self.n or size != self.size:
             self.reset()
-            self.n, self.size = n, size
+            self.n, self.size, self.cap, self.seen = n, size, size // n + 1, {}
+        seen, cap = self.seen, self.cap
+        last = seen.get(start)
+        seen[start] = tick
+        if len(seen) > 4 * cap + 8:  # (only the starts walked within the last ``cap`` picks matter)
+            self.seen = {s: t for s, t in seen.items() if tick - t <= cap}
         # every row of the window passes and fits idle: the whole window is the bucket
         if (int(np.count_nonzero(_run(ok, start, n))) != n
                 or int(np.count_nonzero(_run(idle, start, n))) != n):
@@ -129,7 +139,16 @@ class Windows:
         best = values[values.argmax()]
         if best != best:  # NaN: the per-task path scores node by node
             return None
-        w = self.at[start] = _Window(float(best), (values == best).nonzero()[0].tolist())
+        if last is None or tick - last > cap:
+            # a start not walked within the last ``cap`` picks (the first lap, or the starts drift:
+            # the cluster's size no multiple of ``n``) is not kept: `pick_window`'s draw, as it makes it
+            r = start + _tied(values == best, rng)
+            return (r - size if r >= size else r), n
+        at = self.at
+        if len(at) >= cap:  # the least recently walked window makes room
+            seen = self.seen
+            self._forget(min(at, key=lambda s: seen.get(s, 0)))
+        w = at[start] = _Window(float(best), (values == best).nonzero()[0].tolist())
         insort(self.starts, start)
         tied = w.tied
         k = len(tied)
