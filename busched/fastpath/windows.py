@@ -14,7 +14,7 @@ of them in other windows) have changed.
 `Windows` keeps, per window start, what `pick_window` finds there when every row of the window
 passes and fits idle (its first gradient is the whole window): the best total and the tied rows in
 walk order.  It keeps one only for a start walked again within a lap (``size // n + 1`` walks,
-``n`` the window's length), and at most that many, the least recently walked dropped: any other
+``n`` the window's length), and at most that many, the oldest dropped: any other
 start takes `pick_window`'s draw made in place.  (tp8 kept a window at every new start and never
 dropped one: on a size no multiple of ``to_find`` they piled up toward one per start, every placed
 row walked into hundreds of them, and allocate ran 4-16 times slower, 1 GB at 50,003 nodes; the

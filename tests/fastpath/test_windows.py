@@ -203,9 +203,9 @@ def test_kept_windows_stay_few_when_the_size_is_not_a_multiple_of_to_find(size):
         assert kept > 2000, kept  # the starts come back: the kept windows answer
 
 
-def test_at_most_a_laps_worth_of_windows_kept_the_least_recently_walked_dropped():
+def test_at_most_a_laps_worth_of_windows_kept_the_oldest_dropped():
     """Starts walked twice in a row, each a new one (every second walk would keep a window): no more
-    than ``size // n + 1`` windows are kept, the least recently walked making room, and the answers
+    than ``size // n + 1`` windows are kept, the oldest making room, and the answers
     stay pick_window's."""
     size, to_find = 300, 50
     cols = Columns(random.Random(1), size, [2.0, 3.0], 0.0, 0.0)
