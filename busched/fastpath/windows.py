@@ -3,15 +3,22 @@
 A sampled search walks from the session's rotating start for ``to_find`` passing rows
 (`pick.pick_window`).  On a cluster with room every row it looks at passes, so it looks at exactly
 ``to_find`` rows and the next search starts right after them: the starts go round the cluster in
-steps of ``to_find``, and the same few windows (5,000 nodes, 500 a search: ten) come back again and
-again.  `pick_window` then counts the window's passing and idle rows, finds its best total and
+steps of ``to_find``.  When the cluster's size is a multiple of ``to_find`` the same few windows
+(5,000 nodes, 500 a search: ten) come back again and again; when it is not (5,003 nodes) the start
+drifts by the remainder every lap and a window comes back only after thousands of walks, if at all.
+At each walk `pick_window` counts the window's passing and idle rows, finds its best total and
 counts and draws among the tied, half a dozen numpy calls over ``to_find`` rows each time, though
 between two visits of a window only the rows placed on since (one per task placed: a handful, most
 of them in other windows) have changed.
 
 `Windows` keeps, per window start, what `pick_window` finds there when every row of the window
 passes and fits idle (its first gradient is the whole window): the best total and the tied rows in
-walk order.  The template's combined rows tell it of every change (`Windows.changed`, from
+walk order.  It keeps one only for a start walked again within a lap (``size // n + 1`` walks,
+``n`` the window's length), and at most that many, the oldest dropped: any other
+start takes `pick_window`'s draw made in place.  (tp8 kept a window at every new start and never
+dropped one: on a size no multiple of ``to_find`` they piled up toward one per start, every placed
+row walked into hundreds of them, and allocate ran 4-16 times slower, 1 GB at 50,003 nodes; the
+review of tp8, docs/benchmarks.md.)  The template's combined rows tell it of every change (`Windows.changed`, from
 `batch._Template._combine`; a whole recombination forgets every window), and each kept window that
 holds the row (found by bisecting the kept starts: the windows are all ``n`` rows long) takes it at
 once: a row that no longer passes, no longer fits idle or has a NaN total forgets the window; a row
@@ -34,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from busched.fastpath.pick import _run, pick_window
+from busched.fastpath.pick import _run, _tied, pick_window
 
 __all__ = ["Windows"]
 
@@ -49,15 +56,20 @@ class _Window:
 
 
 class Windows:
-    """A template's kept windows: by start, their starts in order, and the length and the number of
-    rows they were taken with (another length or number forgets them all)."""
+    """A template's kept windows: by start, their starts in order, the length and the number of
+    rows they were taken with (another length or number forgets them all), and when each start
+    was last walked without a kept window (``seen``, by the count ``tick`` of such walks; a
+    window the rows made it forget counts as walked then): a window is kept only for a start
+    walked again within ``cap`` such walks, and at most ``cap`` of them, the oldest dropped.  (A
+    walk a kept window answers counts nothing: the common case stays a lookup and a draw.)"""
 
-    __slots__ = ("at", "starts", "n", "size")
+    __slots__ = ("at", "starts", "n", "size", "cap", "seen", "tick")
 
     def __init__(self) -> None:
         self.at: dict[int, _Window] = {}
         self.starts: list[int] = []  # the keys of ``at``, ascending
-        self.n = self.size = 0
+        self.n = self.size = self.cap = self.tick = 0
+        self.seen: dict[int, int] = {}  # start -> the ``tick`` it was last walked (or forgotten) at
 
     def reset(self) -> None:
         """Every row may have changed: every window is looked at afresh."""
@@ -65,6 +77,20 @@ class Windows:
         self.starts = []
 
     def _forget(self, start: int) -> None:
+        """Drop the window at ``start`` for its rows' changes: walked again soon, it is kept again."""
+        self.seen[start] = self.tick
+        self._drop(start)
+
+    def _prune(self) -> None:
+        """Only the starts walked within the last ``cap`` walks matter.  (Not inline in `pick`: a
+        comprehension there would make its locals cells, built at every call.)"""
+        tick, cap = self.tick, self.cap
+        self.seen = {s: t for s, t in self.seen.items() if tick - t <= cap}
+
+    def _walked_at(self, start: int) -> int:
+        return self.seen.get(start, 0)
+
+    def _drop(self, start: int) -> None:
         del self.at[start]
         starts = self.starts
         del starts[bisect_left(starts, start)]
@@ -120,7 +146,13 @@ class Windows:
             return pick_window(ok, idle, total, start, to_find, rng)
         if n != self.n or size != self.size:
             self.reset()
-            self.n, self.size = n, size
+            self.n, self.size, self.cap, self.seen = n, size, size // n + 1, {}
+        seen, cap = self.seen, self.cap
+        tick = self.tick = self.tick + 1
+        last = seen.get(start)
+        seen[start] = tick
+        if len(seen) > 4 * cap + 8:
+            self._prune()
         # every row of the window passes and fits idle: the whole window is the bucket
         if (int(np.count_nonzero(_run(ok, start, n))) != n
                 or int(np.count_nonzero(_run(idle, start, n))) != n):
@@ -129,7 +161,15 @@ class Windows:
         best = values[values.argmax()]
         if best != best:  # NaN: the per-task path scores node by node
             return None
-        w = self.at[start] = _Window(float(best), (values == best).nonzero()[0].tolist())
+        if last is None or tick - last > cap:
+            # a start not walked within the last ``cap`` walks (the first lap, or the starts drift:
+            # the cluster's size no multiple of ``n``) is not kept: `pick_window`'s draw, as it makes it
+            r = start + _tied(values == best, rng)
+            return (r - size if r >= size else r), n
+        at = self.at
+        if len(at) >= cap:  # the oldest window makes room
+            self._drop(min(at, key=self._walked_at))
+        w = at[start] = _Window(float(best), (values == best).nonzero()[0].tolist())
         insort(self.starts, start)
         tied = w.tied
         k = len(tied)

@@ -154,3 +154,59 @@ def test_throughputs_shape(monkeypatch, config, shape):
     counts = both(monkeypatch, spec, CONFIGS[config], 0)
     assert counts["chosen"] > 300, counts
     assert counts["windows"] > 300 and counts["left"] < counts["windows"], counts  # the windows answered
+
+
+TENTH = CONFIGS["default"] + "nodeSearch:\n  percentageNodesToFind: 10\n"  # walks of 100 of 1,000 nodes
+
+
+@pytest.mark.parametrize("nodes", [1003, 1000])
+def test_a_streams_kept_windows_stay_few_on_any_cluster_size(monkeypatch, nodes):
+    """The review of tp8: on a cluster whose size is not a multiple of the walk's length the starts
+    drift every lap and a window kept at every new start piled up (one per start, each placed row
+    walked into hundreds).  Whole cycles on 1,003 nodes (and 1,000, the starts coming round): the
+    kept windows stay about one per start of a lap, and the choices are still the per-task path's."""
+    seen = {"most": 0, "bound": 0}
+    real = windows.Windows.pick
+
+    def pick(self, ok, idle, total, start, to_find, rng):
+        got = real(self, ok, idle, total, start, to_find, rng)
+        seen["most"] = max(seen["most"], len(self.at))
+        seen["bound"] = max(seen["bound"], len(ok) // min(to_find, len(ok)) + 1)
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(windows.Windows, "pick", pick)
+        counts = both(m, bench_like(nodes, 1500, "32"), TENTH, 0)
+    assert counts["chosen"] > 1000, counts
+    assert seen["bound"] == 11 and seen["most"] <= seen["bound"], seen
+    if nodes == 1000:
+        assert counts["left"] < counts["windows"] // 4, counts  # the starts come round: the windows answer
+
+
+def releasing(nodes: int = 150, jobs: int = 300, every: int = 3) -> o.ClusterSpec:
+    """Nodes of 32 cpu, each running a task of 24 cpu that is being deleted (releasing: 8 cpu idle,
+    32 once it is gone), and single-task jobs of 1.5 cpu, every ``every``-th of 31.5: that one fits
+    only the future idle, it is pipelined, and its node then stops passing (0.5 cpu of future idle
+    left) while it still fits idle (8 cpu) for the small ones."""
+    node_specs = [o.NodeSpec(name=f"node-{i:04d}", allocatable={"cpu": "32", "memory": "64Gi", "pods": 110})
+                  for i in range(nodes)]
+    specs, tasks = [], []
+    for i in range(nodes):
+        specs.append(o.JobSpec(name=f"run{i}", namespace="ns", queue="default", min_member=1, phase="Running"))
+        tasks.append(o.TaskSpec(name=f"run{i}-0", namespace="ns", job=f"run{i}", node=f"node-{i:04d}",
+                                phase="Running", deleting=True, requests={"cpu": "24", "memory": "1Gi"}))
+    for j in range(jobs):
+        name = f"job{j:04d}"
+        specs.append(o.JobSpec(name=name, namespace="ns", queue="default", min_member=1, phase="Inqueue"))
+        cpu = "31500m" if j % every == every - 1 else "1500m"
+        tasks.append(o.TaskSpec(name=f"{name}-0", namespace="ns", job=name, requests={"cpu": cpu, "memory": "1Gi"}))
+    return o.ClusterSpec(nodes=node_specs, queues=[o.QueueSpec(name="default")], jobs=specs, tasks=tasks)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_a_row_that_stops_passing_while_it_still_fits_idle(monkeypatch, config):
+    """The review of tp8: a kept window must forget a row that no longer passes even though it still
+    fits idle (`batch._Template._combine` tells the windows ``ok`` false, ``idle`` true).  The small
+    jobs' template sees the big ones' nodes, pipelined on, stop passing one by one."""
+    counts = both(monkeypatch, releasing(), CONFIGS[config], 0)
+    assert counts["chosen"] > 150 and counts["windows"] > 150, counts

@@ -172,3 +172,53 @@ def test_windows_of_another_length_or_cluster_size_are_looked_at_afresh(seed):
             assert got == pick_window(cols.ok, cols.idle, cols.total, start, to_find, ref_rng)
             cols.change(got[0])
         assert kept_rng.getstate() == ref_rng.getstate()
+
+
+@pytest.mark.parametrize("size", [1003, 1000, 997])
+def test_kept_windows_stay_few_when_the_size_is_not_a_multiple_of_to_find(size):
+    """The review's finding on tp8: with 1,003 rows and 100 a walk, the starts drift by 97 a lap and
+    never come back within a lap; a window kept at every new start piled up (615 kept after 3,000
+    picks, each placed row walked into hundreds of them).  However the starts go round, the kept
+    windows stay about one a start of a lap (and 1,000 rows, the starts coming back: the windows
+    still answer); a start not walked again within a lap keeps no window."""
+    to_find = 100
+    cols = Columns(random.Random(0), size, [5.0], 0.0, 0.0)
+    kept_rng, ref_rng = random.Random(9), random.Random(9)
+    start, most, kept = 0, 0, 0
+    for _ in range(3000):
+        kept += start in cols.windows.at
+        got = cols.windows.pick(cols.ok, cols.idle, cols.total, start, to_find, kept_rng)
+        assert got == pick_window(cols.ok, cols.idle, cols.total, start, to_find, ref_rng)
+        r = got[0]
+        cols.total[r] -= 1.0
+        cols.windows.changed(r, True, True, cols.total.item(r))
+        start = (start + got[1]) % size
+        most = max(most, len(cols.windows.at))
+    assert kept_rng.getstate() == ref_rng.getstate()
+    assert most <= size // to_find + 1, most
+    assert len(cols.windows.starts) == len(cols.windows.at)
+    if size % to_find:  # no start comes back within a lap: none is worth keeping (nor its upkeep)
+        assert most == 0, most
+    else:
+        assert kept > 2000, kept  # the starts come back: the kept windows answer
+
+
+def test_at_most_a_laps_worth_of_windows_kept_the_oldest_dropped():
+    """Starts walked twice in a row, each a new one (every second walk would keep a window): no more
+    than ``size // n + 1`` windows are kept, the oldest making room, and the answers
+    stay pick_window's."""
+    size, to_find = 300, 50
+    cols = Columns(random.Random(1), size, [2.0, 3.0], 0.0, 0.0)
+    kept_rng, ref_rng = random.Random(3), random.Random(3)
+    most = 0
+    for i in range(200):
+        start = (i // 2) * 7 % size
+        got = cols.windows.pick(cols.ok, cols.idle, cols.total, start, to_find, kept_rng)
+        assert got == pick_window(cols.ok, cols.idle, cols.total, start, to_find, ref_rng)
+        cols.change(got[0])
+        most = max(most, len(cols.windows.at))
+        assert sorted(cols.windows.at) == cols.windows.starts
+        if i % 2 and i > 20:  # the start just walked twice is kept, the oldest of the others dropped
+            assert start in cols.windows.at and ((i // 2 - 7) * 7 % size) not in cols.windows.at
+    assert kept_rng.getstate() == ref_rng.getstate()
+    assert most == size // to_find + 1
