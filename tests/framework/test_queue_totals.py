@@ -26,7 +26,7 @@ from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import lending_cold
 from busched.fastpath.templates import _Template
 from busched.framework import queue_totals, shares
-from busched.plugins import drf
+from busched.plugins.drf import share_table
 
 _SCALARS = ("pods", "nvidia.com/gpu", "hugepages-2Mi")
 _PLACED = (TaskStatus.Running, TaskStatus.Bound, TaskStatus.Allocated, TaskStatus.Binding, TaskStatus.Releasing)
@@ -157,7 +157,7 @@ def test_a_shared_request_not_whole_is_never_remembered_as_whole() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_drf_table_in_one_loop(seed: int) -> None:
-    """`drf._attrs_of` against ``ssn.memo`` per job: the same attr per job (the same objects shared),
+    """`share_table._attrs_of` against ``ssn.memo`` per job: the same attr per job (the same objects shared),
     kept in each job's derived map, a kept one read back."""
     rng = random.Random(seed)
     jobs = [_job(rng, i) for i in range(rng.randrange(1, 30))]
@@ -176,11 +176,11 @@ def test_drf_table_in_one_loop(seed: int) -> None:
             return ("attr", job.uid)
         same: dict = {}
         if bulk:
-            table = drf._attrs_of(of, "k", same, attr_of)
+            table = share_table._attrs_of(of, "k", same, attr_of)
         else:
             def shared(job: JobInfo) -> tuple:  # on_session_open's attr_of, with attr_of above
                 idx = job.status_index
-                if len(idx) == 1 and not job.written and next(iter(idx)) in drf._ALLOCATED:
+                if len(idx) == 1 and not job.written and next(iter(idx)) in share_table._ALLOCATED:
                     a = job.allocated
                     k = (a.cpu, a.memory, *a.scalars.items())
                     if k not in same:
