@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from busched.api import k8s, k8s_specs, limits, members, numa, qos, subjob
+from busched.api import k8s, k8s_specs, limits, members, numa, qos, spec_memo, subjob
 from busched.api import objects as o
 from busched.api.job import JobInfo
 from busched.api.node import NodeInfo, NodeUsage
@@ -33,30 +33,6 @@ class SpecError(ValueError):
 TASK_PHASES = {"Pending", "Running", "Succeeded", "Failed", "Unknown"}
 JOB_PHASES = {"Pending", "Inqueue", "Running", "Unknown", "Completed", ""}
 QUEUE_STATES = {"Open", "Closed", "Closing", "Unknown"}
-
-
-# Parsed resource lists by their items: a big cluster has a few request shapes for many tasks, and a
-# catch-up or a cold snapshot converts every one of them (parsing quantities is most of a task's
-# conversion).  Each caller gets its own copy; bounded, it starts over when full.
-_PARSED: dict[tuple[Any, ...], Resource] = {}
-_PARSED_MAX = 4096
-
-
-def _memo_key(rl: dict[str, Any]) -> tuple[Any, ...]:
-    """A resource list's key in the memos here.  The items alone when every value is a string (as
-    specs give them; a string never equals a number), else with the values' types (1, 1.0 and
-    True are equal keys).  Hashing it raises TypeError for an unhashable value."""
-    items = tuple(rl.items())
-    for _, v in items:
-        if type(v) is not str:
-            return items, tuple(type(v) for _, v in items)
-    return items
-
-
-def _remember(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
-    if len(memo) >= _PARSED_MAX:
-        memo.clear()
-    memo[key] = value
 
 
 def validate(kind: str, spec: Any) -> None:
@@ -113,8 +89,8 @@ def resources(rl: dict[str, Any] | None, where: str) -> Resource:
     key: tuple[Any, ...] | None = None
     if rl:
         try:
-            key = _memo_key(rl)
-            hit = _PARSED.get(key)
+            key = spec_memo._memo_key(rl)
+            hit = spec_memo._PARSED.get(key)
         except TypeError:  # an unhashable value: parse it (and report it) as it is
             key = hit = None
         if hit is not None:
@@ -124,7 +100,7 @@ def resources(rl: dict[str, Any] | None, where: str) -> Resource:
     except QuantityError as e:
         raise SpecError(str(e)) from None
     if key is not None:
-        _remember(_PARSED, key, r.clone())
+        spec_memo._remember(spec_memo._PARSED, key, r.clone())
     return r
 
 
@@ -167,17 +143,12 @@ def numa_topology(s: o.NodeSpec, where: str) -> numa.NumaTopology | None:
         raise SpecError(str(e)) from None
 
 
-# Requests as a task converts them, by `_memo_key`: (the request with its pod slot, best effort?).
-# Every task with the same requests holds the same one (busched.api.shared).
-_REQUESTS: dict[tuple[Any, ...], tuple[SharedResource, bool]] = {}
-
-
 def _task_requests(s: o.TaskSpec) -> tuple[SharedResource, bool]:
     rl = s.requests
     key: tuple[Any, ...] | None
     try:
-        key = _memo_key(rl) if rl else ()
-        hit = _REQUESTS.get(key)
+        key = spec_memo._memo_key(rl) if rl else ()
+        hit = spec_memo._REQUESTS.get(key)
     except TypeError:  # an unhashable value: parse it (and report it) as it is
         key = hit = None
     if hit is not None:
@@ -187,7 +158,7 @@ def _task_requests(s: o.TaskSpec) -> tuple[SharedResource, bool]:
     req.add_scalar("pods", 1.0)  # every pod takes one pod slot (Volcano's GetPodResourceRequest)
     shared = SharedResource.of(req)
     if key is not None:
-        _remember(_REQUESTS, key, (shared, best_effort))
+        spec_memo._remember(spec_memo._REQUESTS, key, (shared, best_effort))
     return shared, best_effort
 
 

@@ -45,7 +45,7 @@ class _WholeKey:
 
 # The key, in a job's ``derived`` map, of its certificate that its totals may stand for its tasks
 # (`summable`): set by the lending as it assembles the job, dropped with the map at the job's first
-# change (busched.fastpath.memo's contract), read by busched.framework.shares.queue_usage.
+# change (busched.fastpath.memo's contract), read by busched.framework.queue_totals.queue_usage.
 WHOLE: Any = _WholeKey()
 
 

@@ -110,7 +110,8 @@ async def _through_bus(spec: o.ClusterSpec, config_name: str, seed: int, store: 
     from busched.bus.apply import cluster_events
     from busched.bus.client import Bus
     from busched.bus.server import NatsServer
-    from busched.scheduler.checkpoint import CheckpointSettings, CheckpointWriter
+    from busched.scheduler.checkpoint import CheckpointSettings
+    from busched.scheduler.checkpoint_writer import CheckpointWriter
 
     # a restarted scheduler is a fresh process: collect what the in-process run left behind first (else the
     # scheduler's freeze after its catch-up would keep that garbage for good)

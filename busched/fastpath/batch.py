@@ -8,7 +8,7 @@ which of its scorers apply, its keys. For a gang's replicas or a deployment's po
 task after task.
 
 Here they are asked once per *template* (tasks whose every field a twin reads is equal): each twin that can
-(``row_local``, attached by its plugin with `declare`) says which change logs its answer follows, how to
+(``row_local``, attached by its plugin with `rowlocal.declare`) says which change logs its answer follows, how to
 compute one node's value (its plugin's own per-node function, the one its kept vector is refreshed with) and
 what would end the declaration (``still``).  The first task of the template takes each twin's whole vector
 once; later tasks refresh the rows logged since with those per-node functions, sum the score vectors as
@@ -24,60 +24,25 @@ tests/fastpath/test_board.py); on arrays, a walk whose rows all pass is read as 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from busched.api.node import NodeInfo
 from busched.api.resource import MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
-from busched.fastpath import rowcache, select
+from busched.fastpath import rowcache, rowlocal, select
 from busched.fastpath.board import NAN, Board
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, NodeArrays, fit_mask, fits
 from busched.fastpath.pick import pick_arrays, pick_window
 
-__all__ = ["Local", "declare", "choose", "pick_arrays", "same_template", "KEPT"]
+__all__ = ["choose", "pick_arrays", "KEPT"]
 
 KEPT = 4  # templates kept per session (the oldest dropped first)
 # a session whose templates are each used about once (every task its own labels, say) stops
 # building them after this many: a template costs a few vectors' copies more than one task's choice
 TRIAL = 64
 _KEY = "batch-choice"
-
-
-class Local(NamedTuple):
-    """A twin's answer for one template, as a vector that changes only on logged rows."""
-
-    logs: tuple[list[int], ...]  # the change logs (rows, in order) its values follow
-    one: Callable[[int], Any] | None  # one row's value, as the twin's vector holds it (None: rows never change)
-    still: Callable[[], bool] | None = None  # False once the declaration no longer holds (None: always)
-
-
-Declaration = Callable[[TaskInfo, NodeArrays], "Local | None"]
-
-
-def declare(twin: Any, declaration: Declaration) -> Any:
-    """Mark ``twin`` (a function) as answering row by row: ``declaration(task, arrays)`` gives its
-    `Local` for the task's template, or None when its answer for the task is not row-local."""
-    twin.row_local = declaration
-    return twin
-
-
-# the task fields a declared twin may read (its template); requests compare by value
-_FIELDS = ("namespace", "labels", "annotations", "node_selector", "affinity", "tolerations",
-           "topology_spread_constraints", "host_ports", "images", "extra", "best_effort", "qos")
-
-
-_fields = attrgetter(*_FIELDS)
-
-
-def same_template(a: TaskInfo, b: TaskInfo) -> bool:
-    """Whether every field of ``a`` a declared twin reads equals ``b``'s."""
-    for ra, rb in ((a.resreq, b.resreq), (a.init_resreq, b.init_resreq)):
-        if ra is not rb and (ra.cpu != rb.cpu or ra.memory != rb.memory or ra.scalars != rb.scalars):
-            return False
-    return bool(_fields(a) == _fields(b))  # (tuples compare item by item, the same objects first)
 
 
 _NONE: frozenset[int] = frozenset()
@@ -90,7 +55,7 @@ class _Part:
 
     __slots__ = ("twin", "local", "vec", "pos", "args", "dtype", "cast")
 
-    def __init__(self, twin: Any, local: Local, vec: np.ndarray, args: tuple[Any, ...]) -> None:
+    def __init__(self, twin: Any, local: rowlocal.Local, vec: np.ndarray, args: tuple[Any, ...]) -> None:
         self.twin, self.local, self.args = twin, local, args
         self.vec: Any = np.array(vec, copy=True)  # twins may hand back vectors they keep
         self.dtype = self.vec.dtype
@@ -169,7 +134,7 @@ def _fit_part(arrays: NodeArrays, req: Resource, which: str) -> _Part:
 
     # the whole vector from the one kept per request shape (`fits`: a new template of a known
     # shape costs a copy); _Part copies it
-    return _Part(lambda: fit_mask(arrays, req, which), Local((arrays.log,), one), fits(arrays, req, which), ())
+    return _Part(lambda: fit_mask(arrays, req, which), rowlocal.Local((arrays.log,), one), fits(arrays, req, which), ())
 
 
 class _Template:
@@ -345,7 +310,7 @@ def _template(ssn: Any, arrays: NodeArrays, task: TaskInfo, nodes: Sequence[Node
     if kept is None:
         kept = arrays.cache[_KEY] = _Kept()
     for t in kept:
-        if t.task is task or same_template(t.task, task):
+        if t.task is task or rowlocal.same_template(t.task, task):
             kept.reused += 1
             return t
     if kept.built >= TRIAL and kept.reused < kept.built:

@@ -18,8 +18,8 @@ from busched.api.node import NodeInfo
 from busched.api.resource import CPU, MEMORY, MIN_RESOURCE, Resource
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache
-from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
+from busched.fastpath.rowlocal import Local
 
 __all__ = ["binpack_vector", "binpack_scores", "requested", "binpack_local", "binpack_row"]
 

@@ -27,9 +27,9 @@ from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache, rowscores
-from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.podview import PodViewArrays, pod_view_arrays
+from busched.fastpath.rowlocal import Local
 
 __all__ = ["view_arrays", "least_allocated", "most_allocated", "balanced_allocation", "taint_raw",
            "image_locality", "batch_node_order", "node_order", "PerNode", "node_order_local",

@@ -20,10 +20,10 @@ import numpy as np
 
 from busched.api.task import TaskInfo
 from busched.fastpath import rowcache
-from busched.fastpath.batch import Local
 from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import view_arrays
 from busched.fastpath.podview import PodViewArrays
+from busched.fastpath.rowlocal import Local
 
 __all__ = ["predicate_mask", "stable_mask", "passing", "predicate_local", "refused_mask"]
 

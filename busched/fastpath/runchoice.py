@@ -8,7 +8,7 @@ node wrapped as gradients and unwrapped by `best_node`.  Within one turn the ans
 template are the same for every task: the node list, the search's size and start, the arrays.
 
 A `RunChoice` takes them once per turn, and for the template keeps the last one found: a task of
-the same template (`batch.same_template`, the same test `_template` makes) is answered from it; any
+the same template (`rowlocal.same_template`, the same test `_template` makes) is answered from it; any
 other task looks its template up as `batch.choose` does.  Then the same steps as `batch.choose`'s
 board path: the template's stills, its rows refreshed (`_Template.update`), `Board.pick` (the one
 random draw).  It answers only where `batch.choose` would take the board (a plain template, every
@@ -25,7 +25,7 @@ from typing import Any
 
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
-from busched.fastpath import batch
+from busched.fastpath import batch, rowlocal
 from busched.fastpath.board import NAN
 
 __all__ = ["RunChoice"]
@@ -67,7 +67,7 @@ class RunChoice:
         no draw made, when the per-task path must decide."""
         t = self.template
         arrays = self.arrays
-        if t is not None and (t.task is task or batch.same_template(t.task, task)):
+        if t is not None and (t.task is task or rowlocal.same_template(t.task, task)):
             arrays.cache[batch._KEY].reused += 1  # (as `_template` counts a template found again)
         else:
             self.template = None

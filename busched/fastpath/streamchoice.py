@@ -11,7 +11,7 @@ the session's kept templates walked and compared; then `Gradients` made and unwr
 
 A `StreamChoice` is opened once per stream whose searches are sampled and asked at each turn's
 choice.  It keeps the last template found, as `RunChoice` does (a task of the same template,
-`batch.same_template`, is answered from it; any other looks its template up as `batch.choose`
+`rowlocal.same_template`, is answered from it; any other looks its template up as `batch.choose`
 does), and then takes `batch.choose`'s steps itself: the template's stills, its rows refreshed
 (`_Template.update`), the search's start (the session's ``last_node_index``,
 `nodeselect._sample_start`), the draw (`windows.Windows.pick`, `pick.pick_window`'s answer from the
@@ -37,7 +37,7 @@ from typing import Any
 
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
-from busched.fastpath import batch
+from busched.fastpath import batch, rowlocal
 from busched.fastpath.board import NAN
 from busched.fastpath.pick import pick_window
 from busched.fastpath.runchoice import RunChoice
@@ -70,7 +70,7 @@ class StreamChoice(RunChoice):
         must decide."""
         t = self.template
         arrays = self.arrays
-        if t is not None and (t.task is task or batch.same_template(t.task, task)):
+        if t is not None and (t.task is task or rowlocal.same_template(t.task, task)):
             arrays.cache[batch._KEY].reused += 1  # (as `_template` counts a template found again)
         else:
             self.template = None

@@ -24,7 +24,7 @@ def _fresh_task(tmpl: TaskInfo) -> TaskInfo:
     """A copy of a template's task for a job a session may write.  It shares the template's
     requests: a task's requests are replaced, never changed in place (a converted task's are the
     read-only `SharedResource` every task of that request holds, whose writes raise), so a copy
-    of them protected nothing, and tasks sharing one answer `batch.same_template` by identity."""
+    of them protected nothing, and tasks sharing one answer `rowlocal.same_template` by identity."""
     t = tmpl.copy()
     t.extra = dict(tmpl.extra)
     return t

@@ -33,7 +33,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import GPU
 from busched.api.task import TaskInfo
 from busched.fastpath import nodeorder as kernel
-from busched.fastpath.batch import declare
+from busched.fastpath.rowlocal import declare
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.podview import (

@@ -42,7 +42,7 @@ from busched.api.k8s import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, non_zero_requests
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
 from busched.fastpath import predicates as kernel
-from busched.fastpath.batch import declare
+from busched.fastpath.rowlocal import declare
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.podview import SessionPods, count_matching, pod_terms, session_pods

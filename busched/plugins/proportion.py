@@ -32,10 +32,10 @@ from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo, QueueState
 from busched.api.resource import INFINITY, ZERO, Resource, diff, exceeded_part, res_max
 from busched.api.task import TaskInfo
-from busched.framework import points
+from busched.framework import points, queue_totals
 from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
-from busched.framework.shares import calculate_share, queue_usage
+from busched.framework.shares import calculate_share
 
 __all__ = ["ProportionPlugin", "QueueAttr", "water_fill"]
 
@@ -145,7 +145,7 @@ class ProportionPlugin:
                 self.total_guarantee.add(q.guarantee)
         self.queue_opts = {}
         # what each queue's jobs hold, ask for and reserve: summed again only when a job changed
-        for uid, usage in queue_usage(ssn).items():
+        for uid, usage in queue_totals.queue_usage(ssn).items():
             queue = ssn.queues.get(uid)
             if queue is None:
                 continue

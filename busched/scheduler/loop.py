@@ -51,7 +51,7 @@ from busched.framework.config import (
 )
 from busched.metrics import SchedulerMetrics
 from busched.plugins.refused_nodes import RefusedNodesPlugin
-from busched.scheduler import checkpoint, explain, restore_bulk
+from busched.scheduler import checkpoint, checkpoint_writer, explain, restore_bulk
 from busched.scheduler.agents import Liveness
 from busched.scheduler.bindings import BindingTable
 from busched.scheduler.cycles import Cycles
@@ -190,8 +190,9 @@ class Scheduler(EntryPoints, Leadership, Cycles):
         self._election_task: asyncio.Task[None] | None = None
         # (the checkpoint's templates bounded by the state messages' own size limit: checkpoint_shared)
         self.checkpoint_settings = dataclasses.replace(st.checkpoint, max_event_bytes=st.max_event_bytes)
-        self.checkpoints = checkpoint.CheckpointWriter(bus, self.checkpoint_settings, lambda: bus.may_write(),
-                                                       storage=st.streams.storage, replicas=st.streams.replicas)
+        self.checkpoints = checkpoint_writer.CheckpointWriter(bus, self.checkpoint_settings,
+                                                              lambda: bus.may_write(), storage=st.streams.storage,
+                                                              replicas=st.streams.replicas)
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.restored: checkpoint.Restored | None = None  # what the start took from a checkpoint, if it did
 

@@ -21,7 +21,7 @@ import pytest
 from busched.api import objects as o
 from busched.api.resource import GPU
 from busched.builtin import open_session, run_cycle
-from busched.fastpath import FastPathSettings, batch
+from busched.fastpath import FastPathSettings, batch, rowlocal
 from busched.fastpath import nodeorder as nodeorder_kernel
 from busched.fastpath.fit import FUTURE_IDLE, IDLE, fit_mask
 from busched.framework.config import DEFAULT_CONFIG, load_config
@@ -142,16 +142,16 @@ def test_tasks_differing_in_any_field_a_twin_reads_are_not_one_template():
              "tolerations": [{"key": "k", "operator": "Exists"}], "topology_spread_constraints": [{"maxSkew": 1}],
              "host_ports": [8080], "images": ["other:v2"], "extra": {"x": 1}, "best_effort": not base.best_effort,
              "qos": "Guaranteed" if base.qos != "Guaranteed" else "BestEffort"}
-    assert set(other) == set(batch._FIELDS)
-    assert batch.same_template(base, base.clone())
+    assert set(other) == set(rowlocal._FIELDS)
+    assert rowlocal.same_template(base, base.clone())
     for name, value in other.items():
         t = base.clone()
         setattr(t, name, value)
-        assert not batch.same_template(base, t), name
+        assert not rowlocal.same_template(base, t), name
     t = base.clone()
     t.resreq = t.resreq.clone()
     t.resreq.cpu += 1
-    assert not batch.same_template(base, t)
+    assert not rowlocal.same_template(base, t)
 
 
 def test_kept_vectors_follow_placements_and_discards():
@@ -161,7 +161,7 @@ def test_kept_vectors_follow_placements_and_discards():
     pending = [t for j in ssn.jobs.values() for t in j.tasks.values()
                if t.status.name == "Pending" and t.job.startswith("ns/rep")]
     template = pending[0]
-    same = [t for t in pending if batch.same_template(template, t)]
+    same = [t for t in pending if rowlocal.same_template(template, t)]
     assert len(same) >= 10
     nodes, fn = ssn.node_list, ssn.predicate_for_allocate
     stmt = Statement(ssn)

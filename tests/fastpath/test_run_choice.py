@@ -296,8 +296,8 @@ def test_a_row_function_that_raises_leaves_the_choice_to_the_per_task_path(monke
     """The node order's row function (`Local.one`, which refreshes a template's scores on the rows
     placed on) raising in the run: the run drops the template and the per-task path decides, as it
     does when `batch.choose` meets the same error; the cycle goes on, with the same decisions."""
-    from busched.fastpath import batch
     from busched.fastpath import nodeorder as nodeorder_kernel
+    from busched.fastpath import rowlocal
 
     real_local = nodeorder_kernel.batch_node_order_local
     calls = {"one": 0, "raised": 0}
@@ -315,7 +315,7 @@ def test_a_row_function_that_raises_leaves_the_choice_to_the_per_task_path(monke
                 raise RuntimeError("a row function's error")
             return real_one(row)
 
-        return batch.Local(got.logs, one, got.still)
+        return rowlocal.Local(got.logs, one, got.still)
 
     monkeypatch.setattr(nodeorder_kernel, "batch_node_order_local", local)
     spec = plain_gang(30, 40, min_member=10)
@@ -327,8 +327,8 @@ def test_a_nan_score_leaves_the_choice_to_the_per_task_path(monkeypatch):
     """A node order whose refreshed score is NaN (`Local.one` answering NaN for the rows placed on):
     the board's best is NaN, the run draws nothing and the per-task path (which scores node by node)
     decides, as it does when `batch.choose` meets the NaN."""
-    from busched.fastpath import batch
     from busched.fastpath import nodeorder as nodeorder_kernel
+    from busched.fastpath import rowlocal
 
     real_local = nodeorder_kernel.batch_node_order_local
     nans = []
@@ -342,7 +342,7 @@ def test_a_nan_score_leaves_the_choice_to_the_per_task_path(monkeypatch):
             nans.append(row)
             return float("nan")
 
-        return batch.Local(got.logs, one, got.still)
+        return rowlocal.Local(got.logs, one, got.still)
 
     monkeypatch.setattr(nodeorder_kernel, "batch_node_order_local", local)
     counts = both(monkeypatch, plain_gang(30, 40, min_member=10), CONFIGS["default"], 0)

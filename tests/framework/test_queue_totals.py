@@ -1,7 +1,7 @@
 """A settled job's totals standing for its tasks in a first open's sums (busched.api.settled.WHOLE,
-read by `shares.queue_usage` and drf's `_attrs_of`) give what the task-by-task references give.
+read by `queue_totals.queue_usage` and drf's `_attrs_of`) give what the task-by-task references give.
 
-`queue_usage`'s first sum is compared with `shares._task_by_task` to the bit (every float's repr, so
+`queue_usage`'s first sum is compared with `queue_totals._task_by_task` to the bit (every float's repr, so
 -0.0 too, and the scalars' order) over random queues mixing certified jobs (one allocated status,
 whole requests, with and without scalars and a minimum), jobs whose requests are fractional,
 negative or infinite, pending and ended tasks, written jobs, and totals past a float's exact range;
@@ -25,8 +25,8 @@ from busched.api.shared import SharedResource
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath import lending_cold
 from busched.fastpath.templates import _Template
-from busched.framework import shares
-from busched.plugins import drf
+from busched.framework import queue_totals, shares
+from busched.plugins.drf import share_table
 
 _SCALARS = ("pods", "nvidia.com/gpu", "hugepages-2Mi")
 _PLACED = (TaskStatus.Running, TaskStatus.Bound, TaskStatus.Allocated, TaskStatus.Binding, TaskStatus.Releasing)
@@ -75,14 +75,14 @@ def _state(usage: dict[str, shares.Usage]) -> list:
 
 def _first_sum(jobs: list[JobInfo]) -> dict[str, shares.Usage]:
     ssn = types.SimpleNamespace(jobs={j.uid: j for j in jobs}, incremental=lambda key, objs, full, update: full(objs))
-    return shares.queue_usage(ssn)
+    return queue_totals.queue_usage(ssn)
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_first_queue_sum_is_the_task_by_task_sum(seed: int) -> None:
     rng = random.Random(seed)
     jobs = [_job(rng, i) for i in range(rng.randrange(1, 40))]
-    assert _state(_first_sum(jobs)) == _state(shares._task_by_task(jobs))
+    assert _state(_first_sum(jobs)) == _state(queue_totals._task_by_task(jobs))
 
 
 def test_certified_jobs_are_summed_by_their_totals(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,7 +101,7 @@ def test_certified_jobs_are_summed_by_their_totals(monkeypatch: pytest.MonkeyPat
     walked: list[JobInfo] = []
     plain = shares.add_job_usage
     monkeypatch.setattr(shares, "add_job_usage", lambda q, job, phase=None: (walked.append(job), plain(q, job, phase)))
-    assert _state(_first_sum(jobs)) == _state(shares._task_by_task(jobs))
+    assert _state(_first_sum(jobs)) == _state(queue_totals._task_by_task(jobs))
     assert len(walked) == len(jobs)  # (only the reference walked them)
     odd = JobInfo(uid="ns/odd", name="odd", namespace="ns", queue="q", phase="Running")
     r = Resource(0.5, 1.0 / 3)  # ((1/3 + 2**30) + 2**30 is not 1/3 + (2**30 + 2**30): the order shows)
@@ -109,7 +109,7 @@ def test_certified_jobs_are_summed_by_their_totals(monkeypatch: pytest.MonkeyPat
                           status=TaskStatus.Running))
     walked.clear()
     mixed = [jobs[0], odd, *jobs[1:]]
-    assert _state(_first_sum(mixed)) == _state(shares._task_by_task(mixed))
+    assert _state(_first_sum(mixed)) == _state(queue_totals._task_by_task(mixed))
     assert len(walked) == 1 + 2 * len(mixed)  # the odd job, then the whole queue again (and the reference)
 
 
@@ -157,7 +157,7 @@ def test_a_shared_request_not_whole_is_never_remembered_as_whole() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_drf_table_in_one_loop(seed: int) -> None:
-    """`drf._attrs_of` against ``ssn.memo`` per job: the same attr per job (the same objects shared),
+    """`share_table._attrs_of` against ``ssn.memo`` per job: the same attr per job (the same objects shared),
     kept in each job's derived map, a kept one read back."""
     rng = random.Random(seed)
     jobs = [_job(rng, i) for i in range(rng.randrange(1, 30))]
@@ -176,11 +176,11 @@ def test_drf_table_in_one_loop(seed: int) -> None:
             return ("attr", job.uid)
         same: dict = {}
         if bulk:
-            table = drf._attrs_of(of, "k", same, attr_of)
+            table = share_table._attrs_of(of, "k", same, attr_of)
         else:
             def shared(job: JobInfo) -> tuple:  # on_session_open's attr_of, with attr_of above
                 idx = job.status_index
-                if len(idx) == 1 and not job.written and next(iter(idx)) in drf._ALLOCATED:
+                if len(idx) == 1 and not job.written and next(iter(idx)) in share_table._ALLOCATED:
                     a = job.allocated
                     k = (a.cpu, a.memory, *a.scalars.items())
                     if k not in same:
@@ -223,6 +223,6 @@ def test_what_sends_a_queue_back_to_task_by_task(memories: list[list[float]], wh
             shares.add_settled_usage(lumped, j)
         else:
             shares.add_job_usage(lumped, j)
-    want = shares._task_by_task(jobs)
+    want = queue_totals._task_by_task(jobs)
     assert lumped.request.memory != want["q"].request.memory  # (the totals alone would be wrong here)
     assert _state(_first_sum(jobs)) == _state(want)

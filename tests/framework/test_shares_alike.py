@@ -1,4 +1,4 @@
-"""`shares.usage_alike` (one-task pending jobs' totals shared by the jobs made alike, only the requested
+"""`queue_totals.usage_alike` (one-task pending jobs' totals shared by the jobs made alike, only the requested
 total added when the others are zeros) against `job_usage` (each job its own, all four added): the
 same totals to the bit, scalar order included, and the same queue sums through `_add_one`, over
 random written jobs of which many are alike."""
@@ -13,7 +13,7 @@ import pytest
 from busched.api.job import JobInfo
 from busched.api.resource import GO_INFINITY, Resource
 from busched.api.task import TaskInfo, TaskStatus
-from busched.framework import shares
+from busched.framework import queue_totals, shares
 
 _SCALARS = ("pods", "nvidia.com/gpu")
 
@@ -55,8 +55,8 @@ def test_usage_alike_matches_job_usage(seed: int) -> None:
     for i in range(200):
         job = _job(rng, i)
         before = len(alike)
-        u = shares._add_one(fast, job, alike)
-        p = shares._add_one(plain, job)
+        u = queue_totals._add_one(fast, job, alike)
+        p = queue_totals._add_one(plain, job)
         assert u is not None and p is not None
         assert _state(u) == _state(p) == _state(shares.job_usage(job))
         assert _state(fast) == _state(plain)
@@ -78,7 +78,7 @@ def test_usages_shared_are_not_changed_by_the_sums() -> None:
                               status=TaskStatus.Pending))
         job.written = True
         jobs.append(job)
-    us = [shares._add_one(q, j, alike) for j in jobs]
+    us = [queue_totals._add_one(q, j, alike) for j in jobs]
     assert all(u is us[0] for u in us)
     zero = ("0.0", "0.0", [])
     assert _state(us[0]) == [zero, ("1000.0", repr(2.0**30), [("pods", "1.0")]), zero, zero]
@@ -94,14 +94,14 @@ def test_add_one_against_task_by_task(seed: int) -> None:
     fast, ref = shares.Usage(), shares.Usage()
     for i in range(200):
         job = _job(rng, i)
-        shares._add_one(fast, job, alike)
+        queue_totals._add_one(fast, job, alike)
         shares.add_job_usage_plain(ref, job)
         assert _state(fast) == _state(ref)
 
 
 def _first_sum(jobs: list[JobInfo]) -> dict[str, shares.Usage]:
     ssn = types.SimpleNamespace(jobs={j.uid: j for j in jobs}, incremental=lambda key, objs, full, update: full(objs))
-    return shares.queue_usage(ssn)
+    return queue_totals.queue_usage(ssn)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -113,6 +113,6 @@ def test_queue_usage_alike_against_plain(seed: int, monkeypatch: pytest.MonkeyPa
     for job in jobs:
         job.queue = rng.choice(("q0", "q1", "q2"))
     fast = {q: _state(u) for q, u in _first_sum(jobs).items()}
-    monkeypatch.setattr(shares, "PLAIN_ALIKE", True)
+    monkeypatch.setattr(queue_totals, "PLAIN_ALIKE", True)
     plain = {q: _state(u) for q, u in _first_sum(jobs).items()}
-    assert fast == plain == {q: _state(u) for q, u in shares._task_by_task(jobs).items()}
+    assert fast == plain == {q: _state(u) for q, u in queue_totals._task_by_task(jobs).items()}

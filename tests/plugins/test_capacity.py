@@ -11,7 +11,7 @@ from busched.api.objects import ClusterSpec
 from busched.api.resource import Resource, exceeded_part, res_max
 from busched.builtin import open_session
 from busched.cache.cache import Cache
-from busched.framework import shares
+from busched.framework import queue_totals
 from busched.framework.config import parse_config
 from busched.framework.session import Session
 from busched.framework.statement import Statement
@@ -568,8 +568,8 @@ def test_queue_usage_first_sum_is_the_task_by_task_sum(seed) -> None:
     ssn = open_session(cache_of(random_cluster(rng)).snapshot(), load_config(DEFAULT_CONFIG), seed=seed)
     jobs = list(ssn.jobs.values())
     assert any(j.written for j in jobs) and any(len(j.tasks) == 1 for j in jobs) or len(jobs) < 3
-    got = shares.queue_usage(ssn)
-    want = shares._task_by_task(jobs)
+    got = queue_totals.queue_usage(ssn)
+    want = queue_totals._task_by_task(jobs)
     assert list(got) == list(want)
     for q in want:
         assert [r.to_dict() for r in got[q].parts()] == [r.to_dict() for r in want[q].parts()], q

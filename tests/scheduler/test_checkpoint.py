@@ -20,6 +20,7 @@ from busched.bus import subjects as S
 from busched.bus.apply import apply_cluster
 from busched.bus.checkpoints import StreamFacts
 from busched.scheduler import checkpoint as C
+from busched.scheduler import checkpoint_writer
 from tests.nats_fixture import wait_until
 from tests.scheduler.test_trust import known_state, tasks
 
@@ -237,7 +238,7 @@ async def test_the_writer_builds_on_its_last_checkpoint_and_a_standby_writes_non
 async def test_a_tail_whose_messages_were_all_purged_still_starts_from_the_checkpoint(harness):
     bus, sched, agent, _ = await settled_cluster(harness)
     await quiet(agent, sched)
-    writer = C.CheckpointWriter(bus, C.CheckpointSettings(), lambda: True)
+    writer = checkpoint_writer.CheckpointWriter(bus, C.CheckpointSettings(), lambda: True)
     assert await writer.write_once(force=True) > 0
     # after the checkpoint: a task written, then its subject purged: the stream's last sequence moved on, and
     # no message after the checkpoint is left to read

@@ -23,12 +23,13 @@ from typing import Any
 from busched.api.job import JobInfo
 from busched.api.queue import QueueInfo
 from busched.api.resource import Resource
-from busched.api.task import TaskInfo, TaskStatus, allocated_status
+from busched.api.task import TaskInfo, allocated_status
 from busched.fastpath.memo import Pairs
 from busched.framework import points
 from busched.framework.arguments import Arguments
 from busched.framework.session import EventHandler, Session
 from busched.framework.shares import calculate_share
+from busched.plugins.drf import share_table
 
 __all__ = ["DrfPlugin"]
 
@@ -37,24 +38,12 @@ HIERARCHY_KEY = "volcano.sh/hierarchy"
 HIERARCHY_WEIGHTS_KEY = "volcano.sh/hierarchy-weights"
 
 
-class _Attr:
-    __slots__ = ("share", "dominant", "allocated")
-
-    def __init__(self, allocated: Resource | None = None, share: float = 0.0, dominant: str = "") -> None:
-        self.allocated = allocated if allocated is not None else Resource()
-        self.share = share
-        self.dominant = dominant
-
-    def clone(self) -> _Attr:
-        return _Attr(self.allocated.clone(), self.share, self.dominant)
-
-
 class _HNode:
     """A node of the HDRF tree; a leaf (``children is None``) is one job."""
 
     __slots__ = ("parent", "attr", "request", "weight", "saturated", "hierarchy", "children")
 
-    def __init__(self, hierarchy: str, attr: _Attr, request: Resource, weight: float,
+    def __init__(self, hierarchy: str, attr: share_table._Attr, request: Resource, weight: float,
                  children: dict[str, _HNode] | None, parent: _HNode | None = None) -> None:
         self.parent = parent
         self.attr = attr
@@ -91,44 +80,6 @@ def _parse_weight(text: str) -> float:
     return w if w >= 1 else 1.0
 
 
-_MISSING: Any = object()
-_ALLOCATED = frozenset(s for s in TaskStatus if allocated_status(s))
-
-
-def _attrs_of(jobs: list[JobInfo], key: Any, same: dict[tuple[Any, ...], _Attr],
-              attr_of: Any) -> dict[str, _Attr]:
-    """``{j.uid: ssn.memo(j, key, <on_session_open's attr_of>) for j in jobs}`` in one loop (a
-    restart's first open asks it of 87,000 jobs): each job's kept share, else the attr shared by the
-    untouched jobs of one allocated status holding the same allocation, else ``attr_of(job)``;
-    kept in the job's ``derived`` map as `busched.fastpath.memo.job_value` keeps it."""
-    out: dict[str, _Attr] = {}
-    allocated, missing, pending = _ALLOCATED, _MISSING, TaskStatus.Pending
-    waiting: _Attr | None = None  # the attr of a job holding nothing, shared by all such jobs
-    for j in jobs:
-        d = j.derived
-        v = d.get(key, missing)
-        if v is missing:
-            idx = j.status_index
-            if len(idx) == 1 and not j.written and next(iter(idx)) in allocated:
-                a = j.allocated
-                k = (a.cpu, a.memory, *a.scalars.items()) if a.scalars else (a.cpu, a.memory)
-                v = same.get(k)
-                if v is None:
-                    v = same[k] = attr_of(j)
-            elif len(idx) == 1 and next(iter(idx)) is pending:
-                # only pending tasks (an arriving job): ``attr_of`` sums no task, so its attr is the
-                # share of nothing, the same for every such job (shared attrs are copied before they
-                # change: `_private`); tests/plugins/test_drf_waiting.py
-                if waiting is None:
-                    waiting = attr_of(j)
-                v = waiting
-            else:
-                v = attr_of(j)
-            d[key] = v
-        out[j.uid] = v
-    return out
-
-
 class DrfPlugin:
     name = "drf"
     reads_arguments = ()  # every argument it reads (busched.framework.arguments)
@@ -141,17 +92,17 @@ class DrfPlugin:
         self.arguments = Arguments.of(arguments)
         self.total = Resource()
         self.total_allocated = Resource()
-        self.job_attrs: dict[str, _Attr] = {}
+        self.job_attrs: dict[str, share_table._Attr] = {}
         self._private: set[str] = set()  # jobs whose attrs are this session's own (the rest are shared)
         self.root = self._new_root()
         self.hierarchy = False
 
     @staticmethod
     def _new_root() -> _HNode:
-        return _HNode("root", _Attr(), Resource(), 1.0, {})
+        return _HNode("root", share_table._Attr(), Resource(), 1.0, {})
 
     # -- shares ---------------------------------------------------------------------------
-    def _update_share(self, attr: _Attr) -> None:
+    def _update_share(self, attr: share_table._Attr) -> None:
         attr.dominant, attr.share = calculate_share(attr.allocated, self.total)
 
     def share(self, job_uid: str) -> float:
@@ -159,7 +110,8 @@ class DrfPlugin:
         return a.share if a is not None else 0.0
 
     # -- hierarchy ------------------------------------------------------------------------
-    def _build_hierarchy(self, root: _HNode, job: JobInfo, attr: _Attr, hierarchy: str, weights: str) -> None:
+    def _build_hierarchy(self, root: _HNode, job: JobInfo, attr: share_table._Attr, hierarchy: str,
+                         weights: str) -> None:
         node = root
         paths = hierarchy.split("/")
         ws = weights.split("/")
@@ -168,7 +120,7 @@ class DrfPlugin:
             child = node.children.get(paths[i])
             if child is None:
                 w = _parse_weight(ws[i] if i < len(ws) else "")
-                child = _HNode(paths[i], _Attr(), Resource(), w, {}, node)
+                child = _HNode(paths[i], share_table._Attr(), Resource(), w, {}, node)
                 node.children[paths[i]] = child
             node = child
         assert node.children is not None
@@ -194,11 +146,11 @@ class DrfPlugin:
                     allocated.add(child.attr.allocated)
                 else:
                     allocated.add(child.attr.allocated.clone().multi(mdr / child.attr.share))
-        node.attr = _Attr(allocated)
+        node.attr = share_table._Attr(allocated)
         self._update_share(node.attr)
         node.saturated = saturated
 
-    def _update_hierarchical_share(self, root: _HNode, total_allocated: Resource, job: JobInfo, attr: _Attr,
+    def _update_hierarchical_share(self, root: _HNode, total_allocated: Resource, job: JobInfo, attr: share_table._Attr,
                                    queue: QueueInfo) -> None:
         demanding = {rn for rn in self.total.names() if total_allocated.get(rn) < self.total.get(rn)}
         hierarchy = queue.annotations.get(HIERARCHY_KEY, "")
@@ -244,9 +196,9 @@ class DrfPlugin:
 
             # Untouched jobs holding the same allocation share one attr (shared attrs are copied
             # before they change): a big cluster's jobs hold a few different allocations.
-            same: dict[tuple[Any, ...], _Attr] = {}
+            same: dict[tuple[Any, ...], share_table._Attr] = {}
 
-            def attr_of(job: JobInfo) -> _Attr:
+            def attr_of(job: JobInfo) -> share_table._Attr:
                 idx = job.status_index
                 if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
                     a = job.allocated
@@ -257,12 +209,12 @@ class DrfPlugin:
                     return attr
                 return self._attr_of(job)
 
-            def full(jobs: list[JobInfo]) -> dict[str, _Attr]:
+            def full(jobs: list[JobInfo]) -> dict[str, share_table._Attr]:
                 if not self.bulk_open:
                     return {j.uid: ssn.memo(j, key, attr_of) for j in jobs}
-                return _attrs_of(jobs, key, same, self._attr_of)
+                return share_table._attrs_of(jobs, key, same, self._attr_of)
 
-            def update(table: dict[str, _Attr], pairs: Pairs) -> dict[str, _Attr] | None:
+            def update(table: dict[str, share_table._Attr], pairs: Pairs) -> dict[str, share_table._Attr] | None:
                 table = dict(table)
                 for _, old, job in pairs:
                     if old is not None and old.uid != job.uid:
@@ -306,14 +258,14 @@ class DrfPlugin:
         self.job_attrs = {}
         self.root = self._new_root()
 
-    def _attr_of(self, job: JobInfo) -> _Attr:
+    def _attr_of(self, job: JobInfo) -> share_table._Attr:
         idx = job.status_index
         if len(idx) == 1 and not job.written and allocated_status(next(iter(idx))):
             # untouched since assembled, all tasks in one allocated status: the loop below would sum
             # the very requests the job's ``allocated`` summed, in the same order (from zero: a copy)
-            attr = _Attr(job.allocated.clone())
+            attr = share_table._Attr(job.allocated.clone())
         else:
-            attr = _Attr()
+            attr = share_table._Attr()
             for status, tasks in idx.items():
                 if allocated_status(status):
                     for t in tasks.values():
@@ -359,7 +311,7 @@ class DrfPlugin:
             return [], 1
         total_allocated = self.total_allocated.clone()
         root = self.root.clone()
-        lattr = _Attr(attr.allocated.clone().add(reclaimer.resreq))
+        lattr = share_table._Attr(attr.allocated.clone().add(reclaimer.resreq))
         total_allocated.add(reclaimer.resreq)
         self._update_share(lattr)
         self._update_hierarchical_share(root, total_allocated, ljob, lattr, lqueue)
@@ -373,7 +325,7 @@ class DrfPlugin:
                 continue
             # what the queues would look like with this one task gone ...
             total_allocated.sub(t.resreq)
-            rattr = _Attr(rbase.allocated.clone().sub(t.resreq))
+            rattr = share_table._Attr(rbase.allocated.clone().sub(t.resreq))
             self._update_share(rattr)
             self._update_hierarchical_share(root, total_allocated, rjob, rattr, rqueue)
             ret = self.compare_queues(root, lqueue, rqueue)
@@ -393,7 +345,7 @@ class DrfPlugin:
             for task in tasks:
                 self._on_event(ssn, task, +1)
             return
-        touched: dict[str, _Attr] = {}
+        touched: dict[str, share_table._Attr] = {}
         for task in tasks:
             uid = task.job
             attr = touched.get(uid)
