@@ -104,3 +104,21 @@ def test_sole_move_taken_and_left():
     job.add_task(TaskInfo(uid="b", name="b", namespace="ns", job="ns/j", resreq=r, init_resreq=r))
     job.update_task_status(t, TaskStatus.Running)
     assert calls == ["move", "move"]
+
+
+def test_sole_move_marks_the_job_written_and_drops_derived_values():
+    """As `_move`: the job is marked written and what was derived from it is forgotten (review of tp9:
+    the random test's jobs were already written with nothing derived, so dropping those lines survived)."""
+    def one() -> tuple[JobInfo, TaskInfo]:
+        job = JobInfo(uid="ns/j", name="j", namespace="ns", queue="q", min_available=1)
+        r = Resource(1000.0, 2.0**30)
+        t = TaskInfo(uid="a", name="a", namespace="ns", job="ns/j", resreq=r, init_resreq=r)
+        job.add_task(t)
+        job.written = False
+        job.derived = {"k": 1}
+        return job, t
+    fast, tf = one()
+    ref, tr = one()
+    fast.update_task_status(tf, TaskStatus.Allocated)
+    JobInfo._move(ref, tr, TaskStatus.Allocated)
+    assert (fast.written, fast.derived) == (ref.written, ref.derived) == (True, {})

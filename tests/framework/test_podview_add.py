@@ -46,6 +46,8 @@ def test_add_is_add_plain(seed):
     assert tasks
     for t in rng.sample(tasks, min(6, len(tasks))):  # pods with scalars other than the pod count
         t.resreq = Resource(t.resreq.cpu, t.resreq.memory, {**t.resreq.scalars, "nvidia.com/gpu": 1000.0})
+    for t in rng.sample(tasks, min(3, len(tasks))):  # one scalar, not the pod count (a task built by hand)
+        t.resreq = Resource(t.resreq.cpu, t.resreq.memory, {"nvidia.com/gpu": 2000.0})
     for _ in range(200):
         t = rng.choice(tasks + placed)
         if rng.random() < 0.15:
@@ -58,3 +60,24 @@ def test_add_is_add_plain(seed):
         assert _state(fast, names) == _state(plain, names)
     for name in names:
         assert fast.requested(name) == plain.requested(name)
+
+
+def test_add_of_a_pod_with_one_scalar_that_is_not_the_pod_count():
+    """The written-out add's common case is cpu, memory and at most the pod count: a pod whose one
+    scalar is another goes to `add_plain`, and its part says so (review of tp9: a mutant that kept only
+    the length test survived)."""
+    rng, ssn = session(0)
+    fast, plain = SessionPods(ssn), SessionPods(ssn)
+    for v in (fast, plain):
+        v.listeners.append(_Ear())
+    node = ssn.node_list[0].name
+    for v in (fast, plain):
+        v.requested(node)
+    t = next(t for j in ssn.jobs.values() for t in j.tasks.values() if not t.node_name)
+    t.resreq = Resource(500.0, 2.0**20, {"nvidia.com/gpu": 2000.0})
+    t.node_name = node
+    fast.add(t)
+    plain.add_plain(t)
+    assert fast.listeners[0].heard == plain.listeners[0].heard
+    assert fast.listeners[0].heard[0][3][4] == {"nvidia.com/gpu": 2}
+    assert fast.requested(node) == plain.requested(node)
