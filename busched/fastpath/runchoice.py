@@ -65,22 +65,10 @@ class RunChoice:
     def choose(self, task: TaskInfo) -> NodeInfo | None:
         """The node `batch.choose` would answer for ``task`` from a board (its draw made), or None,
         no draw made, when the per-task path must decide."""
-        t = self.template
+        t = self._held(task, True)
+        if t is None:
+            return None
         arrays = self.arrays
-        if t is not None and (t.task is task or rowlocal.same_template(t.task, task)):
-            arrays.cache[batch._KEY].reused += 1  # (as `_template` counts a template found again)
-        else:
-            self.template = None
-            try:
-                t = batch._template(self.ssn, arrays, task, self.nodes, self.fn, self.to_find)
-            except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
-                return None
-            if t is None:
-                return None
-            if t.declined or t.board is None:
-                self._pass(t)
-                return None
-            self.template = t
         try:
             for still in t.stills:
                 if not still():
@@ -102,6 +90,28 @@ class RunChoice:
             self._pass(t)
             return None  # no node found (the per-task path records the fit errors), or a NaN best
         return self.nodes[row]
+
+    def _held(self, task: TaskInfo, board: bool) -> batch._Template | None:
+        """The template ``task`` is chosen from: the one held when ``task`` is of it (counted as
+        `_template` counts one found again), else the one `batch._template` finds or builds, held from
+        now on; None, nothing drawn, when the per-task path must decide (a raising twin, no template, a
+        declined one, or, with ``board``, one without a board)."""
+        t = self.template
+        if t is not None and (t.task is task or rowlocal.same_template(t.task, task)):
+            self.arrays.cache[batch._KEY].reused += 1
+            return t
+        self.template = None
+        try:
+            t = batch._template(self.ssn, self.arrays, task, self.nodes, self.fn, self.to_find)
+        except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
+            return None
+        if t is None:
+            return None
+        if t.declined or (board and t.board is None):
+            self._pass(t)
+            return None
+        self.template = t
+        return t
 
     def _pass(self, t: batch._Template) -> None:
         """Leave ``t``'s task to the per-task path, which finds ``t`` kept and counts it reused: the

@@ -37,7 +37,7 @@ from typing import Any
 
 from busched.api.node import NodeInfo
 from busched.api.task import TaskInfo
-from busched.fastpath import batch, rowlocal
+from busched.fastpath import batch
 from busched.fastpath.board import NAN
 from busched.fastpath.pick import pick_window
 from busched.fastpath.runchoice import RunChoice
@@ -68,22 +68,10 @@ class StreamChoice(RunChoice):
         """The node `chosen_found` would choose for ``task`` (`batch.choose`'s answer, its draw made
         and the search's start moved on), or None, nothing drawn or moved, when the per-task path
         must decide."""
-        t = self.template
+        t = self._held(task, False)
+        if t is None:
+            return None
         arrays = self.arrays
-        if t is not None and (t.task is task or rowlocal.same_template(t.task, task)):
-            arrays.cache[batch._KEY].reused += 1  # (as `_template` counts a template found again)
-        else:
-            self.template = None
-            try:
-                t = batch._template(self.ssn, arrays, task, self.nodes, self.fn, self.to_find)
-            except Exception:  # noqa: BLE001 - a twin or declaration raised: the per-task path names the plugin
-                return None
-            if t is None:
-                return None
-            if t.declined:
-                self._pass(t)
-                return None
-            self.template = t
         ssn = self.ssn
         size = self.size
         try:
