@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from busched.api import outputs, subjob
+from busched.api import move_sums, outputs, subjob
 from busched.api.fit import FitErrors
 from busched.api.gang_counts import GangCounts
 from busched.api.resource import PODS, Resource, exceeded_part
 from busched.api.task import TaskInfo, TaskStatus, allocated_status, parse_bool
 
-__all__ = ["JobInfo", "PodGroupPhase", "unsettled", "take_request", "put_request"]
+__all__ = ["JobInfo", "PodGroupPhase", "unsettled"]
 
 
 QUEUE_ALLOCATION_GATE = "scheduling.volcano.sh/queue-allocation-gate"
@@ -208,7 +208,7 @@ class JobInfo(GangCounts):
         tasks, index = self.tasks, self.status_index
         del tasks[uid]
         total, allocated = self.total_request, self.allocated
-        take_request(total, allocated, r, prev in _ALLOCATED)
+        move_sums.take_request(total, allocated, r, prev in _ALLOCATED)
         idx = index.get(prev)
         if idx is not None:
             if idx.pop(uid, None) is not None and t.best_effort and prev == _PENDING:
@@ -228,7 +228,7 @@ class JobInfo(GangCounts):
         else:
             idx[uid] = t
         now = status in _ALLOCATED
-        put_request(total, allocated, r, now)
+        move_sums.put_request(total, allocated, r, now)
         if not now and t.best_effort and status == _PENDING:
             self.pending_best_effort += 1
         sj = subjob.default_sub_job(self)
@@ -265,7 +265,7 @@ class JobInfo(GangCounts):
         if self.derived:
             outputs.emptied(self, self.derived)  # (a lent job's first write: logged)
             self.derived = {}
-        _sole_sums(self.total_request, self.allocated, t.resreq, prev in _ALLOCATED, status in _ALLOCATED)
+        move_sums.sole_sums(self.total_request, self.allocated, t.resreq, prev in _ALLOCATED, status in _ALLOCATED)
         del idx[uid]
         del index[prev]
         if t.best_effort and prev == _PENDING:
@@ -337,89 +337,3 @@ def unsettled(job: JobInfo) -> bool:
     if job.subgroup_policy or job.network_topology is not None:
         return True
     return not _PLACEABLE.isdisjoint(job.status_index)
-
-
-def _sole_sums(total: Resource, allocated: Resource, r: Resource, was: bool, now: bool) -> None:
-    """`take_request` then `put_request` (``was``: the old status counted as allocated, ``now``: the new
-    one does), as one: each sum gets the same subtraction then addition in the same order (a scalar
-    name first seen where `put_request` would first see it), so the floats are bit for bit theirs.
-    `JobInfo._move_sole`'s sums (tests/api/test_move_sole.py compares them with `_move`'s)."""
-    rc, rm, rs = r.cpu, r.memory, r.scalars
-    total.cpu = total.cpu - rc + rc
-    total.memory = total.memory - rm + rm
-    if rs:
-        have = total.scalars
-        if have:
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) - v + v
-        else:  # (take_request skips an empty map)
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) + v
-    if was:
-        if now:
-            allocated.cpu = allocated.cpu - rc + rc
-            allocated.memory = allocated.memory - rm + rm
-            if rs:
-                have = allocated.scalars
-                if have:
-                    for n, v in rs.items():
-                        have[n] = have.get(n, 0.0) - v + v
-                else:
-                    for n, v in rs.items():
-                        have[n] = have.get(n, 0.0) + v
-        else:
-            allocated.cpu -= rc
-            allocated.memory -= rm
-            if rs:
-                have = allocated.scalars
-                if have:
-                    for n, v in rs.items():
-                        have[n] = have.get(n, 0.0) - v
-    elif now:
-        allocated.cpu += rc
-        allocated.memory += rm
-        if rs:
-            have = allocated.scalars
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) + v
-
-
-def take_request(total: Resource, allocated: Resource, r: Resource, counted: bool) -> None:
-    """``total.sub(r)``, and ``allocated.sub(r)`` when the task's old status ``counted`` as allocated,
-    written out for a task's move (`JobInfo._move`, `busched.api.moves.move_run`): the same arithmetic
-    in the same order, the scalar loops only for requests that have scalars (tests/api/test_placing_sums.py
-    checks it against `Resource.sub`)."""
-    rc, rm, rs = r.cpu, r.memory, r.scalars
-    total.cpu -= rc
-    total.memory -= rm
-    if counted:
-        allocated.cpu -= rc
-        allocated.memory -= rm
-    if rs:
-        have = total.scalars
-        if have:
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) - v
-        have = allocated.scalars
-        if counted and have:
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) - v
-
-
-def put_request(total: Resource, allocated: Resource, r: Resource, counted: bool) -> None:
-    """``total.add(r)``, and ``allocated.add(r)`` when the task's new status ``counted``: `take_request`'s
-    other half."""
-    rc, rm, rs = r.cpu, r.memory, r.scalars
-    total.cpu += rc
-    total.memory += rm
-    if counted:
-        allocated.cpu += rc
-        allocated.memory += rm
-    if rs:
-        have = total.scalars
-        for n, v in rs.items():
-            have[n] = have.get(n, 0.0) + v
-        if counted:
-            have = allocated.scalars
-            for n, v in rs.items():
-                have[n] = have.get(n, 0.0) + v

@@ -11,8 +11,8 @@ not indexed as itself, mixed old statuses, BestEffort tasks) moves one by one as
 
 from __future__ import annotations
 
-from busched.api import outputs, subjob
-from busched.api.job import JobInfo, put_request, take_request
+from busched.api import move_sums, outputs, subjob
+from busched.api.job import JobInfo
 from busched.api.task import TaskInfo, TaskStatus, allocated_status
 
 __all__ = ["move_run"]
@@ -45,7 +45,7 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         uid = t.uid
         r = t.resreq
         del jt[uid]
-        take_request(total, allocated, r, was)  # (as `JobInfo._move`)
+        move_sums.take_request(total, allocated, r, was)  # (as `JobInfo._move`)
         if old is not None:
             old.pop(uid, None)
             if not old:
@@ -59,7 +59,7 @@ def move_run(job: JobInfo, tasks: list[TaskInfo], status: TaskStatus) -> None:
         if new is None:
             new = index.setdefault(status, {})
         new[uid] = t
-        put_request(total, allocated, r, now)
+        move_sums.put_request(total, allocated, r, now)
         if default is None:
             default = subjob.default_sub_job(job)
         default.add_task(t)
