@@ -30,6 +30,7 @@ from busched.api.node import NodeInfo
 from busched.api.resource import PODS
 from busched.api.task import TaskInfo, TaskStatus
 from busched.fastpath.memo import Pairs, node_value
+from busched.framework import podcolumns
 from busched.framework.podsums import sum_pods
 from busched.framework.session import Session
 
@@ -237,66 +238,15 @@ class SessionPods:
         adding every pod.  The columns as the nodes were lent are kept from session to session
         (busched.fastpath.memo; rows redone for the nodes that changed), then the rows of the
         nodes this view has changed are put in.  The arrays returned are the caller's."""
-        base = self._ssn.incremental("pods.columns", self.node_list, _columns, _columns_update)
+        base = self._ssn.incremental("pods.columns", self.node_list, podcolumns.columns, podcolumns.columns_update)
         cols = [c.copy() for c in base[:5]]
         scalars = {k: v.copy() for k, v in base[5].items()}
         at = {n.name: i for i, n in enumerate(self.node_list)} if self.pods.changed_nodes() else {}
         for name in self.pods.changed_nodes():
             i = at.get(name)
             if i is not None:
-                _put_row(cols, scalars, i, len(self.node_list), len(self.on(name)), self.requested(name))
+                podcolumns.put_row(cols, scalars, i, len(self.node_list), len(self.on(name)), self.requested(name))
         return (*cols, scalars)
-
-
-def _lent_sums(n: NodeInfo) -> tuple[int, int, int, int, dict[str, int]]:
-    """A node's pod sums as lent (its task map as of the open), kept on the node."""
-    sums: tuple[int, int, int, int, dict[str, int]] = node_value(n, "pods.requested", lambda _: sum_pods(n.tasks))
-    return sums
-
-
-def _columns(nodes: list[NodeInfo]) -> tuple[Any, ...]:
-    k = len(nodes)
-    tasks = list(map(_tasks, nodes))
-    cols = [np.fromiter(map(len, tasks), dtype=np.int64, count=k)]
-    cols += [np.zeros(k, dtype=np.int64) for _ in range(4)]
-    scalars: dict[str, np.ndarray] = {}
-    # a node without pods sums to zeros (`sum_pods` of no pods): only the nodes holding pods are summed
-    for i in itertools.compress(range(k), tasks):  # (in C)
-        c, m, nz_c, nz_m, named = _lent_sums(nodes[i])
-        cols[1][i], cols[2][i], cols[3][i], cols[4][i] = c, m, nz_c, nz_m
-        for name, v in named.items():
-            col = scalars.get(name)
-            if col is None:
-                col = scalars[name] = np.zeros(k, dtype=np.int64)
-            col[i] += v
-    return (*cols, scalars)
-
-
-def _columns_update(last: tuple[Any, ...], pairs: Pairs) -> tuple[Any, ...] | None:
-    cols = [c.copy() for c in last[:5]]
-    scalars = {name: v.copy() for name, v in last[5].items()}
-    k = len(cols[0])
-    for i, old, new in pairs:
-        if old is None or old.name != new.name:
-            return None
-        for col in scalars.values():
-            col[i] = 0
-        _put_row(cols, scalars, i, k, len(new.tasks), _lent_sums(new))
-    return (*cols, scalars)
-
-
-def _put_row(cols: list[np.ndarray], scalars: dict[str, np.ndarray], i: int, k: int, count: int,
-             s: tuple[int, int, int, int, dict[str, int]]) -> None:
-    cols[0][i] = count
-    for j in range(4):
-        cols[j + 1][i] = s[j]
-    for col in scalars.values():
-        col[i] = 0
-    for name, v in s[4].items():
-        named = scalars.get(name)
-        if named is None:
-            named = scalars[name] = np.zeros(k, dtype=np.int64)
-        named[i] = v
 
 
 class _Pods(Mapping[str, dict[str, TaskInfo]]):

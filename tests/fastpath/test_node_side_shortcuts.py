@@ -23,7 +23,7 @@ from busched.fastpath.fit import NodeArrays
 from busched.fastpath.nodeorder import taint_raw
 from busched.fastpath.predicates import stable_mask
 from busched.fastpath.sums import add_all
-from busched.framework import podview
+from busched.framework import podcolumns, podview
 from busched.framework.config import DEFAULT_CONFIG, load_config
 from busched.framework.podsums import sum_pods
 from busched.plugins.predicates import PredicatesPlugin
@@ -90,7 +90,7 @@ def test_pod_view_open_equals_every_node_asked(seed: int) -> None:
     assert set(got) <= set(ref)
     assert all(got.get(name, {}) == states for name, states in ref.items())
     cols, scalars = _columns_reference(nodes)
-    got_cols = podview._columns(nodes)
+    got_cols = podcolumns.columns(nodes)
     for a, b in zip(got_cols[:5], cols):
         assert a.dtype == b.dtype and a.tolist() == b.tolist()
     got_scalars = got_cols[5]
