@@ -188,8 +188,9 @@ def queue_usage(ssn: Any) -> dict[str, shares.Usage]:
 
 
 PLAIN_ALIKE = False
-"""True: `queue_usage` gives each written job its own totals, added through `Resource.add` (the
-reference `usage_alike` and `_add_usage` are tested against, tests/framework/test_shares_alike.py)."""
+"""True: `queue_usage` gives each written job its own totals, all four added (the reference
+`usage_alike`'s shared totals and requested-only addition are tested against,
+tests/framework/test_shares_alike.py)."""
 
 
 def _add_one(q: shares.Usage, job: JobInfo, alike: dict[tuple[Any, ...], tuple[shares.Usage, bool]] | None = None
@@ -202,43 +203,20 @@ def _add_one(q: shares.Usage, job: JobInfo, alike: dict[tuple[Any, ...], tuple[s
     # a job a session writes (volatile ones: busched.fastpath.lending) will not be as summed later:
     # its totals are kept now.  With at most one task each total gets one addition from it, so
     # adding its totals is adding it task by task, to the bit.
-    if alike is None:  # the reference: the job's own totals, added through `Resource.add`
-        u = shares.job_usage(job)
-        if len(job.tasks) <= 1:
-            for total, part in zip(q.parts(), u.parts()):
-                total.add(part)
-        else:
-            shares.add_job_usage(q, job)
-        return u
-    u, requested_only = usage_alike(job, alike)
-    if len(job.tasks) <= 1:
-        if requested_only:
-            # the other three totals are zeros with no scalar: adding one leaves a total as it is (a
-            # total summed from +0.0 is never -0.0, and x + 0.0 == x for any other x)
-            t, p = q.request, u.request
-            t.cpu += p.cpu
-            t.memory += p.memory
-            if p.scalars:
-                ts = t.scalars
-                for n, v in p.scalars.items():
-                    ts[n] = ts.get(n, 0.0) + v
-        else:
-            _add_usage(q, u)
+    if alike is None:  # the reference: the job's own totals, all four added
+        u, requested_only = shares.job_usage(job), False
     else:
+        u, requested_only = usage_alike(job, alike)
+    if len(job.tasks) > 1:
         shares.add_job_usage(q, job)
+    elif requested_only:
+        # the other three totals are zeros with no scalar: adding one leaves a total as it is (a
+        # total summed from +0.0 is never -0.0, and x + 0.0 == x for any other x)
+        q.request.add(u.request)
+    else:
+        for total, part in zip(q.parts(), u.parts()):
+            total.add(part)
     return u
-
-
-def _add_usage(q: shares.Usage, u: shares.Usage) -> None:
-    """``total.add(part)`` for the four totals, written out (`Resource.add`'s very additions)."""
-    for t, p in ((q.allocated, u.allocated), (q.request, u.request), (q.inqueue, u.inqueue),
-                 (q.elastic, u.elastic)):
-        t.cpu += p.cpu
-        t.memory += p.memory
-        if p.scalars:
-            ts = t.scalars
-            for n, v in p.scalars.items():
-                ts[n] = ts.get(n, 0.0) + v
 
 
 def _nothing(r: Resource) -> bool:

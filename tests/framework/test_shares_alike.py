@@ -87,7 +87,7 @@ def test_usages_shared_are_not_changed_by_the_sums() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_add_one_against_task_by_task(seed: int) -> None:
-    """The shared totals and `_add_usage`'s written-out additions against the task-by-task reference
+    """The shared totals and their additions (the requested-only one) against the task-by-task reference
     (`add_job_usage_plain`, `Resource.add` per task), which neither goes through."""
     rng = random.Random(seed)
     alike: dict = {}
