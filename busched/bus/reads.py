@@ -17,8 +17,9 @@ from typing import Any
 import nats.js.errors
 from nats.js import api
 
+from busched.bus import asks
 from busched.bus import subjects as S
-from busched.bus.asks import ONCE, Policy, ask
+from busched.bus.asks import ONCE, Policy, ask, unanswered
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import stream_position, watch_state
 
@@ -34,7 +35,10 @@ log = logging.getLogger("busched.bus")
 DECISION_READ_TIMEOUT = 2.0
 DECISION_READ = Policy(ask_s=DECISION_READ_TIMEOUT, asks=1, total_s=DECISION_READ_TIMEOUT)  # one ask, counted
 # a direct get: "no responders" is also the lasting answer of a stream made without direct gets (an old busched's,
-# read as given by its callers), so quick refusals end after 4 asks (~1.75 s); unanswered asks still get 12 s
+# read as given by its callers), so quick refusals end after 4 asks (~1.75 s); unanswered asks still get 12 s.
+# Which of the two it was is then asked of the stream's config (`_allows_direct`): a stream that allows direct
+# gets was only electing (its replicas unsubscribed until a leader is back), and is asked again for what is
+# left of `asks.ASKING`'s bound
 DIRECT_GET = Policy(asks=4)
 
 
@@ -116,14 +120,37 @@ async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) 
     """The last message of one subject of ``stream``, ``(stream sequence, data)``, or None if it has none.
     ``direct``: a direct get on a subject that names the object (``$JS.API.DIRECT.GET.<stream>.<subject>``),
     which a server can allow one agent for its own nodes only."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     try:
-        m = await ask("direct.get" if direct else "msg.get", lambda: js.get_last_msg(stream, subject, direct=direct),
-                      DIRECT_GET if direct else None, detail=subject)
+        try:
+            m = await ask("direct.get" if direct else "msg.get",
+                          lambda: js.get_last_msg(stream, subject, direct=direct),
+                          DIRECT_GET if direct else None, detail=subject)
+        except Exception as e:  # noqa: BLE001
+            if not direct or unanswered(e) not in ("no_responders", "unavailable") \
+                    or not await _allows_direct(js, stream):
+                raise
+            policy = asks.ASKING
+            left = max(policy.ask_s, policy.total_s - (loop.time() - start))
+            m = await ask("direct.get", lambda: js.get_last_msg(stream, subject, direct=True),
+                          Policy(ask_s=policy.ask_s, asks=policy.asks, total_s=left, pause_s=policy.pause_s),
+                          detail=subject)
     except nats.js.errors.NotFoundError:
         return None
     except Exception as e:  # noqa: BLE001
         raise BusError(f"cannot read {subject}: {e}") from None
     return int(m.seq), bytes(m.data or b"")
+
+
+async def _allows_direct(js: Any, stream: str) -> bool:
+    """Whether ``stream`` is configured for direct gets (so "no responders" to one was a cluster electing, not a
+    lasting refusal); False when that cannot be told either."""
+    try:
+        info = await ask("stream.info", lambda: js.stream_info(stream), detail=stream)
+    except Exception:  # noqa: BLE001 - cannot be told: the refusal stands
+        return False
+    return bool(getattr(info.config, "allow_direct", False))
 
 
 async def subject_history(js: Any, subject: str, timeout: float = 10.0) -> list[tuple[int, bytes]]:

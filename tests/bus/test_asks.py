@@ -261,3 +261,56 @@ async def test_a_stream_info_answered_not_ready_by_a_former_meta_leader_is_asked
     nc = _Nc()
     facts = await asyncio.wait_for(checkpoints.stream_facts(nc), 5)
     assert nc.asked == 2 and facts.last_seq == 1
+
+
+class _ElectingJs:
+    """A state stream's direct gets answered "no responders" ``refusals`` times (its replicas unsubscribed while
+    the cluster elects), then answered; its config says whether it allows direct gets."""
+
+    def __init__(self, refusals: int, allow_direct: bool) -> None:
+        self.refusals, self.allow_direct, self.gets, self.infos = refusals, allow_direct, 0, 0
+
+    async def get_last_msg(self, stream, subject, direct=False):
+        self.gets += 1
+        if self.gets <= self.refusals:
+            raise nats.errors.NoRespondersError
+        return type("Msg", (), {"seq": 7, "data": b"{}"})()
+
+    async def stream_info(self, stream):
+        self.infos += 1
+        return type("Info", (), {"config": type("Config", (), {"allow_direct": self.allow_direct})()})()
+
+
+@pytest.fixture
+def short_direct(monkeypatch):
+    monkeypatch.setattr(reads, "DIRECT_GET", Policy(ask_s=0.05, asks=4, total_s=1.0, pause_s=0.01))
+    monkeypatch.setattr(asks, "ASKING", Policy(ask_s=0.05, asks=20, total_s=2.0, pause_s=0.01))
+
+
+async def test_a_direct_get_refused_past_its_few_asks_by_a_stream_that_allows_them_is_asked_on(short_direct):
+    """"No responders" past `reads.DIRECT_GET`'s asks, from a stream whose config allows direct gets, is a cluster
+    electing (CI saw 4 refusals in 1.8 s, then the answer ~6 s later): the read asks on within `asks.ASKING`'s
+    bound and is answered, where it had failed."""
+    js = _ElectingJs(refusals=7, allow_direct=True)
+    assert await asyncio.wait_for(reads.last_msg(js, "S", "s.a", direct=True), 5) == (7, b"{}")
+    assert js.gets == 8 and js.infos == 1
+
+
+async def test_a_direct_get_refused_by_a_stream_without_them_fails_after_its_few_asks(short_direct):
+    from busched.bus import BusError
+
+    js = _ElectingJs(refusals=100, allow_direct=False)
+    with pytest.raises(BusError, match="no responders"):
+        await asyncio.wait_for(reads.last_msg(js, "S", "s.a", direct=True), 5)
+    assert js.gets == 4 and js.infos == 1
+
+
+async def test_a_direct_get_asked_on_stays_within_the_asking_bound(short_direct):
+    js = _ElectingJs(refusals=10_000, allow_direct=True)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    from busched.bus import BusError
+
+    with pytest.raises(BusError, match="no responders"):
+        await asyncio.wait_for(reads.last_msg(js, "S", "s.a", direct=True), 5)
+    assert loop.time() - t0 < 2.0 + 0.5 and js.infos == 1

@@ -195,6 +195,11 @@ async def test_requests_made_while_the_cluster_elects_are_answered_well_within_t
         assert got["stream info"] == ack.seq
         # the election was hit: requests went unanswered, and were asked again rather than waited on for 10 s
         assert sum(n for (_, reason), n in asked_again.items() if reason == "timeout") > 0, asked_again
-        assert all(t < asks.ASKING.total_s for t in took.values()), took
+        # each is within one request's bound; a checkpoint read is three requests in a row (the bucket, the
+        # object's meta, a consumer on its chunks), and the one made just after the election can go unanswered
+        # once more (CI: the bucket asked 4 times over 8 s, then the consumer once, 10 s in all), so it gets one
+        # more ask's time
+        bound = {"checkpoint read": asks.ASKING.total_s + asks.ASKING.ask_s}
+        assert all(t < bound.get(what, asks.ASKING.total_s) for what, t in took.items()), took
     finally:
         await bus.close()
