@@ -48,6 +48,11 @@ class SchedulerMetrics:
                                       "Records not written because their readers would refuse them (the bind "
                                       "fails: busched.scheduler.write_bounds), by message and field",
                                       ["message", "field"], registry=r)
+        self.writes_cut = Counter("busched_writes_cut_total",
+                                  "Parts left out of records so that their readers take them (the record is written "
+                                  "without them), one per part, by message and field: a podgroup status's conditions "
+                                  "(busched.scheduler.statuses.fit_conditions), a node ledger's tasks",
+                                  ["message", "field"], registry=r)
         self.bind_latency = Histogram("busched_bind_latency_seconds", "From bind decision to the agent's answer",
                                       buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30), registry=r)
         self.tasks = Gauge("busched_tasks", "Tasks by status", ["status"], registry=r)

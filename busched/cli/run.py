@@ -50,8 +50,9 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                         "(default %(default)s)")
     g.add_argument("--no-require-heartbeat", action="store_true",
                    help="schedule onto nodes that have no live agent (dry runs)")
-    g.add_argument("--max-event-bytes", type=int, default=256 * 1024,
-                   help="reject state messages larger than this (default %(default)s)")
+    g.add_argument("--max-event-bytes", type=max_event_bytes, default=256 * 1024, metavar="N",
+                   help="reject state messages larger than this; at least the room a bind adding annotations (a "
+                        "device assignment) needs in its binding record, 4,923 (default %(default)s)")
     g.add_argument("--history", default="7d", metavar="DURATION",
                    help="how long the history streams keep cycle records and a copy of every state message "
                         "(BUSCHED_HISTORY, BUSCHED_STATE_HISTORY: `busched replay --nats`; the copy stores each "
@@ -97,6 +98,25 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
                              shard=getattr(args, "shard", ""), shard_mode=getattr(args, "shard_mode", "hard"),
                              lease=max(0.0, getattr(args, "lease", 0.0)),
                              checkpoint=CheckpointSettings(interval=max(0.0, getattr(args, "checkpoint", 0.0))))
+
+
+def max_event_bytes(text: str) -> int:
+    """``--max-event-bytes N``: refused below `busched.scheduler.write_bounds.MIN_EVENT_BYTES`, where every bind
+    adding annotations (a device assignment) on some nodes, on every node below ~1.8 KB, would be refused when
+    written (released as ``invalid``, its task Failed after --max-attempts), rather than found out bind by bind."""
+    from busched.scheduler.write_bounds import LATER, MIN_EVENT_BYTES
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-event-bytes: not a number of bytes: {text!r}") from None
+    if n < MIN_EVENT_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"--max-event-bytes: {n} is less than {MIN_EVENT_BYTES}, the least a bind adding annotations (a device "
+            f"assignment) needs: its binding record with its node's and shard's names at their bound "
+            f"({MIN_EVENT_BYTES - LATER} bytes) and the {LATER} a later record of its attempt adds; below it such "
+            f"binds would be refused when written and their tasks Failed after --max-attempts")
+    return n
 
 
 def _exit_at(wanted: str) -> Callable[[str], None]:

@@ -21,6 +21,7 @@ binds than one batch holds, each round conditional on the one before.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from busched.bus import messages as m
@@ -63,10 +64,12 @@ class BatchBus(Protocol):
 class NodeLedgers:
     """The node ledgers of one sharded scheduler (``shard``: its NodeShard's name; ``writer``: its boot)."""
 
-    def __init__(self, shard: str, writer: str) -> None:
+    def __init__(self, shard: str, writer: str, on_dropped: Callable[[int], None] | None = None) -> None:
         # (informational in the ledger message, and bounded there: cut to what its readers take)
         self.shard = cut(shard, _MAX_NAME)
         self.writer = cut(writer, _MAX_NAME)
+        # told how many task names a ledger left out of its ``tasks`` (busched_writes_cut_total{message="ledger"})
+        self.on_dropped = on_dropped
         self.seen: dict[str, int] = {}  # node -> the last ledger sequence known (heard on the feed or acknowledged)
         self.view: dict[str, int] = {}  # node -> the ledger sequence the current cycle's snapshot stands on
         self.lost = 0  # batches refused because a node's ledger had moved (or a task's record), for tests and logs
@@ -184,9 +187,11 @@ class NodeLedgers:
             msgs: list[tuple[str, Any, int | None]] = []
             for node, idx in batch:
                 msgs += [(items[i][2], items[i][3], items[i][4]) for i in idx]
+                tasks = _tasks([items[i][0] for i in idx])
+                if len(tasks) < len(idx) and self.on_dropped is not None:
+                    self.on_dropped(len(idx) - len(tasks))
                 msgs.append((S.ledger_subject(node), m.NodeLedger(node=node, writer=self.writer, shard=self.shard,
-                                                                  tasks=_tasks([items[i][0] for i in idx])),
-                             self.view.get(node, 0)))
+                                                                  tasks=tasks), self.view.get(node, 0)))
             messages.append(msgs)
         shared: list[tuple[str, list[int]]] = []
         alone: list[tuple[str, list[int]]] = []

@@ -128,7 +128,8 @@ class Scheduler(EntryPoints, Leadership, Cycles):
         self.statuses = PodGroupStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
                                          job_specs=self.specs["job"], next_version=self._next_version,
                                          refresh_job=lambda key: self.effective.refresh_job(key),
-                                         on_error=self._record_not_written)
+                                         on_error=self._record_not_written,
+                                         on_dropped=self.metrics.writes_cut.labels("podgroup.status", "conditions").inc)
         self.pg_status = self.statuses.recorded  # job -> its last podgroup status
         self.queue_statuses = QueueStatuses(self.settings, clock, lambda items: self.bus.publish_all(items),
                                             next_version=self._next_version, on_error=self._record_not_written)
@@ -160,7 +161,8 @@ class Scheduler(EntryPoints, Leadership, Cycles):
         self.seqs = self.feed.seqs
         if self.settings.shard:  # Volcano's node sharding: the snapshot's shard, binds written with node ledgers
             self.cache.own_shard = (self.settings.shard, self.settings.shard_mode)
-            self.table.ledgers = NodeLedgers(self.settings.shard, boot)
+            self.table.ledgers = NodeLedgers(self.settings.shard, boot,
+                                             on_dropped=self.metrics.writes_cut.labels("ledger", "tasks").inc)
             self.feed.on_ledger = self.table.ledgers.heard
         self.feed.on_queue_status = self.queue_statuses.record
         self.refused = self.feed.refused  # (kind, key) -> why the object's last change was refused

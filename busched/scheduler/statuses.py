@@ -112,17 +112,20 @@ class PodGroupStatuses(StatusOutbox):
     """The podgroup statuses: the last recorded per job (``recorded``, job key -> status; the state
     stream's, or what a cycle changed) and the ones waiting to be written (``waiting``, subject ->
     latest status).  ``refresh_job`` is told a job's status changed (its cache copy is due);
-    ``on_error`` that a write failed."""
+    ``on_error`` that a write failed; ``on_dropped`` how many conditions a status written left out."""
 
     name = "podgroup-statuses"
 
     def __init__(self, settings: StatusSettings, clock: Callable[[], float], publish_all: Publish, *,
                  job_specs: Mapping[str, o.JobSpec], next_version: Callable[[], int],
-                 refresh_job: Callable[[str], None], on_error: Callable[[], None]) -> None:
+                 refresh_job: Callable[[str], None], on_error: Callable[[], None],
+                 on_dropped: Callable[[int], None] | None = None) -> None:
         super().__init__(settings, clock, publish_all, on_error=on_error)
         self.job_specs = job_specs
         self.next_version = next_version
         self.refresh_job = refresh_job
+        # (`fit_conditions`: counted in busched_writes_cut_total{message="podgroup.status",field="conditions"})
+        self.on_dropped = on_dropped
         self.recorded: dict[str, m.PodGroupStatus] = {}  # job key -> its last status
         # job key -> the conditions its last status was made from, when it could not keep them all (`fit_conditions`)
         self.whole: dict[str, list[m.Condition]] = {}
@@ -178,6 +181,8 @@ class PodGroupStatuses(StatusOutbox):
                                 self.limit)
                     self.whole[uid] = conds
                     st = fitted
+                    if self.on_dropped is not None:
+                        self.on_dropped(len(conds) - len(fitted.conditions))
             if cur_phase != job.phase:
                 log.debug("job %s: %s -> %s", uid, cur_phase, job.phase)
             pgs[uid] = st

@@ -51,18 +51,34 @@ from busched.bus.wire import MAX_BIND_ANNOTATION_VALUE, MAX_BIND_ANNOTATIONS, MA
 if TYPE_CHECKING:
     from busched.scheduler.records import Binding, CycleReport
 
-__all__ = ["LATER", "bind_problem", "fit_reason", "refuse_unwritable"]
+__all__ = ["LATER", "MIN_EVENT_BYTES", "bind_problem", "fit_reason", "refuse_unwritable"]
 
 log = logging.getLogger("busched.scheduler")
 
-# JSON writes a character in at most 6 bytes (``\\u001f``); a record's fields but its annotations and its
-# task's name take far less than this
+# JSON writes a character in at most 6 bytes (``\\u001f``); a record's fields but the strings `may_pass` counts
+# (its name, node, boot, writer, reason and annotations) take less than this (its shard, 253 characters, 1,518 bytes
+# at most, and ~300 for the others); `bind_problem`, which counts only the name and annotations, uses
+# MIN_EVENT_BYTES
 _RECORD_OVERHEAD = 2048
 # what a later record of an attempt (an evicting one: released, failed and done records carry no annotations) adds
 # to its binding record, but its reason (`fit_reason`): its state and stop, a version up to 2**63 - 1, a
 # decided_at written longer, the agent's boot (6 bytes a character in JSON)
 LATER = (len('"state":"evicting","stop":"restart","version":9223372036854775807,"boot":"",') + 24
          + 6 * MAX_BOOT)
+# the widest binding record of a bind adding annotations, but for its task's name and its annotations (one of one
+# character, no value; a task of one character in a namespace of one): its node's and its shard's names at their
+# bound (253 characters, `busched.api.build`, `busched.bus.wire.ShardName`) of 6 bytes each in JSON, its version,
+# attempt and epoch at 2**63 - 1, its backoff and decided_at floats of the longest form, its writer a scheduler's
+# boot (8 hex digits, `busched.scheduler.loop`)
+_FLOAT = -2.2250738585072014e-308
+_WIDEST = m.BindingRecord(version=2**63 - 1, namespace="t", name="a", attempt=2**63 - 1, node="\x01" * 253,
+                          backoff=_FLOAT, decided_at=_FLOAT, writer="0" * 8, epoch=2**63 - 1, shard="\x01" * 253,
+                          annotations={"a": ""})
+# the smallest ``max_event_bytes`` at which a bind adding annotations is written whatever its node and shard (with
+# LATER, `bind_problem`): `busched run --max-event-bytes` refuses a smaller one (below ~1.8 KB every bind adding
+# annotations would fail, its task Failed after max_attempts).  At or above it, only the task's name and the
+# annotations themselves can make a bind's record too large.
+MIN_EVENT_BYTES = len(m.encode(_WIDEST)) + LATER
 
 
 def bind_problem(key: str, annotations: dict[str, str], spec_annotations: dict[str, str], max_event_bytes: int,
@@ -88,8 +104,10 @@ def bind_problem(key: str, annotations: dict[str, str], spec_annotations: dict[s
         if size > limits.MAX_ANNOTATIONS_BYTES:
             return "task.annotations", (f"{size} characters in all with the task's own, more than "
                                         f"{limits.MAX_ANNOTATIONS_BYTES}")
-    # (a later record keeps its annotations and may add LATER bytes; its reason is cut to what fits)
-    if 6 * (chars + len(key)) + _RECORD_OVERHEAD + LATER > max_event_bytes:
+    # (a later record keeps its annotations and may add LATER bytes; its reason is cut to what fits.  The record is
+    # measured unless it cannot pass: its widest but for its name and annotations, with LATER (MIN_EVENT_BYTES), and
+    # its name and annotations at 6 bytes a character, 8 more an annotation for its quotes, colon and comma)
+    if 6 * (chars + len(key)) + 8 * n + MIN_EVENT_BYTES > max_event_bytes:
         size = record_size()
         if size + LATER > max_event_bytes:
             return "size", (f"a binding record of {size} bytes, with the {LATER} a later record of the attempt may "
