@@ -367,6 +367,9 @@ def node_shard(s: o.NodeShardSpec) -> Any:
     `SpecError` for a selector Kubernetes refuses (an unknown operator's values, a missing value)."""
     if not s.name:
         raise SpecError("nodeShard: name: empty")
+    if len(s.name) > limits.MAX_SHARD_NAME:  # (its scheduler's records carry it: `busched.bus.wire.ShardName`)
+        raise SpecError(f"nodeShard {s.name[:limits.MAX_SHARD_NAME - 3]}...: name: {len(s.name)} characters, more "
+                        f"than {limits.MAX_SHARD_NAME}")
     if s.node_selector is None:
         return None
     sel = msgspec.to_builtins(s.node_selector)

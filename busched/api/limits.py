@@ -20,6 +20,7 @@ topology spread maxSkew           1 .. int32 max; minDomains 1 .. int32 max
 affinity / preferred weights      0 .. 100 (Kubernetes: 1 .. 100; a 0 is skipped)
 label key / value                 317 (253 prefix + "/" + 63 name) / 63 characters
 node name                         253 characters (Kubernetes: a DNS subdomain; a node ledger names its node)
+nodeShard name                    253 characters (a sharded scheduler's records and ledgers name it)
 labels, selectors' matchLabels    at most 256 entries
 annotations                       keys 317 characters, 256 KiB in all (keys and values)
 lists (tolerations, taints,       at most 1,024 items
@@ -52,7 +53,7 @@ import msgspec
 
 __all__ = ["MAX_MILLI_CPU", "MAX_SCALAR", "MAX_QUANTITY_TEXT", "MAX_EXPONENT", "INT32_MIN", "INT32_MAX",
            "MAX_LABELS", "MAX_ITEMS", "MAX_MEMBERS", "MAX_PATTERN", "MAX_ANNOTATIONS_BYTES", "MAX_LABEL_KEY",
-           "MAX_LABEL_VALUE", "MAX_NODE_NAME", "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID",
+           "MAX_LABEL_VALUE", "MAX_NODE_NAME", "MAX_SHARD_NAME", "MAX_STRING", "MAX_MESSAGE", "MAX_CPUS", "MAX_NUMA_ID",
            "MAX_NUMA_NODES", "EnvName", "CommandText", "Int32", "NonNegInt32", "PosInt32", "Port",
            "LabelKey", "LabelValue", "Labels", "Annotations", "ShortStr", "Strings", "QuantityText", "Size"]
 
@@ -68,6 +69,7 @@ MAX_PATTERN = 256
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 MAX_LABEL_KEY = 253 + 1 + 63
 MAX_NODE_NAME = 253
+MAX_SHARD_NAME = 253
 MAX_LABEL_VALUE = 63
 MAX_STRING = 1024
 MAX_MESSAGE = 32 * 1024

@@ -12,14 +12,14 @@ from typing import Annotated
 
 import msgspec
 
-from busched.api.limits import LabelKey
+from busched.api.limits import MAX_SHARD_NAME, LabelKey
 
 __all__ = ["Msg", "Version", "Count", "ShardName", "Boot", "BindAnnotations", "MAX_BIND_ANNOTATIONS",
            "MAX_BIND_ANNOTATION_VALUE", "MAX_BOOT", "MAX_REASON", "MAX_STATE_MESSAGE", "cut"]
 
 Version = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-ShardName = Annotated[str, msgspec.Meta(max_length=253)]  # a NodeShard's name, "" for no shard
+ShardName = Annotated[str, msgspec.Meta(max_length=MAX_SHARD_NAME)]  # a NodeShard's name, "" for no shard
 # what a bind adds to its task's annotations (the devices deviceshare gave it: docs/agents.md, "Devices"); a bind
 # whose record would break these is never written (`busched.scheduler.write_bounds`)
 MAX_BIND_ANNOTATIONS = 32

@@ -57,7 +57,7 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long the history streams keep cycle records and a copy of every state message "
                         "(BUSCHED_HISTORY, BUSCHED_STATE_HISTORY: `busched replay --nats`; the copy stores each "
                         "state message once more): 90s, 12h, 7d; 0 keeps none (default %(default)s)")
-    g.add_argument("--shard", default="", metavar="NAME",
+    g.add_argument("--shard", type=shard_name, default="", metavar="NAME",
                    help="own the nodes of the NodeShard NAME (Volcano's node sharding; apply one with `nodeShards:` "
                         "in a cluster file): this scheduler's binds are then written with node ledgers, so two "
                         "schedulers never over-commit a node (docs/bus.md, Shards; nats-server 2.12+); each shard "
@@ -117,6 +117,18 @@ def max_event_bytes(text: str) -> int:
             f"({MIN_EVENT_BYTES - LATER} bytes) and the {LATER} a later record of its attempt adds; below it such "
             f"binds would be refused when written and their tasks Failed after --max-attempts")
     return n
+
+
+def shard_name(text: str) -> str:
+    """``--shard NAME``: a NodeShard's name, which admission bounds (`busched.api.limits.MAX_SHARD_NAME`) and every
+    binding record and node ledger of the scheduler carries; a longer one would make records their readers
+    refuse, so it is refused at start."""
+    from busched.api.limits import MAX_SHARD_NAME
+
+    if len(text) > MAX_SHARD_NAME:
+        raise argparse.ArgumentTypeError(f"--shard: {len(text)} characters, more than {MAX_SHARD_NAME} (a NodeShard's "
+                                         f"name, carried by every binding record and node ledger)")
+    return text
 
 
 def _exit_at(wanted: str) -> Callable[[str], None]:
