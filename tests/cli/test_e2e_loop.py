@@ -16,16 +16,28 @@ from busched.bench.e2e_loop import STALL, LoopStalls
 def test_a_thread_holding_the_gil_past_the_loops_timer_is_a_stall():
     """A thread that takes the GIL while the loop waits for a 20 ms timer and keeps it for 150 ms (no switch
     forced: the interval raised above that) keeps the loop from running well past its timer: one stall of
-    about 130 ms, inside the window given, and the selector is the class's own again after `stop`."""
+    about 130 ms, inside the window given, and the selector is the class's own again after `stop`.  The thread
+    starts once the loop waits on its selector (a fixed 5 ms head start was not enough on a loaded machine: the
+    loop's thread, held off a CPU, reached its wait after the thread had taken the GIL, and no stall was seen)."""
+    waiting = threading.Event()
 
     def hog() -> None:
-        time.sleep(0.005)  # (the GIL released: the loop goes on to its wait)
+        waiting.wait(5)  # (the loop in its wait, the GIL released)
         end = time.perf_counter() + 0.15
         while time.perf_counter() < end:
             pass
 
     async def main() -> tuple[LoopStalls, float, float, bool]:
         loop = asyncio.get_running_loop()
+        selector: Any = loop._selector  # type: ignore[attr-defined]
+        select = selector.select
+
+        def marking(timeout: float | None = None) -> Any:
+            if timeout is not None and timeout > 0:
+                waiting.set()
+            return select(timeout)
+
+        selector.select = marking  # (under the one `LoopStalls` puts on)
         stalls = LoopStalls(loop)
         a = time.time()
         stalls.start()
@@ -34,7 +46,8 @@ def test_a_thread_holding_the_gil_past_the_loops_timer_is_a_stall():
         try:
             th = threading.Thread(target=hog)
             th.start()
-            await asyncio.sleep(0.02)
+            while th.is_alive():
+                await asyncio.sleep(0.02)
             th.join()
         finally:
             sys.setswitchinterval(old)
