@@ -13,11 +13,11 @@ run directory).  Limits come from the task's requests:
   memory; a process over it sees allocations fail rather than being killed, so no OOMKilled) and the
   cpu request is not enforced.
 
-Stop: SIGTERM to the group, ``grace`` seconds, SIGKILL to the group (the wrapper also kills what the
-command leaves when it ends).  ``run.json`` in the run directory (node, task, attempt, boot, the
-wrapper's pid and its start time from /proc/PID/stat, so a reused pid is never taken for it) lets a
-restarted agent `recover` its runs: a wrapper still alive is waited for by polling /proc, and its
-exit code read from the ``exit.json`` it writes; a dead one without ``exit.json`` is reported Lost.
+Stop: SIGTERM to the group, ``grace`` seconds, SIGKILL to the group (the wrapper also kills what the command
+leaves when it ends); with no grace, SIGKILL alone. ``run.json`` in the run directory (node, task, attempt,
+boot, the wrapper's pid and its start time from /proc/PID/stat, so a reused pid is never taken for it) lets
+a restarted agent `recover` its runs: a wrapper still alive is waited for by polling /proc, and its exit
+code read from the ``exit.json`` it writes; a dead one without ``exit.json`` is reported Lost.
 """
 
 from __future__ import annotations
@@ -158,7 +158,10 @@ class ProcessExecutor:
     async def stop(self, run: TaskRun, grace: float) -> None:
         pid = run.state.get("pid")
         if pid:
-            if alive(pid, run.state["start_time"]):
+            # no grace (an older attempt found at recovery): SIGKILL alone.  A SIGTERM followed at once by the
+            # SIGKILL only raced it: the wrapper, when it ran between the two, recorded the command's end by
+            # SIGTERM (143, Error) and the run said Error or Killed as the host's load decided
+            if grace > 0 and alive(pid, run.state["start_time"]):
                 _killpg(pid, signal.SIGTERM)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.wait(run), timeout=grace)

@@ -10,9 +10,10 @@ a child subreaper, so nothing the task starts can leave the group's reach.  It
 * runs the command with stdout and stderr into ``log`` (rotated at ``logMax`` bytes, ``logKeep`` old
   files ``log.1``, ``log.2``, ...),
 * ignores SIGTERM itself (the agent's stop sends it to the whole group: the command gets it, the
-  wrapper stays to record the end), and when the command ends writes ``exit.json`` (its code, a
-  signal as 128 + the signal, and a reason: Completed, Error, OOMKilled, StartError), then kills
-  whatever the command left in the group and reaps it.
+  wrapper stays to record the end; one that comes before the command runs is passed on to it), and
+  when the command ends writes ``exit.json`` (its code, a signal as 128 + the signal, and a reason:
+  Completed, Error, OOMKilled, StartError), then kills whatever the command left in the group and
+  reaps it.
 
 Because the wrapper, not the agent, waits for the command, the exit code survives the agent: a
 restarted agent reads ``exit.json`` (`busched.agent.process.ProcessExecutor.recover`).
@@ -106,7 +107,18 @@ def main(run_dir: str) -> int:
     _write_json(os.path.join(run_dir, "wrapper.json"), {"pid": os.getpid(), "startTime": _own_start_time()})
     if os.path.exists(os.path.join(run_dir, "abandoned")):
         return 0
-    signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, not SIG_IGN: the command gets the default back
+    # a handler, not SIG_IGN: the command gets the default back.  A SIGTERM that comes before the command runs
+    # (a stop sent while this wrapper was still starting: a busy host, an evict right after the bind) reached a
+    # group without the command, so it is passed on to the command once it runs; else the command ran on until
+    # the stop's grace ended (30 s by default) and its SIGKILL
+    stop_asked: list[bool] = []
+    child: subprocess.Popen[bytes] | None = None
+
+    def on_term(*_: Any) -> None:
+        if child is None:
+            stop_asked.append(True)
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
@@ -129,6 +141,8 @@ def main(run_dir: str) -> int:
         _write_json(exit_path, {"code": 127 if isinstance(e, FileNotFoundError) else 126,
                                 "reason": f"StartError: {e.strerror or e}"})
         return 0
+    if stop_asked:
+        child.send_signal(signal.SIGTERM)
     assert child.stdout is not None
     pump = threading.Thread(target=_pump, args=(child.stdout, os.path.join(run_dir, "log"), spec["logMax"],
                                                 spec["logKeep"]), daemon=True)
