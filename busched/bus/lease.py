@@ -92,20 +92,25 @@ async def open_bucket(js: Any, *, replicas: int = 1, storage: str = "file") -> A
 
 
 async def read_leases(js: Any) -> list[LeaseState]:
-    """Every shard's lease (empty when the bucket does not exist)."""
+    """Every shard's lease (empty when the bucket does not exist).
+
+    The keys are the subjects the bucket's stream holds (its info, filtered on the keys' subjects), not
+    nats-py's ``KeyValue.keys``: that watches the bucket with an ordered consumer and ends when the server says
+    nothing is pending, which it says as soon as it has sent a key, so a key still on its way to a loaded client
+    was missed, and `busched get scheduler` said no scheduler held a lease while one did."""
     try:
         kv = await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.NotFoundError):
         return []
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []
+    prefix = f"$KV.{BUCKET}."
+    info = await ask("stream.info", lambda: js.stream_info(f"KV_{BUCKET}", subjects_filter=f"{prefix}>"),
+                     detail=BUCKET)
+    keys = [subject[len(prefix):] for subject in (info.state.subjects or {}) if subject.startswith(prefix)]
     out = []
     for key in sorted(keys):
         try:
             e = await ask("kv.get", partial(kv.get, key), detail=key)
-        except nats.js.errors.KeyNotFoundError:
+        except nats.js.errors.NotFoundError:  # (a key deleted or purged since: KeyDeletedError, KeyNotFoundError)
             continue
         rec = decode(e.value or b"")
         if rec is not None:

@@ -48,13 +48,13 @@ def show(items: list[dict[str, Any]], output: str, now: float | None = None) -> 
 
 async def get(bus: Any, args: argparse.Namespace) -> int:
     items = rows(await bus.read_leases())
-    if not items and args.output not in ("json", "yaml"):
-        print("no scheduler has claimed a lease (none runs with --lease, or none has started)", file=sys.stderr)
-        return 0
-    if args.name:
+    if args.name:  # (one shard asked for: not there is an error, whether or not other shards have leases)
         items = [r for r in items if r["shard"] == args.name]
         if not items:
             print(f"error: no lease for shard {args.name!r}", file=sys.stderr)
             return 1
+    if not items and args.output not in ("json", "yaml"):
+        print("no scheduler has claimed a lease (none runs with --lease, or none has started)", file=sys.stderr)
+        return 0
     sys.stdout.write(show(items, args.output))
     return 0
