@@ -39,7 +39,7 @@ import nats.js.errors
 
 from busched.metrics import JETSTREAM_ASKS
 
-__all__ = ["Policy", "ASKING", "ONCE", "ask", "unanswered"]
+__all__ = ["Policy", "ASKING", "ONCE", "ask", "given_up", "unanswered"]
 
 log = logging.getLogger("busched.bus")
 
@@ -87,13 +87,15 @@ def unanswered(e: BaseException) -> str | None:
 
 
 async def ask(request: str, make: Callable[[], Awaitable[T]], policy: Policy | None = None, *,
-              detail: str = "") -> T:
+              detail: str = "", last: bool = True) -> T:
     """``await make()``, made and asked again as ``policy`` (default: `ASKING`, read at the call) says while the
     request goes unanswered (`unanswered`).
 
     ``request`` names the kind of request (a metric label: a few fixed names, "stream.info", "direct.get", ...),
     ``detail`` what it was about (the log only).  ``make`` must build a fresh request each call (a new
-    coroutine, and a fresh config where the client writes into it)."""
+    coroutine, and a fresh config where the client writes into it).  ``last=False``: the caller may ask on
+    after this (`reads.last_msg`), so running out is neither counted as given up nor logged as such here;
+    the caller does that if it gives up (`given_up`)."""
     policy = policy or ASKING
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -104,8 +106,8 @@ async def ask(request: str, make: Callable[[], Awaitable[T]], policy: Policy | N
     while True:
         n += 1
         asked = loop.time()
-        last = n >= policy.asks or deadline - asked <= policy.ask_s
-        wait = max(0.001, deadline - asked if last else policy.ask_s)
+        final = n >= policy.asks or deadline - asked <= policy.ask_s
+        wait = max(0.001, deadline - asked if final else policy.ask_s)
         try:
             async with asyncio.timeout(wait):  # (no task of its own, as asyncio.wait_for makes: ~30 us a request)
                 result = await make()
@@ -118,10 +120,12 @@ async def ask(request: str, make: Callable[[], Awaitable[T]], policy: Policy | N
                 raise
             JETSTREAM_ASKS.unanswered(request, reason)
             reasons.append(reason)
-            if last:
-                JETSTREAM_ASKS.given_up(request)
-                log.warning("%s %s: no answer after %d asks in %.1fs (%s); giving up", request, detail, n,
-                            loop.time() - start, ", ".join(reasons))
+            if final:
+                if last:
+                    given_up(request, detail, n, loop.time() - start, reasons)
+                else:
+                    log.info("%s %s: no answer after %d asks in %.1fs (%s)", request, detail, n,
+                             loop.time() - start, ", ".join(reasons))
                 if reason == "timeout" and not isinstance(e, nats.errors.Error):
                     raise nats.errors.TimeoutError from None  # what the client's own wait raised
                 raise
@@ -133,3 +137,11 @@ async def ask(request: str, make: Callable[[], Awaitable[T]], policy: Policy | N
             log.info("%s %s: answered at ask %d after %.1fs (before: %s)", request, detail, n, loop.time() - start,
                      ", ".join(reasons))
         return result
+
+
+def given_up(request: str, detail: str, asks: int, took: float, reasons: list[str]) -> None:
+    """Count and log ``request`` given up after ``asks`` asks in ``took`` seconds (`ask`, or its caller when it
+    asked with ``last=False``)."""
+    JETSTREAM_ASKS.given_up(request)
+    log.warning("%s %s: no answer after %d asks in %.1fs (%s); giving up", request, detail, asks, took,
+                ", ".join(reasons))

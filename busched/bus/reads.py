@@ -19,7 +19,7 @@ from nats.js import api
 
 from busched.bus import asks
 from busched.bus import subjects as S
-from busched.bus.asks import ONCE, Policy, ask, unanswered
+from busched.bus.asks import ONCE, Policy, ask, given_up, unanswered
 from busched.bus.errors import BusError, unsubscribe_quietly
 from busched.bus.feeds import stream_position, watch_state
 
@@ -119,23 +119,14 @@ async def _until_delivered(js: Any, name: str, done: asyncio.Event, out: list[An
 async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) -> tuple[int, bytes] | None:
     """The last message of one subject of ``stream``, ``(stream sequence, data)``, or None if it has none.
     ``direct``: a direct get on a subject that names the object (``$JS.API.DIRECT.GET.<stream>.<subject>``),
-    which a server can allow one agent for its own nodes only."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+    which a server can allow one agent for its own nodes only.  A direct get refused past `DIRECT_GET`'s asks
+    asks the stream's config (`_allows_direct`) and, if it allows direct gets, is asked again; all of it
+    within `asks.ASKING`'s bound, counted given up only when the read fails."""
     try:
-        try:
-            m = await ask("direct.get" if direct else "msg.get",
-                          lambda: js.get_last_msg(stream, subject, direct=direct),
-                          DIRECT_GET if direct else None, detail=subject)
-        except Exception as e:  # noqa: BLE001
-            if not direct or unanswered(e) not in ("no_responders", "unavailable") \
-                    or not await _allows_direct(js, stream):
-                raise
-            policy = asks.ASKING
-            left = max(policy.ask_s, policy.total_s - (loop.time() - start))
-            m = await ask("direct.get", lambda: js.get_last_msg(stream, subject, direct=True),
-                          Policy(ask_s=policy.ask_s, asks=policy.asks, total_s=left, pause_s=policy.pause_s),
-                          detail=subject)
+        if direct:
+            m = await _direct_get(js, stream, subject)
+        else:
+            m = await ask("msg.get", lambda: js.get_last_msg(stream, subject), detail=subject)
     except nats.js.errors.NotFoundError:
         return None
     except Exception as e:  # noqa: BLE001
@@ -143,11 +134,40 @@ async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) 
     return int(m.seq), bytes(m.data or b"")
 
 
-async def _allows_direct(js: Any, stream: str) -> bool:
-    """Whether ``stream`` is configured for direct gets (so "no responders" to one was a cluster electing, not a
-    lasting refusal); False when that cannot be told either."""
+async def _direct_get(js: Any, stream: str, subject: str) -> Any:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    deadline = start + asks.ASKING.total_s
+    get = lambda: js.get_last_msg(stream, subject, direct=True)  # noqa: E731
     try:
-        info = await ask("stream.info", lambda: js.stream_info(stream), detail=stream)
+        return await ask("direct.get", get, DIRECT_GET, detail=subject, last=False)
+    except Exception as e:  # noqa: BLE001
+        reason = unanswered(e)
+        if reason is None:
+            raise
+        refused = reason in ("no_responders", "unavailable")
+        if not refused or not await _allows_direct(js, stream, deadline - loop.time()):
+            given_up("direct.get", subject, DIRECT_GET.asks, loop.time() - start, [reason])
+            raise
+        left = deadline - loop.time()
+        if left <= 0:
+            given_up("direct.get", subject, DIRECT_GET.asks, loop.time() - start, [reason])
+            raise
+    return await ask("direct.get", get, _within(asks.ASKING, left), detail=subject)
+
+
+def _within(policy: Policy, left: float) -> Policy:
+    """``policy`` cut to the ``left`` seconds of a bound it shares with earlier asks."""
+    return Policy(ask_s=min(policy.ask_s, left), asks=policy.asks, total_s=left, pause_s=policy.pause_s)
+
+
+async def _allows_direct(js: Any, stream: str, left: float) -> bool:
+    """Whether ``stream`` is configured for direct gets (so "no responders" to one was a cluster electing, not a
+    lasting refusal), asked within ``left`` seconds; False when that cannot be told in time."""
+    if left <= 0:
+        return False
+    try:
+        info = await ask("stream.info", lambda: js.stream_info(stream), _within(asks.ASKING, left), detail=stream)
     except Exception:  # noqa: BLE001 - cannot be told: the refusal stands
         return False
     return bool(getattr(info.config, "allow_direct", False))

@@ -314,3 +314,76 @@ async def test_a_direct_get_asked_on_stays_within_the_asking_bound(short_direct)
     with pytest.raises(BusError, match="no responders"):
         await asyncio.wait_for(reads.last_msg(js, "S", "s.a", direct=True), 5)
     assert loop.time() - t0 < 2.0 + 0.5 and js.infos == 1
+
+
+class _SlowInfoJs(_ElectingJs):
+    """Direct gets refused for ever; the stream's info never answered (the meta leader is being elected too),
+    or answered with an error."""
+
+    def __init__(self, info_error: BaseException | None = None) -> None:
+        super().__init__(refusals=10_000, allow_direct=True)
+        self.info_error = info_error
+
+    async def stream_info(self, stream):
+        self.infos += 1
+        if self.info_error is not None:
+            raise self.info_error
+        await asyncio.Event().wait()
+
+
+async def test_a_direct_get_whose_stream_info_goes_unanswered_ends_within_the_asking_bound(short_direct, monkeypatch):
+    """The config read shares the read's bound: it gets only what the direct gets left of `asks.ASKING`'s 2 s
+    here (it had a whole bound of its own, and the retry a floor of one more ask: 13.8 s of a 12 s bound).
+    The direct gets' pauses (0.2 s doubling up to 0.5: ~1.1 s) are long enough here for the difference to show."""
+    from busched.bus import BusError
+
+    monkeypatch.setattr(reads, "DIRECT_GET", Policy(ask_s=0.5, asks=4, total_s=3.0, pause_s=0.2))
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(BusError, match="no responders"):
+        await asyncio.wait_for(reads.last_msg(_SlowInfoJs(), "S", "s.a", direct=True), 10)
+    took = loop.time() - t0
+    assert took < asks.ASKING.total_s + 0.2, took
+
+
+async def test_a_stream_info_that_fails_leaves_the_refusal_standing(short_direct):
+    from busched.bus import BusError
+
+    js = _SlowInfoJs(nats.js.errors.ServerError(code=500, err_code=10118))
+    with pytest.raises(BusError, match="no responders"):
+        await asyncio.wait_for(reads.last_msg(js, "S", "s.a", direct=True), 5)
+    assert js.gets == 4 and js.infos == 1
+
+
+async def test_a_direct_get_is_counted_given_up_only_when_the_read_fails(short_direct):
+    _, before = _counts("direct.get")
+    js = _ElectingJs(refusals=7, allow_direct=True)
+    assert await asyncio.wait_for(reads.last_msg(js, "S", "s.a", direct=True), 5) == (7, b"{}")
+    assert _counts("direct.get")[1] == before  # answered: not given up
+    from busched.bus import BusError
+
+    with pytest.raises(BusError):
+        await asyncio.wait_for(reads.last_msg(_ElectingJs(10_000, False), "S", "s.a", direct=True), 5)
+    assert _counts("direct.get")[1] == before + 1  # failed: given up once
+
+
+async def test_only_a_refused_direct_get_asks_the_streams_config(short_direct, monkeypatch):
+    """A message get refused, or a direct get never answered (a timeout, not a refusal), is not a question about
+    the stream's direct gets: no config read, no second round."""
+    from busched.bus import BusError
+
+    js = _ElectingJs(refusals=10_000, allow_direct=True)
+    with pytest.raises(BusError):
+        await asyncio.wait_for(reads.last_msg(js, "S", "s.a"), 5)
+    assert js.infos == 0
+
+    class _Silent(_ElectingJs):
+        async def get_last_msg(self, stream, subject, direct=False):
+            self.gets += 1
+            await asyncio.Event().wait()
+
+    silent = _Silent(refusals=0, allow_direct=True)
+    with pytest.raises(BusError):
+        await asyncio.wait_for(reads.last_msg(silent, "S", "s.a", direct=True), 5)
+    assert silent.infos == 0 and silent.gets == 4
