@@ -24,30 +24,37 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import msgspec
+
 from busched.bus import messages as m
 from busched.bus import subjects as S
 from busched.bus.publish import MAX_BATCH, Ack
-from busched.bus.wire import cut
+from busched.bus.wire import MAX_STATE_MESSAGE, cut
 
 __all__ = ["NodeLedgers", "BatchBus"]
 
-# what a ledger message's readers take (`busched.bus.messages.NodeLedger`, and the state stream's 256 KiB): a
-# ledger they refuse is never heard (`NodeLedgers.heard`), and every later write on the node's ledger would lose
-# its condition.  ``tasks`` is informational: keys longer than its bound are cut, and it names the tasks of a
-# batch only up to 32 Ki characters in all (999 long keys would pass 256 KiB)
+# what a ledger message's readers take (`busched.bus.messages.NodeLedger`, and the scheduler's ``max_event_bytes``,
+# 256 KiB unless `busched run --max-event-bytes` says less, which the other shards' feeds hold every state message
+# to): a ledger they refuse is never heard (`NodeLedgers.heard`), and every later write on the node's ledger would
+# lose its condition.  ``tasks`` is informational: keys longer than its bound are cut, and it names the tasks of a
+# batch only as far as the message stays within ``max_event_bytes`` (at its floor, `write_bounds.MIN_EVENT_BYTES`,
+# a ledger with node, writer and shard at 253 characters of 6 bytes each still fits, with no tasks)
 _MAX_NAME = 253
 _MAX_TASK = 600
-_TASKS_CHARS = 32 * 1024
+_TASKS_FRAME = len(',"tasks":')  # what a ledger's ``tasks`` adds to it but its JSON list
+_JSON = msgspec.json.Encoder()
 
 
-def _tasks(keys: list[str]) -> list[str]:
+def _tasks(keys: list[str], room: int) -> list[str]:
+    """``keys``, each cut to its bound, as many as a JSON list of at most ``room`` bytes holds."""
+    keys = [cut(key, _MAX_TASK) if len(key) > _MAX_TASK else key for key in keys]
+    if len(_JSON.encode(keys)) <= room:  # the usual case: all of them
+        return keys
     out: list[str] = []
-    total = 0
+    used = 1  # "[" and "]" less the comma the first key does not take
     for key in keys:
-        if len(key) > _MAX_TASK:
-            key = cut(key, _MAX_TASK)
-        total += len(key)
-        if total > _TASKS_CHARS:
+        used += len(_JSON.encode(key)) + 1
+        if used > room:
             break
         out.append(key)
     return out
@@ -62,13 +69,17 @@ class BatchBus(Protocol):
 
 
 class NodeLedgers:
-    """The node ledgers of one sharded scheduler (``shard``: its NodeShard's name; ``writer``: its boot)."""
+    """The node ledgers of one sharded scheduler (``shard``: its NodeShard's name; ``writer``: its boot;
+    ``max_bytes``: the largest state message its readers take, the scheduler's ``max_event_bytes``)."""
 
-    def __init__(self, shard: str, writer: str, on_dropped: Callable[[int], None] | None = None) -> None:
+    def __init__(self, shard: str, writer: str, on_dropped: Callable[[int], None] | None = None,
+                 max_bytes: int = MAX_STATE_MESSAGE) -> None:
         # (informational in the ledger message, and bounded there: cut to what its readers take)
         self.shard = cut(shard, _MAX_NAME)
         self.writer = cut(writer, _MAX_NAME)
-        # told how many task names a ledger left out of its ``tasks`` (busched_writes_cut_total{message="ledger"})
+        self.max_bytes = max_bytes
+        # told how many task names a written ledger left out of its ``tasks``, once per ledger stored
+        # (busched_writes_cut_total{message="ledger"}; a batch tried again is not counted again)
         self.on_dropped = on_dropped
         self.seen: dict[str, int] = {}  # node -> the last ledger sequence known (heard on the feed or acknowledged)
         self.view: dict[str, int] = {}  # node -> the ledger sequence the current cycle's snapshot stands on
@@ -183,20 +194,25 @@ class NodeLedgers:
         if not batches:
             return [], []
         messages: list[list[tuple[str, Any, int | None]]] = []
+        dropped: list[int] = []  # per batch, the task names its ledgers left out
         for batch in batches:
             msgs: list[tuple[str, Any, int | None]] = []
+            left_out = 0
             for node, idx in batch:
                 msgs += [(items[i][2], items[i][3], items[i][4]) for i in idx]
-                tasks = _tasks([items[i][0] for i in idx])
-                if len(tasks) < len(idx) and self.on_dropped is not None:
-                    self.on_dropped(len(idx) - len(tasks))
-                msgs.append((S.ledger_subject(node), m.NodeLedger(node=node, writer=self.writer, shard=self.shard,
-                                                                  tasks=tasks), self.view.get(node, 0)))
+                ledger = m.NodeLedger(node=node, writer=self.writer, shard=self.shard)
+                ledger.tasks = _tasks([items[i][0] for i in idx],
+                                      self.max_bytes - len(m.encode(ledger)) - _TASKS_FRAME)
+                left_out += len(idx) - len(ledger.tasks)
+                msgs.append((S.ledger_subject(node), ledger, self.view.get(node, 0)))
             messages.append(msgs)
+            dropped.append(left_out)
         shared: list[tuple[str, list[int]]] = []
         alone: list[tuple[str, list[int]]] = []
-        for batch, msgs, ack in zip(batches, messages, await bus.publish_batches(messages)):
+        for batch, msgs, left_out, ack in zip(batches, messages, dropped, await bus.publish_batches(messages)):
             if ack.ok:
+                if left_out and self.on_dropped is not None:
+                    self.on_dropped(left_out)
                 # stored at consecutive sequences, the batch's last message acknowledged
                 seq = ack.seq - len(msgs)
                 for node, idx in batch:

@@ -162,7 +162,8 @@ class Scheduler(EntryPoints, Leadership, Cycles):
         if self.settings.shard:  # Volcano's node sharding: the snapshot's shard, binds written with node ledgers
             self.cache.own_shard = (self.settings.shard, self.settings.shard_mode)
             self.table.ledgers = NodeLedgers(self.settings.shard, boot,
-                                             on_dropped=self.metrics.writes_cut.labels("ledger", "tasks").inc)
+                                             on_dropped=self.metrics.writes_cut.labels("ledger", "tasks").inc,
+                                             max_bytes=self.settings.max_event_bytes)
             self.feed.on_ledger = self.table.ledgers.heard
         self.feed.on_queue_status = self.queue_statuses.record
         self.refused = self.feed.refused  # (kind, key) -> why the object's last change was refused

@@ -69,8 +69,8 @@ def test_the_task_names_a_ledger_leaves_out_are_counted() -> None:
     ledgers.snapshot_taken()
     asyncio.run(ledgers.write(Bus(), items(10, 20)))  # type: ignore[arg-type]
     assert len(found[-1].tasks) == 10 and _cut(s, "ledger", "tasks") == 0
-    # 999 names of 100 characters: 32 Ki characters hold 327 of them
-    asyncio.run(ledgers.write(Bus(), items(999, 94)))  # type: ignore[arg-type]
+    # 999 names of 300 characters: the default max_event_bytes (256 KiB) holds about 870 of them
+    asyncio.run(ledgers.write(Bus(), items(999, 294)))  # type: ignore[arg-type]
     kept = len(found[-1].tasks)
     assert 0 < kept < 999
     assert _cut(s, "ledger", "tasks") == 999 - kept
