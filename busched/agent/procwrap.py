@@ -10,7 +10,10 @@ a child subreaper, so nothing the task starts can leave the group's reach.  It
 * runs the command with stdout and stderr into ``log`` (rotated at ``logMax`` bytes, ``logKeep`` old
   files ``log.1``, ``log.2``, ...),
 * ignores SIGTERM itself (the agent's stop sends it to the whole group: the command gets it, the
-  wrapper stays to record the end; one that comes before the command runs is passed on to it), and
+  wrapper stays to record the end) and never passes one on, so one stop is one SIGTERM to the command
+  whenever it comes: one before the command is started means it is not started (recorded as a command
+  killed by SIGTERM: 143, Error); from then until the exec SIGTERM is blocked, and the child ends itself
+  before its exec when it or the wrapper has one pending (`_term_pending`), and
   when the command ends writes ``exit.json`` (its code, a signal as 128 + the signal, and a reason:
   Completed, Error, OOMKilled, StartError), then kills whatever the command left in the group and
   reaps it.
@@ -98,6 +101,17 @@ def _own_start_time() -> int:
         return int(f.read().rsplit(")", 1)[1].split()[19])
 
 
+def _term_pending(pid: int) -> bool:
+    """Whether process ``pid`` has a SIGTERM pending (/proc/PID/status: ShdPnd for the process, SigPnd for its
+    main thread; a hex mask, signal N at bit N - 1)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            masks = [int(line.split()[1], 16) for line in f if line.startswith(("ShdPnd:", "SigPnd:"))]
+    except (OSError, ValueError, IndexError):
+        return False
+    return any(mask >> (signal.SIGTERM - 1) & 1 for mask in masks)
+
+
 def main(run_dir: str) -> int:
     with open(os.path.join(run_dir, "spec.json")) as f:
         spec = json.load(f)
@@ -107,18 +121,11 @@ def main(run_dir: str) -> int:
     _write_json(os.path.join(run_dir, "wrapper.json"), {"pid": os.getpid(), "startTime": _own_start_time()})
     if os.path.exists(os.path.join(run_dir, "abandoned")):
         return 0
-    # a handler, not SIG_IGN: the command gets the default back.  A SIGTERM that comes before the command runs
-    # (a stop sent while this wrapper was still starting: a busy host, an evict right after the bind) reached a
-    # group without the command, so it is passed on to the command once it runs; else the command ran on until
-    # the stop's grace ended (30 s by default) and its SIGKILL
+    # a handler, not SIG_IGN (which the command would inherit): a SIGTERM that comes before the command is
+    # started (a stop sent while this wrapper was still starting: a busy host, an evict right after the bind)
+    # found a group without the command, so the command is not started at all (below)
     stop_asked: list[bool] = []
-    child: subprocess.Popen[bytes] | None = None
-
-    def on_term(*_: Any) -> None:
-        if child is None:
-            stop_asked.append(True)
-
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, lambda *_: stop_asked.append(True))
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
@@ -127,22 +134,39 @@ def main(run_dir: str) -> int:
     if cgroup:
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
+    exit_path = os.path.join(run_dir, "exit.json")
+    # from here to the command's exec SIGTERM is blocked, so that one stop reaches the command once, whenever
+    # it comes: before the block its handler has run (pthread_sigmask runs the handlers of what came before it
+    # returns) and the command is not started; after it, it is pending in the wrapper (sent before the fork:
+    # the child sees that and ends itself before its exec) or in both (sent after the fork: the child dies of it
+    # when it unblocks, with the default action back, before its exec); sent after the exec it reaches the
+    # command itself.  The wrapper never passes a SIGTERM on: a second one is "force quit" to many programs
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    if stop_asked:
+        _write_json(exit_path, {"code": 128 + signal.SIGTERM, "reason": "Error"})  # as a command killed by it
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: None)  # what is pending in the wrapper is dropped at the unblock
     memory = spec.get("memory")
 
-    def limits() -> None:
+    def in_child() -> None:
+        """Between fork and exec (the child has the wrapper's mask and Python handler, and no pending signal
+        of the wrapper's): the default action back, a stop sent before the fork taken, SIGTERM unblocked."""
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if memory and not cgroup:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if _term_pending(os.getppid()):
+            os.kill(os.getpid(), signal.SIGTERM)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a pending SIGTERM ends the child here
 
-    exit_path = os.path.join(run_dir, "exit.json")
     try:
         child = subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd") or None, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=limits)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=in_child)
     except OSError as e:
         _write_json(exit_path, {"code": 127 if isinstance(e, FileNotFoundError) else 126,
                                 "reason": f"StartError: {e.strerror or e}"})
         return 0
-    if stop_asked:
-        child.send_signal(signal.SIGTERM)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     assert child.stdout is not None
     pump = threading.Thread(target=_pump, args=(child.stdout, os.path.join(run_dir, "log"), spec["logMax"],
                                                 spec["logKeep"]), daemon=True)

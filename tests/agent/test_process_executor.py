@@ -220,11 +220,12 @@ async def test_a_run_started_but_never_recorded_is_stopped_by_the_next_incarnati
     assert (d / "abandoned").exists()
 
 
-async def test_a_sigterm_before_the_command_runs_is_passed_on_to_it(ex: ProcessExecutor) -> None:
+async def test_a_sigterm_before_the_command_runs_stops_it(ex: ProcessExecutor) -> None:
     """A stop that comes while the wrapper is still starting (installed its handler, not yet started the
     command) found a group without the command: the command ran on until the stop's grace ended (the agent's
     default: 30 s), as an evict sent right after a bind on a busy host showed (test_executor_agent's deleted
-    task: 4 of 260 runs with 4 CPU burners).  Here the wrapper is held just before it starts the command."""
+    task: 4 of 260 runs with 4 CPU burners).  Here the wrapper is held just before it starts the command (the
+    command is then never run: tests/agent/test_procwrap_stop.py)."""
     import json
     import signal
     import subprocess
