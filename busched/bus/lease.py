@@ -103,8 +103,11 @@ async def read_leases(js: Any) -> list[LeaseState]:
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.NotFoundError):
         return []
     prefix = f"$KV.{BUCKET}."
-    info = await ask("stream.info", lambda: js.stream_info(f"KV_{BUCKET}", subjects_filter=f"{prefix}>"),
-                     detail=BUCKET)
+    try:
+        info = await ask("stream.info", lambda: js.stream_info(f"KV_{BUCKET}", subjects_filter=f"{prefix}>"),
+                         detail=BUCKET)
+    except nats.js.errors.NotFoundError:  # (the bucket deleted since it was looked up)
+        return []
     keys = [subject[len(prefix):] for subject in (info.state.subjects or {}) if subject.startswith(prefix)]
     out = []
     for key in sorted(keys):
