@@ -153,6 +153,13 @@ class Bus:
             await self.nc.close()
 
     async def flush(self, timeout: float = 5.0) -> None:
+        """The server has every command written so far (a SUB just made, an UNSUB, a publish).  nats-py's
+        ``flush()`` writes its PING straight to the socket, ahead of commands still in its pending buffer, so
+        its PONG could come back before a SUB just made was registered (and messages published meanwhile were
+        lost: `agentcheck`'s probe subscribes, flushes, then asks for results); the buffer is written first."""
+        flush_pending = getattr(self.nc, "_flush_pending", None)
+        if flush_pending is not None and getattr(self.nc, "is_connected", False):
+            await flush_pending(force_flush=True)
         await self.nc.flush(timeout=timeout)
 
     # -- the write fence and the lease ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ async def test_messages_skip_nats_py_and_all_arrive_in_order(nats_server) -> Non
             await original(sid, *args)
 
         bus.nc._process_msg = counted
-        await bus.nc.flush()
+        await bus.flush()  # (nats-py's own flush() could reach the server before the SUB: CI once lost the messages)
         nc = other.nc
         await nc.publish("busched.heartbeat.n1", b"one")
         await nc.publish("busched.heartbeat.n2", b"boom")
@@ -146,6 +146,30 @@ async def test_the_route_goes_with_its_subscription(nats_server) -> None:
         await wait_until(lambda: got == [b"last"], what="the last message")
         await wait_until(lambda: limited._id not in bus.nc._subs, what="the limited subscription dropped")
         assert got == [b"last"]
+    finally:
+        await other.close()
+        await bus.close()
+
+
+async def test_a_subscription_flushed_hears_what_is_published_after(nats_server) -> None:  # noqa: ANN001
+    """`Bus.flush` returns once the server has the SUB just made: nats-py's ``flush()`` wrote its PING ahead of
+    the SUB still pending, so a message published by another connection right after could find no subscriber
+    (CI lost the first test's messages so).  100 fresh subscriptions, each flushed, then a message each; this
+    can fail only by chance with nats-py's flush alone."""
+    bus, other = await Bus.connect(nats_server.url), await Bus.connect(nats_server.url)
+    try:
+        got: list[bytes] = []
+        for i in range(100):
+            await bus.subscribe(f"busched.flushed.{i}", lambda subject, data: got.append(data))
+            await bus.flush()
+            await other.nc.publish(f"busched.flushed.{i}", str(i).encode())
+        await other.nc.flush()
+        await bus.subscribe("busched.flushed.end", lambda subject, data: got.append(data))
+        await bus.flush()
+        await other.nc.publish("busched.flushed.end", b"end")
+        await other.nc.flush()
+        await wait_until(lambda: got and got[-1] == b"end", what="the end marker")
+        assert got == [str(i).encode() for i in range(100)] + [b"end"]
     finally:
         await other.close()
         await bus.close()
