@@ -35,7 +35,7 @@ import nats.js.errors
 from busched.bus.asks import ask
 from busched.bus.streams import storage_type
 
-__all__ = ["BUCKET", "LeaseRecord", "LeaseState", "Lease", "read_leases"]
+__all__ = ["BUCKET", "LeaseRecord", "LeaseState", "Lease", "read_leases", "valid_key"]
 
 log = logging.getLogger("busched.bus")
 
@@ -91,6 +91,11 @@ async def open_bucket(js: Any, *, replicas: int = 1, storage: str = "file") -> A
         return await ask("kv.bucket", lambda: js.key_value(BUCKET), detail=BUCKET)
 
 
+def valid_key(shard: str) -> bool:
+    """Whether ``shard`` can name a lease (its key in the bucket: 1-64 letters, digits, '-' or '_')."""
+    return re.fullmatch(_KEY, shard) is not None
+
+
 async def read_leases(js: Any) -> list[LeaseState]:
     """Every shard's lease (empty when the bucket does not exist).
 
@@ -132,7 +137,7 @@ class Lease:
     def __init__(self, js: Any, *, shard: str, holder: str, duration: float, margin: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
                  replicas: int = 1, storage: str = "file") -> None:
-        if not re.fullmatch(_KEY, shard):
+        if not valid_key(shard):
             raise ValueError(f"a shard name is 1-64 letters, digits, '-' or '_': {shard!r}")
         self.js = js
         self.shard = shard

@@ -131,6 +131,19 @@ def shard_name(text: str) -> str:
     return text
 
 
+def lease_shard_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--shard`` cannot be elected with ``--lease`` (the default), or None.  A lease's key in the leases
+    bucket is the shard's name, 1-64 letters, digits, '-' or '_' (`busched.bus.lease`); a NodeShard's name may be
+    longer or hold dots, and the scheduler then failed at its start with a traceback."""
+    from busched.bus.lease import valid_key
+
+    shard = getattr(args, "shard", "") or ""
+    if shard and getattr(args, "lease", 0) > 0 and not valid_key(shard):
+        return (f"--shard {shard[:80]!r}: a shard elected with --lease (default 2 s) is named by 1-64 letters, digits, "
+                f"'-' or '_' (its key in the leases bucket); rename the NodeShard, or run it alone with --lease 0")
+    return None
+
+
 def _exit_at(wanted: str) -> Callable[[str], None]:
     """The test-only checkpoint of ``--debug-exit-at``: the process ends at once, nothing flushed."""
     def checkpoint(point: str) -> None:
@@ -194,6 +207,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = load_scheduler_config(args.config)
     except (OSError, ConfigError) as e:
         log.error("%s", e)
+        return 2
+    problem = lease_shard_problem(args)
+    if problem:
+        log.error("%s", problem)
         return 2
     if getattr(args, "check", False):
         print(f"configuration {args.config or '(built-in)'} loads, with {len(config.warnings)} warning(s)")

@@ -126,6 +126,12 @@ class Arrivals:
 
 def cmd_up(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
+    from busched.cli.run import lease_shard_problem
+
+    problem = lease_shard_problem(args)
+    if problem:
+        log.error("%s", problem)
+        return 2
     return asyncio.run(run_until_signal(lambda stop: up(args, stop)))
 
 

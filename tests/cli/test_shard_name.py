@@ -36,3 +36,25 @@ def test_a_node_shard_over_the_bound_is_refused_at_admission() -> None:
     with pytest.raises(build.SpecError, match=f"name: {limits.MAX_SHARD_NAME + 1} characters, more than"):
         build.node_shard(long)
     build.node_shard(msgspec.convert({"name": "s" * limits.MAX_SHARD_NAME}, o.NodeShardSpec))
+
+
+@pytest.mark.parametrize("command", ["run", "up"])
+def test_a_shard_a_lease_cannot_name_is_refused_at_start_when_elected(command: str, caplog: pytest.LogCaptureFixture,
+                                                                      tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A lease's key is 1-64 letters, digits, '-' or '_' (`busched.bus.lease`), a NodeShard's name may hold dots:
+    elected (--lease, on by default) such a scheduler failed at its start with a traceback from the lease."""
+    from busched.cli.main import main
+
+    monkeypatch.chdir(tmp_path)  # (were `up` to start, its data directory is made here)
+
+    extra = ["--check"] if command == "run" else []
+    assert main([command, "--shard", "gpu.pool", *extra]) == 2  # (`up` refused before it starts anything)
+    assert "--shard 'gpu.pool': a shard elected with --lease" in caplog.text
+    assert main([command, "--shard", "g" * 65, *extra]) == 2
+
+
+def test_a_shard_a_lease_can_name_or_one_not_elected_is_taken() -> None:
+    from busched.cli.main import main
+
+    assert main(["run", "--shard", "gpu-pool_1", "--check"]) == 0
+    assert main(["run", "--shard", "gpu.pool", "--lease", "0", "--check"]) == 0
