@@ -135,6 +135,8 @@ async def last_msg(js: Any, stream: str, subject: str, *, direct: bool = False) 
 
 
 async def _direct_get(js: Any, stream: str, subject: str) -> Any:
+    """`last_msg`'s direct get: a first round of `DIRECT_GET`'s few asks (a lasting "no responders" is told
+    soon), then, for a refusal from a stream that allows direct gets, a second round; one bound for all."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     deadline = start + asks.ASKING.total_s
