@@ -147,11 +147,9 @@ async def _direct_get(js: Any, stream: str, subject: str) -> Any:
         reason = unanswered(e)
         if reason is None:
             raise
-        refused = reason in ("no_responders", "unavailable")
-        if not refused or not await _allows_direct(js, stream, deadline - loop.time()):
-            given_up("direct.get", subject, DIRECT_GET.asks, loop.time() - start, [reason])
-            raise
-        left = deadline - loop.time()
+        left = 0.0  # (what the bound leaves a second round: none unless the stream allows direct gets)
+        if reason in ("no_responders", "unavailable") and await _allows_direct(js, stream, deadline - loop.time()):
+            left = deadline - loop.time()
         if left <= 0:
             given_up("direct.get", subject, DIRECT_GET.asks, loop.time() - start, [reason])
             raise

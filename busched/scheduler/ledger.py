@@ -45,11 +45,19 @@ _TASKS_FRAME = len(',"tasks":')  # what a ledger's ``tasks`` adds to it but its 
 _JSON = msgspec.json.Encoder()
 
 
-def _tasks(keys: list[str], room: int) -> list[str]:
-    """``keys``, each cut to its bound, as many as a JSON list of at most ``room`` bytes holds."""
+def _ledger(node: str, writer: str, shard: str, keys: list[str], max_bytes: int) -> m.NodeLedger:
+    """The ledger of ``node`` naming ``keys`` (each cut to its bound), as many as fit in ``max_bytes`` encoded:
+    measured whole once (the usual case: all fit), cut to the room the rest leaves only when they do not."""
     keys = [cut(key, _MAX_TASK) if len(key) > _MAX_TASK else key for key in keys]
-    if len(_JSON.encode(keys)) <= room:  # the usual case: all of them
-        return keys
+    ledger = m.NodeLedger(node=node, writer=writer, shard=shard, tasks=keys)
+    if len(m.encode(ledger)) > max_bytes:
+        ledger.tasks = []
+        ledger.tasks = _tasks(keys, max_bytes - len(m.encode(ledger)) - _TASKS_FRAME)
+    return ledger
+
+
+def _tasks(keys: list[str], room: int) -> list[str]:
+    """As many of ``keys`` as a JSON list of at most ``room`` bytes holds."""
     out: list[str] = []
     used = 1  # "[" and "]" less the comma the first key does not take
     for key in keys:
@@ -200,9 +208,7 @@ class NodeLedgers:
             left_out = 0
             for node, idx in batch:
                 msgs += [(items[i][2], items[i][3], items[i][4]) for i in idx]
-                ledger = m.NodeLedger(node=node, writer=self.writer, shard=self.shard)
-                ledger.tasks = _tasks([items[i][0] for i in idx],
-                                      self.max_bytes - len(m.encode(ledger)) - _TASKS_FRAME)
+                ledger = _ledger(node, self.writer, self.shard, [items[i][0] for i in idx], self.max_bytes)
                 left_out += len(idx) - len(ledger.tasks)
                 msgs.append((S.ledger_subject(node), ledger, self.view.get(node, 0)))
             messages.append(msgs)
